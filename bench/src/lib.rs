@@ -1,0 +1,1 @@
+//! quiver-bench: placeholder until its issue lands.

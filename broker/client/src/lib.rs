@@ -1,0 +1,1 @@
+//! quiver-client: placeholder until its issue lands.

@@ -1,0 +1,1 @@
+//! quiver-protocol: placeholder until its issue lands.

@@ -1,0 +1,1 @@
+//! quiver-broker: placeholder until its issue lands.

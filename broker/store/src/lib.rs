@@ -1,0 +1,1 @@
+//! quiver-store: placeholder until its issue lands.

@@ -1,0 +1,1 @@
+//! quiver-operator: placeholder until its issue lands.
