@@ -1,0 +1,469 @@
+//! Frame encode/decode.
+//!
+//! ```text
+//! i32 total_len                          counts every byte after this field
+//! i32 (serialize_type << 24 | header_len)
+//! header                                 JSON object, or the binary ROCKETMQ header
+//! body
+//! ```
+//! Every length is checked against the bytes actually present before anything is allocated.
+
+use std::collections::HashMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use serde_json::{Map, Value};
+
+use crate::command::{language_code, language_name, RemotingCommand, SerializeType};
+use crate::error::FrameError;
+use crate::MAX_FRAME_BYTES;
+
+/// Bytes of the `total_len` prefix.
+const LENGTH_PREFIX_BYTES: usize = 4;
+/// Bytes of the header-length word.
+const HEADER_WORD_BYTES: usize = 4;
+/// The header length occupies the low 24 bits of its word.
+const MAX_HEADER_BYTES: usize = (1 << 24) - 1;
+
+/// Validates the length prefix at the start of `buf` and returns the whole frame's size in
+/// bytes (prefix included), or `Ok(None)` when fewer than 4 bytes are buffered. Callers may
+/// reserve this much before reading: it is already bounded by [`MAX_FRAME_BYTES`].
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
+    let Some(prefix) = buf.get(..LENGTH_PREFIX_BYTES) else {
+        return Ok(None);
+    };
+    let total_len = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    let total_len = usize::try_from(total_len).map_err(|_| FrameError::NegativeLength {
+        field: "total_len",
+        value: i64::from(total_len),
+    })?;
+    if total_len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            declared_bytes: total_len as u64,
+            max_bytes: MAX_FRAME_BYTES,
+        });
+    }
+    if total_len < HEADER_WORD_BYTES {
+        return Err(FrameError::TooShort { total_len });
+    }
+    Ok(Some(LENGTH_PREFIX_BYTES + total_len))
+}
+
+/// Decodes one frame from the front of `buf`.
+///
+/// `Ok(None)` means more bytes are needed and `buf` is untouched. Otherwise exactly one frame
+/// is consumed, also when its header then fails to parse, so a caller that wants to answer a
+/// bad header can keep reading. The body is a zero-copy view of `buf`'s storage.
+pub fn decode(buf: &mut BytesMut) -> Result<Option<RemotingCommand>, FrameError> {
+    let Some(frame_bytes) = frame_len(buf)? else {
+        return Ok(None);
+    };
+    if buf.len() < frame_bytes {
+        return Ok(None);
+    }
+    let mut frame = buf.split_to(frame_bytes).freeze();
+    frame.advance(LENGTH_PREFIX_BYTES);
+    let header_word = frame.get_u32();
+    let serialize_wire = (header_word >> 24) as u8;
+    let header_len = (header_word & 0x00FF_FFFF) as usize;
+    if header_len > frame.len() {
+        return Err(FrameError::HeaderPastFrame {
+            header_len,
+            available: frame.len(),
+        });
+    }
+    let serialize_type =
+        SerializeType::from_wire(serialize_wire).ok_or(FrameError::UnknownSerializeType {
+            value: serialize_wire,
+        })?;
+    let header = frame.split_to(header_len);
+    let body = frame;
+    let mut command = match serialize_type {
+        SerializeType::Json => decode_json_header(&header)?,
+        SerializeType::RocketMq => decode_binary_header(&header)?,
+    };
+    command.body = body;
+    command.serialize_type = serialize_type;
+    Ok(Some(command))
+}
+
+/// Appends `cmd` as one frame to `dst`, using the command's own serialize type.
+pub fn encode(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameError> {
+    let header = match cmd.serialize_type {
+        SerializeType::Json => encode_json_header(cmd)?,
+        SerializeType::RocketMq => encode_binary_header(cmd)?,
+    };
+    if header.len() > MAX_HEADER_BYTES {
+        return Err(FrameError::TooLarge {
+            declared_bytes: header.len() as u64,
+            max_bytes: MAX_HEADER_BYTES,
+        });
+    }
+    let total_len = HEADER_WORD_BYTES + header.len() + cmd.body.len();
+    if total_len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge {
+            declared_bytes: total_len as u64,
+            max_bytes: MAX_FRAME_BYTES,
+        });
+    }
+    dst.reserve(LENGTH_PREFIX_BYTES + total_len);
+    // Both casts are lossless: total_len <= MAX_FRAME_BYTES and header.len() < 2^24.
+    dst.put_u32(total_len as u32);
+    dst.put_u32(u32::from(cmd.serialize_type.wire_value()) << 24 | header.len() as u32);
+    dst.put_slice(&header);
+    dst.put_slice(&cmd.body);
+    Ok(())
+}
+
+/// Encodes `cmd` into a fresh buffer holding exactly one frame.
+pub fn encode_to_bytes(cmd: &RemotingCommand) -> Result<Bytes, FrameError> {
+    let mut dst = BytesMut::new();
+    encode(cmd, &mut dst)?;
+    Ok(dst.freeze())
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonHeaderOut<'a> {
+    code: i32,
+    language: &'a str,
+    version: i32,
+    opaque: i32,
+    flag: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remark: Option<&'a str>,
+    ext_fields: &'a HashMap<String, String>,
+    serialize_type_current_rpc: &'static str,
+}
+
+fn encode_json_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
+    let header = JsonHeaderOut {
+        code: cmd.code,
+        language: &cmd.language,
+        version: cmd.version,
+        opaque: cmd.opaque,
+        flag: cmd.flag,
+        remark: cmd.remark.as_deref(),
+        ext_fields: &cmd.ext_fields,
+        serialize_type_current_rpc: "JSON",
+    };
+    serde_json::to_vec(&header).map_err(|source| FrameError::EncodeJson { source })
+}
+
+fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
+    let value: Value =
+        serde_json::from_slice(header).map_err(|source| FrameError::HeaderJson { source })?;
+    let Value::Object(object) = value else {
+        return Err(FrameError::HeaderNotObject);
+    };
+    let code =
+        json_i32(&object, "code")?.ok_or(FrameError::MissingHeaderField { field: "code" })?;
+    let language = match object.get("language") {
+        Some(Value::String(name)) => name.clone(),
+        Some(Value::Number(number)) => number
+            .as_u64()
+            .and_then(|ordinal| u8::try_from(ordinal).ok())
+            .map(language_name)
+            .unwrap_or("OTHER")
+            .to_owned(),
+        _ => "OTHER".to_owned(),
+    };
+    let remark = match object.get("remark") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(other) => Some(other.to_string()),
+    };
+    let ext_fields = match object.get("extFields") {
+        None | Some(Value::Null) => HashMap::new(),
+        Some(Value::Object(fields)) => normalise_ext_fields(fields),
+        Some(other) => {
+            return Err(FrameError::InvalidHeaderField {
+                field: "extFields",
+                value: truncate_for_error(&other.to_string()),
+            })
+        }
+    };
+    Ok(RemotingCommand {
+        code,
+        language,
+        version: json_i32(&object, "version")?.unwrap_or(0),
+        opaque: json_i32(&object, "opaque")?.unwrap_or(0),
+        flag: json_i32(&object, "flag")?.unwrap_or(0),
+        remark,
+        ext_fields,
+        body: Bytes::new(),
+        serialize_type: SerializeType::Json,
+    })
+}
+
+/// Peers send extFields values as strings, numbers or booleans: keep them all as strings.
+fn normalise_ext_fields(fields: &Map<String, Value>) -> HashMap<String, String> {
+    fields
+        .iter()
+        .filter_map(|(key, value)| {
+            let text = match value {
+                Value::Null => return None,
+                Value::String(text) => text.clone(),
+                Value::Bool(flag) => flag.to_string(),
+                Value::Number(number) => number.to_string(),
+                nested => nested.to_string(),
+            };
+            Some((key.clone(), text))
+        })
+        .collect()
+}
+
+/// An integer header field sent as a JSON number or a numeric string.
+fn json_i32(object: &Map<String, Value>, field: &'static str) -> Result<Option<i32>, FrameError> {
+    let invalid = |value: &Value| FrameError::InvalidHeaderField {
+        field,
+        value: truncate_for_error(&value.to_string()),
+    };
+    match object.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value @ Value::Number(number)) => number
+            .as_i64()
+            .and_then(|wide| i32::try_from(wide).ok())
+            .map(Some)
+            .ok_or_else(|| invalid(value)),
+        Some(value @ Value::String(text)) => {
+            text.trim().parse().map(Some).map_err(|_| invalid(value))
+        }
+        Some(other) => Err(invalid(other)),
+    }
+}
+
+/// Error messages quote at most this many characters of a bad value.
+fn truncate_for_error(text: &str) -> String {
+    text.chars().take(120).collect()
+}
+
+fn encode_binary_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
+    let code = i16::try_from(cmd.code).map_err(|_| FrameError::InvalidHeaderField {
+        field: "code",
+        value: cmd.code.to_string(),
+    })?;
+    let version = i16::try_from(cmd.version).map_err(|_| FrameError::InvalidHeaderField {
+        field: "version",
+        value: cmd.version.to_string(),
+    })?;
+    let remark = cmd.remark.as_deref().unwrap_or("").as_bytes();
+    let mut ext = Vec::new();
+    for (key, value) in &cmd.ext_fields {
+        let key_len = i16::try_from(key.len()).map_err(|_| FrameError::FieldTooLong {
+            field: "extFields key",
+            len: key.len(),
+        })?;
+        let value_len = i32::try_from(value.len()).map_err(|_| FrameError::FieldTooLong {
+            field: "extFields value",
+            len: value.len(),
+        })?;
+        ext.put_i16(key_len);
+        ext.put_slice(key.as_bytes());
+        ext.put_i32(value_len);
+        ext.put_slice(value.as_bytes());
+    }
+    let remark_len = i32::try_from(remark.len()).map_err(|_| FrameError::FieldTooLong {
+        field: "remark",
+        len: remark.len(),
+    })?;
+    let ext_len = i32::try_from(ext.len()).map_err(|_| FrameError::FieldTooLong {
+        field: "extFields",
+        len: ext.len(),
+    })?;
+    let mut out = Vec::with_capacity(2 + 1 + 2 + 4 + 4 + 4 + remark.len() + 4 + ext.len());
+    out.put_i16(code);
+    out.put_u8(language_code(&cmd.language));
+    out.put_i16(version);
+    out.put_i32(cmd.opaque);
+    out.put_i32(cmd.flag);
+    out.put_i32(remark_len);
+    out.put_slice(remark);
+    out.put_i32(ext_len);
+    out.put_slice(&ext);
+    Ok(out)
+}
+
+/// Reads the binary header; every length is checked against the remaining bytes first.
+struct BinaryReader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> BinaryReader<'a> {
+    fn take(&mut self, field: &'static str, needed: usize) -> Result<&'a [u8], FrameError> {
+        if needed > self.rest.len() {
+            return Err(FrameError::BinaryHeaderTruncated {
+                field,
+                needed,
+                available: self.rest.len(),
+            });
+        }
+        let (head, tail) = self.rest.split_at(needed);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn i16(&mut self, field: &'static str) -> Result<i16, FrameError> {
+        let bytes = self.take(field, 2)?;
+        Ok(i16::from_be_bytes([bytes[0], bytes[1]]))
+    }
+
+    fn i32(&mut self, field: &'static str) -> Result<i32, FrameError> {
+        let bytes = self.take(field, 4)?;
+        Ok(i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    fn u8(&mut self, field: &'static str) -> Result<u8, FrameError> {
+        Ok(self.take(field, 1)?[0])
+    }
+
+    fn length(&mut self, field: &'static str, value: i64) -> Result<usize, FrameError> {
+        usize::try_from(value).map_err(|_| FrameError::NegativeLength { field, value })
+    }
+
+    fn string(&mut self, field: &'static str, len: usize) -> Result<String, FrameError> {
+        let bytes = self.take(field, len)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|source| FrameError::InvalidUtf8 { field, source })
+    }
+}
+
+fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
+    let mut reader = BinaryReader { rest: header };
+    let code = reader.i16("code")?;
+    let language = reader.u8("language")?;
+    let version = reader.i16("version")?;
+    let opaque = reader.i32("opaque")?;
+    let flag = reader.i32("flag")?;
+    let remark_len = reader.i32("remark length")?;
+    let remark_len = reader.length("remark length", i64::from(remark_len))?;
+    let remark = match remark_len {
+        0 => None,
+        len => Some(reader.string("remark", len)?),
+    };
+    let ext_len = reader.i32("extFields length")?;
+    let ext_len = reader.length("extFields length", i64::from(ext_len))?;
+    let mut ext_reader = BinaryReader {
+        rest: reader.take("extFields", ext_len)?,
+    };
+    let mut ext_fields = HashMap::new();
+    while !ext_reader.rest.is_empty() {
+        let key_len = ext_reader.i16("extFields key length")?;
+        let key_len = ext_reader.length("extFields key length", i64::from(key_len))?;
+        let key = ext_reader.string("extFields key", key_len)?;
+        let value_len = ext_reader.i32("extFields value length")?;
+        let value_len = ext_reader.length("extFields value length", i64::from(value_len))?;
+        let value = ext_reader.string("extFields value", value_len)?;
+        ext_fields.insert(key, value);
+    }
+    Ok(RemotingCommand {
+        code: i32::from(code),
+        language: language_name(language).to_owned(),
+        version: i32::from(version),
+        opaque,
+        flag,
+        remark,
+        ext_fields,
+        body: Bytes::new(),
+        serialize_type: SerializeType::RocketMq,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(serialize_type: SerializeType) -> RemotingCommand {
+        let ext = HashMap::from([
+            ("topic".to_owned(), "TopicTest".to_owned()),
+            ("queueId".to_owned(), "3".to_owned()),
+        ]);
+        RemotingCommand::request(11, ext)
+            .with_opaque(-5)
+            .with_remark("hello")
+            .with_body(Bytes::from_static(b"\x00\x01body"))
+            .with_serialize_type(serialize_type)
+    }
+
+    #[test]
+    fn json_and_binary_frames_round_trip() {
+        for serialize_type in [SerializeType::Json, SerializeType::RocketMq] {
+            let command = sample(serialize_type);
+            let mut buf = BytesMut::new();
+            encode(&command, &mut buf).unwrap();
+            let decoded = decode(&mut buf).unwrap().unwrap();
+            assert_eq!(decoded, command);
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn partial_frame_needs_more_bytes_and_leaves_buffer() {
+        let frame = encode_to_bytes(&sample(SerializeType::Json)).unwrap();
+        for cut in 0..frame.len() {
+            let mut buf = BytesMut::from(&frame[..cut]);
+            assert!(decode(&mut buf).unwrap().is_none());
+            assert_eq!(buf.len(), cut);
+        }
+    }
+
+    #[test]
+    fn decode_consumes_exactly_one_frame() {
+        let mut buf = BytesMut::new();
+        let first = sample(SerializeType::Json).with_opaque(1);
+        let second = sample(SerializeType::RocketMq).with_opaque(2);
+        encode(&first, &mut buf).unwrap();
+        encode(&second, &mut buf).unwrap();
+        assert_eq!(decode(&mut buf).unwrap().unwrap().opaque, 1);
+        assert_eq!(decode(&mut buf).unwrap().unwrap().opaque, 2);
+        assert!(decode(&mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn json_header_accepts_numbers_booleans_strings_and_extra_keys() {
+        let header = br#"{"code":"34","language":1,"version":"79","opaque":9,"flag":2,
+            "remark":null,"extFields":{"a":"x","b":12,"c":true,"d":null,"e":1.5},
+            "serializeTypeCurrentRPC":"JSON","somethingNew":[1,2]}"#;
+        let command = decode_json_header(header).unwrap();
+        assert_eq!(command.code, 34);
+        assert_eq!(command.language, "CPP");
+        assert_eq!(command.version, 79);
+        assert!(command.is_oneway());
+        assert_eq!(command.remark, None);
+        assert_eq!(command.ext("a"), Some("x"));
+        assert_eq!(command.ext("b"), Some("12"));
+        assert_eq!(command.ext("c"), Some("true"));
+        assert_eq!(command.ext("d"), None);
+        assert_eq!(command.ext("e"), Some("1.5"));
+    }
+
+    #[test]
+    fn json_header_without_code_is_rejected() {
+        let error = decode_json_header(br#"{"opaque":1}"#).unwrap_err();
+        assert!(matches!(
+            error,
+            FrameError::MissingHeaderField { field: "code" }
+        ));
+    }
+
+    #[test]
+    fn binary_header_layout_matches_rocketmq_serializable() {
+        let command = RemotingCommand::request(105, HashMap::from([("k".into(), "vv".into())]))
+            .with_opaque(7)
+            .with_serialize_type(SerializeType::RocketMq);
+        let header = encode_binary_header(&command).unwrap();
+        let expected: Vec<u8> = [
+            &[0, 105][..], // code
+            &[12],         // language RUST
+            &433i16.to_be_bytes(),
+            &[0, 0, 0, 7], // opaque
+            &[0, 0, 0, 0], // flag
+            &[0, 0, 0, 0], // remark length
+            &[0, 0, 0, 9], // extFields length
+            &[0, 1, b'k'],
+            &[0, 0, 0, 2, b'v', b'v'],
+        ]
+        .concat();
+        assert_eq!(header, expected);
+    }
+}
