@@ -1,0 +1,93 @@
+{{/*
+The Quiver alert rules as a Prometheus rule-file `groups:` list. The PrometheusRule embeds it;
+alerts/quiver-alerts.rules.yaml is this template rendered with the default values (a test keeps
+the two identical). Rule annotations keep Prometheus' own {{ }} templating inside raw strings.
+*/}}
+{{- define "quiver-operator.alertGroups" -}}
+{{- $r := .Values.prometheusRule -}}
+{{- $runbook := "https://github.com/quiver-mq/quiver/blob/main/charts/quiver-operator/README.md" -}}
+groups:
+  - name: quiver-consumer
+    rules:
+      - alert: QuiverConsumerLagHigh
+        # Broker and operator both export the lag series; max() collapses the duplicates.
+        expr: max by (cluster, consumer_group, topic) (rocketmq_consumer_lag_messages) > {{ $r.consumerLag.thresholdMessages }}
+        for: {{ $r.consumerLag.for }}
+        labels:
+          severity: {{ $r.consumerLag.severity }}
+        annotations:
+          summary: {{`Consumer group {{ $labels.consumer_group }} is {{ $value }} messages behind on topic {{ $labels.topic }}`}}
+          description: {{ printf "%s%v%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} has had more than ` $r.consumerLag.thresholdMessages ` unconsumed messages on topic {{ $labels.topic }} for ` $r.consumerLag.for `. Consumers are too slow, too few, or not running.` | quote }}
+          runbook_url: {{ printf "%s#quiverconsumerlaghigh" $runbook }}
+      - alert: QuiverConsumerTimeLagHigh
+        expr: max by (cluster, consumer_group, topic) (rocketmq_consumer_lag_latency) / 1000 > {{ $r.consumerTimeLag.thresholdSeconds }}
+        for: {{ $r.consumerTimeLag.for }}
+        labels:
+          severity: {{ $r.consumerTimeLag.severity }}
+        annotations:
+          summary: {{`Consumer group {{ $labels.consumer_group }} is {{ $value | humanizeDuration }} behind on topic {{ $labels.topic }}`}}
+          description: {{ printf "%s%v%s%s%s" `The oldest message on topic {{ $labels.topic }} not yet consumed by group {{ $labels.consumer_group }} (cluster {{ $labels.cluster }}) has waited more than ` $r.consumerTimeLag.thresholdSeconds ` seconds, for ` $r.consumerTimeLag.for `.` | quote }}
+          runbook_url: {{ printf "%s#quiverconsumertimelaghigh" $runbook }}
+      - alert: QuiverConsumerGroupStalled
+        # Lag is positive yet no committed offset moved in the whole window.
+        expr: |-
+          (max by (cluster, consumer_group, topic) (rocketmq_consumer_lag_messages) > 0)
+          and on (cluster, consumer_group, topic)
+          (max by (cluster, consumer_group, topic) (changes(quiver_consumer_committed_offset[{{ $r.consumerStalled.window }}])) == 0)
+        for: {{ $r.consumerStalled.for }}
+        labels:
+          severity: {{ $r.consumerStalled.severity }}
+        annotations:
+          summary: {{`Consumer group {{ $labels.consumer_group }} stopped committing on topic {{ $labels.topic }} while {{ $value }} messages wait`}}
+          description: {{ printf "%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} has unconsumed messages on topic {{ $labels.topic }} and has not committed any offset for ` $r.consumerStalled.window `. Its consumers are down, stuck, or failing every message.` | quote }}
+          runbook_url: {{ printf "%s#quiverconsumergroupstalled" $runbook }}
+  - name: quiver-broker
+    rules:
+      - alert: QuiverBrokerDown
+        expr: up{job={{ $r.brokerJob | quote }}} == 0
+        for: {{ $r.brokerDown.for }}
+        labels:
+          severity: {{ $r.brokerDown.severity }}
+        annotations:
+          summary: {{`Broker {{ $labels.instance }} is down`}}
+          description: {{ printf "%s%s%s" `Prometheus has not been able to scrape broker {{ $labels.instance }} for ` $r.brokerDown.for `. Its queues cannot be produced to or consumed from.` | quote }}
+          runbook_url: {{ printf "%s#quiverbrokerdown" $runbook }}
+      - alert: QuiverBrokerNotReady
+        expr: quiver_broker_ready == 0
+        for: {{ $r.brokerNotReady.for }}
+        labels:
+          severity: {{ $r.brokerNotReady.severity }}
+        annotations:
+          summary: {{`Broker {{ $labels.instance }} of cluster {{ $labels.cluster }} is not ready`}}
+          description: {{ printf "%s%s%s" `Broker {{ $labels.instance }} of cluster {{ $labels.cluster }} has reported not ready for ` $r.brokerNotReady.for `: store recovery has not finished or the broker does not serve.` | quote }}
+          runbook_url: {{ printf "%s#quiverbrokernotready" $runbook }}
+      - alert: QuiverStoreDiskNearlyFull
+        expr: (quiver_store_disk_used_bytes / quiver_store_disk_total_bytes > {{ $r.storeDiskFull.thresholdRatio }}) and quiver_store_disk_total_bytes > 0
+        for: {{ $r.storeDiskFull.for }}
+        labels:
+          severity: {{ $r.storeDiskFull.severity }}
+        annotations:
+          summary: {{`Store of broker {{ $labels.instance }} is {{ $value | humanizePercentage }} full`}}
+          description: {{ printf "%s%v%s%s%s" `The file system holding the store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been more than ` $r.storeDiskFull.thresholdRatio ` full for ` $r.storeDiskFull.for `. When it fills up the broker can no longer accept messages.` | quote }}
+          runbook_url: {{ printf "%s#quiverstoredisknearlyfull" $runbook }}
+  - name: quiver-operator
+    rules:
+      - alert: QuiverOperatorReconcileErrors
+        expr: sum by (controller) (rate(quiver_reconcile_errors_total[5m])) > 0
+        for: {{ $r.reconcileErrors.for }}
+        labels:
+          severity: {{ $r.reconcileErrors.severity }}
+        annotations:
+          summary: {{`The {{ $labels.controller }} controller keeps failing to reconcile`}}
+          description: {{ printf "%s%s%s" `The quiver-operator {{ $labels.controller }} controller has failed reconciliations continuously for ` $r.reconcileErrors.for ` (by kind: quiver_reconcile_errors_total{error=...}). Resources it manages are not converging to their spec.` | quote }}
+          runbook_url: {{ printf "%s#quiveroperatorreconcileerrors" $runbook }}
+      - alert: QuiverOperatorDown
+        expr: up{job={{ $r.operatorJob | quote }}} == 0
+        for: {{ $r.operatorDown.for }}
+        labels:
+          severity: {{ $r.operatorDown.severity }}
+        annotations:
+          summary: {{`The Quiver operator {{ $labels.instance }} is down`}}
+          description: {{ printf "%s%s%s" `Prometheus has not been able to scrape the Quiver operator {{ $labels.instance }} for ` $r.operatorDown.for `. Brokers keep running, but spec changes, scaling and lag reporting stop.` | quote }}
+          runbook_url: {{ printf "%s#quiveroperatordown" $runbook }}
+{{- end -}}

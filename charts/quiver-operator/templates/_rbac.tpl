@@ -1,0 +1,32 @@
+{{/* Everything the reconcilers touch, granted cluster-wide or in the watched namespace only. */}}
+{{- define "quiver-operator.managedRules" -}}
+- apiGroups: ["quiver.io"]
+  resources: ["brokers", "consumergroups"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["quiver.io"]
+  resources: ["brokers/status", "consumergroups/status"]
+  verbs: ["get", "patch"]
+# Owner references with blockOwnerDeletion need update on the owner's finalizers.
+- apiGroups: ["quiver.io"]
+  resources: ["brokers/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Expansion patches the claims; the retention policy deletes them.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
