@@ -7,6 +7,7 @@ pub mod code;
 mod command;
 mod error;
 pub mod frame;
+pub mod header;
 
 pub use command::{
     language_code, language_name, RemotingCommand, SerializeType, FLAG_ONEWAY, FLAG_RESPONSE,
