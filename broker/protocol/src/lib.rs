@@ -3,6 +3,7 @@
 //! No I/O and no async: bytes in, typed commands out, and back. The server and the client
 //! own the sockets; see DESIGN §3 for the frame and the request codes.
 
+pub mod body;
 pub mod code;
 mod command;
 mod error;
