@@ -111,3 +111,27 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
         else:
             out[key] = value
     return out
+
+
+def strict_monitoring_schema(kind: str) -> dict[str, Any]:
+    """JSON schema of a prometheus-operator kind (ServiceMonitor, PodMonitor, PrometheusRule),
+    taken from models generated from its CRDs, made strict: unknown fields are rejected."""
+    from cloudcoil.models.prometheus_operator import v1
+
+    schema = getattr(v1, kind).model_json_schema(by_alias=True, mode="validation")
+    _forbid_unknown_fields(schema)
+    return schema
+
+
+def _forbid_unknown_fields(node: Any) -> None:
+    if isinstance(node, dict):
+        if "properties" in node and "additionalProperties" not in node:
+            node["additionalProperties"] = False
+        # Go accepts inline flags anywhere (`^(?i)...`); Python only at the start.
+        if isinstance(node.get("pattern"), str) and "(?i)" in node["pattern"]:
+            node["pattern"] = "(?i)" + node["pattern"].replace("(?i)", "")
+        for child in node.values():
+            _forbid_unknown_fields(child)
+    elif isinstance(node, list):
+        for child in node:
+            _forbid_unknown_fields(child)
