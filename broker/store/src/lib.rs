@@ -1,1 +1,33 @@
-//! quiver-store: placeholder until its issue lands.
+//! quiver-store: the broker's storage engine.
+//!
+//! A CommitLog of memory-mapped segment files holds every message in RocketMQ 4.x's record
+//! layout; one ConsumeQueue per (topic, queueId) indexes it with 20-byte units. The store is
+//! synchronous and knows files only: no sockets, no async runtime. See DESIGN.md §2.
+
+mod checkpoint;
+mod commit_log;
+mod config;
+mod consume_queue;
+mod dispatch;
+mod error;
+mod flush;
+mod json_file;
+mod mapped_file;
+mod offsets;
+mod position;
+pub mod record;
+mod recovery;
+mod retention;
+mod store;
+
+pub use config::{ConfigError, FlushMode, StoreConfig};
+pub use error::StoreError;
+pub use json_file::{read_json_with_backup, write_json_atomically};
+pub use offsets::ConsumerOffsets;
+pub use position::{CommitLogOffset, QueueOffset};
+pub use record::{NewMessage, RecordError};
+pub use recovery::RecoveryReport;
+pub use retention::{DeleteReason, RetentionReport};
+pub use store::{
+    DispatchEvent, DispatchHook, GetResult, GetStatus, MessageStore, PutResult, StoreStats,
+};

@@ -1,0 +1,187 @@
+//! The CommitLog: fixed-size segment files holding every record, in append order.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use crate::error::StoreError;
+use crate::mapped_file::{find_segment, MappedSegment, SegmentList};
+use crate::position::CommitLogOffset;
+use crate::record::{self, BLANK_FILLER_BYTES};
+
+pub(crate) struct CommitLog {
+    dir: PathBuf,
+    segment_size_bytes: u64,
+    segments: RwLock<SegmentList>,
+    /// Bytes below this are complete, dispatched records (or blank filler).
+    committed: AtomicU64,
+}
+
+/// The writer's side of the CommitLog, owned under the store's write lock.
+pub(crate) struct LogWriter {
+    tail: Arc<MappedSegment>,
+    write_pos: u64,
+}
+
+impl LogWriter {
+    pub(crate) fn write_pos(&self) -> u64 {
+        self.write_pos
+    }
+}
+
+impl CommitLog {
+    pub(crate) fn new(
+        dir: &Path,
+        segment_size_bytes: u64,
+        segments: Vec<Arc<MappedSegment>>,
+    ) -> Self {
+        CommitLog {
+            dir: dir.to_path_buf(),
+            segment_size_bytes,
+            segments: RwLock::new(Arc::new(segments)),
+            committed: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub(crate) fn snapshot(&self) -> SegmentList {
+        Arc::clone(&self.segments.read())
+    }
+
+    pub(crate) fn replace_segments(&self, segments: Vec<Arc<MappedSegment>>) {
+        *self.segments.write() = Arc::new(segments);
+    }
+
+    /// Makes `[.., end)` visible to readers and the flusher.
+    pub(crate) fn publish(&self, end: u64) {
+        self.committed.store(end, Ordering::Release);
+    }
+
+    pub(crate) fn committed(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// First readable offset: the base of the oldest segment.
+    pub(crate) fn min_offset(&self) -> u64 {
+        self.segments.read().first().map_or(0, |s| s.base())
+    }
+
+    /// Starts writing at `write_pos` (recovered end), creating the tail segment if needed.
+    pub(crate) fn writer(&self, write_pos: u64) -> Result<LogWriter, StoreError> {
+        let existing = self.snapshot();
+        let tail = match existing.last() {
+            Some(last) if last.contains(write_pos) => Arc::clone(last),
+            Some(last) if last.end() == write_pos => self.roll(write_pos)?,
+            // A fresh log, or one whose files were all removed, starts a segment right here.
+            None => self.roll(write_pos)?,
+            Some(last) => {
+                return Err(StoreError::SegmentGap {
+                    path: last.path().to_path_buf(),
+                    expected: last.end(),
+                    found: write_pos,
+                })
+            }
+        };
+        self.publish(write_pos);
+        Ok(LogWriter { tail, write_pos })
+    }
+
+    fn roll(&self, base: u64) -> Result<Arc<MappedSegment>, StoreError> {
+        let segment = MappedSegment::create(&self.dir, base, self.segment_size_bytes)?;
+        let mut segments = self.segments.write();
+        let mut next = Vec::with_capacity(segments.len() + 1);
+        next.extend(segments.iter().cloned());
+        next.push(Arc::clone(&segment));
+        *segments = Arc::new(next);
+        Ok(segment)
+    }
+
+    /// Appends a record of `size` bytes written by `encode` into the mapped tail; returns its
+    /// offset. Pads the tail with a blank filler and rolls when the record does not fit.
+    pub(crate) fn append<E>(
+        &self,
+        writer: &mut LogWriter,
+        size: usize,
+        encode: impl FnOnce(&mut [u8], CommitLogOffset) -> Result<(), E>,
+    ) -> Result<CommitLogOffset, E>
+    where
+        E: From<StoreError>,
+    {
+        let mut at = writer.write_pos - writer.tail.base();
+        let remaining = writer.tail.len() - at;
+        if (size + BLANK_FILLER_BYTES) as u64 > remaining {
+            // SAFETY: beyond the published end; only the writer touches it.
+            let filler = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
+            record::encode_blank(filler, remaining as u32);
+            let next_base = writer.tail.end();
+            writer.tail = self.roll(next_base)?;
+            writer.write_pos = next_base;
+            at = 0;
+        }
+        let offset = CommitLogOffset(writer.write_pos);
+        // SAFETY: beyond the published end; only the writer touches it.
+        let dst = unsafe { writer.tail.slice_mut(at, size) };
+        encode(dst, offset)?;
+        writer.write_pos += size as u64;
+        Ok(offset)
+    }
+
+    /// A zero-copy view of the `size` bytes at `offset`, if they are published.
+    pub(crate) fn view(&self, segments: &SegmentList, offset: u64, size: usize) -> Option<Bytes> {
+        if offset + size as u64 > self.committed() {
+            return None;
+        }
+        let segment = find_segment(segments, offset)?;
+        let at = offset - segment.base();
+        (at + size as u64 <= segment.len()).then(|| segment.bytes(at, size))
+    }
+
+    /// The published record starting at `offset`, sized by its TOTALSIZE field.
+    pub(crate) fn record_at(&self, offset: u64) -> Result<Bytes, StoreError> {
+        let segments = self.snapshot();
+        let committed = self.committed();
+        let min = segments.first().map_or(0, |s| s.base());
+        let out_of_range = || StoreError::OffsetOutOfRange {
+            offset: CommitLogOffset(offset),
+            min: CommitLogOffset(min),
+            max: CommitLogOffset(committed),
+        };
+        if offset < min || offset + 4 > committed {
+            return Err(out_of_range());
+        }
+        let segment = find_segment(&segments, offset).ok_or_else(out_of_range)?;
+        let at = offset - segment.base();
+        // SAFETY: below the published end, never rewritten while served.
+        let size_field = unsafe { segment.slice(at, 4) };
+        let size = i32::from_be_bytes(size_field.try_into().expect("4 bytes"));
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| offset + *s as u64 <= committed && at + *s as u64 <= segment.len())
+            .ok_or(StoreError::BadRecord {
+                offset: CommitLogOffset(offset),
+                source: record::RecordError::BadSize { size: size as i64 },
+            })?;
+        Ok(segment.bytes(at, size))
+    }
+
+    /// Msyncs `[from, to)` across segments.
+    pub(crate) fn flush_range(&self, from: u64, to: u64) -> std::io::Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        for segment in self.snapshot().iter() {
+            let start = from.max(segment.base());
+            let end = to.min(segment.end());
+            if start < end {
+                segment.flush_range(start - segment.base(), end - start)?;
+            }
+        }
+        Ok(())
+    }
+}

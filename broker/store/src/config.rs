@@ -1,0 +1,156 @@
+//! Store configuration: a serde struct with documented defaults and `validate()`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// When an acknowledged append is durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// Acknowledge once in memory; a background thread flushes by interval or dirty pages.
+    #[default]
+    Async,
+    /// Acknowledge only once fsynced; concurrent writers share one fsync (group commit).
+    Sync,
+}
+
+/// Smallest accepted CommitLog segment: room for a maximal header plus some body.
+pub const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
+
+/// Configuration of a [`crate::MessageStore`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", default)]
+pub struct StoreConfig {
+    /// Root of `commitlog/`, `consumequeue/` and `checkpoint`. Default `./data`.
+    pub data_dir: PathBuf,
+    /// Size of each CommitLog segment file. Default 1 GiB; at least 64 KiB.
+    pub segment_size_bytes: u64,
+    /// 20-byte units per ConsumeQueue file. Default 300,000; at least 1.
+    pub consume_queue_units_per_file: u64,
+    /// Durability of an acknowledged append. Default `async`.
+    pub flush_mode: FlushMode,
+    /// Async mode: how often the flusher wakes. Default 500 ms; at least 1.
+    pub flush_interval_ms: u64,
+    /// Async mode: dirty 4 KiB pages that trigger a flush on a wake-up. Default 4.
+    pub flush_least_pages: u64,
+    /// Retention: CommitLog files older than this are deleted. Default 72 hours.
+    pub file_reserved_hours: u64,
+    /// Retention: above this used/total ratio of the data file system, delete the oldest
+    /// file sooner. Default 0.85; in (0, 1].
+    pub disk_high_water_ratio: f64,
+    /// Largest accepted encoded record. Default 4 MiB; at most half a segment.
+    pub max_message_size_bytes: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            data_dir: PathBuf::from("./data"),
+            segment_size_bytes: 1024 * 1024 * 1024,
+            consume_queue_units_per_file: 300_000,
+            flush_mode: FlushMode::Async,
+            flush_interval_ms: 500,
+            flush_least_pages: 4,
+            file_reserved_hours: 72,
+            disk_high_water_ratio: 0.85,
+            max_message_size_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// A configuration value out of its bounds, naming the field.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid store config `{field}`: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl StoreConfig {
+    /// Checks every bound; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, reason: String| Err(ConfigError { field, reason });
+        if self.data_dir.as_os_str().is_empty() {
+            return bad("data-dir", "must not be empty".into());
+        }
+        if self.segment_size_bytes < MIN_SEGMENT_SIZE_BYTES {
+            return bad(
+                "segment-size-bytes",
+                format!(
+                    "{} is below the minimum {MIN_SEGMENT_SIZE_BYTES}",
+                    self.segment_size_bytes
+                ),
+            );
+        }
+        if self.segment_size_bytes > i32::MAX as u64 {
+            // The blank filler stores the remaining length as an i32.
+            return bad(
+                "segment-size-bytes",
+                format!(
+                    "{} is above the maximum {}",
+                    self.segment_size_bytes,
+                    i32::MAX
+                ),
+            );
+        }
+        if self.consume_queue_units_per_file == 0 {
+            return bad("consume-queue-units-per-file", "must be at least 1".into());
+        }
+        if self.flush_interval_ms == 0 {
+            return bad("flush-interval-ms", "must be at least 1".into());
+        }
+        if !(self.disk_high_water_ratio > 0.0 && self.disk_high_water_ratio <= 1.0) {
+            return bad(
+                "disk-high-water-ratio",
+                format!("{} is not in (0, 1]", self.disk_high_water_ratio),
+            );
+        }
+        if self.max_message_size_bytes < 128 {
+            return bad("max-message-size-bytes", "must be at least 128".into());
+        }
+        if u64::from(self.max_message_size_bytes) > self.segment_size_bytes / 2 {
+            return bad(
+                "max-message-size-bytes",
+                format!(
+                    "{} is above half the segment size {}",
+                    self.max_message_size_bytes, self.segment_size_bytes
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_kebab_case() {
+        StoreConfig::default().validate().unwrap();
+        let json = serde_json::to_value(StoreConfig::default()).unwrap();
+        assert_eq!(json["segment-size-bytes"], 1024 * 1024 * 1024);
+        assert_eq!(json["flush-mode"], "async");
+        let parsed: StoreConfig = serde_json::from_str(r#"{"flush-mode":"sync"}"#).unwrap();
+        assert_eq!(parsed.flush_mode, FlushMode::Sync);
+        assert_eq!(parsed.flush_interval_ms, 500);
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let config = StoreConfig {
+            segment_size_bytes: 1024,
+            ..StoreConfig::default()
+        };
+        assert_eq!(config.validate().unwrap_err().field, "segment-size-bytes");
+        let config = StoreConfig {
+            disk_high_water_ratio: 1.5,
+            ..StoreConfig::default()
+        };
+        assert_eq!(
+            config.validate().unwrap_err().field,
+            "disk-high-water-ratio"
+        );
+    }
+}

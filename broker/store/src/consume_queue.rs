@@ -1,0 +1,301 @@
+//! A ConsumeQueue: the index of one (topic, queueId), 20-byte units in segment files.
+//!
+//! ```text
+//! unit (big-endian): [commitlog_offset i64][size i32][tags_code i64]
+//! files: consumequeue/<topic>/<queueId>/<byte offset of first unit, 20 digits>
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::error::StoreError;
+use crate::mapped_file::{find_segment, load_segments, sync_dir, MappedSegment, SegmentList};
+
+pub(crate) const UNIT_BYTES: u64 = 20;
+
+/// One index entry: where a message's record lives and its tags hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unit {
+    pub physical_offset: u64,
+    pub size: u32,
+    pub tags_code: i64,
+}
+
+impl Unit {
+    fn encode(&self) -> [u8; UNIT_BYTES as usize] {
+        let mut out = [0u8; UNIT_BYTES as usize];
+        out[..8].copy_from_slice(&(self.physical_offset as i64).to_be_bytes());
+        out[8..12].copy_from_slice(&(self.size as i32).to_be_bytes());
+        out[12..].copy_from_slice(&self.tags_code.to_be_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Unit {
+        Unit {
+            physical_offset: i64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")) as u64,
+            size: i32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")) as u32,
+            tags_code: i64::from_be_bytes(bytes[12..20].try_into().expect("8 bytes")),
+        }
+    }
+
+    /// Never written (a zero unit: every real record has a size).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+}
+
+pub(crate) struct ConsumeQueue {
+    topic: String,
+    queue_id: u32,
+    dir: PathBuf,
+    file_bytes: u64,
+    segments: RwLock<SegmentList>,
+    min_offset: AtomicU64,
+    /// Units written and published; readers never look at or beyond it.
+    max_offset: AtomicU64,
+    flushed_units: AtomicU64,
+}
+
+/// The writer's cached tail file of one queue, so a put needs no lock to find it.
+#[derive(Default)]
+pub(crate) struct QueueTail(Option<Arc<MappedSegment>>);
+
+impl ConsumeQueue {
+    pub(crate) fn queue_dir(root: &Path, topic: &str, queue_id: u32) -> PathBuf {
+        root.join(topic).join(queue_id.to_string())
+    }
+
+    /// Opens (loading any files) or creates the queue's directory, fsyncing new entries.
+    pub(crate) fn open(
+        root: &Path,
+        topic: &str,
+        queue_id: u32,
+        units_per_file: u64,
+    ) -> Result<ConsumeQueue, StoreError> {
+        let dir = Self::queue_dir(root, topic, queue_id);
+        let existed = dir.exists();
+        let segments = load_segments(&dir)?;
+        if !existed {
+            // The queue's directories must survive a crash once units are flushed into them.
+            sync_dir(&root.join(topic))?;
+            sync_dir(root)?;
+        }
+        let first_unit = segments.first().map_or(0, |s| s.base() / UNIT_BYTES);
+        Ok(ConsumeQueue {
+            topic: topic.to_owned(),
+            queue_id,
+            dir,
+            file_bytes: units_per_file * UNIT_BYTES,
+            segments: RwLock::new(Arc::new(segments)),
+            min_offset: AtomicU64::new(first_unit),
+            max_offset: AtomicU64::new(first_unit),
+            flushed_units: AtomicU64::new(first_unit),
+        })
+    }
+
+    pub(crate) fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub(crate) fn queue_id(&self) -> u32 {
+        self.queue_id
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub(crate) fn min_offset(&self) -> u64 {
+        self.min_offset.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn max_offset(&self) -> u64 {
+        self.max_offset.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn snapshot(&self) -> SegmentList {
+        Arc::clone(&self.segments.read())
+    }
+
+    /// The unit at `index` from a snapshot; the caller keeps `index` below the max offset.
+    pub(crate) fn unit(&self, segments: &SegmentList, index: u64) -> Option<Unit> {
+        let byte = index * UNIT_BYTES;
+        let segment = find_segment(segments, byte)?;
+        // SAFETY: published (below max_offset) units are never rewritten while served.
+        Some(Unit::decode(unsafe {
+            segment.slice(byte - segment.base(), UNIT_BYTES as usize)
+        }))
+    }
+
+    /// Makes sure a file for unit `index` exists and is cached in `tail` (writer only).
+    pub(crate) fn prepare(&self, tail: &mut QueueTail, index: u64) -> Result<(), StoreError> {
+        let byte = index * UNIT_BYTES;
+        if tail.0.as_ref().is_some_and(|s| s.contains(byte)) {
+            return Ok(());
+        }
+        if let Some(segment) = find_segment(&self.snapshot(), byte) {
+            tail.0 = Some(Arc::clone(segment));
+            return Ok(());
+        }
+        let mut segments = self.segments.write();
+        let mut next: Vec<_> = segments.iter().cloned().collect();
+        // Files stay contiguous: after a recovered hole, the files in between are created empty.
+        let mut base = match next.last() {
+            None => byte - byte % self.file_bytes,
+            Some(last) if last.end() <= byte => last.end(),
+            Some(_) => {
+                let first = &next[0];
+                return Err(StoreError::SegmentGap {
+                    path: first.path().to_path_buf(),
+                    expected: byte,
+                    found: first.base(),
+                });
+            }
+        };
+        loop {
+            next.push(MappedSegment::create(&self.dir, base, self.file_bytes)?);
+            if base + self.file_bytes > byte {
+                break;
+            }
+            base += self.file_bytes;
+        }
+        tail.0 = next.last().cloned();
+        *segments = Arc::new(next);
+        Ok(())
+    }
+
+    /// Writes unit `index` into the prepared tail (writer only, before publishing).
+    pub(crate) fn write(&self, tail: &QueueTail, index: u64, unit: Unit) {
+        let segment = tail.0.as_ref().expect("prepare() before write()");
+        let at = index * UNIT_BYTES - segment.base();
+        // SAFETY: at or beyond max_offset, so unpublished; only the writer touches it.
+        unsafe { segment.slice_mut(at, UNIT_BYTES as usize) }.copy_from_slice(&unit.encode());
+    }
+
+    /// Publishes units below `max`.
+    pub(crate) fn publish(&self, max: u64) {
+        self.max_offset.store(max, Ordering::Release);
+    }
+
+    /// Msyncs the units written since the last flush.
+    pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        let max = self.max_offset();
+        let from = self.flushed_units.load(Ordering::Acquire);
+        if from >= max {
+            return Ok(());
+        }
+        let (start, end) = (from * UNIT_BYTES, max * UNIT_BYTES);
+        for segment in self.snapshot().iter() {
+            let (s, e) = (start.max(segment.base()), end.min(segment.end()));
+            if s < e {
+                segment
+                    .flush_range(s - segment.base(), e - s)
+                    .map_err(|err| StoreError::io("flush consume queue", segment.path(), err))?;
+            }
+        }
+        self.flushed_units.store(max, Ordering::Release);
+        Ok(())
+    }
+
+    /// Recovery: finds the written units, drops (zeroes and flushes) those pointing past
+    /// `log_end`, and skips those below `log_min`. Returns the number of units dropped.
+    pub(crate) fn recover(&self, log_min: u64, log_end: u64) -> Result<u64, StoreError> {
+        let segments = self.snapshot();
+        let Some(last) = segments.last() else {
+            return Ok(0);
+        };
+        let first_unit = segments[0].base() / UNIT_BYTES;
+        let mut max = last.base() / UNIT_BYTES;
+        let last_end = last.end() / UNIT_BYTES;
+        while max < last_end && self.unit(&segments, max).is_some_and(|u| !u.is_empty()) {
+            max += 1;
+        }
+        let mut dropped = 0;
+        let mut touched: Vec<Arc<MappedSegment>> = Vec::new();
+        while max > first_unit {
+            let unit = self
+                .unit(&segments, max - 1)
+                .expect("unit inside the files");
+            if !unit.is_empty() && unit.physical_offset + u64::from(unit.size) <= log_end {
+                break;
+            }
+            let byte = (max - 1) * UNIT_BYTES;
+            let segment = find_segment(&segments, byte).expect("unit inside the files");
+            // SAFETY: recovery runs before anything is served.
+            unsafe { segment.slice_mut(byte - segment.base(), UNIT_BYTES as usize) }.fill(0);
+            if !touched.iter().any(|s| Arc::ptr_eq(s, segment)) {
+                touched.push(Arc::clone(segment));
+            }
+            max -= 1;
+            dropped += 1;
+        }
+        for segment in &touched {
+            // Dropped units must not come back after another crash.
+            segment
+                .flush_range(0, segment.len())
+                .map_err(|e| StoreError::io("flush consume queue", segment.path(), e))?;
+        }
+        let mut min = first_unit;
+        while min < max
+            && self
+                .unit(&segments, min)
+                .is_some_and(|u| u.is_empty() || u.physical_offset < log_min)
+        {
+            min += 1;
+        }
+        self.min_offset.store(min, Ordering::Release);
+        self.max_offset.store(max, Ordering::Release);
+        self.flushed_units.store(max, Ordering::Release);
+        Ok(dropped)
+    }
+
+    /// Recovery: an empty queue whose first message has queue offset `offset`.
+    pub(crate) fn start_at(&self, offset: u64) {
+        self.min_offset.store(offset, Ordering::Release);
+        self.max_offset.store(offset, Ordering::Release);
+        self.flushed_units.store(offset, Ordering::Release);
+    }
+
+    /// Retention: moves the min offset past units whose records are gone and deletes files
+    /// wholly below it (never the last). Returns the files deleted.
+    pub(crate) fn advance_min(&self, log_min: u64) -> Result<usize, StoreError> {
+        let segments = self.snapshot();
+        let max = self.max_offset();
+        let (mut low, mut high) = (self.min_offset(), max);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.unit(&segments, mid) {
+                Some(u) if u.physical_offset < log_min => low = mid + 1,
+                _ => high = mid,
+            }
+        }
+        self.min_offset.store(low, Ordering::Release);
+        let doomed: Vec<_> = segments
+            .iter()
+            .take(segments.len().saturating_sub(1))
+            .filter(|s| s.end() / UNIT_BYTES <= low)
+            .cloned()
+            .collect();
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        {
+            let mut guard = self.segments.write();
+            let kept: Vec<_> = guard
+                .iter()
+                .filter(|s| {
+                    s.end() / UNIT_BYTES > low || Arc::ptr_eq(s, guard.last().expect("non-empty"))
+                })
+                .cloned()
+                .collect();
+            *guard = Arc::new(kept);
+        }
+        for segment in &doomed {
+            segment.delete()?;
+        }
+        Ok(doomed.len())
+    }
+}

@@ -1,0 +1,145 @@
+//! Dispatch (RocketMQ's ReputMessageService): every appended record becomes a 20-byte unit
+//! in the ConsumeQueue of its (topic, queueId). Runs under the store's write lock, so a put
+//! is visible to pulls as soon as it returns; recovery re-dispatches what the queues lack.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::consume_queue::{ConsumeQueue, QueueTail, Unit};
+use crate::error::StoreError;
+use crate::record::RecordHeader;
+
+/// Every ConsumeQueue, as readers see it.
+pub(crate) type QueueRegistry = RwLock<HashMap<String, HashMap<u32, Arc<ConsumeQueue>>>>;
+
+/// The writer's side of one ConsumeQueue.
+pub(crate) struct QueueWriter {
+    pub cq: Arc<ConsumeQueue>,
+    /// Queue offset the next record of this queue gets (= units written).
+    pub next_offset: u64,
+    pub tail: QueueTail,
+}
+
+impl QueueWriter {
+    /// Writes and publishes the unit for the record at `next_offset` (prepared beforehand).
+    pub(crate) fn index(&mut self, unit: Unit) {
+        self.cq.write(&self.tail, self.next_offset, unit);
+        self.next_offset += 1;
+        self.cq.publish(self.next_offset);
+    }
+}
+
+/// What re-dispatching one record during recovery did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Redispatch {
+    Indexed,
+    AlreadyIndexed,
+    /// The queue lacked units before this one; they stay holes that pulls skip.
+    IndexedAfterHole {
+        expected: u64,
+    },
+}
+
+/// The writer-owned map of queue writers.
+pub(crate) struct Dispatcher {
+    root: PathBuf,
+    units_per_file: u64,
+    queues: HashMap<String, HashMap<u32, QueueWriter>>,
+}
+
+impl Dispatcher {
+    pub(crate) fn new(root: &Path, units_per_file: u64) -> Self {
+        Dispatcher {
+            root: root.to_path_buf(),
+            units_per_file,
+            queues: HashMap::new(),
+        }
+    }
+
+    /// Adopts a queue loaded by recovery.
+    pub(crate) fn adopt(&mut self, cq: Arc<ConsumeQueue>) {
+        let writer = QueueWriter {
+            next_offset: cq.max_offset(),
+            cq: Arc::clone(&cq),
+            tail: QueueTail::default(),
+        };
+        self.queues
+            .entry(cq.topic().to_owned())
+            .or_default()
+            .insert(cq.queue_id(), writer);
+    }
+
+    /// The writer of (topic, queueId), creating the queue (and registering it) on first use.
+    pub(crate) fn queue(
+        &mut self,
+        registry: &QueueRegistry,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<&mut QueueWriter, StoreError> {
+        let exists = self
+            .queues
+            .get(topic)
+            .is_some_and(|queues| queues.contains_key(&queue_id));
+        if !exists {
+            let cq = Arc::new(ConsumeQueue::open(
+                &self.root,
+                topic,
+                queue_id,
+                self.units_per_file,
+            )?);
+            registry
+                .write()
+                .entry(topic.to_owned())
+                .or_default()
+                .insert(queue_id, Arc::clone(&cq));
+            self.adopt(cq);
+        }
+        Ok(self
+            .queues
+            .get_mut(topic)
+            .and_then(|queues| queues.get_mut(&queue_id))
+            .expect("inserted above"))
+    }
+
+    /// Forgets a topic's queues (after `delete_topic`); returns them.
+    pub(crate) fn remove_topic(&mut self, topic: &str) -> Vec<Arc<ConsumeQueue>> {
+        self.queues.remove(topic).map_or_else(Vec::new, |queues| {
+            queues.into_values().map(|w| w.cq).collect()
+        })
+    }
+
+    /// Recovery: indexes `record` unless its queue already has it.
+    pub(crate) fn redispatch(
+        &mut self,
+        registry: &QueueRegistry,
+        record: &RecordHeader<'_>,
+    ) -> Result<Redispatch, StoreError> {
+        let writer = self.queue(registry, record.topic, record.queue_id)?;
+        let offset = record.queue_offset.0;
+        let unit = Unit {
+            physical_offset: record.physical_offset.0,
+            size: record.size,
+            tags_code: record.tags_code(),
+        };
+        if offset < writer.next_offset {
+            return Ok(Redispatch::AlreadyIndexed);
+        }
+        let expected = writer.next_offset;
+        if offset > expected && writer.cq.min_offset() == writer.cq.max_offset() {
+            // An empty queue whose earlier messages were deleted: it starts at this record.
+            writer.cq.start_at(offset);
+            writer.next_offset = offset;
+        }
+        writer.next_offset = writer.next_offset.max(offset);
+        writer.cq.prepare(&mut writer.tail, offset)?;
+        writer.index(unit);
+        Ok(if offset == expected || writer.cq.min_offset() == offset {
+            Redispatch::Indexed
+        } else {
+            Redispatch::IndexedAfterHole { expected }
+        })
+    }
+}

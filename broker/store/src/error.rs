@@ -1,0 +1,79 @@
+//! The store's error type: one enum for the layer, each variant with its context.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::ConfigError;
+use crate::position::CommitLogOffset;
+use crate::record::RecordError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
+    #[error("{op} {}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("message rejected")]
+    InvalidMessage(#[source] RecordError),
+
+    #[error("message of {size} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge { size: u64, max: u32 },
+
+    #[error("bad record at commitlog offset {offset}")]
+    BadRecord {
+        offset: CommitLogOffset,
+        #[source]
+        source: RecordError,
+    },
+
+    #[error("commitlog offset {offset} is outside the readable range [{min}, {max})")]
+    OffsetOutOfRange {
+        offset: CommitLogOffset,
+        min: CommitLogOffset,
+        max: CommitLogOffset,
+    },
+
+    #[error("segment {} starts at {found} but {expected} was expected", path.display())]
+    SegmentGap {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+
+    #[error("malformed segment file name {}", path.display())]
+    BadSegmentName { path: PathBuf },
+
+    #[error("cannot parse {}", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("flush of the commitlog failed, {offset} may not be durable")]
+    FlushFailed {
+        offset: CommitLogOffset,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+
+    #[error("the store is shut down")]
+    ShutDown,
+}
+
+impl StoreError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! One memory-mapped, pre-sized file: a CommitLog or ConsumeQueue segment.
+//!
+//! Concurrency contract: a region is written once (by the single writer, under the store's
+//! write lock) before it is published; readers only view published regions. Regions are
+//! only rewritten by recovery, before the store serves anything.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::StoreError;
+
+/// Length of a segment file name: the base offset zero-padded to 20 digits.
+pub(crate) const SEGMENT_NAME_DIGITS: usize = 20;
+
+pub(crate) fn segment_name(base: u64) -> String {
+    format!("{base:020}")
+}
+
+/// Parses a 20-digit segment name; `None` for anything else in the directory.
+pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok()
+}
+
+/// Fsyncs a directory so a created, renamed or deleted entry survives a crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io("fsync directory", dir, e))
+}
+
+pub(crate) struct MappedSegment {
+    path: PathBuf,
+    base: u64,
+    len: u64,
+    map: MmapRaw,
+}
+
+impl MappedSegment {
+    /// Creates a zero-filled (sparse) file of `len` bytes and maps it.
+    pub(crate) fn create(dir: &Path, base: u64, len: u64) -> Result<Arc<Self>, StoreError> {
+        let path = dir.join(segment_name(base));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| StoreError::io("create segment", &path, e))?;
+        file.set_len(len)
+            .map_err(|e| StoreError::io("size segment", &path, e))?;
+        // The new name must survive a crash, or recovery would miss the file.
+        sync_dir(dir)?;
+        Self::map(path, file, base, len)
+    }
+
+    /// Maps an existing segment file with its current length.
+    pub(crate) fn open(path: &Path, base: u64) -> Result<Arc<Self>, StoreError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| StoreError::io("open segment", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat segment", path, e))?
+            .len();
+        Self::map(path.to_path_buf(), file, base, len)
+    }
+
+    fn map(path: PathBuf, file: File, base: u64, len: u64) -> Result<Arc<Self>, StoreError> {
+        let map = MmapOptions::new()
+            .len(len as usize)
+            .map_raw(&file)
+            .map_err(|e| StoreError::io("mmap segment", &path, e))?;
+        Ok(Arc::new(MappedSegment {
+            path,
+            base,
+            len,
+            map,
+        }))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Offset of the first byte (CommitLog bytes, or ConsumeQueue bytes).
+    pub(crate) fn base(&self) -> u64 {
+        self.base
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub(crate) fn end(&self) -> u64 {
+        self.base + self.len
+    }
+
+    pub(crate) fn contains(&self, offset: u64) -> bool {
+        offset >= self.base && offset < self.end()
+    }
+
+    /// A view of `len` bytes at file position `at`.
+    ///
+    /// # Safety
+    /// No one may write the region while the returned slice lives (it must be published
+    /// and not under recovery).
+    pub(crate) unsafe fn slice(&self, at: u64, len: usize) -> &[u8] {
+        assert!(at + len as u64 <= self.len, "segment read past its end");
+        // SAFETY: in bounds of the live mapping; no concurrent writer per the caller.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(at as usize), len) }
+    }
+
+    /// A writable view of `len` bytes at file position `at`.
+    ///
+    /// # Safety
+    /// The caller is the only one accessing the region (not yet published, or recovery).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut(&self, at: u64, len: usize) -> &mut [u8] {
+        assert!(at + len as u64 <= self.len, "segment write past its end");
+        // SAFETY: in bounds of the live mapping; exclusive per the caller.
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(at as usize), len) }
+    }
+
+    /// A zero-copy `Bytes` over a published region; it keeps the mapping alive.
+    pub(crate) fn bytes(self: &Arc<Self>, at: u64, len: usize) -> Bytes {
+        assert!(at + len as u64 <= self.len, "segment view past its end");
+        Bytes::from_owner(SegmentView {
+            segment: Arc::clone(self),
+            at,
+            len,
+        })
+    }
+
+    /// Writes back `len` bytes at `at` and waits for the device (msync MS_SYNC).
+    pub(crate) fn flush_range(&self, at: u64, len: u64) -> std::io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.map.flush_range(at as usize, len as usize)
+    }
+
+    /// Zeroes `[from, len)`, touching only pages that hold data so sparse files stay sparse.
+    ///
+    /// # Safety
+    /// Recovery only: nothing else may access the region.
+    pub(crate) unsafe fn zero_from(&self, from: u64) -> u64 {
+        const CHUNK: u64 = 4096;
+        let mut zeroed = 0;
+        let mut at = from;
+        while at < self.len {
+            let end = ((at / CHUNK + 1) * CHUNK).min(self.len);
+            // SAFETY: exclusive during recovery per the caller.
+            let chunk = unsafe { self.slice_mut(at, (end - at) as usize) };
+            if chunk.iter().any(|b| *b != 0) {
+                chunk.fill(0);
+                zeroed += end - at;
+            }
+            at = end;
+        }
+        zeroed
+    }
+
+    /// Removes the file; live views keep their pages until dropped.
+    pub(crate) fn delete(&self) -> Result<(), StoreError> {
+        std::fs::remove_file(&self.path)
+            .map_err(|e| StoreError::io("delete segment", &self.path, e))
+    }
+}
+
+/// Owner of a zero-copy `Bytes`: a published region of a mapped segment.
+struct SegmentView {
+    segment: Arc<MappedSegment>,
+    at: u64,
+    len: usize,
+}
+
+impl AsRef<[u8]> for SegmentView {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: only published regions are viewed, and they are never rewritten while served.
+        unsafe { self.segment.slice(self.at, self.len) }
+    }
+}
+
+/// Sorted, contiguous segments; replaced whole (copy on write) so readers take a snapshot.
+pub(crate) type SegmentList = Arc<Vec<Arc<MappedSegment>>>;
+
+/// The segment holding `offset`, by binary search.
+pub(crate) fn find_segment(
+    segments: &[Arc<MappedSegment>],
+    offset: u64,
+) -> Option<&Arc<MappedSegment>> {
+    let idx = segments.partition_point(|s| s.base() <= offset);
+    let segment = segments.get(idx.checked_sub(1)?)?;
+    segment.contains(offset).then_some(segment)
+}
+
+/// Maps every segment file in `dir` (created if missing), sorted, checking they are contiguous.
+pub(crate) fn load_segments(dir: &Path) -> Result<Vec<Arc<MappedSegment>>, StoreError> {
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create directory", dir, e))?;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("list directory", dir, e))? {
+        let path = entry
+            .map_err(|e| StoreError::io("list directory", dir, e))?
+            .path();
+        match parse_segment_name(&path) {
+            Some(base) => found.push((base, path)),
+            None if path.is_file() => {
+                tracing::warn!(path = %path.display(), "ignoring a file that is not a segment");
+            }
+            None => {}
+        }
+    }
+    found.sort();
+    let mut segments: Vec<Arc<MappedSegment>> = Vec::with_capacity(found.len());
+    for (base, path) in found {
+        if let Some(previous) = segments.last() {
+            if previous.end() != base {
+                return Err(StoreError::SegmentGap {
+                    path,
+                    expected: previous.end(),
+                    found: base,
+                });
+            }
+        }
+        segments.push(MappedSegment::open(&path, base)?);
+    }
+    Ok(segments)
+}

@@ -1,0 +1,361 @@
+//! Recovery at open: find where the CommitLog's valid records end, truncate the CommitLog
+//! and the ConsumeQueues there, and re-dispatch the records the ConsumeQueues lack.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::commit_log::CommitLog;
+use crate::config::StoreConfig;
+use crate::consume_queue::ConsumeQueue;
+use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
+use crate::error::StoreError;
+use crate::mapped_file::{load_segments, sync_dir, MappedSegment};
+use crate::position::CommitLogOffset;
+use crate::record::{self, RecordError, RecordHeader, Scanned};
+
+/// What recovery found and did; `Display` gives one log line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The previous run called `shutdown()`.
+    pub clean_shutdown: bool,
+    pub checkpoint_found: bool,
+    /// Where validation of the CommitLog started.
+    pub scanned_from: CommitLogOffset,
+    pub records_scanned: u64,
+    /// The end of the valid records: the next append goes here.
+    pub log_end: CommitLogOffset,
+    /// Set when anything at or after `log_end` was removed.
+    pub truncated_at: Option<CommitLogOffset>,
+    /// Why the scan stopped before the written end, if it did.
+    pub damage: Option<RecordError>,
+    /// Non-zero bytes zeroed after `log_end`.
+    pub truncated_bytes: u64,
+    pub deleted_segments: usize,
+    /// ConsumeQueue units dropped because they pointed past `log_end`.
+    pub dropped_units: u64,
+    pub redispatched_from: CommitLogOffset,
+    pub redispatched_units: u64,
+    /// Units re-dispatched after a hole in their queue (units that could not be rebuilt).
+    pub queue_holes: u64,
+    pub queues: usize,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} shutdown (checkpoint {}), scanned {} records from {}, log end {}",
+            if self.clean_shutdown {
+                "clean"
+            } else {
+                "dirty"
+            },
+            if self.checkpoint_found {
+                "found"
+            } else {
+                "missing"
+            },
+            self.records_scanned,
+            self.scanned_from,
+            self.log_end,
+        )?;
+        if let Some(at) = self.truncated_at {
+            write!(
+                f,
+                ", truncated at {at} ({} bytes, {} segments, {} units)",
+                self.truncated_bytes, self.deleted_segments, self.dropped_units
+            )?;
+        }
+        if let Some(damage) = &self.damage {
+            write!(f, ", damage: {damage}")?;
+        }
+        write!(
+            f,
+            ", re-dispatched {} units from {} ({} after holes), {} queues, in {} ms",
+            self.redispatched_units,
+            self.redispatched_from,
+            self.queue_holes,
+            self.queues,
+            self.elapsed.as_millis()
+        )
+    }
+}
+
+/// The recovered state a store starts from.
+pub(crate) struct Recovered {
+    pub commit_log: CommitLog,
+    pub registry: QueueRegistry,
+    pub dispatcher: Dispatcher,
+    pub log_end: u64,
+    pub report: RecoveryReport,
+}
+
+struct ScanOutcome {
+    end: u64,
+    records: u64,
+    damage: Option<RecordError>,
+}
+
+/// Walks valid records from `start`, calling `visit` on each; stops at the first bad one.
+fn scan_log(
+    segments: &[Arc<MappedSegment>],
+    start: u64,
+    mut visit: impl FnMut(&RecordHeader<'_>) -> Result<(), StoreError>,
+) -> Result<ScanOutcome, StoreError> {
+    let mut outcome = ScanOutcome {
+        end: start,
+        records: 0,
+        damage: None,
+    };
+    let Some(mut index) = segments.iter().position(|s| s.contains(start)) else {
+        return Ok(outcome);
+    };
+    let mut pos = start;
+    while index < segments.len() {
+        let segment = &segments[index];
+        if pos >= segment.end() {
+            index += 1;
+            continue;
+        }
+        // SAFETY: recovery has the files to itself.
+        let rest = unsafe { segment.slice(pos - segment.base(), (segment.end() - pos) as usize) };
+        match record::scan(rest) {
+            Scanned::Message(header) if header.physical_offset.0 != pos => {
+                outcome.damage = Some(RecordError::WrongPosition {
+                    stored: header.physical_offset.0,
+                    actual: pos,
+                });
+                break;
+            }
+            Scanned::Message(header) => {
+                visit(&header)?;
+                outcome.records += 1;
+                pos += u64::from(header.size);
+            }
+            Scanned::Blank { .. } => pos = segment.end(),
+            Scanned::End => break,
+            Scanned::Damaged(error) => {
+                outcome.damage = Some(error);
+                break;
+            }
+        }
+        outcome.end = pos;
+    }
+    outcome.end = pos;
+    Ok(outcome)
+}
+
+/// The segment base at or below `offset`, clamped to the existing segments.
+fn segment_start(segments: &[Arc<MappedSegment>], offset: u64) -> u64 {
+    segments
+        .iter()
+        .rev()
+        .find(|s| s.base() <= offset)
+        .or(segments.first())
+        .map_or(0, |s| s.base())
+}
+
+fn load_queues(root: &Path, units_per_file: u64) -> Result<Vec<Arc<ConsumeQueue>>, StoreError> {
+    std::fs::create_dir_all(root).map_err(|e| StoreError::io("create directory", root, e))?;
+    let mut queues = Vec::new();
+    let list = |dir: &Path| -> Result<Vec<std::fs::DirEntry>, StoreError> {
+        std::fs::read_dir(dir)
+            .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| StoreError::io("list directory", dir, e))
+    };
+    for topic_entry in list(root)? {
+        let topic_dir = topic_entry.path();
+        let Some(topic) = topic_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|_| topic_dir.is_dir())
+        else {
+            continue;
+        };
+        for queue_entry in list(&topic_dir)? {
+            let name = queue_entry.file_name();
+            match name.to_str().and_then(|n| n.parse::<u32>().ok()) {
+                Some(queue_id) if queue_entry.path().is_dir() => {
+                    queues.push(Arc::new(ConsumeQueue::open(
+                        root,
+                        topic,
+                        queue_id,
+                        units_per_file,
+                    )?));
+                }
+                _ => {
+                    tracing::warn!(path = %queue_entry.path().display(), "ignoring a non-queue entry")
+                }
+            }
+        }
+    }
+    Ok(queues)
+}
+
+/// Maps the files, validates the log, truncates damage and rebuilds what the queues lack.
+pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
+    let started = Instant::now();
+    let log_dir = config.data_dir.join("commitlog");
+    let queue_root = config.data_dir.join("consumequeue");
+    let checkpoint: Option<Checkpoint> = checkpoint::load(&config.data_dir);
+    let mut segments = load_segments(&log_dir)?;
+    drop_empty_tail(&log_dir, &mut segments)?;
+
+    let mut report = RecoveryReport {
+        clean_shutdown: checkpoint.is_some_and(|c| c.clean_shutdown),
+        checkpoint_found: checkpoint.is_some(),
+        ..RecoveryReport::default()
+    };
+    let log_min = segments.first().map_or(0, |s| s.base());
+    let written_end = segments.last().map_or(0, |s| s.end());
+    // Where the log must be validated from, and where the queues may lack units.
+    let (validate_from, redispatch_from) = match checkpoint {
+        None => (log_min, log_min),
+        Some(c) if c.clean_shutdown => (
+            segment_start(&segments, written_end.saturating_sub(1)),
+            c.consume_queue_durable_offset.clamp(log_min, written_end),
+        ),
+        Some(c) => (
+            segment_start(&segments, c.commit_log_durable_offset),
+            c.consume_queue_durable_offset.clamp(log_min, written_end),
+        ),
+    };
+    // Validate everything re-dispatch will walk, too.
+    let validate_from = segment_start(&segments, validate_from.min(redispatch_from));
+    report.scanned_from = CommitLogOffset(validate_from);
+
+    let outcome = scan_log(&segments, validate_from, |_| Ok(()))?;
+    let log_end = outcome.end;
+    report.records_scanned = outcome.records;
+    report.log_end = CommitLogOffset(log_end);
+    report.damage = outcome.damage;
+    truncate_log(&log_dir, &mut segments, log_end, &mut report)?;
+
+    let queues = load_queues(&queue_root, config.consume_queue_units_per_file)?;
+    for queue in &queues {
+        report.dropped_units += queue.recover(log_min, log_end)?;
+    }
+    if report.dropped_units > 0 && report.truncated_at.is_none() {
+        report.truncated_at = Some(CommitLogOffset(log_end));
+    }
+
+    let registry: QueueRegistry = RwLock::new(HashMap::new());
+    let mut dispatcher = Dispatcher::new(&queue_root, config.consume_queue_units_per_file);
+    {
+        let mut map = registry.write();
+        for queue in &queues {
+            map.entry(queue.topic().to_owned())
+                .or_default()
+                .insert(queue.queue_id(), Arc::clone(queue));
+            dispatcher.adopt(Arc::clone(queue));
+        }
+    }
+    let redispatch_from = redispatch_from.min(log_end);
+    report.redispatched_from = CommitLogOffset(redispatch_from);
+    if redispatch_from < log_end {
+        let start = segment_start(&segments, redispatch_from);
+        scan_log(&segments, start, |header| {
+            if header.physical_offset.0 < redispatch_from {
+                return Ok(());
+            }
+            match dispatcher.redispatch(&registry, header)? {
+                Redispatch::AlreadyIndexed => {}
+                Redispatch::Indexed => report.redispatched_units += 1,
+                Redispatch::IndexedAfterHole { expected } => {
+                    tracing::warn!(
+                        topic = header.topic,
+                        queue_id = header.queue_id,
+                        expected,
+                        found = header.queue_offset.0,
+                        "consume queue has a hole"
+                    );
+                    report.redispatched_units += 1;
+                    report.queue_holes += 1;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let all_queues: Vec<Arc<ConsumeQueue>> = registry
+        .read()
+        .values()
+        .flat_map(|m| m.values().cloned())
+        .collect();
+    for queue in &all_queues {
+        queue.flush()?;
+    }
+    report.queues = all_queues.len();
+
+    let commit_log = CommitLog::new(&log_dir, config.segment_size_bytes, segments);
+    // Everything recovery kept is made durable before the checkpoint claims it.
+    commit_log
+        .flush_range(validate_from, log_end)
+        .map_err(|e| StoreError::io("flush commitlog", &log_dir, e))?;
+    report.elapsed = started.elapsed();
+    Ok(Recovered {
+        commit_log,
+        registry,
+        dispatcher,
+        log_end,
+        report,
+    })
+}
+
+/// Removes a zero-length last file (a crash between create and size).
+fn drop_empty_tail(dir: &Path, segments: &mut Vec<Arc<MappedSegment>>) -> Result<(), StoreError> {
+    if let Some(last) = segments.last() {
+        if last.len() == 0 {
+            last.delete()?;
+            segments.pop();
+            sync_dir(dir)?;
+        }
+    }
+    Ok(())
+}
+
+/// Zeroes everything after `log_end` and deletes later segments.
+fn truncate_log(
+    dir: &Path,
+    segments: &mut Vec<Arc<MappedSegment>>,
+    log_end: u64,
+    report: &mut RecoveryReport,
+) -> Result<(), StoreError> {
+    let mut kept = Vec::with_capacity(segments.len());
+    let mut deleted = 0;
+    for segment in segments.drain(..) {
+        if segment.end() <= log_end {
+            kept.push(segment);
+        } else if segment.base() <= log_end {
+            // SAFETY: recovery has the files to itself.
+            let zeroed = unsafe { segment.zero_from(log_end - segment.base()) };
+            if zeroed > 0 {
+                report.truncated_bytes += zeroed;
+                // Zeroed bytes must reach the disk, or stale records could come back.
+                segment
+                    .flush_range(0, segment.len())
+                    .map_err(|e| StoreError::io("flush commitlog", segment.path(), e))?;
+            }
+            kept.push(segment);
+        } else {
+            segment.delete()?;
+            deleted += 1;
+        }
+    }
+    *segments = kept;
+    if deleted > 0 {
+        // Deleted names must stay deleted after a crash.
+        sync_dir(dir)?;
+    }
+    report.deleted_segments = deleted;
+    if report.truncated_bytes > 0 || deleted > 0 || report.damage.is_some() {
+        report.truncated_at = Some(CommitLogOffset(log_end));
+    }
+    Ok(())
+}

@@ -1,0 +1,663 @@
+//! `MessageStore`: the CommitLog, its ConsumeQueues, the flusher and recovery, behind one
+//! narrow API. Writers serialise on one lock per put / put_batch; readers take snapshots.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::checkpoint::{self, Checkpoint};
+use crate::commit_log::{CommitLog, LogWriter};
+use crate::config::{FlushMode, StoreConfig};
+use crate::consume_queue::{ConsumeQueue, Unit};
+use crate::dispatch::{Dispatcher, QueueRegistry};
+use crate::error::StoreError;
+use crate::flush::{self, FlushControl, FlushTarget};
+use crate::mapped_file::sync_dir;
+use crate::position::{CommitLogOffset, QueueOffset};
+use crate::record::{self, NewMessage, Placement, Record};
+use crate::recovery::{self, RecoveryReport};
+use crate::retention::{self, RetentionReport};
+
+/// Where an appended message landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutResult {
+    pub physical_offset: CommitLogOffset,
+    pub queue_offset: QueueOffset,
+    pub size: u32,
+    pub store_timestamp_ms: i64,
+}
+
+/// The outcome of a pull from one queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetStatus {
+    Found,
+    /// Units were scanned but none passed the tag filter (or their records are gone).
+    NoMatchedMessage,
+    /// The queue is empty or does not exist.
+    NoMessageInQueue,
+    /// The offset is the max offset: nothing new yet (long-poll territory).
+    OffsetOverflowOne,
+    /// The offset is beyond the max offset.
+    OffsetOverflowBadly,
+    /// The offset is below the min offset (its files were deleted).
+    OffsetTooSmall,
+}
+
+#[derive(Clone, Debug)]
+pub struct GetResult {
+    pub status: GetStatus,
+    /// Whole encoded records, byte-exact: the pull body is their concatenation. Zero-copy
+    /// views of the mapped CommitLog.
+    pub messages: Vec<Bytes>,
+    pub next_begin_offset: QueueOffset,
+    pub min_offset: QueueOffset,
+    pub max_offset: QueueOffset,
+}
+
+/// Tells the server a queue grew (to wake long polls).
+#[derive(Clone, Copy, Debug)]
+pub struct DispatchEvent<'a> {
+    pub topic: &'a str,
+    pub queue_id: u32,
+    pub max_offset: QueueOffset,
+}
+
+/// Called after units are written; must be cheap and never block.
+pub type DispatchHook = Arc<dyn Fn(&DispatchEvent<'_>) + Send + Sync>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Bytes between the min and max physical offsets.
+    pub commitlog_bytes: u64,
+    pub min_physical_offset: CommitLogOffset,
+    pub max_physical_offset: CommitLogOffset,
+    /// CommitLog bytes below this are durable.
+    pub flushed_physical_offset: CommitLogOffset,
+    pub consume_queues: usize,
+    /// Of the data directory's file system.
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+}
+
+/// Units a single get scans at most, so a selective tag filter cannot stall a pull.
+const MAX_UNITS_SCANNED_PER_GET: u64 = 800;
+
+struct WriterState {
+    log: LogWriter,
+    dispatcher: Dispatcher,
+}
+
+struct Shared {
+    config: StoreConfig,
+    commit_log: CommitLog,
+    registry: QueueRegistry,
+    writer: Mutex<WriterState>,
+    flush: FlushControl,
+    hook: RwLock<Option<DispatchHook>>,
+    shut_down: AtomicBool,
+    report: RecoveryReport,
+}
+
+/// The storage engine. `Send + Sync`; share it in an `Arc`. Call [`MessageStore::shutdown`]
+/// for a clean stop; a store dropped without it recovers as after a crash.
+pub struct MessageStore {
+    shared: Arc<Shared>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl FlushTarget for Shared {
+    fn commit_log_committed(&self) -> u64 {
+        self.commit_log.committed()
+    }
+
+    fn flush_commit_log(&self, from: u64, to: u64) -> std::io::Result<()> {
+        self.commit_log.flush_range(from, to)
+    }
+
+    fn housekeeping(&self) -> Result<(), StoreError> {
+        // Every record below `dispatched` has its unit written before the queues flush.
+        let dispatched = self.commit_log.committed();
+        for queue in self.all_queues() {
+            queue.flush()?;
+        }
+        checkpoint::save(
+            &self.config.data_dir,
+            &Checkpoint {
+                clean_shutdown: false,
+                commit_log_durable_offset: self.flush.flushed(),
+                consume_queue_durable_offset: dispatched,
+            },
+        )
+    }
+}
+
+impl Shared {
+    fn all_queues(&self) -> Vec<Arc<ConsumeQueue>> {
+        self.registry
+            .read()
+            .values()
+            .flat_map(|queues| queues.values().cloned())
+            .collect()
+    }
+
+    fn queue(&self, topic: &str, queue_id: u32) -> Option<Arc<ConsumeQueue>> {
+        self.registry.read().get(topic)?.get(&queue_id).cloned()
+    }
+
+    fn notify(&self, topic: &str, queue_id: u32, max_offset: u64) {
+        if let Some(hook) = self.hook.read().as_ref() {
+            hook(&DispatchEvent {
+                topic,
+                queue_id,
+                max_offset: QueueOffset(max_offset),
+            });
+        }
+    }
+
+    /// Appends and dispatches one message; the caller holds the write lock.
+    fn append(
+        &self,
+        writer: &mut WriterState,
+        msg: &NewMessage<'_>,
+        now_ms: i64,
+    ) -> Result<PutResult, StoreError> {
+        let size = self.check_size(msg)?;
+        let WriterState { log, dispatcher } = writer;
+        let queue = dispatcher.queue(&self.registry, msg.topic, msg.queue_id)?;
+        let queue_offset = QueueOffset(queue.next_offset);
+        queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+        let physical_offset = self.commit_log.append(log, size, |dst, physical_offset| {
+            let placement = Placement {
+                queue_offset,
+                physical_offset,
+                store_timestamp_ms: now_ms,
+            };
+            record::encode_into(dst, msg, placement)
+                .map(drop)
+                .map_err(StoreError::InvalidMessage)
+        })?;
+        // The record is published before its unit, so a reader who sees the unit sees the record.
+        self.commit_log.publish(log.write_pos());
+        let tags_code =
+            record::property(msg.properties, record::TAGS_PROPERTY).map_or(0, record::tags_code);
+        queue.index(Unit {
+            physical_offset: physical_offset.0,
+            size: size as u32,
+            tags_code,
+        });
+        Ok(PutResult {
+            physical_offset,
+            queue_offset,
+            size: size as u32,
+            store_timestamp_ms: now_ms,
+        })
+    }
+
+    fn check_size(&self, msg: &NewMessage<'_>) -> Result<usize, StoreError> {
+        let size = record::encoded_len(msg).map_err(StoreError::InvalidMessage)?;
+        if size > self.config.max_message_size_bytes as usize {
+            return Err(StoreError::MessageTooLarge {
+                size: size as u64,
+                max: self.config.max_message_size_bytes,
+            });
+        }
+        Ok(size)
+    }
+
+    fn wait_durable(&self, end: u64) -> Result<(), StoreError> {
+        match self.config.flush_mode {
+            FlushMode::Sync => self.flush.wait_durable(end),
+            FlushMode::Async => Ok(()),
+        }
+    }
+
+    fn flush_all(&self) -> Result<(), StoreError> {
+        let committed = self.commit_log.committed();
+        let flushed = self.flush.flushed();
+        let outcome = self.commit_log.flush_range(flushed, committed);
+        let failed = outcome.as_ref().err().map(|e| {
+            StoreError::io(
+                "flush commitlog",
+                self.commit_log.dir(),
+                std::io::Error::new(e.kind(), e.to_string()),
+            )
+        });
+        self.flush.complete(committed, outcome);
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        for queue in self.all_queues() {
+            queue.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl MessageStore {
+    /// Opens the store under `config.data_dir`, running recovery first.
+    pub fn open(config: StoreConfig) -> Result<MessageStore, StoreError> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| StoreError::io("create directory", &config.data_dir, e))?;
+        let recovered = recovery::recover(&config)?;
+        tracing::info!(data_dir = %config.data_dir.display(), "store recovered: {}", recovered.report);
+        let log = recovered.commit_log.writer(recovered.log_end)?;
+        sync_dir(&config.data_dir)?;
+        // From here until shutdown() the store counts as dirty.
+        checkpoint::save(
+            &config.data_dir,
+            &Checkpoint {
+                clean_shutdown: false,
+                commit_log_durable_offset: recovered.log_end,
+                consume_queue_durable_offset: recovered.log_end,
+            },
+        )?;
+        let shared = Arc::new(Shared {
+            flush: FlushControl::new(recovered.log_end),
+            commit_log: recovered.commit_log,
+            registry: recovered.registry,
+            writer: Mutex::new(WriterState {
+                log,
+                dispatcher: recovered.dispatcher,
+            }),
+            hook: RwLock::new(None),
+            shut_down: AtomicBool::new(false),
+            report: recovered.report,
+            config,
+        });
+        let flusher_shared = Arc::clone(&shared);
+        let flusher = std::thread::Builder::new()
+            .name("quiver-store-flush".into())
+            .spawn(move || {
+                let config = &flusher_shared.config;
+                flush::run_flusher(
+                    &flusher_shared.flush,
+                    &*flusher_shared,
+                    config.flush_mode,
+                    Duration::from_millis(config.flush_interval_ms),
+                    flush::least_bytes(config.flush_least_pages),
+                )
+            })
+            .map_err(|e| StoreError::io("spawn flusher", &shared.config.data_dir, e))?;
+        Ok(MessageStore {
+            shared,
+            flusher: Mutex::new(Some(flusher)),
+        })
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.shared.config
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.shared.report
+    }
+
+    /// Appends one message. Sync mode returns once it is durable (group commit); it is
+    /// visible to `get` when this returns.
+    pub fn put(&self, msg: &NewMessage<'_>, now_ms: i64) -> Result<PutResult, StoreError> {
+        let shared = &*self.shared;
+        let (result, end) = {
+            let mut writer = shared.writer.lock();
+            if shared.shut_down.load(Ordering::Acquire) {
+                return Err(StoreError::ShutDown);
+            }
+            let result = shared.append(&mut writer, msg, now_ms)?;
+            (result, writer.log.write_pos())
+        };
+        shared.notify(msg.topic, msg.queue_id, result.queue_offset.0 + 1);
+        shared.wait_durable(end)?;
+        Ok(result)
+    }
+
+    /// Appends messages under one lock and one durability wait. Sizes are checked before
+    /// anything is written; an I/O error part-way leaves the earlier messages stored.
+    pub fn put_batch(
+        &self,
+        msgs: &[NewMessage<'_>],
+        now_ms: i64,
+    ) -> Result<Vec<PutResult>, StoreError> {
+        let shared = &*self.shared;
+        for msg in msgs {
+            shared.check_size(msg)?;
+        }
+        let mut results = Vec::with_capacity(msgs.len());
+        let end = {
+            let mut writer = shared.writer.lock();
+            if shared.shut_down.load(Ordering::Acquire) {
+                return Err(StoreError::ShutDown);
+            }
+            for msg in msgs {
+                results.push(shared.append(&mut writer, msg, now_ms)?);
+            }
+            writer.log.write_pos()
+        };
+        for (i, (msg, result)) in msgs.iter().zip(&results).enumerate() {
+            let next_same_queue = msgs
+                .get(i + 1)
+                .is_some_and(|n| n.topic == msg.topic && n.queue_id == msg.queue_id);
+            if !next_same_queue {
+                shared.notify(msg.topic, msg.queue_id, result.queue_offset.0 + 1);
+            }
+        }
+        shared.wait_durable(end)?;
+        Ok(results)
+    }
+
+    /// Reads up to `max_msgs` records (and about `max_bytes`, at least one) from `offset`,
+    /// skipping those whose tags code fails `tag_filter`.
+    pub fn get(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: QueueOffset,
+        max_msgs: u32,
+        max_bytes: u64,
+        tag_filter: &dyn Fn(i64) -> bool,
+    ) -> Result<GetResult, StoreError> {
+        let empty = |status, next, min, max| GetResult {
+            status,
+            messages: Vec::new(),
+            next_begin_offset: QueueOffset(next),
+            min_offset: QueueOffset(min),
+            max_offset: QueueOffset(max),
+        };
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(empty(GetStatus::NoMessageInQueue, 0, 0, 0));
+        };
+        let (min, max) = (queue.min_offset(), queue.max_offset());
+        let offset = offset.0;
+        if max == 0 {
+            return Ok(empty(GetStatus::NoMessageInQueue, 0, min, max));
+        }
+        if offset < min {
+            return Ok(empty(GetStatus::OffsetTooSmall, min, min, max));
+        }
+        if offset == max {
+            return Ok(empty(GetStatus::OffsetOverflowOne, offset, min, max));
+        }
+        if offset > max {
+            // RocketMQ's correction: back to the start of a queue that begins at 0, else the end.
+            let next = if min == 0 { min } else { max };
+            return Ok(empty(GetStatus::OffsetOverflowBadly, next, min, max));
+        }
+        let units = queue.snapshot();
+        let log = self.shared.commit_log.snapshot();
+        let log_min = log.first().map_or(0, |s| s.base());
+        let scan_end = max.min(offset + MAX_UNITS_SCANNED_PER_GET.max(u64::from(max_msgs)));
+        let mut messages = Vec::new();
+        let mut bytes_total = 0u64;
+        let mut next = offset;
+        while next < scan_end && messages.len() < max_msgs as usize {
+            let Some(unit) = queue.unit(&units, next) else {
+                break;
+            };
+            if unit.is_empty() || unit.physical_offset < log_min || !tag_filter(unit.tags_code) {
+                next += 1;
+                continue;
+            }
+            if !messages.is_empty() && bytes_total + u64::from(unit.size) > max_bytes {
+                break;
+            }
+            if let Some(record) =
+                self.shared
+                    .commit_log
+                    .view(&log, unit.physical_offset, unit.size as usize)
+            {
+                bytes_total += u64::from(unit.size);
+                messages.push(record);
+            }
+            next += 1;
+        }
+        let status = if messages.is_empty() {
+            GetStatus::NoMatchedMessage
+        } else {
+            GetStatus::Found
+        };
+        Ok(GetResult {
+            status,
+            messages,
+            next_begin_offset: QueueOffset(next),
+            min_offset: QueueOffset(min),
+            max_offset: QueueOffset(max),
+        })
+    }
+
+    /// Units written to the queue; 0 when it does not exist.
+    pub fn max_offset(&self, topic: &str, queue_id: u32) -> QueueOffset {
+        QueueOffset(
+            self.shared
+                .queue(topic, queue_id)
+                .map_or(0, |q| q.max_offset()),
+        )
+    }
+
+    pub fn min_offset(&self, topic: &str, queue_id: u32) -> QueueOffset {
+        QueueOffset(
+            self.shared
+                .queue(topic, queue_id)
+                .map_or(0, |q| q.min_offset()),
+        )
+    }
+
+    /// STORETIMESTAMP of the message at `index` of `queue`, if still readable.
+    fn timestamp_at(
+        &self,
+        queue: &ConsumeQueue,
+        units: &crate::mapped_file::SegmentList,
+        log: &crate::mapped_file::SegmentList,
+        index: u64,
+    ) -> Option<i64> {
+        let unit = queue.unit(units, index).filter(|u| !u.is_empty())?;
+        let record = self
+            .shared
+            .commit_log
+            .view(log, unit.physical_offset, unit.size as usize)?;
+        record::store_timestamp_of(&record)
+    }
+
+    /// The first offset whose store time is >= `timestamp_ms` (the max offset if none).
+    pub fn search_offset_by_timestamp(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        timestamp_ms: i64,
+    ) -> Result<QueueOffset, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(QueueOffset(0));
+        };
+        let (units, log) = (queue.snapshot(), self.shared.commit_log.snapshot());
+        let (mut low, mut high) = (queue.min_offset(), queue.max_offset());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.timestamp_at(&queue, &units, &log, mid) {
+                Some(ts) if ts >= timestamp_ms => high = mid,
+                _ => low = mid + 1,
+            }
+        }
+        Ok(QueueOffset(low))
+    }
+
+    /// Store time of the message at `offset`, `None` if it is not (or no longer) stored.
+    pub fn store_timestamp(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: QueueOffset,
+    ) -> Result<Option<i64>, StoreError> {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return Ok(None);
+        };
+        if offset.0 < queue.min_offset() || offset.0 >= queue.max_offset() {
+            return Ok(None);
+        }
+        let (units, log) = (queue.snapshot(), self.shared.commit_log.snapshot());
+        Ok(self.timestamp_at(&queue, &units, &log, offset.0))
+    }
+
+    /// The decoded record at a physical offset (e.g. for CONSUMER_SEND_MSG_BACK).
+    pub fn read_record(&self, offset: CommitLogOffset) -> Result<Record, StoreError> {
+        let bytes = self.shared.commit_log.record_at(offset.0)?;
+        let (record, _) =
+            record::decode(&bytes).map_err(|source| StoreError::BadRecord { offset, source })?;
+        Ok(record)
+    }
+
+    /// The raw encoded record at a physical offset, zero-copy.
+    pub fn read_record_bytes(&self, offset: CommitLogOffset) -> Result<Bytes, StoreError> {
+        self.shared.commit_log.record_at(offset.0)
+    }
+
+    pub fn set_dispatch_hook(&self, hook: DispatchHook) {
+        *self.shared.hook.write() = Some(hook);
+    }
+
+    /// Every (topic, queueId) with a ConsumeQueue, sorted.
+    pub fn queues(&self) -> Vec<(String, u32)> {
+        let registry = self.shared.registry.read();
+        let set: BTreeSet<(String, u32)> = registry
+            .iter()
+            .flat_map(|(topic, queues)| queues.keys().map(move |q| (topic.clone(), *q)))
+            .collect();
+        set.into_iter().collect()
+    }
+
+    /// Drops the topic's ConsumeQueues (its records stay in the CommitLog until retention).
+    pub fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
+        let removed = {
+            let mut writer = self.shared.writer.lock();
+            let removed = writer.dispatcher.remove_topic(topic);
+            self.shared.registry.write().remove(topic);
+            removed
+        };
+        let root = self.shared.config.data_dir.join("consumequeue");
+        let topic_dir = root.join(topic);
+        for queue in &removed {
+            std::fs::remove_dir_all(queue.dir())
+                .map_err(|e| StoreError::io("delete queue", queue.dir(), e))?;
+        }
+        if topic_dir.exists() {
+            std::fs::remove_dir_all(&topic_dir)
+                .map_err(|e| StoreError::io("delete topic", &topic_dir, e))?;
+        }
+        // The deletion must survive a crash, or recovery would bring the queues back.
+        sync_dir(&root)
+    }
+
+    /// Flushes the CommitLog and every ConsumeQueue now.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.shared.flush_all()
+    }
+
+    /// Deletes expired CommitLog files (and the oldest one when the disk is above its
+    /// high-water mark), never the active one; queue min offsets follow.
+    pub fn run_retention(&self, now_ms: i64) -> Result<RetentionReport, StoreError> {
+        let shared = &*self.shared;
+        let config = &shared.config;
+        let (used, total) = retention::disk_usage(&config.data_dir)?;
+        let ratio = if total == 0 {
+            0.0
+        } else {
+            used as f64 / total as f64
+        };
+        let reserved_ms = (config.file_reserved_hours as i64).saturating_mul(3_600_000);
+        let segments = shared.commit_log.snapshot();
+        let chosen = retention::choose(
+            &segments,
+            now_ms,
+            reserved_ms,
+            ratio > config.disk_high_water_ratio,
+        )?;
+        let mut report = RetentionReport {
+            disk_used_ratio: ratio,
+            ..RetentionReport::default()
+        };
+        if !chosen.is_empty() {
+            let kept: Vec<_> = {
+                let current = shared.commit_log.snapshot();
+                current
+                    .iter()
+                    .filter(|s| !chosen.iter().any(|(c, _)| Arc::ptr_eq(c, s)))
+                    .cloned()
+                    .collect()
+            };
+            shared.commit_log.replace_segments(kept);
+            for (segment, reason) in &chosen {
+                segment.delete()?;
+                tracing::info!(path = %segment.path().display(), ?reason, "deleted commitlog file");
+                report
+                    .deleted_segments
+                    .push((segment.path().to_path_buf(), *reason));
+            }
+            // Deleted names must stay deleted after a crash.
+            sync_dir(shared.commit_log.dir())?;
+        }
+        let log_min = shared.commit_log.min_offset();
+        for queue in shared.all_queues() {
+            report.deleted_queue_files += queue.advance_min(log_min)?;
+        }
+        report.min_physical_offset = CommitLogOffset(log_min);
+        Ok(report)
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let shared = &*self.shared;
+        let min = shared.commit_log.min_offset();
+        let max = shared.commit_log.committed();
+        let (disk_used_bytes, disk_total_bytes) =
+            retention::disk_usage(&shared.config.data_dir).unwrap_or((0, 0));
+        StoreStats {
+            commitlog_bytes: max.saturating_sub(min),
+            min_physical_offset: CommitLogOffset(min),
+            max_physical_offset: CommitLogOffset(max),
+            flushed_physical_offset: CommitLogOffset(shared.flush.flushed()),
+            consume_queues: shared.registry.read().values().map(|q| q.len()).sum(),
+            disk_used_bytes,
+            disk_total_bytes,
+        }
+    }
+
+    /// Flushes everything and writes the clean-shutdown checkpoint. Idempotent; later puts
+    /// fail with `ShutDown`.
+    pub fn shutdown(&self) -> Result<(), StoreError> {
+        let shared = &*self.shared;
+        {
+            let _writer = shared.writer.lock();
+            if shared.shut_down.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+        }
+        let flushed = shared.flush_all();
+        self.stop_flusher();
+        flushed?;
+        let end = shared.commit_log.committed();
+        checkpoint::save(
+            &shared.config.data_dir,
+            &Checkpoint {
+                clean_shutdown: true,
+                commit_log_durable_offset: end,
+                consume_queue_durable_offset: end,
+            },
+        )
+    }
+
+    fn stop_flusher(&self) {
+        self.shared.flush.stop();
+        if let Some(handle) = self.flusher.lock().take() {
+            if handle.join().is_err() {
+                tracing::error!("the flusher thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for MessageStore {
+    fn drop(&mut self) {
+        self.stop_flusher();
+    }
+}
