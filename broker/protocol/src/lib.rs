@@ -9,6 +9,7 @@ mod command;
 mod error;
 pub mod frame;
 pub mod header;
+pub mod message;
 
 pub use command::{
     language_code, language_name, RemotingCommand, SerializeType, FLAG_ONEWAY, FLAG_RESPONSE,
