@@ -142,7 +142,7 @@ fn encode_json_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
         version: cmd.version,
         opaque: cmd.opaque,
         flag: cmd.flag,
-        remark: cmd.remark.as_deref(),
+        remark: cmd.remark.as_deref().filter(|remark| !remark.is_empty()),
         ext_fields: &cmd.ext_fields,
         serialize_type_current_rpc: "JSON",
     };
@@ -167,8 +167,10 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
             .to_owned(),
         _ => "OTHER".to_owned(),
     };
+    // Peers send "" for no remark; the binary header cannot tell the two apart either.
     let remark = match object.get("remark") {
         None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.is_empty() => None,
         Some(Value::String(text)) => Some(text.clone()),
         Some(other) => Some(other.to_string()),
     };
