@@ -1,1 +1,44 @@
-//! quiver-client: placeholder until its issue lands.
+//! quiver-client: a RocketMQ-4.x-compatible client for Quiver brokers.
+//!
+//! - [`Producer`]: sync, async, oneway and batch sends with retry on another queue.
+//! - [`PushConsumer`]: clustering-mode consumer with rebalance, retry topics, orderly mode.
+//! - [`PullConsumer`]: explicit offsets and long polling, for tools.
+//! - [`Admin`]: topics, routes, cluster state, lag, offset resets.
+//!
+//! Offset semantics follow DESIGN §4; the pure parts ([`allocate`], [`process_queue`],
+//! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
+
+use std::collections::HashMap;
+
+pub mod admin;
+pub mod allocate;
+pub mod core;
+pub mod error;
+pub mod message;
+pub mod offset_store;
+pub mod ops;
+pub mod process_queue;
+pub mod producer;
+pub mod pull_consumer;
+pub mod pull_from_where;
+pub mod push;
+pub mod remoting;
+pub mod subscription;
+
+pub use admin::{Admin, BrokerState, BrokerStatus, QueueLag, ResetTarget, TopicSpec};
+pub use core::{ClientConfig, ClientCore, TopicRoute};
+pub use error::{ClientError, Result};
+pub use message::{Message, ReceivedMessage};
+pub use ops::{PullResult, PullStatus, SendBackTarget};
+pub use producer::{Producer, ProducerConfig, QueueSelector, SendResult, SendStatus};
+pub use pull_consumer::PullConsumer;
+pub use pull_from_where::ConsumeFromWhere;
+pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumerConfig};
+pub use quiver_protocol::body::MessageQueue;
+pub use quiver_store::QueueOffset;
+pub use subscription::Subscription;
+
+/// Header fields from (name, value) pairs.
+pub(crate) fn ext_fields<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}

@@ -1,0 +1,814 @@
+//! `quiver`: produce, consume, topics, lag, offset resets and cluster state for Quiver brokers.
+
+mod table;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use quiver_client::{
+    Admin, BrokerState, ClientConfig, ClientError, ConsumeFromWhere, ConsumeMode, ConsumeOutcome,
+    Message, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueSelector,
+    ReceivedMessage, ResetTarget, TopicSpec,
+};
+use table::Table;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  any other error
+  2  invalid command line
+  3  broker unreachable or not answering in time
+  4  topic or group not found
+  5  the broker refused the request (busy, message too large, no permission, ...)";
+
+#[derive(Parser, Debug)]
+#[command(name = "quiver", version, about = "Command-line client for Quiver (RocketMQ-compatible) brokers", after_help = EXIT_CODES)]
+struct Cli {
+    /// Broker (name server) address, HOST:PORT; several separated by commas.
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_SERVER",
+        default_value = "127.0.0.1:10911"
+    )]
+    server: String,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Deadline of one request, in milliseconds.
+    #[arg(long, global = true, default_value_t = 5000)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Send messages: from arguments, from a file (one per line) or from stdin lines.
+    Produce(ProduceArgs),
+    /// Consume a topic as a member of a group and print or count the messages.
+    Consume(ConsumeArgs),
+    /// List or create topics.
+    #[command(subcommand)]
+    Topics(TopicsCommand),
+    /// Lag per group, topic and queue, in messages and seconds.
+    Lag(LagArgs),
+    /// Manage committed offsets.
+    #[command(subcommand)]
+    Offsets(OffsetsCommand),
+    /// The brokers of the cluster and their state.
+    Cluster,
+}
+
+#[derive(Args, Debug)]
+struct ProduceArgs {
+    /// Topic to send to.
+    #[arg(long, short)]
+    topic: String,
+    /// Message bodies; without any (and without --file) lines are read from stdin.
+    messages: Vec<String>,
+    /// Read one message per line from this file.
+    #[arg(long, conflicts_with = "messages")]
+    file: Option<PathBuf>,
+    /// Tag of every message.
+    #[arg(long)]
+    tags: Option<String>,
+    /// Keys of every message (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    keys: Vec<String>,
+    /// Extra property KEY=VALUE (repeatable).
+    #[arg(long = "property", short = 'p', value_parser = parse_property)]
+    properties: Vec<(String, String)>,
+    /// Send each message this many times (load generation).
+    #[arg(long, default_value_t = 1)]
+    repeat: u64,
+    /// Pick the queue by hashing this key (keeps per-key order) instead of round-robin.
+    #[arg(long)]
+    hash_key: Option<String>,
+    /// Sends in flight at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Producer group name.
+    #[arg(long, default_value = "quiver-cli-producer")]
+    group: String,
+    /// Print only the summary, not one line per message.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ConsumePrint {
+    /// One line per message.
+    Print,
+    /// Only the number of messages at the end.
+    Count,
+}
+
+#[derive(Args, Debug)]
+struct ConsumeArgs {
+    #[arg(long, short)]
+    topic: String,
+    /// Consumer group (members of one group share the queues).
+    #[arg(long, short, default_value = "quiver-cli")]
+    group: String,
+    /// Where a group with no committed offset starts: first, last, or a time in ms since the epoch.
+    #[arg(long, default_value = "last", value_parser = parse_from)]
+    from: ConsumeFromWhere,
+    /// Tag filter, e.g. "TagA || TagB".
+    #[arg(long, default_value = "*")]
+    tags: String,
+    #[arg(long, value_enum, default_value_t = ConsumePrint::Print)]
+    mode: ConsumePrint,
+    /// Stop after this many messages.
+    #[arg(long)]
+    max: Option<u64>,
+    /// Stop when no message arrived for this many seconds.
+    #[arg(long)]
+    idle_timeout_secs: Option<u64>,
+    /// Consume each queue in order (locks the queues on the broker).
+    #[arg(long)]
+    orderly: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum TopicsCommand {
+    /// List every topic.
+    List,
+    /// Create or update a topic on every broker.
+    Create {
+        name: String,
+        /// Read and write queues per broker.
+        #[arg(long, default_value_t = 8)]
+        queues: u32,
+        /// 6 read-write, 4 read-only, 2 write-only.
+        #[arg(long, default_value_t = 6)]
+        perm: i32,
+    },
+    /// Show the route (brokers and queues) of a topic.
+    Route { name: String },
+}
+
+#[derive(Args, Debug)]
+struct LagArgs {
+    /// Only this group (default: every group the brokers know).
+    #[arg(long, short)]
+    group: Option<String>,
+    /// Only this topic.
+    #[arg(long, short)]
+    topic: Option<String>,
+    /// Refresh until interrupted.
+    #[arg(long)]
+    watch: bool,
+    /// Seconds between refreshes with --watch.
+    #[arg(long, default_value_t = 2)]
+    interval_secs: u64,
+}
+
+#[derive(Subcommand, Debug)]
+enum OffsetsCommand {
+    /// Move a group's committed offsets on a topic.
+    Reset {
+        #[arg(long, short)]
+        group: String,
+        #[arg(long, short)]
+        topic: String,
+        /// earliest, latest, or a time in ms since the epoch.
+        #[arg(long, value_parser = parse_reset)]
+        to: ResetTarget,
+    },
+}
+
+fn parse_property(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {raw:?}"))
+}
+
+fn parse_from(raw: &str) -> Result<ConsumeFromWhere, String> {
+    match raw {
+        "first" => Ok(ConsumeFromWhere::FirstOffset),
+        "last" => Ok(ConsumeFromWhere::LastOffset),
+        other => other
+            .parse::<i64>()
+            .map(ConsumeFromWhere::Timestamp)
+            .map_err(|_| {
+                format!("expected first, last or milliseconds since the epoch, got {other:?}")
+            }),
+    }
+}
+
+fn parse_reset(raw: &str) -> Result<ResetTarget, String> {
+    match raw {
+        "earliest" => Ok(ResetTarget::Earliest),
+        "latest" => Ok(ResetTarget::Latest),
+        other => other
+            .parse::<i64>()
+            .map(ResetTarget::Timestamp)
+            .map_err(|_| {
+                format!("expected earliest, latest or milliseconds since the epoch, got {other:?}")
+            }),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+/// Maps the root cause to the documented exit code.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    let Some(client_error) = error.chain().find_map(|e| e.downcast_ref::<ClientError>()) else {
+        return 1;
+    };
+    match client_error {
+        ClientError::Connect { .. }
+        | ClientError::ConnectionClosed { .. }
+        | ClientError::Io { .. }
+        | ClientError::Timeout { .. } => 3,
+        ClientError::TopicNotFound { .. } | ClientError::NoRoute { .. } => 4,
+        ClientError::Broker { code, .. }
+            if *code == quiver_protocol::code::response::SUBSCRIPTION_GROUP_NOT_EXIST =>
+        {
+            4
+        }
+        ClientError::BrokerBusy { .. }
+        | ClientError::MessageTooLarge { .. }
+        | ClientError::Broker { .. } => 5,
+        _ => 1,
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let client =
+        ClientConfig::new(&cli.server).with_request_timeout(Duration::from_millis(cli.timeout_ms));
+    match cli.command {
+        Command::Produce(args) => produce(client, cli.output, args).await,
+        Command::Consume(args) => consume(client, cli.output, args).await,
+        Command::Topics(command) => topics(client, cli.output, command).await,
+        Command::Lag(args) => lag(client, cli.output, args).await,
+        Command::Offsets(OffsetsCommand::Reset { group, topic, to }) => {
+            reset(client, cli.output, &group, &topic, to).await
+        }
+        Command::Cluster => cluster(client, cli.output).await,
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> anyhow::Result<()> {
+    let bodies: Vec<String> = if let Some(path) = &args.file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        text.lines().map(String::from).collect()
+    } else if !args.messages.is_empty() {
+        args.messages.clone()
+    } else {
+        let stdin = std::io::stdin();
+        stdin
+            .lock()
+            .lines()
+            .collect::<Result<_, _>>()
+            .context("cannot read messages from stdin")?
+    };
+    if bodies.is_empty() {
+        bail!("no messages to send: pass them as arguments, with --file, or on stdin");
+    }
+    let mut config = ProducerConfig::new("");
+    config.client = client;
+    config.group = args.group.clone();
+    let producer = Producer::new(config);
+    let total = bodies.len() as u64 * args.repeat;
+    let template = |body: &str| {
+        let mut message = Message::new(args.topic.clone(), body.to_owned()).with_keys(&args.keys);
+        if let Some(tags) = &args.tags {
+            message = message.with_tags(tags.clone());
+        }
+        for (k, v) in &args.properties {
+            message = message.with_property(k.clone(), v.clone());
+        }
+        message
+    };
+    let started = Instant::now();
+    let sent = Arc::new(AtomicU64::new(0));
+    let progress = Progress::start(total, sent.clone());
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut results = Vec::new();
+    let mut first_error = None;
+    for _ in 0..args.repeat {
+        for body in &bodies {
+            let permit = semaphore
+                .clone()
+                .acquire_owned()
+                .await
+                .context("send limiter closed")?;
+            let producer = producer.clone();
+            let message = template(body);
+            let hash_key = args.hash_key.clone();
+            let sent = sent.clone();
+            tasks.spawn(async move {
+                let _permit = permit;
+                let selector = hash_key
+                    .as_deref()
+                    .map_or(QueueSelector::RoundRobin, QueueSelector::KeyHash);
+                let result = producer.send_with(message, selector).await;
+                sent.fetch_add(1, Ordering::Relaxed);
+                result
+            });
+            while let Some(done) = tasks.try_join_next() {
+                collect(done, &mut results, &mut first_error, args.quiet);
+            }
+            if first_error.is_some() {
+                break;
+            }
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        collect(done, &mut results, &mut first_error, args.quiet);
+    }
+    progress.finish();
+    producer.shutdown().await;
+    if let Some(error) = first_error {
+        return Err(error).context(format!("sending to topic {}", args.topic));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    match output {
+        Output::Json => print_json(&serde_json::json!({
+            "sent": results.len(),
+            "seconds": elapsed,
+            "results": if args.quiet { Vec::new() } else { results.clone() },
+        }))?,
+        Output::Table => {
+            if !args.quiet {
+                let mut table = Table::new(&["MSG_ID", "BROKER", "QUEUE", "OFFSET"]);
+                for r in &results {
+                    table.row(vec![
+                        r["msg_id"].as_str().unwrap_or_default().to_owned(),
+                        r["broker"].as_str().unwrap_or_default().to_owned(),
+                        r["queue_id"].to_string(),
+                        r["queue_offset"].to_string(),
+                    ]);
+                }
+                print!("{}", table.render());
+            }
+            eprintln!(
+                "sent {} messages in {elapsed:.2} s ({:.0} msg/s)",
+                results.len(),
+                results.len() as f64 / elapsed.max(1e-9)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn collect(
+    done: Result<quiver_client::Result<quiver_client::SendResult>, tokio::task::JoinError>,
+    results: &mut Vec<serde_json::Value>,
+    first_error: &mut Option<anyhow::Error>,
+    quiet: bool,
+) {
+    match done {
+        Ok(Ok(result)) => {
+            if quiet {
+                results.push(serde_json::Value::Null);
+            } else {
+                results.push(serde_json::json!({
+                    "msg_id": result.msg_id,
+                    "offset_msg_id": result.offset_msg_id,
+                    "broker": result.queue.broker_name,
+                    "queue_id": result.queue.queue_id,
+                    "queue_offset": result.queue_offset.0,
+                }));
+            }
+        }
+        Ok(Err(error)) => {
+            first_error.get_or_insert(error.into());
+        }
+        Err(join_error) => {
+            first_error.get_or_insert(anyhow::Error::new(join_error).context("send task failed"));
+        }
+    }
+}
+
+/// A one-line progress bar with rate on stderr, only when stderr is a terminal.
+struct Progress {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    fn start(total: u64, done: Arc<AtomicU64>) -> Self {
+        if !std::io::stderr().is_terminal() || total < 1000 {
+            return Self { task: None };
+        }
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let n = done.load(Ordering::Relaxed);
+                let width = 30usize;
+                let filled = (n as f64 / total as f64 * width as f64) as usize;
+                let rate = n as f64 / started.elapsed().as_secs_f64().max(1e-9);
+                eprint!(
+                    "\r[{}{}] {n}/{total} {rate:.0} msg/s",
+                    "#".repeat(filled),
+                    "-".repeat(width - filled.min(width))
+                );
+                let _ = std::io::stderr().flush();
+            }
+        });
+        Self { task: Some(task) }
+    }
+
+    fn finish(self) {
+        if let Some(task) = self.task {
+            task.abort();
+            eprintln!();
+        }
+    }
+}
+
+fn message_json(message: &ReceivedMessage) -> serde_json::Value {
+    serde_json::json!({
+        "topic": message.topic,
+        "broker": message.queue.broker_name,
+        "queue_id": message.queue.queue_id,
+        "queue_offset": message.queue_offset.0,
+        "msg_id": message.msg_id(),
+        "tags": message.tags(),
+        "keys": message.keys(),
+        "properties": message.properties,
+        "reconsume_times": message.reconsume_times,
+        "store_timestamp_ms": message.store_timestamp_ms,
+        "body": String::from_utf8_lossy(&message.body),
+    })
+}
+
+async fn consume(client: ClientConfig, output: Output, args: ConsumeArgs) -> anyhow::Result<()> {
+    let mut config = PushConsumerConfig::new("", args.group.clone())
+        .subscribe(args.topic.clone(), args.tags.clone())
+        .consume_from(args.from)
+        .mode(if args.orderly {
+            ConsumeMode::Orderly
+        } else {
+            ConsumeMode::Concurrent
+        });
+    config.client = client;
+    config.long_poll = Duration::from_secs(5);
+    let count = Arc::new(AtomicU64::new(0));
+    let last_message = Arc::new(parking_lot::Mutex::new(Instant::now()));
+    let (done_tx, mut done_rx) = tokio::sync::watch::channel(false);
+    let max = args.max;
+    let print = args.mode == ConsumePrint::Print;
+    let listener = {
+        let count = count.clone();
+        let last_message = last_message.clone();
+        Arc::new(move |messages: &[ReceivedMessage]| {
+            let mut stdout = std::io::stdout().lock();
+            for message in messages {
+                let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+                if max.is_some_and(|max| n > max) {
+                    // Past --max: leave it for the next consumer rather than drop it.
+                    return ConsumeOutcome::Retry;
+                }
+                if print {
+                    let line = match output {
+                        Output::Json => message_json(message).to_string(),
+                        Output::Table => format!(
+                            "{}\t{}:{}@{}\ttags={}\tkeys={}\t{}",
+                            message.topic,
+                            message.queue.broker_name,
+                            message.queue.queue_id,
+                            message.queue_offset,
+                            message.tags().unwrap_or("-"),
+                            message.keys().join(","),
+                            String::from_utf8_lossy(&message.body)
+                        ),
+                    };
+                    let _ = writeln!(stdout, "{line}");
+                }
+                if max.is_some_and(|max| n >= max) {
+                    let _ = done_tx.send(true);
+                }
+            }
+            let _ = stdout.flush();
+            *last_message.lock() = Instant::now();
+            ConsumeOutcome::Success
+        })
+    };
+    let consumer = PushConsumer::start(config, listener)
+        .await
+        .context(format!("starting to consume {}", args.topic))?;
+    let idle = args.idle_timeout_secs.map(Duration::from_secs);
+    let mut check = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = done_rx.changed() => break,
+            _ = check.tick() => {
+                if idle.is_some_and(|idle| last_message.lock().elapsed() >= idle) {
+                    break;
+                }
+            }
+        }
+    }
+    consumer
+        .shutdown()
+        .await
+        .context("committing offsets on shutdown")?;
+    let consumed = max.map_or(count.load(Ordering::SeqCst), |max| {
+        count.load(Ordering::SeqCst).min(max)
+    });
+    if args.mode == ConsumePrint::Count {
+        match output {
+            Output::Json => print_json(&serde_json::json!({ "consumed": consumed }))?,
+            Output::Table => println!("{consumed}"),
+        }
+    }
+    Ok(())
+}
+
+async fn topics(
+    client: ClientConfig,
+    output: Output,
+    command: TopicsCommand,
+) -> anyhow::Result<()> {
+    let admin = Admin::new(client);
+    match command {
+        TopicsCommand::List => {
+            let topics = admin.topics().await?;
+            match output {
+                Output::Json => print_json(&topics)?,
+                Output::Table => {
+                    let mut table = Table::new(&["TOPIC", "READ_QUEUES", "WRITE_QUEUES", "PERM"]);
+                    for t in topics {
+                        table.row(vec![
+                            t.name,
+                            t.read_queue_nums.to_string(),
+                            t.write_queue_nums.to_string(),
+                            t.perm.to_string(),
+                        ]);
+                    }
+                    print!("{}", table.render());
+                }
+            }
+        }
+        TopicsCommand::Create { name, queues, perm } => {
+            let spec = TopicSpec {
+                perm,
+                ..TopicSpec::new(name, queues)
+            };
+            let brokers = admin.create_topic(&spec).await?;
+            match output {
+                Output::Json => {
+                    print_json(&serde_json::json!({ "topic": spec, "brokers": brokers }))?
+                }
+                Output::Table => println!(
+                    "topic {} created on {} broker(s): {}",
+                    spec.name,
+                    brokers.len(),
+                    brokers.join(", ")
+                ),
+            }
+        }
+        TopicsCommand::Route { name } => {
+            let route = admin.route(&name).await?;
+            match output {
+                Output::Json => print_json(&serde_json::json!({
+                    "topic": route.topic,
+                    "brokers": route.brokers,
+                    "read_queues": route.read_queues.iter().map(|q| (q.broker_name.clone(), q.queue_id)).collect::<Vec<_>>(),
+                    "write_queues": route.write_queues.iter().map(|q| (q.broker_name.clone(), q.queue_id)).collect::<Vec<_>>(),
+                }))?,
+                Output::Table => {
+                    let mut table =
+                        Table::new(&["BROKER", "ADDRESS", "READ_QUEUES", "WRITE_QUEUES"]);
+                    for (broker, addr) in &route.brokers {
+                        let reads = route
+                            .read_queues
+                            .iter()
+                            .filter(|q| &q.broker_name == broker)
+                            .count();
+                        let writes = route
+                            .write_queues
+                            .iter()
+                            .filter(|q| &q.broker_name == broker)
+                            .count();
+                        table.row(vec![
+                            broker.clone(),
+                            addr.clone(),
+                            reads.to_string(),
+                            writes.to_string(),
+                        ]);
+                    }
+                    print!("{}", table.render());
+                }
+            }
+        }
+    }
+    admin.shutdown().await;
+    Ok(())
+}
+
+fn optional<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+}
+
+async fn lag(client: ClientConfig, output: Output, args: LagArgs) -> anyhow::Result<()> {
+    let admin = Admin::new(client);
+    loop {
+        let groups = match &args.group {
+            Some(group) => vec![group.clone()],
+            None => admin.groups().await?,
+        };
+        let mut lags = Vec::new();
+        for group in &groups {
+            lags.extend(
+                admin
+                    .lag(group, args.topic.as_deref())
+                    .await
+                    .with_context(|| format!("lag of group {group}"))?,
+            );
+        }
+        match output {
+            Output::Json => {
+                let rows: Vec<serde_json::Value> = lags
+                    .iter()
+                    .map(|lag| {
+                        serde_json::json!({
+                            "group": lag.group,
+                            "topic": lag.queue.topic,
+                            "broker": lag.queue.broker_name,
+                            "queue_id": lag.queue.queue_id,
+                            "broker_offset": lag.broker_offset.0,
+                            "consumer_offset": lag.consumer_offset.map(|o| o.0),
+                            "lag_messages": lag.lag_messages,
+                            "lag_seconds": lag.lag_seconds,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string(&rows)?);
+            }
+            Output::Table => {
+                let mut table = Table::new(&[
+                    "GROUP",
+                    "TOPIC",
+                    "BROKER",
+                    "QUEUE",
+                    "BROKER_OFFSET",
+                    "CONSUMER_OFFSET",
+                    "LAG",
+                    "LAG_SECONDS",
+                ]);
+                let mut totals: BTreeMap<(String, String), (u64, bool)> = BTreeMap::new();
+                for lag in &lags {
+                    table.row(vec![
+                        lag.group.clone(),
+                        lag.queue.topic.clone(),
+                        lag.queue.broker_name.clone(),
+                        lag.queue.queue_id.to_string(),
+                        lag.broker_offset.to_string(),
+                        optional(lag.consumer_offset),
+                        optional(lag.lag_messages),
+                        optional(lag.lag_seconds.map(|s| format!("{s:.1}"))),
+                    ]);
+                    let total = totals
+                        .entry((lag.group.clone(), lag.queue.topic.clone()))
+                        .or_default();
+                    total.0 += lag.lag_messages.unwrap_or(0);
+                    total.1 |= lag.lag_messages.is_none();
+                }
+                if args.watch && std::io::stdout().is_terminal() {
+                    // Clear the screen so the table refreshes in place.
+                    print!("\x1b[2J\x1b[H");
+                }
+                print!("{}", table.render());
+                for ((group, topic), (total, has_unknown)) in totals {
+                    let note = if has_unknown {
+                        " (some queues never committed)"
+                    } else {
+                        ""
+                    };
+                    println!("total {group}/{topic}: {total}{note}");
+                }
+            }
+        }
+        if !args.watch {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = tokio::time::sleep(Duration::from_secs(args.interval_secs.max(1))) => {}
+        }
+    }
+    admin.shutdown().await;
+    Ok(())
+}
+
+async fn reset(
+    client: ClientConfig,
+    output: Output,
+    group: &str,
+    topic: &str,
+    to: ResetTarget,
+) -> anyhow::Result<()> {
+    let admin = Admin::new(client);
+    let moved = admin
+        .reset_offsets(group, topic, to)
+        .await
+        .with_context(|| format!("resetting {group} on {topic}"))?;
+    match output {
+        Output::Json => print_json(
+            &moved
+                .iter()
+                .map(|(q, o)| serde_json::json!({ "broker": q.broker_name, "queue_id": q.queue_id, "offset": o.0 }))
+                .collect::<Vec<_>>(),
+        )?,
+        Output::Table => {
+            let mut table = Table::new(&["BROKER", "QUEUE", "NEW_OFFSET"]);
+            for (queue, offset) in &moved {
+                table.row(vec![queue.broker_name.clone(), queue.queue_id.to_string(), offset.to_string()]);
+            }
+            print!("{}", table.render());
+        }
+    }
+    admin.shutdown().await;
+    Ok(())
+}
+
+async fn cluster(client: ClientConfig, output: Output) -> anyhow::Result<()> {
+    let admin = Admin::new(client);
+    let brokers = admin.brokers().await?;
+    match output {
+        Output::Json => print_json(&brokers)?,
+        Output::Table => {
+            let mut table =
+                Table::new(&["CLUSTER", "BROKER", "ADDRESS", "STATE", "PERM", "RTT_MS"]);
+            for broker in brokers {
+                let (state, perm, rtt) = match &broker.state {
+                    BrokerState::Up {
+                        round_trip_ms,
+                        permission,
+                    } => (
+                        "up".to_owned(),
+                        optional(*permission),
+                        format!("{round_trip_ms:.1}"),
+                    ),
+                    BrokerState::Unreachable { error } => {
+                        (format!("unreachable: {error}"), "-".into(), "-".into())
+                    }
+                };
+                table.row(vec![
+                    broker.cluster,
+                    broker.broker_name,
+                    broker.addr,
+                    state,
+                    perm,
+                    rtt,
+                ]);
+            }
+            print!("{}", table.render());
+        }
+    }
+    admin.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,487 @@
+//! The producer: sync, async, oneway and batch sends, round-robin or key-hash queue
+//! selection, and retry on another queue (preferably another broker) when a send fails.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_protocol::message as wire;
+use quiver_protocol::{code, RemotingCommand};
+use quiver_store::QueueOffset;
+
+use crate::core::{ClientConfig, ClientCore, TopicRoute};
+use crate::error::{ClientError, Result};
+use crate::message::{encoded_properties, new_unique_id, now_ms, Message};
+use crate::remoting::response_error;
+use crate::{ext_fields, MessageQueue};
+
+/// The topic whose route brokers offer for topics they will auto-create.
+pub const AUTO_CREATE_TOPIC_KEY: &str = "TBW102";
+
+#[derive(Clone, Debug)]
+pub struct ProducerConfig {
+    pub client: ClientConfig,
+    pub group: String,
+    /// Deadline of one send attempt.
+    pub send_timeout: Duration,
+    /// Extra attempts (on another queue) after a failed send.
+    pub retries: u32,
+    /// Body plus properties; larger messages are refused before they are sent.
+    pub max_message_size_bytes: usize,
+    /// Queues per topic when the broker auto-creates a topic on first send.
+    pub default_topic_queue_nums: u32,
+}
+
+impl ProducerConfig {
+    pub fn new(servers: &str) -> Self {
+        Self {
+            client: ClientConfig::new(servers),
+            group: "DEFAULT_PRODUCER".to_owned(),
+            send_timeout: Duration::from_secs(3),
+            retries: 2,
+            max_message_size_bytes: 4 * 1024 * 1024,
+            default_topic_queue_nums: 8,
+        }
+    }
+}
+
+/// How a send picks its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueSelector<'a> {
+    /// Round-robin over writable queues, avoiding the broker that just failed.
+    RoundRobin,
+    /// Same key, same queue (RocketMQ's `SelectMessageQueueByHash`): keeps per-key order.
+    KeyHash(&'a str),
+    /// An explicit queue id (on the first broker that has it).
+    QueueId(u32),
+}
+
+/// The broker's storage outcome for an accepted message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendStatus {
+    Ok,
+    FlushDiskTimeout,
+    FlushSlaveTimeout,
+    SlaveNotAvailable,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendResult {
+    pub status: SendStatus,
+    /// The producer-side unique id (UNIQ_KEY); for a batch, the ids joined by commas.
+    pub msg_id: String,
+    /// The broker-side id (store host + commit log offset).
+    pub offset_msg_id: String,
+    pub queue: MessageQueue,
+    pub queue_offset: QueueOffset,
+}
+
+struct ProducerInner {
+    core: Arc<ClientCore>,
+    config: ProducerConfig,
+    round_robin: AtomicUsize,
+}
+
+/// Cheap to clone; clones share connections and routes.
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<ProducerInner>,
+}
+
+impl Producer {
+    pub fn new(config: ProducerConfig) -> Self {
+        let core = ClientCore::new(config.client.clone());
+        Self {
+            inner: Arc::new(ProducerInner {
+                core,
+                config,
+                round_robin: AtomicUsize::new(rand::random::<u16>() as usize),
+            }),
+        }
+    }
+
+    pub fn client_id(&self) -> &str {
+        self.inner.core.client_id()
+    }
+
+    /// Sends and waits for the broker's answer.
+    pub async fn send(&self, message: Message) -> Result<SendResult> {
+        self.send_with(message, QueueSelector::RoundRobin).await
+    }
+
+    pub async fn send_with(
+        &self,
+        message: Message,
+        selector: QueueSelector<'_>,
+    ) -> Result<SendResult> {
+        let (message, unique_id) = prepare(message, &self.inner.config)?;
+        let body = message.body.clone();
+        let result = self
+            .inner
+            .send_with_retries(&message.topic, selector, |queue| {
+                let request = single_request(&message, queue, &self.inner.config);
+                request.with_body(body.clone())
+            })
+            .await?;
+        Ok(SendResult {
+            msg_id: unique_id,
+            ..result
+        })
+    }
+
+    /// Sends in the background and hands the outcome to `callback`.
+    pub fn send_async<F>(&self, message: Message, callback: F)
+    where
+        F: FnOnce(Result<SendResult>) + Send + 'static,
+    {
+        let producer = self.clone();
+        tokio::spawn(async move { callback(producer.send(message).await) });
+    }
+
+    /// Fire and forget: no answer, no retry.
+    pub async fn send_oneway(&self, message: Message) -> Result<()> {
+        let (message, _) = prepare(message, &self.inner.config)?;
+        let route = self.inner.route_for_send(&message.topic).await?;
+        let queue = self.inner.select(&route, QueueSelector::RoundRobin, None)?;
+        let addr = self.inner.core.broker_addr(&queue.broker_name)?;
+        let request =
+            single_request(&message, &queue, &self.inner.config).with_body(message.body.clone());
+        self.inner.core.invoke_oneway(&addr, request).await
+    }
+
+    /// Sends messages of one topic as one request (stored together on one queue).
+    pub async fn send_batch(&self, messages: Vec<Message>) -> Result<SendResult> {
+        let Some(topic) = messages.first().map(|m| m.topic.clone()) else {
+            return Err(ClientError::InvalidArgument {
+                what: "batch",
+                reason: "no messages".into(),
+            });
+        };
+        if let Some(other) = messages.iter().find(|m| m.topic != topic) {
+            return Err(ClientError::InvalidArgument {
+                what: "batch",
+                reason: format!(
+                    "all messages must share one topic, found {topic} and {}",
+                    other.topic
+                ),
+            });
+        }
+        let mut ids = Vec::with_capacity(messages.len());
+        let mut batch = Vec::with_capacity(messages.len());
+        for message in messages {
+            let (message, unique_id) = prepare(message, &self.inner.config)?;
+            ids.push(unique_id);
+            batch.push(wire::BatchMessage {
+                flag: message.flag,
+                body: message.body.clone(),
+                properties: encoded_properties(&message.properties),
+            });
+        }
+        let body = wire::encode_batch(&batch);
+        if body.len() > self.inner.config.max_message_size_bytes {
+            return Err(ClientError::MessageTooLarge {
+                size_bytes: body.len(),
+                max_bytes: self.inner.config.max_message_size_bytes,
+            });
+        }
+        let config = &self.inner.config;
+        let result = self
+            .inner
+            .send_with_retries(&topic, QueueSelector::RoundRobin, |queue| {
+                let mut ext = send_header(&topic, queue, 0, "", config);
+                ext.insert("batch".into(), "true".into());
+                RemotingCommand::request(code::request::SEND_BATCH_MESSAGE, to_v2(ext))
+                    .with_body(body.clone())
+            })
+            .await?;
+        Ok(SendResult {
+            msg_id: ids.join(","),
+            ..result
+        })
+    }
+
+    /// The queues a producer may write for `topic`.
+    pub async fn queues(&self, topic: &str) -> Result<Vec<MessageQueue>> {
+        Ok(self.inner.route_for_send(topic).await?.write_queues.clone())
+    }
+
+    pub async fn shutdown(&self) {
+        self.inner.core.shutdown().await;
+    }
+}
+
+/// Validates the message and stamps its unique id.
+fn prepare(mut message: Message, config: &ProducerConfig) -> Result<(Message, String)> {
+    if message.topic.is_empty() {
+        return Err(ClientError::InvalidArgument {
+            what: "topic",
+            reason: "must not be empty".into(),
+        });
+    }
+    let unique_id = match message.properties.get(wire::PROPERTY_UNIQ_KEY) {
+        Some(id) => id.clone(),
+        None => {
+            let id = new_unique_id();
+            message
+                .properties
+                .insert(wire::PROPERTY_UNIQ_KEY.to_owned(), id.clone());
+            id
+        }
+    };
+    let size_bytes = message.wire_size_bytes();
+    if size_bytes > config.max_message_size_bytes {
+        return Err(ClientError::MessageTooLarge {
+            size_bytes,
+            max_bytes: config.max_message_size_bytes,
+        });
+    }
+    Ok((message, unique_id))
+}
+
+fn send_header(
+    topic: &str,
+    queue: &MessageQueue,
+    flag: i32,
+    properties: &str,
+    config: &ProducerConfig,
+) -> HashMap<String, String> {
+    ext_fields([
+        ("producerGroup", config.group.clone()),
+        ("topic", topic.to_owned()),
+        ("defaultTopic", AUTO_CREATE_TOPIC_KEY.to_owned()),
+        (
+            "defaultTopicQueueNums",
+            config.default_topic_queue_nums.to_string(),
+        ),
+        ("queueId", queue.queue_id.to_string()),
+        ("sysFlag", "0".to_owned()),
+        ("bornTimestamp", now_ms().to_string()),
+        ("flag", flag.to_string()),
+        ("properties", properties.to_owned()),
+        ("reconsumeTimes", "0".to_owned()),
+        ("unitMode", "false".to_owned()),
+        ("batch", "false".to_owned()),
+    ])
+}
+
+/// SEND_MESSAGE_V2's single-letter field names, in RocketMQ's order.
+fn to_v2(ext: HashMap<String, String>) -> HashMap<String, String> {
+    const NAMES: [(&str, &str); 12] = [
+        ("producerGroup", "a"),
+        ("topic", "b"),
+        ("defaultTopic", "c"),
+        ("defaultTopicQueueNums", "d"),
+        ("queueId", "e"),
+        ("sysFlag", "f"),
+        ("bornTimestamp", "g"),
+        ("flag", "h"),
+        ("properties", "i"),
+        ("reconsumeTimes", "j"),
+        ("unitMode", "k"),
+        ("batch", "m"),
+    ];
+    ext.into_iter()
+        .map(|(k, v)| {
+            let short = NAMES
+                .iter()
+                .find(|(long, _)| *long == k)
+                .map_or(k, |(_, s)| (*s).to_owned());
+            (short, v)
+        })
+        .collect()
+}
+
+fn single_request(
+    message: &Message,
+    queue: &MessageQueue,
+    config: &ProducerConfig,
+) -> RemotingCommand {
+    let ext = send_header(
+        &message.topic,
+        queue,
+        message.flag,
+        &encoded_properties(&message.properties),
+        config,
+    );
+    RemotingCommand::request(code::request::SEND_MESSAGE_V2, to_v2(ext))
+}
+
+/// Java's `String.hashCode`, so a key lands on the queue a Java producer would pick.
+fn java_hash(key: &str) -> i64 {
+    quiver_store::record::tags_code(key)
+}
+
+impl ProducerInner {
+    /// The topic's route, or the auto-create route when the topic does not exist yet.
+    async fn route_for_send(&self, topic: &str) -> Result<Arc<TopicRoute>> {
+        match self.core.route(topic).await {
+            Ok(route) if !route.write_queues.is_empty() => Ok(route),
+            Ok(_) | Err(ClientError::TopicNotFound { .. }) => {
+                let fallback = self
+                    .core
+                    .route(AUTO_CREATE_TOPIC_KEY)
+                    .await
+                    .map_err(|error| match error {
+                        ClientError::TopicNotFound { .. } => ClientError::TopicNotFound {
+                            topic: topic.to_owned(),
+                        },
+                        other => other,
+                    })?;
+                let queue_nums = self.config.default_topic_queue_nums;
+                let write_queues: Vec<MessageQueue> = fallback
+                    .write_queues
+                    .iter()
+                    .filter(|q| q.queue_id < queue_nums)
+                    .map(|q| MessageQueue::new(topic, &q.broker_name, q.queue_id))
+                    .collect();
+                if write_queues.is_empty() {
+                    return Err(ClientError::TopicNotFound {
+                        topic: topic.to_owned(),
+                    });
+                }
+                Ok(Arc::new(TopicRoute {
+                    topic: topic.to_owned(),
+                    brokers: fallback.brokers.clone(),
+                    read_queues: write_queues.clone(),
+                    write_queues,
+                }))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    fn select(
+        &self,
+        route: &TopicRoute,
+        selector: QueueSelector<'_>,
+        avoid_broker: Option<&str>,
+    ) -> Result<MessageQueue> {
+        let queues = &route.write_queues;
+        if queues.is_empty() {
+            return Err(ClientError::NoRoute {
+                topic: route.topic.clone(),
+                purpose: "sending",
+            });
+        }
+        match selector {
+            QueueSelector::KeyHash(key) => {
+                let index = (java_hash(key).unsigned_abs() % queues.len() as u64) as usize;
+                Ok(queues[index].clone())
+            }
+            QueueSelector::QueueId(queue_id) => queues
+                .iter()
+                .find(|q| q.queue_id == queue_id)
+                .cloned()
+                .ok_or_else(|| ClientError::InvalidArgument {
+                    what: "queue id",
+                    reason: format!("topic {} has no writable queue {queue_id}", route.topic),
+                }),
+            QueueSelector::RoundRobin => {
+                for _ in 0..queues.len() {
+                    let index = self.round_robin.fetch_add(1, Ordering::Relaxed) % queues.len();
+                    if avoid_broker != Some(queues[index].broker_name.as_str()) {
+                        return Ok(queues[index].clone());
+                    }
+                }
+                let index = self.round_robin.fetch_add(1, Ordering::Relaxed) % queues.len();
+                Ok(queues[index].clone())
+            }
+        }
+    }
+
+    async fn send_with_retries(
+        &self,
+        topic: &str,
+        selector: QueueSelector<'_>,
+        build: impl Fn(&MessageQueue) -> RemotingCommand,
+    ) -> Result<SendResult> {
+        let mut failed_broker: Option<String> = None;
+        let mut last_error = None;
+        for attempt in 0..=self.config.retries {
+            let route = self.route_for_send(topic).await?;
+            let queue = self.select(&route, selector, failed_broker.as_deref())?;
+            let addr = self.core.broker_addr(&queue.broker_name)?;
+            let request = build(&queue);
+            let outcome = match self
+                .core
+                .remoting
+                .invoke(&addr, request, self.config.send_timeout)
+                .await
+            {
+                Ok(response) => interpret_send_response(&addr, topic, queue.clone(), response),
+                Err(error) => Err(error),
+            };
+            match outcome {
+                Ok(result) => return Ok(result),
+                Err(error) if !is_retriable(&error) => return Err(error),
+                Err(error) => {
+                    tracing::debug!(%topic, %addr, attempt, %error, "send failed; retrying on another queue");
+                    failed_broker = Some(queue.broker_name.clone());
+                    last_error = Some(error);
+                    // The broker may be gone or the topic moved: look the route up again.
+                    let _ = self.core.fetch_route(topic).await;
+                }
+            }
+        }
+        Err(last_error.unwrap_or(ClientError::NoRoute {
+            topic: topic.to_owned(),
+            purpose: "sending",
+        }))
+    }
+}
+
+fn is_retriable(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Connect { .. }
+            | ClientError::ConnectionClosed { .. }
+            | ClientError::Io { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::BrokerBusy { .. }
+    ) || matches!(error, ClientError::Broker { code, .. }
+        if *code == code::response::SYSTEM_ERROR || *code == code::response::SERVICE_NOT_AVAILABLE)
+}
+
+fn interpret_send_response(
+    addr: &str,
+    topic: &str,
+    queue: MessageQueue,
+    response: RemotingCommand,
+) -> Result<SendResult> {
+    use code::response as r;
+    let status = match response.code {
+        r::SUCCESS => SendStatus::Ok,
+        r::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,
+        r::FLUSH_SLAVE_TIMEOUT => SendStatus::FlushSlaveTimeout,
+        r::SLAVE_NOT_AVAILABLE => SendStatus::SlaveNotAvailable,
+        r::TOPIC_NOT_EXIST => {
+            return Err(ClientError::TopicNotFound {
+                topic: topic.to_owned(),
+            })
+        }
+        _ => {
+            return Err(response_error(
+                addr,
+                code::request::SEND_MESSAGE_V2,
+                &response,
+            ))
+        }
+    };
+    let queue_id = response
+        .ext("queueId")
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(queue.queue_id);
+    let queue_offset = response
+        .ext("queueOffset")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_default();
+    let offset_msg_id = response.ext("msgId").unwrap_or_default().to_owned();
+    Ok(SendResult {
+        status,
+        msg_id: String::new(),
+        offset_msg_id,
+        queue: MessageQueue::new(topic, &queue.broker_name, queue_id),
+        queue_offset: QueueOffset(queue_offset),
+    })
+}

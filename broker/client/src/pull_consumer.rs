@@ -1,0 +1,93 @@
+//! The pull consumer for tools: the caller chooses queues and offsets, commits explicitly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_store::QueueOffset;
+
+use crate::core::{ClientConfig, ClientCore};
+use crate::error::Result;
+use crate::ops::{PullResult, PullSpec};
+use crate::subscription::Subscription;
+use crate::MessageQueue;
+
+pub struct PullConsumer {
+    core: Arc<ClientCore>,
+    group: String,
+}
+
+impl PullConsumer {
+    pub fn new(config: ClientConfig, group: impl Into<String>) -> Self {
+        Self {
+            core: ClientCore::new(config),
+            group: group.into(),
+        }
+    }
+
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The readable queues of `topic`, sorted.
+    pub async fn queues(&self, topic: &str) -> Result<Vec<MessageQueue>> {
+        Ok(self.core.fetch_route(topic).await?.read_queues.clone())
+    }
+
+    /// Pulls from `offset`; with `long_poll` the broker waits that long for new messages.
+    pub async fn pull(
+        &self,
+        queue: &MessageQueue,
+        offset: QueueOffset,
+        max_messages: u32,
+        subscription: &Subscription,
+        long_poll: Option<Duration>,
+    ) -> Result<PullResult> {
+        self.core.route(&queue.topic).await?;
+        let spec = PullSpec {
+            group: &self.group,
+            queue,
+            offset,
+            max_messages,
+            subscription,
+            commit_offset: None,
+            suspend: long_poll,
+        };
+        self.core.pull(&spec).await
+    }
+
+    pub async fn committed_offset(&self, queue: &MessageQueue) -> Result<Option<QueueOffset>> {
+        self.core.route(&queue.topic).await?;
+        self.core.query_consumer_offset(&self.group, queue).await
+    }
+
+    /// Commits and waits for the broker's acknowledgement.
+    pub async fn commit(&self, queue: &MessageQueue, offset: QueueOffset) -> Result<()> {
+        self.core.route(&queue.topic).await?;
+        self.core
+            .update_consumer_offset(&self.group, queue, offset, true)
+            .await
+    }
+
+    pub async fn max_offset(&self, queue: &MessageQueue) -> Result<QueueOffset> {
+        self.core.route(&queue.topic).await?;
+        self.core.max_offset(queue).await
+    }
+
+    pub async fn min_offset(&self, queue: &MessageQueue) -> Result<QueueOffset> {
+        self.core.route(&queue.topic).await?;
+        self.core.min_offset(queue).await
+    }
+
+    pub async fn search_offset(
+        &self,
+        queue: &MessageQueue,
+        timestamp_ms: i64,
+    ) -> Result<QueueOffset> {
+        self.core.route(&queue.topic).await?;
+        self.core.search_offset(queue, timestamp_ms).await
+    }
+
+    pub async fn shutdown(&self) {
+        self.core.shutdown().await;
+    }
+}

@@ -1,0 +1,91 @@
+//! A consumer killed mid-stream loses nothing: its successor starts at the committed offset.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use common::{produce, wait_until, Received, TestBroker};
+use quiver_client::{ConsumeFromWhere, PullConsumer, PushConsumer, QueueOffset};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_consumer_loses_nothing_and_successor_resumes_at_committed_offset() {
+    let broker = TestBroker::start().await;
+    let topic = "orders";
+    broker.create_topic(topic, 4).await;
+    let producer = broker.producer();
+    let sent = produce(&producer, topic, "m", 400).await;
+
+    let first = Received::default();
+    let mut config = broker
+        .consumer_config("g-kill", topic)
+        .consume_from(ConsumeFromWhere::FirstOffset);
+    // Small pulls so the kill lands mid-stream.
+    config.pull_batch_size = 4;
+    config.consume_concurrency = 1;
+    let consumer = PushConsumer::start(config.clone(), first.listener())
+        .await
+        .expect("start first");
+    wait_until(
+        "the first consumer to get going",
+        Duration::from_secs(20),
+        || first.len() >= 100,
+    )
+    .await;
+    consumer.abort().await;
+
+    // What the broker holds as committed when the first consumer died.
+    let offsets = PullConsumer::new(broker.client(), "g-kill");
+    let mut committed = BTreeMap::new();
+    for queue in offsets.queues(topic).await.expect("queues") {
+        let offset = offsets
+            .committed_offset(&queue)
+            .await
+            .expect("query")
+            .unwrap_or(QueueOffset(0));
+        committed.insert(queue.queue_id, offset);
+    }
+
+    let second = Received::default();
+    let successor = PushConsumer::start(config, second.listener())
+        .await
+        .expect("start second");
+    let expected: HashSet<String> = sent.iter().cloned().collect();
+    wait_until(
+        "every message to be consumed by one of the two",
+        Duration::from_secs(30),
+        || {
+            let mut seen: HashSet<String> = first.bodies().into_iter().collect();
+            seen.extend(second.bodies());
+            expected.is_subset(&seen)
+        },
+    )
+    .await;
+    successor.shutdown().await.expect("clean shutdown");
+
+    // Redelivery starts exactly at the committed offset of each queue.
+    let mut first_offsets: BTreeMap<u32, QueueOffset> = BTreeMap::new();
+    for message in second
+        .messages
+        .lock()
+        .iter()
+        .filter(|m| m.queue.topic == topic)
+    {
+        let entry = first_offsets
+            .entry(message.queue.queue_id)
+            .or_insert(message.queue_offset);
+        *entry = (*entry).min(message.queue_offset);
+    }
+    for (queue_id, offset) in &first_offsets {
+        assert_eq!(
+            Some(offset),
+            committed.get(queue_id),
+            "queue {queue_id} restarted away from its committed offset"
+        );
+    }
+    assert!(
+        first.len() < sent.len(),
+        "the kill happened after everything was consumed"
+    );
+    broker.stop().await;
+}
