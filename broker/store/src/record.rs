@@ -69,6 +69,8 @@ pub enum RecordError {
     TopicTooLong { len: usize },
     #[error("properties of {len} bytes exceed 32767")]
     PropertiesTooLong { len: usize },
+    #[error("{field} is empty or holds a NUL byte")]
+    BadText { field: &'static str },
     #[error("record says it is at {stored} but lies at {actual}")]
     WrongPosition { stored: u64, actual: u64 },
     #[error("body of {len} bytes exceeds i32::MAX")]
@@ -173,6 +175,7 @@ fn host_len(addr: &SocketAddr) -> usize {
 
 /// Bytes the encoded record will take; errors when a field exceeds its length prefix.
 pub fn encoded_len(msg: &NewMessage<'_>) -> Result<usize, RecordError> {
+    check_text(msg.topic, msg.properties)?;
     if msg.topic.len() > i8::MAX as usize {
         return Err(RecordError::TopicTooLong {
             len: msg.topic.len(),
@@ -195,6 +198,20 @@ pub fn encoded_len(msg: &NewMessage<'_>) -> Result<usize, RecordError> {
         });
     }
     Ok(len)
+}
+
+/// Topic and properties never hold NUL (and the topic is never empty), so a record whose
+/// tail was torn off (zeroes on disk) fails to parse: those fields are not checksummed.
+fn check_text(topic: &str, properties: &str) -> Result<(), RecordError> {
+    if topic.is_empty() || topic.as_bytes().contains(&0) {
+        return Err(RecordError::BadText { field: "topic" });
+    }
+    if properties.as_bytes().contains(&0) {
+        return Err(RecordError::BadText {
+            field: "properties",
+        });
+    }
+    Ok(())
 }
 
 /// SYSFLAG with the host bits set from the actual address families.
@@ -426,6 +443,7 @@ fn parse(buf: &[u8]) -> Result<Parsed<'_>, RecordError> {
             actual: r.at,
         });
     }
+    check_text(topic, properties)?;
     let computed = body_crc(body);
     if computed != stored_crc {
         return Err(RecordError::BodyCrcMismatch {
