@@ -1,1 +1,22 @@
-//! quiver-operator: placeholder until its issue lands.
+//! quiver-operator: Kubernetes operator for Quiver brokers and consumer groups.
+//!
+//! `Broker` resources become StatefulSets (with Services, a ConfigMap and a PDB), rolled one pod
+//! at a time and drained before scale-down; `ConsumerGroup` resources are created on their
+//! brokers and get their lag in status and in Prometheus.
+
+pub mod admin;
+pub mod controller;
+pub mod crd;
+pub mod crdgen;
+pub mod desired;
+pub mod http;
+pub mod lag;
+pub mod metrics;
+pub mod quantity;
+pub mod remoting_admin;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+// mod scenarios;
+pub use controller::{Context, Error};

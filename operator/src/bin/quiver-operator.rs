@@ -1,0 +1,175 @@
+//! quiver-operator: parses flags, starts tracing, the HTTP port and leader election, then runs
+//! the controllers while leading.
+
+use anyhow::Context as _;
+use clap::Parser;
+use kube::Client;
+use kube_lease_manager::LeaseManagerBuilder;
+use quiver_operator::controller::{self, Context};
+use quiver_operator::http::{self, Health};
+use quiver_operator::metrics::Metrics;
+use quiver_operator::remoting_admin::RemotingAdmin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Name of the coordination.k8s.io/v1 Lease the replicas compete for.
+const LEASE_NAME: &str = "quiver-operator-leader";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "quiver-operator",
+    version,
+    about = "Kubernetes operator for Quiver brokers"
+)]
+struct Args {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "QUIVER_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "QUIVER_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
+    http_listen: String,
+    /// Seconds between lag polls of each ConsumerGroup (>= 1).
+    #[arg(long, env = "QUIVER_LAG_INTERVAL_SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    lag_interval_seconds: u64,
+    /// Run the controllers only while holding the leader Lease.
+    #[arg(long, env = "QUIVER_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    /// Log format: json (structured) or text.
+    #[arg(long, env = "QUIVER_LOG_FORMAT", default_value = "json", value_parser = ["json", "text"])]
+    log_format: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_format == "json" {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API")?;
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(forward_signals(stop_tx));
+
+    let listener = tokio::net::TcpListener::bind(&args.http_listen)
+        .await
+        .with_context(|| format!("binding --http-listen {}", args.http_listen))?;
+    tracing::info!(addr = %args.http_listen, "serving /metrics /healthz /readyz");
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        metrics.clone(),
+        health.clone(),
+        stopped(stop_rx.clone()),
+    ));
+
+    let admin = Arc::new(RemotingAdmin::default());
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        admin,
+        metrics,
+        Duration::from_secs(args.lag_interval_seconds),
+    ));
+
+    let outcome = if args.leader_election {
+        run_as_leader(client, ctx, args.namespace, health, stop_rx).await
+    } else {
+        health.set_ready(true);
+        controller::run(ctx, args.namespace, stopped(stop_rx)).await;
+        Ok(())
+    };
+    http_task.abort();
+    tracing::info!("stopped");
+    outcome
+}
+
+/// Competes for the Lease; runs the controllers while leading. Losing the lease is an error
+/// so the pod restarts and competes again with a clean state.
+async fn run_as_leader(
+    client: Client,
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    health: Arc<Health>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let lease_namespace = namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let identity = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("quiver-operator-{}", std::process::id()));
+    let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
+        .with_namespace(&lease_namespace)
+        .with_identity(&identity)
+        .with_field_manager("quiver-operator")
+        .build()
+        .await
+        .context("preparing the leader Lease")?;
+    let (mut leading, lease_task) = manager.watch().await;
+    // A standby replica is healthy and ready: it takes over when the leader goes.
+    health.set_ready(true);
+    tracing::info!(%identity, lease = LEASE_NAME, namespace = %lease_namespace, "waiting for leadership");
+    loop {
+        if *leading.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = leading.changed() => changed.context("lease manager stopped")?,
+            _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
+        }
+    }
+    tracing::info!(%identity, "leading: starting controllers");
+    let mut lost = leading.clone();
+    let lost_leadership = async move {
+        lost.wait_for(|leading| !*leading).await.ok();
+    };
+    let stop_signal = stopped(stop.clone());
+    let either = async move {
+        tokio::select! {
+            () = lost_leadership => {},
+            () = stop_signal => {},
+        }
+    };
+    controller::run(ctx, namespace, either).await;
+    let still_leading = *leading.borrow();
+    drop(leading);
+    if let Ok(Ok(manager)) = lease_task.await {
+        manager.release().await.ok();
+    }
+    if *stop.borrow() || still_leading {
+        Ok(())
+    } else {
+        anyhow::bail!("lost the leader Lease; exiting to compete again")
+    }
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    stop.wait_for(|stopped| *stopped).await.ok();
+}
+
+async fn forward_signals(stop: watch::Sender<bool>) {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = terminate.recv() => {},
+    }
+    tracing::info!("shutdown requested");
+    stop.send(true).ok();
+}

@@ -1,0 +1,103 @@
+//! Standard `metav1.Condition` bookkeeping: transition time moves only when the status flips.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// A condition to set; `observed_generation` is filled in by [`merge`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// Condition type, e.g. Ready.
+    pub type_: &'static str,
+    /// True or False.
+    pub status: bool,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl Desired {
+    /// A condition of `type_` with its status, reason and message.
+    pub fn new(
+        type_: &'static str,
+        status: bool,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Desired {
+        Desired {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Conditions for `desired`, keeping the previous transition time of unchanged statuses.
+pub fn merge(
+    previous: &[Condition],
+    desired: &[Desired],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    desired
+        .iter()
+        .map(|want| {
+            let status = if want.status { "True" } else { "False" }.to_string();
+            let last_transition_time = previous
+                .iter()
+                .find(|existing| existing.type_ == want.type_ && existing.status == status)
+                .map(|existing| existing.last_transition_time.clone())
+                .unwrap_or(Time(now));
+            Condition {
+                type_: want.type_.to_string(),
+                status,
+                reason: want.reason.to_string(),
+                message: want.message.clone(),
+                observed_generation: generation,
+                last_transition_time,
+            }
+        })
+        .collect()
+}
+
+/// Whether `conditions` has `type_` with status True.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|condition| condition.type_ == type_ && condition.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_kept_while_status_holds() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let first = merge(
+            &[],
+            &[Desired::new("Ready", false, "Starting", "0/3")],
+            Some(1),
+            t0,
+        );
+        let same = merge(
+            &first,
+            &[Desired::new("Ready", false, "Starting", "1/3")],
+            Some(1),
+            t1,
+        );
+        assert_eq!(same[0].last_transition_time, Time(t0));
+        assert_eq!(same[0].message, "1/3");
+        let flipped = merge(
+            &same,
+            &[Desired::new("Ready", true, "AllBrokersReady", "3/3")],
+            Some(2),
+            t1,
+        );
+        assert_eq!(flipped[0].last_transition_time, Time(t1));
+        assert_eq!(flipped[0].observed_generation, Some(2));
+        assert!(is_true(&flipped, "Ready"));
+    }
+}

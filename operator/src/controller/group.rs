@@ -1,0 +1,348 @@
+//! ConsumerGroup reconciler: ensure the group on its brokers, apply offset resets once,
+//! collect lag on every pass (requeued at the lag interval), clean up on delete.
+
+use super::conditions::{self, Desired};
+use super::{object_key, Context, Error};
+use crate::admin::{BrokerAddr, ConsumeStats, ResetTarget, SubscriptionGroup};
+use crate::crd::{
+    AppliedOffsetReset, Broker, ConsumerGroup, ConsumerGroupStatus, OffsetResetTarget,
+    QueueLagStatus, TopicLagStatus,
+};
+use crate::desired::{self, FIELD_MANAGER};
+use crate::lag::{group_lag, GroupLag, Progress};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::finalizer::{finalizer, Event};
+use kube::{Api, Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::instrument;
+
+/// Finalizer that removes the group from its brokers before the resource goes away.
+pub const FINALIZER: &str = "quiver.io/consumer-group-cleanup";
+/// Polls with lag and no commit before Stalled, when the spec does not say.
+pub const DEFAULT_STALLED_POLLS: u32 = 3;
+/// Queues listed in `status.topQueues`.
+pub const TOP_QUEUES: usize = 10;
+/// Requeue delay while the referenced Broker does not exist.
+pub const MISSING_BROKER_REQUEUE: Duration = Duration::from_secs(30);
+
+/// Entry point of the ConsumerGroup controller.
+pub async fn reconcile(group: Arc<ConsumerGroup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let key = object_key(group.as_ref());
+    let namespace = group.namespace().ok_or_else(|| Error::NoNamespace {
+        kind: "ConsumerGroup",
+        name: group.name_any(),
+    })?;
+    let api: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    let result = finalizer(&api, FINALIZER, group, |event| async {
+        match event {
+            Event::Apply(group) => apply(&group, &namespace, &ctx).await,
+            Event::Cleanup(group) => cleanup(&group, &namespace, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|source| Error::Finalizer {
+        object: key.clone(),
+        source: Box::new(source),
+    });
+    ctx.metrics.reconciled("consumergroup", started.elapsed());
+    if result.is_ok() {
+        ctx.reset_backoff(&key);
+    }
+    result
+}
+
+/// Addresses of the brokers of the referenced Broker, including ones still draining.
+fn broker_addresses(broker: &Broker) -> Vec<BrokerAddr> {
+    let running = broker
+        .status
+        .as_ref()
+        .map_or(0, |status| status.current_replicas);
+    (0..broker.spec.replicas.max(running))
+        .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+        .collect()
+}
+
+#[instrument(skip(group, ctx), fields(group = %group.name_any()))]
+async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
+    let name = group.name_any();
+    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
+    let previous = group.status.clone().unwrap_or_default();
+    let now_ms = (ctx.clock)();
+    let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let broker_ref = &group.spec.broker_ref;
+
+    let Some(broker) = brokers
+        .get_opt(broker_ref)
+        .await
+        .map_err(Error::kube(format!("reading Broker {broker_ref}")))?
+    else {
+        let conditions = conditions::merge(
+            &previous.conditions,
+            &[Desired::new(
+                "Ready",
+                false,
+                "BrokerNotFound",
+                format!("Broker {broker_ref} does not exist"),
+            )],
+            group.metadata.generation,
+            now,
+        );
+        let status = ConsumerGroupStatus {
+            observed_generation: group.metadata.generation,
+            conditions,
+            ..previous
+        };
+        patch_status(&groups, &name, &status).await?;
+        return Ok(Action::requeue(MISSING_BROKER_REQUEUE));
+    };
+    let addresses = broker_addresses(&broker);
+
+    let subscription = SubscriptionGroup {
+        group: name.clone(),
+        consume_enable: group.spec.consume_enable,
+        retry_queue_nums: 1,
+        max_reconsume_times: group.spec.max_reconsume_times,
+    };
+    for addr in &addresses {
+        ctx.admin
+            .upsert_group(addr, &subscription)
+            .await
+            .map_err(Error::admin("creating the subscription group"))?;
+    }
+
+    let mut applied_offset_reset = previous.applied_offset_reset.clone();
+    if let Some(reset) = &group.spec.offset_reset {
+        let already_applied = applied_offset_reset
+            .as_ref()
+            .is_some_and(|applied| applied.id == reset.id);
+        if !already_applied {
+            let target = match reset.to {
+                OffsetResetTarget::Earliest => ResetTarget::Earliest,
+                OffsetResetTarget::Latest => ResetTarget::Latest,
+                OffsetResetTarget::Timestamp => {
+                    ResetTarget::Timestamp(reset.timestamp_millis.unwrap_or(0))
+                }
+            };
+            for addr in &addresses {
+                for topic in &group.spec.topics {
+                    ctx.admin
+                        .reset_offsets(addr, &name, topic, target)
+                        .await
+                        .map_err(Error::admin("resetting offsets"))?;
+                }
+            }
+            applied_offset_reset = Some(AppliedOffsetReset {
+                id: reset.id.clone(),
+                to: reset.to,
+                applied_at: now.to_string(),
+            });
+            let note = format!(
+                "offsets of {} reset to {:?} (request {})",
+                group.spec.topics.join(", "),
+                reset.to,
+                reset.id
+            );
+            publish(ctx, group, "OffsetsReset", &note).await;
+        }
+    }
+
+    let mut stats = Vec::with_capacity(addresses.len());
+    for addr in &addresses {
+        let broker_stats: ConsumeStats = ctx
+            .admin
+            .consume_stats(addr, &name)
+            .await
+            .map_err(Error::admin("reading consume stats"))?;
+        stats.extend(broker_stats.queues);
+    }
+    let lag = group_lag(&stats, &group.spec.topics, now_ms);
+    let thresholds = group.spec.lag_thresholds.clone().unwrap_or_default();
+    let (progress, last_commit_ms) = {
+        let mut trackers = ctx
+            .stall_trackers
+            .lock()
+            .expect("stall tracker lock poisoned");
+        let tracker = trackers.entry(object_key(group)).or_default();
+        let progress = tracker.observe(
+            &lag,
+            thresholds.stalled_polls.unwrap_or(DEFAULT_STALLED_POLLS),
+            now_ms,
+        );
+        (progress, tracker.last_commit_ms())
+    };
+    ctx.metrics.set_group_lag(broker_ref, &name, &lag, progress);
+
+    let status = ConsumerGroupStatus {
+        observed_generation: group.metadata.generation,
+        total_lag: lag.total_messages(),
+        lag_seconds: lag.max_latency_ms().map(|ms| ms as f64 / 1000.0),
+        topics: topic_statuses(&lag),
+        top_queues: lag
+            .top_queues(TOP_QUEUES)
+            .into_iter()
+            .map(|(key, lag)| QueueLagStatus {
+                topic: key.topic.clone(),
+                broker: key.broker.clone(),
+                queue_id: key.queue_id,
+                lag,
+            })
+            .collect(),
+        conditions: conditions::merge(
+            &previous.conditions,
+            &lag_conditions(&lag, progress, &thresholds, addresses.len()),
+            group.metadata.generation,
+            now,
+        ),
+        applied_offset_reset,
+        last_commit_time: last_commit_ms
+            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+            .map(|time| time.to_string())
+            .or(previous.last_commit_time),
+    };
+    patch_status(&groups, &name, &status).await?;
+    Ok(Action::requeue(ctx.lag_interval))
+}
+
+fn topic_statuses(lag: &GroupLag) -> Vec<TopicLagStatus> {
+    lag.topics
+        .iter()
+        .map(|(topic, topic_lag)| TopicLagStatus {
+            topic: topic.clone(),
+            lag: topic_lag.messages,
+            lag_latency_millis: topic_lag.latency_ms,
+            uncommitted_queues: topic_lag.uncommitted_queues,
+        })
+        .collect()
+}
+
+fn lag_conditions(
+    lag: &GroupLag,
+    progress: Progress,
+    thresholds: &crate::crd::LagThresholds,
+    brokers: usize,
+) -> Vec<Desired> {
+    let total = lag.total_messages();
+    let latency_ms = lag.max_latency_ms();
+    let over_messages =
+        matches!((total, thresholds.messages), (Some(total), Some(limit)) if total > limit);
+    let over_seconds = matches!((latency_ms, thresholds.seconds), (Some(ms), Some(limit)) if ms > limit.saturating_mul(1000));
+    let lagging = over_messages || over_seconds;
+    let lag_message = match total {
+        Some(total) => format!(
+            "{total} messages behind, {:.1}s",
+            latency_ms.unwrap_or(0) as f64 / 1000.0
+        ),
+        None => "nothing committed yet: lag unknown".to_string(),
+    };
+    let stalled_message = match progress {
+        Progress::Stalled { unmoved_polls } => {
+            format!("lag > 0 and no commit for {unmoved_polls} polls")
+        }
+        Progress::Moving => "committed offsets move or nothing is pending".to_string(),
+    };
+    vec![
+        Desired::new(
+            "Ready",
+            true,
+            "GroupConfigured",
+            format!("group present on {brokers} brokers"),
+        ),
+        Desired::new(
+            "Lagging",
+            lagging,
+            if lagging {
+                "ThresholdExceeded"
+            } else {
+                "WithinThresholds"
+            },
+            lag_message,
+        ),
+        Desired::new(
+            "Stalled",
+            matches!(progress, Progress::Stalled { .. }),
+            if matches!(progress, Progress::Stalled { .. }) {
+                "CommitsNotMoving"
+            } else {
+                "Progressing"
+            },
+            stalled_message,
+        ),
+    ]
+}
+
+#[instrument(skip(group, ctx), fields(group = %group.name_any()))]
+async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
+    let name = group.name_any();
+    if group.spec.delete_offsets_on_delete {
+        let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
+        let broker_ref = &group.spec.broker_ref;
+        // A deleted Broker took its brokers' offsets with it: nothing left to remove.
+        if let Some(broker) = brokers
+            .get_opt(broker_ref)
+            .await
+            .map_err(Error::kube(format!("reading Broker {broker_ref}")))?
+        {
+            for addr in broker_addresses(&broker) {
+                ctx.admin
+                    .delete_group(&addr, &name)
+                    .await
+                    .map_err(Error::admin("deleting the group"))?;
+            }
+            publish(
+                ctx,
+                group,
+                "GroupDeleted",
+                "group and its offsets removed from the brokers",
+            )
+            .await;
+        }
+    }
+    ctx.metrics.forget_group(&group.spec.broker_ref, &name);
+    ctx.stall_trackers
+        .lock()
+        .expect("stall tracker lock poisoned")
+        .remove(&object_key(group));
+    Ok(Action::await_change())
+}
+
+async fn patch_status(
+    api: &Api<ConsumerGroup>,
+    name: &str,
+    status: &ConsumerGroupStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": ConsumerGroup::api_version(&()),
+        "kind": ConsumerGroup::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "writing status of ConsumerGroup {name}"
+    )))?;
+    Ok(())
+}
+
+/// Events are best effort: a failure is logged, never fails the reconcile.
+async fn publish(ctx: &Context, group: &ConsumerGroup, reason: &str, note: &str) {
+    let event = KubeEvent {
+        type_: EventType::Normal,
+        reason: reason.to_string(),
+        note: Some(note.to_string()),
+        action: reason.to_string(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &group.object_ref(&())).await {
+        tracing::warn!(%error, reason, "could not publish event");
+    }
+}

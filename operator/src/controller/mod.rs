@@ -1,0 +1,289 @@
+//! The two controllers (Broker, ConsumerGroup), their shared context, errors and backoff.
+
+pub mod broker;
+pub mod conditions;
+pub mod group;
+
+use crate::admin::{AdminError, BrokerAdmin};
+use crate::crd::{Broker, ConsumerGroup};
+use crate::lag::StallTracker;
+use crate::metrics::Metrics;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Shortest delay after a failed reconcile.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
+/// Longest delay after repeated failures.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Failures of a reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API call failed: {action}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A broker admin call failed.
+    #[error("broker admin call failed while {action}")]
+    Admin {
+        /// What was being done.
+        action: &'static str,
+        /// The admin error.
+        #[source]
+        source: AdminError,
+    },
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer handling failed for {object}")]
+    Finalizer {
+        /// namespace/name of the object.
+        object: String,
+        /// The finalizer error.
+        #[source]
+        source: Box<kube::runtime::finalizer::Error<Error>>,
+    },
+    /// The object lacks a namespace (both resources are namespaced).
+    #[error("{kind} {name} has no namespace")]
+    NoNamespace {
+        /// Resource kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+    },
+}
+
+impl Error {
+    /// Short label for the `error` label of `quiver_reconcile_errors_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Admin { .. } => "broker_admin",
+            Error::Finalizer { .. } => "finalizer",
+            Error::NoNamespace { .. } => "no_namespace",
+        }
+    }
+
+    pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let action = action.into();
+        move |source| Error::Kube { action, source }
+    }
+
+    pub(crate) fn admin(action: &'static str) -> impl FnOnce(AdminError) -> Error {
+        move |source| Error::Admin { action, source }
+    }
+}
+
+/// Milliseconds since the Unix epoch; injected so lag latency is testable.
+pub type Clock = fn() -> i64;
+
+/// The wall clock.
+pub fn system_clock() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// State shared by every reconcile.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Broker administration (lag, drain, groups).
+    pub admin: Arc<dyn BrokerAdmin>,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// How often ConsumerGroups are polled for lag.
+    pub lag_interval: Duration,
+    /// Time source.
+    pub clock: Clock,
+    /// Committed offsets seen at the previous poll, per group.
+    pub stall_trackers: Mutex<HashMap<String, StallTracker>>,
+    /// Consecutive failures per object, for backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context with the system clock.
+    pub fn new(
+        client: Client,
+        admin: Arc<dyn BrokerAdmin>,
+        metrics: Arc<Metrics>,
+        lag_interval: Duration,
+    ) -> Context {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "quiver-operator".into(),
+                instance: None,
+            },
+        );
+        Context {
+            client,
+            admin,
+            metrics,
+            recorder,
+            lag_interval,
+            clock: system_clock,
+            stall_trackers: Mutex::new(HashMap::new()),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Replaces the time source.
+    pub fn with_clock(mut self, clock: Clock) -> Context {
+        self.clock = clock;
+        self
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        self.failures
+            .lock()
+            .expect("failures lock poisoned")
+            .remove(key);
+    }
+
+    /// Delay before retrying after one more failure of `key`: doubling from BACKOFF_BASE.
+    fn next_backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().expect("failures lock poisoned");
+        let count = failures.entry(key.to_string()).or_insert(0);
+        let delay = BACKOFF_BASE
+            .saturating_mul(1u32 << (*count).min(10))
+            .min(BACKOFF_MAX);
+        *count = count.saturating_add(1);
+        delay
+    }
+}
+
+/// `kind/namespace/name`, the key of per-object state.
+pub fn object_key<K: Resource<DynamicType = ()>>(object: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+/// Requeue with exponential backoff; logs and counts the error.
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    object: Arc<K>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let key = object_key(object.as_ref());
+    let delay = ctx.next_backoff(&key);
+    let controller = K::kind(&()).to_lowercase();
+    ctx.metrics
+        .reconcile_failed(&controller, error.metric_label());
+    tracing::warn!(object = %key, error = %error, source = ?std::error::Error::source(error), retry_in_s = delay.as_secs(), "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs both controllers until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let broker_stop = stop_tx.subscribe();
+    let group_stop = stop_tx.subscribe();
+    let stop_on = |mut receiver: tokio::sync::broadcast::Receiver<()>| async move {
+        receiver.recv().await.ok();
+    };
+    let labels = watcher::Config::default().labels("app.kubernetes.io/managed-by=quiver-operator");
+    let brokers = Controller::new(
+        api::<Broker>(&client, &namespace),
+        watcher::Config::default(),
+    )
+    .owns(api::<StatefulSet>(&client, &namespace), labels.clone())
+    .owns(api::<Service>(&client, &namespace), labels.clone())
+    .owns(api::<ConfigMap>(&client, &namespace), labels.clone())
+    .owns(api::<PodDisruptionBudget>(&client, &namespace), labels)
+    .graceful_shutdown_on(stop_on(broker_stop))
+    .run(broker::reconcile, error_policy, ctx.clone())
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "broker controller event");
+        }
+    });
+    let groups = Controller::new(
+        api::<ConsumerGroup>(&client, &namespace),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(stop_on(group_stop))
+    .run(group::reconcile, error_policy, ctx.clone())
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!(%error, "consumergroup controller event");
+        }
+    });
+    let trigger = async move {
+        shutdown.await;
+        stop_tx.send(()).ok();
+    };
+    tokio::join!(brokers, groups, trigger);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{BrokerFixture, FakeAdmin, FakeApiServer};
+
+    #[tokio::test]
+    async fn backoff_doubles_and_is_capped_then_resets() {
+        let (client, _server) = FakeApiServer::start();
+        let ctx = Arc::new(Context::new(
+            client,
+            Arc::new(FakeAdmin::default()),
+            Arc::default(),
+            Duration::from_secs(1),
+        ));
+        let broker = Arc::new(Broker::test());
+        let error = Error::NoNamespace {
+            kind: "Broker",
+            name: "qb".into(),
+        };
+        let delays: Vec<Action> = (0..8)
+            .map(|_| error_policy(broker.clone(), &error, ctx.clone()))
+            .collect();
+        assert_eq!(delays[0], Action::requeue(Duration::from_secs(5)));
+        assert_eq!(delays[1], Action::requeue(Duration::from_secs(10)));
+        assert_eq!(delays[2], Action::requeue(Duration::from_secs(20)));
+        assert_eq!(delays[7], Action::requeue(BACKOFF_MAX));
+        ctx.reset_backoff(&object_key(broker.as_ref()));
+        assert_eq!(
+            error_policy(broker, &error, ctx.clone()),
+            Action::requeue(Duration::from_secs(5))
+        );
+        assert!(ctx.metrics.encode().contains(
+            r#"quiver_reconcile_errors_total{controller="broker",error="no_namespace"} 9"#
+        ));
+    }
+}

@@ -1,0 +1,601 @@
+//! The custom resources: `Broker` and `ConsumerGroup` (quiver.io/v1alpha1).
+//!
+//! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary; CEL rules
+//! declared here are enforced by the API server and unit-tested locally.
+
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// API group of both resources.
+pub const GROUP: &str = "quiver.io";
+/// Annotation that stops reconciliation of a Broker while set to "true".
+pub const PAUSE_ANNOTATION: &str = "quiver.io/paused";
+/// Default broker image, used when `spec.image` is empty.
+pub const DEFAULT_IMAGE: &str = "ghcr.io/quiver-mq/quiver-broker:latest";
+
+/// A cluster of Quiver brokers: one StatefulSet pod per broker, each with its own store volume.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "quiver.io",
+    version = "v1alpha1",
+    kind = "Broker",
+    namespaced,
+    status = "BrokerStatus",
+    shortname = "qb",
+    doc = "A cluster of Quiver (RocketMQ-compatible) brokers",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerSpec {
+    /// Number of brokers; scale-down drains the leaving brokers first.
+    #[x_kube(validation = Rule::new("self >= 1").message("replicas must be at least 1"))]
+    pub replicas: i32,
+    /// Broker container image.
+    #[serde(default)]
+    pub image: String,
+    /// Store volume of each broker.
+    pub storage: StorageSpec,
+    /// Compute resources of the broker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// ASYNC (default) acknowledges before fsync; SYNC acknowledges after group commit.
+    #[serde(default)]
+    pub flush_disk_type: FlushDiskType,
+    /// Topics created on every broker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub topics: Vec<TopicSpec>,
+    /// CommitLog retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionSpec>,
+    /// Scheduling overrides for the broker pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodOverrides>,
+}
+
+/// Store volume: size may only grow, the storage class is fixed at creation.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("storageClassName is immutable"))]
+pub struct StorageSpec {
+    /// Volume size as a Kubernetes quantity, e.g. "10Gi"; may only grow.
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("size must be a quantity such as 10Gi"))]
+    #[x_kube(validation = Rule::new("!isQuantity(oldSelf) || !isQuantity(self) || quantity(self).compareTo(quantity(oldSelf)) >= 0").message("storage size may only grow"))]
+    pub size: String,
+    /// Storage class of the volume claims; the cluster default when absent.
+    #[schemars(length(max = 253))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// What happens to a broker's volume claim when it is scaled away or the Broker is deleted.
+    #[serde(default)]
+    pub retention_policy: VolumeRetentionPolicy,
+}
+
+/// Fate of a removed broker's PersistentVolumeClaim.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum VolumeRetentionPolicy {
+    /// Keep the claim (and its data) for a later scale-up or manual recovery.
+    #[default]
+    Retain,
+    /// Delete the claim with the broker.
+    Delete,
+}
+
+/// Durability of acknowledged sends.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum FlushDiskType {
+    /// Flush on a timer; a send is acknowledged once it is in the page cache.
+    #[default]
+    Async,
+    /// Group-commit fsync before the send is acknowledged.
+    Sync,
+}
+
+/// A topic the broker creates at start.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicSpec {
+    /// Topic name: letters, digits, '%', '-', '_' and '|', at most 127 characters.
+    #[schemars(length(max = 127))]
+    #[x_kube(validation = Rule::new("self.matches('^[%|a-zA-Z0-9_-]{1,127}$')").message("topic names use letters, digits, %, |, - and _ (1-127 characters)"))]
+    pub name: String,
+    /// Read and write queues of the topic on each broker.
+    #[serde(default = "default_queues")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1024").message("queues must be between 1 and 1024"))]
+    pub queues: i32,
+}
+
+fn default_queues() -> i32 {
+    8
+}
+
+/// CommitLog retention.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionSpec {
+    /// Hours a CommitLog segment is kept after its last write (RocketMQ fileReservedTime).
+    pub file_reserved_hours: u32,
+    /// Disk usage percentage above which old segments are deleted early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_high_water_percent: Option<u8>,
+}
+
+/// Scheduling overrides for the broker pods; defaults spread brokers across nodes.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    /// Replaces the default preferred anti-affinity between brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Tolerations of the broker pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Replaces the default zone spread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Node selector of the broker pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Seconds a stopping broker gets to flush and close; default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
+}
+
+/// Observed state of a Broker.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Brokers whose pod is Ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Brokers currently running (may exceed spec.replicas while a scale-down drains).
+    #[serde(default)]
+    pub current_replicas: i32,
+    /// Remoting address of each broker, by ordinal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<BrokerAddress>,
+    /// Ready, Progressing, Degraded and Paused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Scale-down in progress: the brokers being drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainStatus>,
+    /// Rolling update in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+    /// Volume expansion in progress or done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageStatus>,
+}
+
+/// One broker's name and address.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerAddress {
+    /// Broker name (the pod name).
+    pub name: String,
+    /// Remoting address `host:port` by stable DNS name.
+    pub address: String,
+}
+
+/// Progress of a safe scale-down.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainStatus {
+    /// Brokers made read-only and waiting for consumers to catch up.
+    pub brokers: Vec<String>,
+    /// Messages still unconsumed on those brokers, summed over groups with a commit.
+    pub remaining_messages: u64,
+    /// Groups still behind on the draining brokers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_groups: Vec<String>,
+}
+
+/// Progress of a one-pod-at-a-time rollout.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// Pods with an ordinal at or above this run the new template.
+    pub partition: i32,
+    /// Pods already updated.
+    pub updated_replicas: i32,
+}
+
+/// Volume expansion progress.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageStatus {
+    /// Requested size of every claim.
+    pub requested: String,
+    /// Claims whose capacity reached the requested size.
+    pub resized_claims: i32,
+    /// Claims of the current brokers.
+    pub total_claims: i32,
+}
+
+/// A consumer group on the brokers of one Broker resource, with its lag in status.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "quiver.io",
+    version = "v1alpha1",
+    kind = "ConsumerGroup",
+    namespaced,
+    status = "ConsumerGroupStatus",
+    shortname = "qcg",
+    doc = "A RocketMQ consumer group managed on a Quiver Broker, with its lag",
+    printcolumn(name = "Broker", type_ = "string", json_path = ".spec.brokerRef"),
+    printcolumn(name = "Lag", type_ = "integer", json_path = ".status.totalLag"),
+    printcolumn(
+        name = "Lag Seconds",
+        type_ = "number",
+        json_path = ".status.lagSeconds"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerGroupSpec {
+    /// Name of the Broker (same namespace) the group lives on.
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("brokerRef is immutable"))]
+    pub broker_ref: String,
+    /// Topics the group consumes; lag is reported for these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024), inner(length(max = 127)))]
+    #[x_kube(validation = Rule::new("self.all(t, t.matches('^[%|a-zA-Z0-9_-]{1,127}$'))").message("topic names use letters, digits, %, |, - and _ (1-127 characters)"))]
+    pub topics: Vec<String>,
+    /// Where a new member starts when the group has no committed offset.
+    #[serde(default)]
+    pub consume_from_where: ConsumeFromWhere,
+    /// Retries before a message goes to the dead-letter queue.
+    #[serde(default = "default_max_reconsume_times")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 64").message("maxReconsumeTimes must be between 0 and 64"))]
+    pub max_reconsume_times: i32,
+    /// Whether the brokers serve pulls for this group.
+    #[serde(default = "default_true")]
+    pub consume_enable: bool,
+    /// Thresholds of the Lagging condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_thresholds: Option<LagThresholds>,
+    /// A one-time offset reset, applied once per `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_reset: Option<OffsetResetSpec>,
+    /// Delete the group and its committed offsets from the brokers when this resource is deleted.
+    #[serde(default)]
+    pub delete_offsets_on_delete: bool,
+}
+
+fn default_max_reconsume_times() -> i32 {
+    16
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// RocketMQ ConsumeFromWhere.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ConsumeFromWhere {
+    /// Start at the queue's max offset.
+    #[default]
+    ConsumeFromLastOffset,
+    /// Start at offset 0.
+    ConsumeFromFirstOffset,
+    /// Start at the first message stored after a timestamp.
+    ConsumeFromTimestamp,
+}
+
+/// Thresholds of the Lagging condition; either one exceeded sets it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LagThresholds {
+    /// Total unconsumed messages above which the group is Lagging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
+    /// Seconds behind above which the group is Lagging.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
+    /// Polls with unmoved commits and lag > 0 before the group is Stalled; default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_polls: Option<u32>,
+}
+
+/// An offset reset request, applied once per `id`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.to != 'Timestamp' || has(self.timestampMillis)").message("timestampMillis is required when to is Timestamp"))]
+pub struct OffsetResetSpec {
+    /// Any string; change it to request another reset.
+    pub id: String,
+    /// Target of the reset.
+    pub to: OffsetResetTarget,
+    /// Milliseconds since the epoch, for `to: Timestamp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp_millis: Option<i64>,
+}
+
+/// Where an offset reset moves the committed offsets.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum OffsetResetTarget {
+    /// The queue's min offset.
+    Earliest,
+    /// The queue's max offset (skip everything stored).
+    Latest,
+    /// The first message stored at or after `timestampMillis`.
+    Timestamp,
+}
+
+/// Observed state of a ConsumerGroup.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerGroupStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Unconsumed messages over queues with a commit; absent when nothing was committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_lag: Option<u64>,
+    /// Seconds since the oldest unconsumed message was stored; 0 when caught up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<f64>,
+    /// Lag per topic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<TopicLagStatus>,
+    /// The queues with the most lag (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub top_queues: Vec<QueueLagStatus>,
+    /// Ready, Lagging and Stalled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The last offset reset applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_offset_reset: Option<AppliedOffsetReset>,
+    /// When a committed offset last moved (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_commit_time: Option<String>,
+}
+
+/// Lag of one topic.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicLagStatus {
+    /// Topic name.
+    pub topic: String,
+    /// Unconsumed messages over queues with a commit; absent when nothing was committed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<u64>,
+    /// Milliseconds since the oldest unconsumed message was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_latency_millis: Option<u64>,
+    /// Queues with no committed offset (lag unknown).
+    #[serde(default)]
+    pub uncommitted_queues: u32,
+}
+
+/// Lag of one queue.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueLagStatus {
+    /// Topic name.
+    pub topic: String,
+    /// Broker name.
+    pub broker: String,
+    /// Queue id.
+    pub queue_id: i32,
+    /// Unconsumed messages.
+    pub lag: u64,
+}
+
+/// Record of an applied offset reset.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedOffsetReset {
+    /// The `spec.offsetReset.id` applied.
+    pub id: String,
+    /// The target applied.
+    pub to: OffsetResetTarget,
+    /// When it was applied (RFC 3339).
+    pub applied_at: String,
+}
+
+impl Broker {
+    /// Whether the pause annotation stops reconciliation.
+    pub fn is_paused(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(PAUSE_ANNOTATION))
+            .is_some_and(|value| value == "true")
+    }
+
+    /// The image to run, falling back to the default.
+    pub fn image(&self) -> &str {
+        if self.spec.image.is_empty() {
+            DEFAULT_IMAGE
+        } else {
+            &self.spec.image
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::cel::{validate_cel, validate_cel_update};
+
+    fn broker(spec_patch: serde_json::Value) -> Broker {
+        let mut value = serde_json::json!({
+            "apiVersion": "quiver.io/v1alpha1",
+            "kind": "Broker",
+            "metadata": {"name": "qb", "namespace": "ns"},
+            "spec": {"replicas": 3, "storage": {"size": "10Gi"}},
+        });
+        merge(&mut value["spec"], spec_patch);
+        serde_json::from_value(value).expect("valid broker")
+    }
+
+    fn merge(target: &mut serde_json::Value, patch: serde_json::Value) {
+        if let (Some(target), serde_json::Value::Object(patch)) = (target.as_object_mut(), patch) {
+            for (key, value) in patch {
+                match target.get_mut(&key) {
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge(existing, value)
+                    }
+                    _ => {
+                        target.insert(key, value);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_minimal_broker_passes_every_rule() {
+        validate_cel(&broker(serde_json::json!({}))).expect("valid");
+    }
+
+    #[test]
+    fn zero_replicas_are_rejected() {
+        let errors = validate_cel(&broker(serde_json::json!({"replicas": 0}))).unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("replicas must be at least 1"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn topic_names_are_checked() {
+        let good =
+            broker(serde_json::json!({"topics": [{"name": "Orders_v1-%RETRY%", "queues": 4}]}));
+        validate_cel(&good).expect("valid topic");
+        let bad =
+            broker(serde_json::json!({"topics": [{"name": "orders with space", "queues": 4}]}));
+        let errors = validate_cel(&bad).unwrap_err();
+        assert!(format!("{errors:?}").contains("topic names"), "{errors:?}");
+        let no_queues = broker(serde_json::json!({"topics": [{"name": "orders", "queues": 0}]}));
+        assert!(validate_cel(&no_queues).is_err());
+    }
+
+    #[test]
+    fn storage_may_grow_but_not_shrink() {
+        let old = broker(serde_json::json!({}));
+        validate_cel_update(
+            &broker(serde_json::json!({"storage": {"size": "20Gi"}})),
+            &old,
+        )
+        .expect("growth allowed");
+        validate_cel_update(
+            &broker(serde_json::json!({"storage": {"size": "10240Mi"}})),
+            &old,
+        )
+        .expect("same size in other units allowed");
+        let errors = validate_cel_update(
+            &broker(serde_json::json!({"storage": {"size": "5Gi"}})),
+            &old,
+        )
+        .unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("may only grow"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn storage_size_must_be_a_quantity() {
+        let errors =
+            validate_cel(&broker(serde_json::json!({"storage": {"size": "lots"}}))).unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("must be a quantity"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn storage_class_is_immutable() {
+        let old = broker(serde_json::json!({"storage": {"storageClassName": "fast"}}));
+        validate_cel_update(&old.clone(), &old).expect("unchanged class allowed");
+        let changed = broker(serde_json::json!({"storage": {"storageClassName": "slow"}}));
+        let errors = validate_cel_update(&changed, &old).unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("storageClassName is immutable"),
+            "{errors:?}"
+        );
+        let removed = broker(serde_json::json!({}));
+        assert!(validate_cel_update(&removed, &old).is_err());
+        let added_later = broker(serde_json::json!({"storage": {"storageClassName": "fast"}}));
+        assert!(validate_cel_update(&added_later, &broker(serde_json::json!({}))).is_err());
+    }
+
+    fn group(spec: serde_json::Value) -> ConsumerGroup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "quiver.io/v1alpha1",
+            "kind": "ConsumerGroup",
+            "metadata": {"name": "billing", "namespace": "ns"},
+            "spec": spec,
+        }))
+        .expect("valid group")
+    }
+
+    #[test]
+    fn consumer_group_rules() {
+        let ok = group(serde_json::json!({"brokerRef": "qb", "topics": ["orders"]}));
+        validate_cel(&ok).expect("valid");
+        assert_eq!(ok.spec.max_reconsume_times, 16);
+        assert!(ok.spec.consume_enable);
+        let bad_topic = group(serde_json::json!({"brokerRef": "qb", "topics": ["no/slash"]}));
+        assert!(validate_cel(&bad_topic).is_err());
+        let moved = group(serde_json::json!({"brokerRef": "other", "topics": ["orders"]}));
+        let errors = validate_cel_update(&moved, &ok).unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("brokerRef is immutable"),
+            "{errors:?}"
+        );
+        let timestamp_missing = group(
+            serde_json::json!({"brokerRef": "qb", "offsetReset": {"id": "1", "to": "Timestamp"}}),
+        );
+        assert!(validate_cel(&timestamp_missing).is_err());
+        let timestamp_given = group(
+            serde_json::json!({"brokerRef": "qb", "offsetReset": {"id": "1", "to": "Timestamp", "timestampMillis": 1}}),
+        );
+        validate_cel(&timestamp_given).expect("valid reset");
+    }
+
+    #[test]
+    fn pause_annotation_is_read() {
+        let mut paused = broker(serde_json::json!({}));
+        assert!(!paused.is_paused());
+        paused.metadata.annotations =
+            Some([(PAUSE_ANNOTATION.to_string(), "true".to_string())].into());
+        assert!(paused.is_paused());
+    }
+}

@@ -1,0 +1,735 @@
+//! Pure builders: a Broker spec (plus the reconciler's rollout plan) in, Kubernetes objects out.
+//! Nothing here touches a client.
+
+use crate::crd::{Broker, FlushDiskType, VolumeRetentionPolicy};
+use k8s_openapi::api::apps::v1::{
+    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
+    StatefulSetSpec, StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// Remoting port (also the name server).
+pub const REMOTING_PORT: i32 = 10911;
+/// HTTP port: /metrics /healthz /readyz.
+pub const HTTP_PORT: i32 = 8080;
+/// Name of the store volume claim template; claims are `data-<broker>-<ordinal>`.
+pub const DATA_VOLUME: &str = "data";
+/// Where the store lives in the container.
+pub const DATA_DIR: &str = "/data";
+/// Where the ConfigMap is mounted.
+pub const CONFIG_DIR: &str = "/etc/quiver";
+/// Key of the broker config file in the ConfigMap (JSON, kebab-case keys of BrokerConfig).
+pub const CONFIG_KEY: &str = "broker.json";
+/// Pod template annotation holding the hash of the template and config, to detect rollouts.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "quiver.io/template-hash";
+/// Default seconds a stopping broker gets to flush its CommitLog and persist offsets.
+pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 60;
+/// The one field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "quiver-operator";
+
+/// What the reconciler decided this pass, beyond the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutPlan {
+    /// Pods to run (above spec.replicas while a scale-down drains).
+    pub replicas: i32,
+    /// Pods with ordinal >= partition get the new template.
+    pub partition: i32,
+    /// Size in the volume claim template (immutable once the StatefulSet exists).
+    pub claim_size: String,
+}
+
+impl RolloutPlan {
+    /// The plan for a Broker that has no StatefulSet yet.
+    pub fn initial(broker: &Broker) -> RolloutPlan {
+        RolloutPlan {
+            replicas: broker.spec.replicas,
+            partition: 0,
+            claim_size: broker.spec.storage.size.clone(),
+        }
+    }
+}
+
+/// Labels on every object of a Broker, and the pod selector.
+pub fn labels(broker: &Broker) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "quiver-broker".to_string(),
+        ),
+        ("app.kubernetes.io/instance".to_string(), broker.name_any()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "broker".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            FIELD_MANAGER.to_string(),
+        ),
+    ])
+}
+
+fn selector_labels(broker: &Broker) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "quiver-broker".to_string(),
+        ),
+        ("app.kubernetes.io/instance".to_string(), broker.name_any()),
+    ])
+}
+
+fn owner_reference(broker: &Broker) -> OwnerReference {
+    broker
+        .controller_owner_ref(&())
+        .expect("a Broker read from the API server has a name and uid")
+}
+
+fn metadata(broker: &Broker, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: broker.namespace(),
+        labels: Some(labels(broker)),
+        owner_references: Some(vec![owner_reference(broker)]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Name of the headless Service giving each broker a stable DNS name.
+pub fn headless_service_name(broker: &Broker) -> String {
+    format!("{}-headless", broker.name_any())
+}
+
+/// Name of the ConfigMap holding the broker config.
+pub fn config_map_name(broker: &Broker) -> String {
+    format!("{}-config", broker.name_any())
+}
+
+/// Pod name of the broker with this ordinal.
+pub fn pod_name(broker: &Broker, ordinal: i32) -> String {
+    format!("{}-{ordinal}", broker.name_any())
+}
+
+/// Volume claim name of the broker with this ordinal.
+pub fn claim_name(broker: &Broker, ordinal: i32) -> String {
+    format!("{DATA_VOLUME}-{}", pod_name(broker, ordinal))
+}
+
+/// Stable remoting address of the broker with this ordinal.
+pub fn broker_address(broker: &Broker, ordinal: i32) -> String {
+    format!(
+        "{}.{}.{}.svc:{REMOTING_PORT}",
+        pod_name(broker, ordinal),
+        headless_service_name(broker),
+        broker.namespace().unwrap_or_else(|| "default".to_string())
+    )
+}
+
+/// The broker config file shared by every pod; per-pod name and address come from env.
+pub fn broker_config(broker: &Broker, replicas: i32) -> serde_json::Value {
+    let peers: Vec<String> = (0..replicas)
+        .map(|ordinal| broker_address(broker, ordinal))
+        .collect();
+    let mut config = serde_json::json!({
+        "data-dir": DATA_DIR,
+        "listen": format!("0.0.0.0:{REMOTING_PORT}"),
+        "http-listen": format!("0.0.0.0:{HTTP_PORT}"),
+        "cluster": broker.name_any(),
+        "peers": peers,
+        "flush-mode": match broker.spec.flush_disk_type {
+            FlushDiskType::Async => "async",
+            FlushDiskType::Sync => "sync",
+        },
+    });
+    if let Some(retention) = &broker.spec.retention {
+        config["file-reserved-hours"] = retention.file_reserved_hours.into();
+    }
+    config
+}
+
+/// ConfigMap with the broker config.
+pub fn config_map(broker: &Broker, replicas: i32) -> ConfigMap {
+    let text = serde_json::to_string_pretty(&broker_config(broker, replicas))
+        .expect("json value serializes");
+    ConfigMap {
+        metadata: metadata(broker, config_map_name(broker)),
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), text)])),
+        ..ConfigMap::default()
+    }
+}
+
+/// Headless Service: one DNS record per broker pod, published before readiness so peers resolve.
+pub fn headless_service(broker: &Broker) -> Service {
+    Service {
+        metadata: metadata(broker, headless_service_name(broker)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(broker)),
+            ports: Some(vec![service_port("remoting", REMOTING_PORT)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// Client Service: the name-server address clients bootstrap from, plus metrics.
+pub fn client_service(broker: &Broker) -> Service {
+    Service {
+        metadata: metadata(broker, broker.name_any()),
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(broker)),
+            ports: Some(vec![
+                service_port("remoting", REMOTING_PORT),
+                service_port("http", HTTP_PORT),
+            ]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn service_port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.to_string()),
+        port,
+        target_port: Some(IntOrString::String(name.to_string())),
+        protocol: Some("TCP".to_string()),
+        ..ServicePort::default()
+    }
+}
+
+/// PodDisruptionBudget: voluntary evictions take at most one broker at a time.
+pub fn pod_disruption_budget(broker: &Broker) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: metadata(broker, broker.name_any()),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(broker)),
+                ..LabelSelector::default()
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    }
+}
+
+/// StatefulSet running the brokers, with the pod template hash annotation set.
+pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
+    let mut template = pod_template(broker);
+    let hash = template_hash(&template, &config_map(broker, plan.replicas));
+    template
+        .metadata
+        .get_or_insert_with(ObjectMeta::default)
+        .annotations = Some(BTreeMap::from([(
+        TEMPLATE_HASH_ANNOTATION.to_string(),
+        hash,
+    )]));
+    let retention = match broker.spec.storage.retention_policy {
+        VolumeRetentionPolicy::Retain => "Retain",
+        VolumeRetentionPolicy::Delete => "Delete",
+    };
+    StatefulSet {
+        metadata: metadata(broker, broker.name_any()),
+        spec: StatefulSetSpec {
+            replicas: Some(plan.replicas),
+            service_name: Some(headless_service_name(broker)),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(broker)),
+                ..LabelSelector::default()
+            },
+            pod_management_policy: Some("OrderedReady".to_string()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(plan.partition),
+                    max_unavailable: Some(IntOrString::Int(1)),
+                }),
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(retention.to_string()),
+                    when_scaled: Some(retention.to_string()),
+                },
+            ),
+            template,
+            volume_claim_templates: Some(vec![volume_claim_template(broker, &plan.claim_size)]),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    }
+}
+
+/// The hash recorded on the pod template: changes when the template or the config changes.
+pub fn template_hash(template: &PodTemplateSpec, config: &ConfigMap) -> String {
+    let text = serde_json::to_string(&(template, &config.data)).expect("objects serialize");
+    format!("{:016x}", fnv1a64(text.as_bytes()))
+}
+
+/// FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn volume_claim_template(broker: &Broker, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(DATA_VOLUME.to_string()),
+            labels: Some(selector_labels(broker)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+            storage_class_name: broker.spec.storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(size.to_string()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    }
+}
+
+fn pod_template(broker: &Broker) -> PodTemplateSpec {
+    let overrides = broker.spec.pod_template.clone().unwrap_or_default();
+    let namespace = broker.namespace().unwrap_or_else(|| "default".to_string());
+    let advertise = format!(
+        "$(POD_NAME).{}.{namespace}.svc:{REMOTING_PORT}",
+        headless_service_name(broker)
+    );
+    let container = Container {
+        name: "broker".to_string(),
+        image: Some(broker.image().to_string()),
+        args: Some(vec![
+            "--config".to_string(),
+            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+        ]),
+        env: Some(vec![
+            EnvVar {
+                name: "POD_NAME".to_string(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".to_string(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+            env("QUIVER_BROKER_NAME", "$(POD_NAME)"),
+            env("QUIVER_ADVERTISE", &advertise),
+        ]),
+        ports: Some(vec![
+            container_port("remoting", REMOTING_PORT),
+            container_port("http", HTTP_PORT),
+        ]),
+        resources: broker.spec.resources.clone(),
+        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        liveness_probe: Some(http_probe("/healthz", 10, 6)),
+        // Recovery of a large CommitLog may take minutes; liveness starts after it.
+        startup_probe: Some(http_probe("/healthz", 5, 120)),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: DATA_VOLUME.to_string(),
+                mount_path: DATA_DIR.to_string(),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "config".to_string(),
+                mount_path: CONFIG_DIR.to_string(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
+        ..Container::default()
+    };
+    let affinity = overrides
+        .affinity
+        .clone()
+        .unwrap_or_else(|| default_affinity(broker));
+    let topology_spread = if overrides.topology_spread_constraints.is_empty() {
+        vec![default_zone_spread(broker)]
+    } else {
+        overrides.topology_spread_constraints.clone()
+    };
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels(broker)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(65532),
+                run_as_group: Some(65532),
+                fs_group: Some(65532),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_string(),
+                    ..SeccompProfile::default()
+                }),
+                ..PodSecurityContext::default()
+            }),
+            termination_grace_period_seconds: Some(
+                overrides
+                    .termination_grace_period_seconds
+                    .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS),
+            ),
+            automount_service_account_token: Some(false),
+            affinity: Some(affinity),
+            topology_spread_constraints: Some(topology_spread),
+            tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
+            node_selector: (!overrides.node_selector.is_empty())
+                .then(|| overrides.node_selector.clone()),
+            volumes: Some(vec![Volume {
+                name: "config".to_string(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: config_map_name(broker),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.to_string()),
+        ..EnvVar::default()
+    }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: port,
+        protocol: Some("TCP".to_string()),
+        ..ContainerPort::default()
+    }
+}
+
+fn http_probe(path: &str, period_seconds: i32, failure_threshold: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String("http".to_string()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period_seconds),
+        failure_threshold: Some(failure_threshold),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+fn default_affinity(broker: &Broker) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(selector_labels(broker)),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_string(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    }
+}
+
+fn default_zone_spread(broker: &Broker) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: "topology.kubernetes.io/zone".to_string(),
+        when_unsatisfiable: "ScheduleAnyway".to_string(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some(selector_labels(broker)),
+            ..LabelSelector::default()
+        }),
+        ..TopologySpreadConstraint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::BrokerFixture;
+
+    #[test]
+    fn minimal_spec_builds_a_complete_stateful_set() {
+        let broker = Broker::test();
+        let sts = stateful_set(&broker, &RolloutPlan::initial(&broker));
+        let spec = &sts.spec;
+        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(spec.service_name.as_deref(), Some("qb-headless"));
+        let rolling = spec
+            .update_strategy
+            .as_ref()
+            .unwrap()
+            .rolling_update
+            .as_ref()
+            .unwrap();
+        assert_eq!(rolling.partition, Some(0));
+        let claims = spec.volume_claim_templates.as_ref().unwrap();
+        assert_eq!(claims[0].metadata.name.as_deref(), Some("data"));
+        let requests = claims[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap();
+        assert_eq!(requests["storage"], Quantity("10Gi".to_string()));
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(
+            pod.termination_grace_period_seconds,
+            Some(DEFAULT_TERMINATION_GRACE_SECONDS)
+        );
+        let container = &pod.containers[0];
+        assert_eq!(container.image.as_deref(), Some(crate::crd::DEFAULT_IMAGE));
+        assert_eq!(
+            container.args.as_ref().unwrap(),
+            &["--config", "/etc/quiver/broker.json"]
+        );
+        let env = container.env.as_ref().unwrap();
+        let advertise = env.iter().find(|e| e.name == "QUIVER_ADVERTISE").unwrap();
+        assert_eq!(
+            advertise.value.as_deref(),
+            Some("$(POD_NAME).qb-headless.ns.svc:10911")
+        );
+        assert!(
+            pod.affinity.as_ref().unwrap().pod_anti_affinity.is_some(),
+            "brokers spread across nodes by default"
+        );
+        assert_eq!(
+            pod.topology_spread_constraints.as_ref().unwrap()[0].topology_key,
+            "topology.kubernetes.io/zone"
+        );
+    }
+
+    #[test]
+    fn probes_use_readyz_and_healthz_on_the_http_port() {
+        let broker = Broker::test();
+        let sts = stateful_set(&broker, &RolloutPlan::initial(&broker));
+        let container = &sts.spec.template.spec.unwrap().containers[0];
+        let path = |probe: &Option<Probe>| {
+            probe
+                .as_ref()
+                .unwrap()
+                .http_get
+                .as_ref()
+                .unwrap()
+                .path
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(path(&container.readiness_probe), "/readyz");
+        assert_eq!(path(&container.liveness_probe), "/healthz");
+        assert_eq!(path(&container.startup_probe), "/healthz");
+        let port = &container
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .port;
+        assert_eq!(port, &IntOrString::String("http".to_string()));
+        let ports = container.ports.as_ref().unwrap();
+        assert!(ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("http") && p.container_port == HTTP_PORT));
+        assert!(ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("remoting") && p.container_port == REMOTING_PORT));
+    }
+
+    #[test]
+    fn pods_are_hardened() {
+        let broker = Broker::test();
+        let pod = stateful_set(&broker, &RolloutPlan::initial(&broker))
+            .spec
+            .template
+            .spec
+            .unwrap();
+        let pod_security = pod.security_context.unwrap();
+        assert_eq!(pod_security.run_as_non_root, Some(true));
+        assert_eq!(
+            pod_security.seccomp_profile.unwrap().type_,
+            "RuntimeDefault"
+        );
+        let container_security = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(container_security.allow_privilege_escalation, Some(false));
+        assert_eq!(container_security.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            container_security.capabilities.unwrap().drop.unwrap(),
+            vec!["ALL"]
+        );
+    }
+
+    #[test]
+    fn full_spec_is_carried_into_the_objects() {
+        let broker = Broker::test().replicas(3).image("quiver:1.2").full_spec();
+        let plan = RolloutPlan {
+            replicas: 3,
+            partition: 2,
+            claim_size: "10Gi".to_string(),
+        };
+        let sts = stateful_set(&broker, &plan);
+        let spec = sts.spec;
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(
+            spec.update_strategy
+                .unwrap()
+                .rolling_update
+                .unwrap()
+                .partition,
+            Some(2)
+        );
+        let retention = spec.persistent_volume_claim_retention_policy.unwrap();
+        assert_eq!(retention.when_scaled.as_deref(), Some("Delete"));
+        assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
+        let claim = &spec.volume_claim_templates.unwrap()[0];
+        assert_eq!(
+            claim.spec.as_ref().unwrap().storage_class_name.as_deref(),
+            Some("fast-ssd")
+        );
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.containers[0].image.as_deref(), Some("quiver:1.2"));
+        assert!(pod.containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .is_some());
+        assert_eq!(
+            pod.tolerations.unwrap()[0].key.as_deref(),
+            Some("dedicated")
+        );
+        assert_eq!(pod.node_selector.unwrap()["disk"], "ssd");
+        assert_eq!(pod.termination_grace_period_seconds, Some(120));
+
+        let config = broker_config(&broker, 3);
+        assert_eq!(config["flush-mode"], "sync");
+        assert_eq!(config["file-reserved-hours"], 48);
+        assert_eq!(config["cluster"], "qb");
+        assert_eq!(
+            config["peers"],
+            serde_json::json!([
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-1.qb-headless.ns.svc:10911",
+                "qb-2.qb-headless.ns.svc:10911"
+            ])
+        );
+    }
+
+    #[test]
+    fn every_object_is_owned_by_the_broker() {
+        let broker = Broker::test();
+        let plan = RolloutPlan::initial(&broker);
+        let owners = [
+            stateful_set(&broker, &plan).metadata.owner_references,
+            headless_service(&broker).metadata.owner_references,
+            client_service(&broker).metadata.owner_references,
+            config_map(&broker, 1).metadata.owner_references,
+            pod_disruption_budget(&broker).metadata.owner_references,
+        ];
+        for owner in owners {
+            let owner = &owner.unwrap()[0];
+            assert_eq!(owner.kind, "Broker");
+            assert_eq!(owner.name, "qb");
+            assert_eq!(owner.uid, "uid-qb");
+            assert_eq!(owner.controller, Some(true));
+        }
+    }
+
+    #[test]
+    fn services_and_pdb() {
+        let broker = Broker::test();
+        let headless = headless_service(&broker).spec.unwrap();
+        assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(headless.publish_not_ready_addresses, Some(true));
+        let client = client_service(&broker).spec.unwrap();
+        let ports: Vec<i32> = client.ports.unwrap().iter().map(|p| p.port).collect();
+        assert_eq!(ports, vec![REMOTING_PORT, HTTP_PORT]);
+        let pdb = pod_disruption_budget(&broker).spec.unwrap();
+        assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            pdb.selector.unwrap().match_labels.unwrap()["app.kubernetes.io/instance"],
+            "qb"
+        );
+    }
+
+    #[test]
+    fn template_hash_follows_image_and_config_but_not_replicas_plan_partition() {
+        let hash = |broker: &Broker, plan: &RolloutPlan| {
+            stateful_set(broker, plan)
+                .spec
+                .template
+                .metadata
+                .unwrap()
+                .annotations
+                .unwrap()[TEMPLATE_HASH_ANNOTATION]
+                .clone()
+        };
+        let broker = Broker::test().replicas(3);
+        let plan = RolloutPlan::initial(&broker);
+        let base = hash(&broker, &plan);
+        assert_eq!(
+            base,
+            hash(
+                &broker,
+                &RolloutPlan {
+                    partition: 2,
+                    ..plan.clone()
+                }
+            )
+        );
+        assert_ne!(base, hash(&broker.clone().image("quiver:2"), &plan));
+        let mut sync = broker.clone();
+        sync.spec.flush_disk_type = FlushDiskType::Sync;
+        assert_ne!(base, hash(&sync, &plan), "a config change rolls the pods");
+    }
+}
