@@ -1,1 +1,32 @@
-//! quiver-broker: placeholder until its issue lands.
+//! quiver-broker: a RocketMQ 4.x compatible broker over quiver-store.
+//!
+//! One port speaks the RocketMQ remoting protocol (and answers name-server requests, so clients
+//! use the broker address as their name server); a second port serves `/metrics`, `/healthz`
+//! and `/readyz`. [`run`] takes both listeners and a shutdown future so tests own all three.
+
+pub mod broker;
+pub mod config;
+pub mod consumers;
+pub mod error;
+pub mod groups;
+pub mod http;
+pub mod locks;
+pub mod long_poll;
+pub mod metrics;
+pub mod peers;
+mod persist;
+pub mod processor;
+pub mod schedule;
+pub mod server;
+pub mod topics;
+
+pub use config::{BrokerConfig, ConfigError, FlushMode};
+pub use error::BrokerError;
+pub use server::run;
+
+/// Milliseconds since the Unix epoch (the clock RocketMQ timestamps use).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

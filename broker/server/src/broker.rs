@@ -1,0 +1,141 @@
+//! Shared broker state: the store, offsets, topics, groups, consumers and parked pulls.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use quiver_store::{ConsumerOffsets, MessageStore};
+
+use crate::config::{BrokerConfig, PERM_WRITE_BIT};
+use crate::consumers::ConsumerManager;
+use crate::error::BrokerError;
+use crate::groups::GroupManager;
+use crate::locks::QueueLocks;
+use crate::long_poll::LongPollRegistry;
+use crate::metrics::Metrics;
+use crate::peers::PeerView;
+use crate::topics::TopicManager;
+
+/// Read bit of brokerPermission (RocketMQ PermName.PERM_READ).
+pub const PERM_READ_BIT: u32 = 4;
+
+/// Everything a request processor may touch.
+pub struct Broker {
+    pub config: BrokerConfig,
+    /// host:port clients and peers reach this broker at.
+    pub advertised: String,
+    /// STOREHOST of records and the address inside message ids.
+    pub store_host: SocketAddr,
+    pub store: Arc<MessageStore>,
+    pub offsets: Arc<ConsumerOffsets>,
+    pub topics: TopicManager,
+    pub groups: GroupManager,
+    pub consumers: ConsumerManager,
+    pub long_poll: Arc<LongPollRegistry>,
+    pub locks: QueueLocks,
+    pub peers: PeerView,
+    pub metrics: Metrics,
+    permission: AtomicU32,
+    ready: AtomicBool,
+}
+
+impl Broker {
+    /// Opens the store (running recovery) and loads the config files. Blocking.
+    pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Broker, BrokerError> {
+        let advertised = config.advertised_addr(bound);
+        let store_host = resolve(&advertised).unwrap_or(bound);
+        let store =
+            MessageStore::open(config.store_config()).map_err(BrokerError::store("open"))?;
+        tracing::info!(report = %store.recovery_report(), "store recovered");
+        let config_dir = config.data_dir.join("config");
+        let offsets =
+            ConsumerOffsets::load(&config_dir).map_err(BrokerError::store("load offsets"))?;
+        let topics = TopicManager::load(&config.data_dir)?;
+        let groups = GroupManager::load(&config.data_dir, config.max_reconsume_times)?;
+        let long_poll = LongPollRegistry::new(config.max_parked_pulls);
+        let hook_registry = long_poll.clone();
+        store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
+            hook_registry.notify(event.topic, event.queue_id);
+        }));
+        let peers = PeerView::new(&config.peers);
+        Ok(Broker {
+            permission: AtomicU32::new(config.broker_permission),
+            advertised,
+            store_host,
+            store: Arc::new(store),
+            offsets: Arc::new(offsets),
+            topics,
+            groups,
+            consumers: ConsumerManager::default(),
+            long_poll,
+            locks: QueueLocks::default(),
+            peers,
+            metrics: Metrics::default(),
+            ready: AtomicBool::new(false),
+            config,
+        })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn permission(&self) -> u32 {
+        self.permission.load(Ordering::Acquire)
+    }
+
+    pub fn set_permission(&self, permission: u32) {
+        self.permission.store(permission, Ordering::Release);
+    }
+
+    pub fn is_writable(&self) -> bool {
+        self.permission() & PERM_WRITE_BIT != 0
+    }
+
+    pub fn is_readable(&self) -> bool {
+        self.permission() & PERM_READ_BIT != 0
+    }
+
+    /// Persists offsets, topics and groups (atomic writes). Blocking.
+    pub fn persist_all(&self) -> Result<(), BrokerError> {
+        self.offsets
+            .persist()
+            .map_err(|source| BrokerError::Persist {
+                path: self
+                    .config
+                    .data_dir
+                    .join("config")
+                    .join("consumerOffset.json"),
+                source,
+            })?;
+        self.topics.persist()?;
+        self.groups.persist()
+    }
+}
+
+/// Runs blocking store work off the async workers.
+pub async fn blocking<T, F>(broker: &Arc<Broker>, work: F) -> Result<T, BrokerError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Broker) -> T + Send + 'static,
+{
+    let broker = broker.clone();
+    tokio::task::spawn_blocking(move || work(&broker))
+        .await
+        .map_err(BrokerError::Blocking)
+}
+
+fn resolve(addr: &str) -> Option<SocketAddr> {
+    let resolved = addr.to_socket_addrs().ok()?.find(SocketAddr::is_ipv4);
+    resolved.map(|found| {
+        if found.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], found.port()))
+        } else {
+            found
+        }
+    })
+}

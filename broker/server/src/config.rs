@@ -1,0 +1,456 @@
+//! Broker configuration: one serde struct read from a file, the environment and flags.
+
+use std::path::{Path, PathBuf};
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use serde::{Deserialize, Serialize};
+
+/// When a send is acknowledged relative to the data reaching the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum FlushMode {
+    /// Acknowledge once written to the page cache; flushed in the background.
+    #[default]
+    Async,
+    /// Acknowledge only once durable (group commit).
+    Sync,
+}
+
+impl From<FlushMode> for quiver_store::FlushMode {
+    fn from(mode: FlushMode) -> Self {
+        match mode {
+            FlushMode::Async => quiver_store::FlushMode::Async,
+            FlushMode::Sync => quiver_store::FlushMode::Sync,
+        }
+    }
+}
+
+/// brokerPermission value of a broker that takes reads and writes.
+pub const PERM_READ_WRITE: u32 = 6;
+/// brokerPermission value of a broker being drained: pulls only.
+pub const PERM_READ_ONLY: u32 = 4;
+/// Write bit of brokerPermission (RocketMQ PermName.PERM_WRITE).
+pub const PERM_WRITE_BIT: u32 = 2;
+
+const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
+const MAX_MESSAGE_SIZE_LIMIT_BYTES: u32 = 15 * 1024 * 1024;
+
+/// Every setting of the broker. Each field is a flag `--<name>`, an environment variable
+/// `QUIVER_<NAME>` and a key `<name>` of the `--config` file (TOML or JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Parser)]
+#[serde(rename_all = "kebab-case", default)]
+#[command(
+    name = "quiver-broker",
+    version,
+    about = "A RocketMQ 4.x compatible message broker"
+)]
+pub struct BrokerConfig {
+    /// Directory of the CommitLog, ConsumeQueues and config/ files. Default ./data.
+    #[arg(long, env = "QUIVER_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+
+    /// Address of the remoting port; it also answers name-server requests. Default 0.0.0.0:10911.
+    #[arg(long, env = "QUIVER_LISTEN", default_value = "0.0.0.0:10911")]
+    pub listen: String,
+
+    /// Address of the HTTP port (/metrics, /healthz, /readyz). Default 0.0.0.0:8080.
+    #[arg(long, env = "QUIVER_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
+    pub http_listen: String,
+
+    /// host:port clients reach this broker at (routes, message ids). Default: the listen address.
+    #[arg(long, env = "QUIVER_ADVERTISE")]
+    pub advertise: Option<String>,
+
+    /// Name of this broker in routes. Default broker-0; 1..=127 chars of [A-Za-z0-9_-.].
+    #[arg(long, env = "QUIVER_BROKER_NAME", default_value = "broker-0")]
+    pub broker_name: String,
+
+    /// Cluster name in routes and metric labels. Default DefaultCluster.
+    #[arg(long, env = "QUIVER_CLUSTER", default_value = "DefaultCluster")]
+    pub cluster: String,
+
+    /// Other brokers' advertised host:port, comma separated; each is named by its own
+    /// answer to GET_BROKER_CONFIG. Default none.
+    #[arg(long, env = "QUIVER_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+
+    /// async (acknowledge from page cache) or sync (acknowledge once durable). Default async.
+    #[arg(long, env = "QUIVER_FLUSH_MODE", value_enum, default_value_t = FlushMode::Async)]
+    pub flush_mode: FlushMode,
+
+    /// CommitLog segment file size in bytes. Default 1 GiB; at least 64 KiB.
+    #[arg(long, env = "QUIVER_SEGMENT_SIZE", default_value_t = 1 << 30)]
+    pub segment_size: u64,
+
+    /// Create a topic on its first send or route lookup. Default true.
+    #[arg(long, env = "QUIVER_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+
+    /// Queues of an auto-created topic. Default 8 (RocketMQ uses 4; 8 spreads 4 consumers
+    /// evenly with room to grow); 1..=1024.
+    #[arg(long, env = "QUIVER_DEFAULT_QUEUE_NUMS", default_value_t = 8)]
+    pub default_queue_nums: u32,
+
+    /// Largest message body accepted, in bytes. Default 4 MiB; 1..=15 MiB and at most half
+    /// of segment-size.
+    #[arg(long, env = "QUIVER_MAX_MESSAGE_SIZE", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_size: u32,
+
+    /// 6 read-write, 4 read-only (draining), 2 write-only. Default 6. Changeable at run time.
+    #[arg(long, env = "QUIVER_BROKER_PERMISSION", default_value_t = PERM_READ_WRITE)]
+    pub broker_permission: u32,
+
+    /// Open client connections at most; more are closed on accept. Default 4096; >= 1.
+    #[arg(long, env = "QUIVER_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// Pull requests parked for long polling at most; more get PULL_NOT_FOUND at once.
+    /// Default 65536; >= 1.
+    #[arg(long, env = "QUIVER_MAX_PARKED_PULLS", default_value_t = 65536)]
+    pub max_parked_pulls: usize,
+
+    /// Requests of one connection being processed at once; reading pauses beyond it, which
+    /// bounds memory held by in-flight requests. Default 256; >= 1.
+    #[arg(
+        long,
+        env = "QUIVER_MAX_INFLIGHT_PER_CONNECTION",
+        default_value_t = 256
+    )]
+    pub max_inflight_per_connection: usize,
+
+    /// A client without a heartbeat for this long is dropped. Default 120000 ms; >= 1000.
+    #[arg(long, env = "QUIVER_CLIENT_EXPIRY_MS", default_value_t = 120_000)]
+    pub client_expiry_ms: u64,
+
+    /// How often consumer offsets, topics and groups are persisted. Default 5000 ms; >= 100.
+    #[arg(long, env = "QUIVER_PERSIST_INTERVAL_MS", default_value_t = 5_000)]
+    pub persist_interval_ms: u64,
+
+    /// Redeliveries before a message goes to %DLQ%<group>, for groups with no config.
+    /// Default 16; 0..=64.
+    #[arg(long, env = "QUIVER_MAX_RECONSUME_TIMES", default_value_t = 16)]
+    pub max_reconsume_times: i32,
+
+    /// Hours a CommitLog segment is kept. Default 72; >= 1.
+    #[arg(long, env = "QUIVER_FILE_RESERVED_HOURS", default_value_t = 72)]
+    pub file_reserved_hours: u64,
+
+    /// Bound on the graceful part of shutdown, in ms. Default 10000; >= 100.
+    #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            data_dir: PathBuf::from("./data"),
+            listen: "0.0.0.0:10911".into(),
+            http_listen: "0.0.0.0:8080".into(),
+            advertise: None,
+            broker_name: "broker-0".into(),
+            cluster: "DefaultCluster".into(),
+            peers: Vec::new(),
+            flush_mode: FlushMode::Async,
+            segment_size: 1 << 30,
+            auto_create_topics: true,
+            default_queue_nums: 8,
+            max_message_size: 4 * 1024 * 1024,
+            broker_permission: PERM_READ_WRITE,
+            max_connections: 4096,
+            max_parked_pulls: 65536,
+            max_inflight_per_connection: 256,
+            client_expiry_ms: 120_000,
+            persist_interval_ms: 5_000,
+            max_reconsume_times: 16,
+            file_reserved_hours: 72,
+            shutdown_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming the field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config field `{field}` is invalid: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error("cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot parse config file {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Args(#[from] clap::Error),
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn is_host_port(value: &str) -> bool {
+    match value.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
+        None => false,
+    }
+}
+
+impl BrokerConfig {
+    /// Checks every bound; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data-dir", "must not be empty"));
+        }
+        for (field, value) in [("listen", &self.listen), ("http-listen", &self.http_listen)] {
+            if !is_host_port(value) {
+                return Err(invalid(field, format!("`{value}` is not host:port")));
+            }
+        }
+        if let Some(advertise) = &self.advertise {
+            if !is_host_port(advertise) {
+                return Err(invalid(
+                    "advertise",
+                    format!("`{advertise}` is not host:port"),
+                ));
+            }
+        }
+        for peer in &self.peers {
+            if !is_host_port(peer) {
+                return Err(invalid("peers", format!("`{peer}` is not host:port")));
+            }
+        }
+        let name_ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 127
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        };
+        if !name_ok(&self.broker_name) {
+            return Err(invalid("broker-name", "1..=127 chars of [A-Za-z0-9_.-]"));
+        }
+        if !name_ok(&self.cluster) {
+            return Err(invalid("cluster", "1..=127 chars of [A-Za-z0-9_.-]"));
+        }
+        if self.segment_size < MIN_SEGMENT_SIZE_BYTES {
+            return Err(invalid("segment-size", "must be at least 65536 bytes"));
+        }
+        if u64::from(self.max_message_size) > self.segment_size / 2 {
+            return Err(invalid(
+                "max-message-size",
+                format!(
+                    "must be at most half of segment-size ({})",
+                    self.segment_size / 2
+                ),
+            ));
+        }
+        if !(1..=1024).contains(&self.default_queue_nums) {
+            return Err(invalid("default-queue-nums", "must be in 1..=1024"));
+        }
+        if self.max_message_size == 0 || self.max_message_size > MAX_MESSAGE_SIZE_LIMIT_BYTES {
+            return Err(invalid("max-message-size", "must be in 1..=15728640"));
+        }
+        if !matches!(self.broker_permission, 2 | 4 | 6) {
+            return Err(invalid(
+                "broker-permission",
+                "must be 6 (read-write), 4 (read-only) or 2 (write-only)",
+            ));
+        }
+        if self.max_connections == 0 {
+            return Err(invalid("max-connections", "must be at least 1"));
+        }
+        if self.max_parked_pulls == 0 {
+            return Err(invalid("max-parked-pulls", "must be at least 1"));
+        }
+        if self.max_inflight_per_connection == 0 {
+            return Err(invalid("max-inflight-per-connection", "must be at least 1"));
+        }
+        if self.client_expiry_ms < 1000 {
+            return Err(invalid("client-expiry-ms", "must be at least 1000"));
+        }
+        if self.persist_interval_ms < 100 {
+            return Err(invalid("persist-interval-ms", "must be at least 100"));
+        }
+        if !(0..=64).contains(&self.max_reconsume_times) {
+            return Err(invalid("max-reconsume-times", "must be in 0..=64"));
+        }
+        if self.file_reserved_hours == 0 {
+            return Err(invalid("file-reserved-hours", "must be at least 1"));
+        }
+        if self.shutdown_timeout_ms < 100 {
+            return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
+        }
+        Ok(())
+    }
+
+    /// The address peers and clients use for this broker.
+    pub fn advertised_addr(&self, bound: std::net::SocketAddr) -> String {
+        match &self.advertise {
+            Some(addr) => addr.clone(),
+            None if bound.ip().is_unspecified() => format!("127.0.0.1:{}", bound.port()),
+            None => bound.to_string(),
+        }
+    }
+
+    /// The store settings this broker config implies.
+    pub fn store_config(&self) -> quiver_store::StoreConfig {
+        quiver_store::StoreConfig {
+            data_dir: self.data_dir.clone(),
+            segment_size_bytes: self.segment_size,
+            flush_mode: self.flush_mode.into(),
+            file_reserved_hours: self.file_reserved_hours,
+            max_message_size_bytes: self.max_message_size,
+            ..quiver_store::StoreConfig::default()
+        }
+    }
+
+    /// Reads a config file: TOML, or JSON when the name ends in .json.
+    pub fn from_file(path: &Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let parsed = if path.extension().is_some_and(|ext| ext == "json") {
+            serde_json::from_str(&text).map_err(|e| e.to_string())
+        } else {
+            toml::from_str(&text).map_err(|e| e.to_string())
+        };
+        parsed.map_err(|reason| ConfigError::Parse {
+            path: path.to_path_buf(),
+            reason,
+        })
+    }
+
+    /// Builds the config from command-line arguments (flags and `QUIVER_*` environment
+    /// variables beat the `--config` file, which beats the defaults), then validates it.
+    pub fn from_args<I, T>(args: I) -> Result<BrokerConfig, ConfigError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Cli::command().try_get_matches_from(args)?;
+        let cli = Cli::from_arg_matches(&matches)?;
+        let config = match &cli.config {
+            Some(path) => overlay(Self::from_file(path)?, &cli.broker, &matches)?,
+            None => cli.broker,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Fields given explicitly (flag or environment) replace those of the file.
+fn overlay(
+    file: BrokerConfig,
+    explicit: &BrokerConfig,
+    matches: &ArgMatches,
+) -> Result<BrokerConfig, ConfigError> {
+    let to_value = |c: &BrokerConfig| serde_json::to_value(c).expect("config serializes");
+    let mut merged = to_value(&file);
+    let explicit_value = to_value(explicit);
+    for id in matches.ids() {
+        let id = id.as_str();
+        let given = matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        );
+        let key = id.replace('_', "-");
+        if given {
+            if let (Some(obj), Some(value)) = (merged.as_object_mut(), explicit_value.get(&key)) {
+                obj.insert(key, value.clone());
+            }
+        }
+    }
+    serde_json::from_value(merged).map_err(|e| ConfigError::Parse {
+        path: PathBuf::from("<flags>"),
+        reason: e.to_string(),
+    })
+}
+
+/// The command line: `--config FILE` plus every broker setting.
+#[derive(Debug, Parser)]
+#[command(
+    name = "quiver-broker",
+    version,
+    about = "A RocketMQ 4.x compatible message broker"
+)]
+struct Cli {
+    /// TOML (or .json) file with any of the settings below, kebab-case keys.
+    #[arg(long, env = "QUIVER_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    broker: BrokerConfig,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_between_clap_and_serde() {
+        let cli = Cli::try_parse_from(["quiver-broker"]).expect("parses");
+        // Environment variables could leak in; only compare when none is set.
+        if std::env::vars().all(|(k, _)| !k.starts_with("QUIVER_")) {
+            assert_eq!(cli.broker, BrokerConfig::default());
+        }
+        BrokerConfig::default()
+            .validate()
+            .expect("defaults are valid");
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let config = BrokerConfig {
+            segment_size: 10,
+            ..BrokerConfig::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("segment-size"), "{err}");
+        let config = BrokerConfig {
+            broker_permission: 5,
+            ..BrokerConfig::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("broker-permission"), "{err}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.toml");
+        std::fs::write(
+            &path,
+            "broker-name = \"from-file\"\ncluster = \"C1\"\nflush-mode = \"sync\"\npeers = [\"a:1\", \"b:2\"]\n",
+        )
+        .unwrap();
+        let config = BrokerConfig::from_args([
+            "quiver-broker",
+            "--config",
+            path.to_str().unwrap(),
+            "--cluster",
+            "C2",
+            "--auto-create-topics",
+            "false",
+        ])
+        .unwrap();
+        assert_eq!(config.broker_name, "from-file");
+        assert_eq!(config.cluster, "C2");
+        assert_eq!(config.flush_mode, FlushMode::Sync);
+        assert_eq!(config.peers, vec!["a:1".to_string(), "b:2".to_string()]);
+        assert!(!config.auto_create_topics);
+    }
+
+    #[test]
+    fn json_file_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.json");
+        std::fs::write(&path, r#"{"data-dir": "/tmp/x", "default-queue-nums": 2}"#).unwrap();
+        let config = BrokerConfig::from_file(&path).unwrap();
+        assert_eq!(config.default_queue_nums, 2);
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+    }
+}

@@ -1,0 +1,242 @@
+//! Consumer manager: online clients per group from heartbeats, expiry, and the
+//! NOTIFY_CONSUMER_IDS_CHANGED push when a group's membership changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+use parking_lot::Mutex;
+use quiver_protocol::RemotingCommand;
+use tokio::sync::mpsc;
+
+/// A way to push a request to one client connection.
+#[derive(Clone, Debug)]
+pub struct ConnectionHandle {
+    pub id: u64,
+    pub remote: SocketAddr,
+    pub outbound: mpsc::Sender<RemotingCommand>,
+}
+
+impl ConnectionHandle {
+    /// Sends without waiting; a full or closed connection drops the push (it is advisory).
+    pub fn push(&self, command: RemotingCommand) -> bool {
+        self.outbound.try_send(command).is_ok()
+    }
+}
+
+/// What a consumer subscribed to, as its heartbeat said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subscription {
+    pub topic: String,
+    pub expression: String,
+    pub tags_codes: Vec<i64>,
+    pub sub_version: i64,
+}
+
+/// One online client of a group.
+#[derive(Clone, Debug)]
+pub struct ConsumerClient {
+    pub client_id: String,
+    pub language: String,
+    pub version: i32,
+    pub connection: ConnectionHandle,
+    pub last_heartbeat_ms: i64,
+}
+
+/// A group's online state.
+#[derive(Clone, Debug, Default)]
+pub struct GroupState {
+    pub clients: BTreeMap<String, ConsumerClient>,
+    pub subscriptions: BTreeMap<String, Subscription>,
+    pub consume_type: String,
+    pub message_model: String,
+    pub consume_from_where: String,
+}
+
+/// A heartbeat's registration of one client in one group.
+pub struct Registration {
+    pub group: String,
+    pub client: ConsumerClient,
+    pub subscriptions: Vec<Subscription>,
+    pub consume_type: String,
+    pub message_model: String,
+    pub consume_from_where: String,
+}
+
+/// Every group's online clients.
+#[derive(Default)]
+pub struct ConsumerManager {
+    groups: Mutex<HashMap<String, GroupState>>,
+}
+
+impl ConsumerManager {
+    /// Registers or refreshes a client; true when the group's member set changed.
+    pub fn register(&self, registration: Registration) -> bool {
+        let mut groups = self.groups.lock();
+        let state = groups.entry(registration.group).or_default();
+        state.consume_type = registration.consume_type;
+        state.message_model = registration.message_model;
+        state.consume_from_where = registration.consume_from_where;
+        for subscription in registration.subscriptions {
+            state
+                .subscriptions
+                .insert(subscription.topic.clone(), subscription);
+        }
+        let client_id = registration.client.client_id.clone();
+        let previous = state.clients.insert(client_id, registration.client);
+        previous.is_none()
+    }
+
+    /// Removes a client from a group; true when it was a member.
+    pub fn unregister(&self, group: &str, client_id: &str) -> bool {
+        let mut groups = self.groups.lock();
+        let Some(state) = groups.get_mut(group) else {
+            return false;
+        };
+        let removed = state.clients.remove(client_id).is_some();
+        if state.clients.is_empty() {
+            groups.remove(group);
+        }
+        removed
+    }
+
+    /// Removes every client of a closed connection; returns the groups that changed.
+    pub fn connection_closed(&self, connection_id: u64) -> Vec<String> {
+        self.remove_where(|client| client.connection.id == connection_id)
+    }
+
+    /// Removes clients without a heartbeat since `now_ms - expiry_ms`; returns changed groups.
+    pub fn expire(&self, now_ms: i64, expiry_ms: u64) -> Vec<String> {
+        let expiry_ms = i64::try_from(expiry_ms).unwrap_or(i64::MAX);
+        self.remove_where(|client| now_ms.saturating_sub(client.last_heartbeat_ms) > expiry_ms)
+    }
+
+    fn remove_where(&self, mut predicate: impl FnMut(&ConsumerClient) -> bool) -> Vec<String> {
+        let mut groups = self.groups.lock();
+        let mut changed = Vec::new();
+        for (group, state) in groups.iter_mut() {
+            let before = state.clients.len();
+            state.clients.retain(|_, client| !predicate(client));
+            if state.clients.len() != before {
+                changed.push(group.clone());
+            }
+        }
+        groups.retain(|_, state| !state.clients.is_empty());
+        changed
+    }
+
+    /// Client ids of a group, sorted (the order clients allocate queues by).
+    pub fn client_ids(&self, group: &str) -> Vec<String> {
+        self.groups
+            .lock()
+            .get(group)
+            .map(|state| state.clients.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn group(&self, group: &str) -> Option<GroupState> {
+        self.groups.lock().get(group).cloned()
+    }
+
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<Subscription> {
+        self.groups
+            .lock()
+            .get(group)
+            .and_then(|state| state.subscriptions.get(topic).cloned())
+    }
+
+    pub fn online_groups(&self) -> Vec<String> {
+        self.groups.lock().keys().cloned().collect()
+    }
+
+    /// Pushes NOTIFY_CONSUMER_IDS_CHANGED (40) to every member of `group`, oneway.
+    pub fn notify_ids_changed(&self, group: &str) {
+        let members: Vec<ConnectionHandle> = match self.groups.lock().get(group) {
+            Some(state) => state
+                .clients
+                .values()
+                .map(|client| client.connection.clone())
+                .collect(),
+            None => return,
+        };
+        for connection in members {
+            let ext = HashMap::from([("consumerGroup".to_string(), group.to_string())]);
+            let request = RemotingCommand::request(
+                quiver_protocol::code::request::NOTIFY_CONSUMER_IDS_CHANGED,
+                ext,
+            )
+            .into_oneway();
+            if !connection.push(request) {
+                tracing::debug!(group, remote = %connection.remote, "could not push ids-changed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(
+        id: &str,
+        connection_id: u64,
+        heartbeat_ms: i64,
+    ) -> (ConsumerClient, mpsc::Receiver<RemotingCommand>) {
+        let (tx, rx) = mpsc::channel(8);
+        let client = ConsumerClient {
+            client_id: id.into(),
+            language: "CPP".into(),
+            version: 0,
+            connection: ConnectionHandle {
+                id: connection_id,
+                remote: "127.0.0.1:1".parse().unwrap(),
+                outbound: tx,
+            },
+            last_heartbeat_ms: heartbeat_ms,
+        };
+        (client, rx)
+    }
+
+    fn register(manager: &ConsumerManager, client: ConsumerClient) -> bool {
+        manager.register(Registration {
+            group: "G".into(),
+            client,
+            subscriptions: vec![],
+            consume_type: "CONSUME_PASSIVELY".into(),
+            message_model: "CLUSTERING".into(),
+            consume_from_where: "CONSUME_FROM_LAST_OFFSET".into(),
+        })
+    }
+
+    #[test]
+    fn membership_changes_and_notifications() {
+        let manager = ConsumerManager::default();
+        let (a, mut rx_a) = client("a", 1, 1_000);
+        let (b, _rx_b) = client("b", 2, 1_000);
+        assert!(register(&manager, a.clone()));
+        assert!(!register(&manager, a), "a refresh is not a change");
+        assert!(register(&manager, b));
+        assert_eq!(manager.client_ids("G"), vec!["a", "b"]);
+        manager.notify_ids_changed("G");
+        let pushed = rx_a.try_recv().expect("a was notified");
+        assert_eq!(
+            pushed.code,
+            quiver_protocol::code::request::NOTIFY_CONSUMER_IDS_CHANGED
+        );
+        assert!(pushed.is_oneway());
+        assert_eq!(manager.connection_closed(2), vec!["G".to_string()]);
+        assert_eq!(manager.client_ids("G"), vec!["a"]);
+    }
+
+    #[test]
+    fn silent_clients_expire() {
+        let manager = ConsumerManager::default();
+        let (a, _rx) = client("a", 1, 1_000);
+        register(&manager, a);
+        assert!(manager.expire(100_000, 120_000).is_empty());
+        assert_eq!(
+            manager.expire(121_001 + 1_000, 120_000),
+            vec!["G".to_string()]
+        );
+        assert!(manager.client_ids("G").is_empty());
+    }
+}

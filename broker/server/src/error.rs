@@ -1,0 +1,50 @@
+//! The broker's error type.
+
+use std::path::PathBuf;
+
+use crate::config::ConfigError;
+
+/// Errors that stop the broker or fail a request.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("store operation `{op}` failed")]
+    Store {
+        op: &'static str,
+        #[source]
+        source: quiver_store::StoreError,
+    },
+    #[error("cannot persist {path}")]
+    Persist {
+        path: PathBuf,
+        #[source]
+        source: quiver_store::StoreError,
+    },
+    #[error("I/O error while {context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("a blocking store task panicked or was cancelled")]
+    Blocking(#[source] tokio::task::JoinError),
+}
+
+impl BrokerError {
+    pub(crate) fn store(op: &'static str) -> impl FnOnce(quiver_store::StoreError) -> BrokerError {
+        move |source| BrokerError::Store { op, source }
+    }
+}
+
+/// An error and its sources on one line, for logs and remarks.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

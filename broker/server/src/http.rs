@@ -1,0 +1,94 @@
+//! The HTTP port: GET /metrics, /healthz, /readyz. A minimal HTTP/1.1 responder: one request
+//! per connection, then close.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::broker::Broker;
+
+const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves until `stop` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let broker = broker.clone();
+                    tokio::spawn(async move {
+                        if let Err(error) = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, broker)).await {
+                            tracing::debug!(%error, "http request timed out");
+                        }
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+async fn answer(mut stream: TcpStream, broker: Arc<Broker>) {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() > MAX_REQUEST_HEAD_BYTES {
+            return;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut parts = text.split_whitespace();
+    let method = parts.next().unwrap_or("");
+    let path = parts.next().unwrap_or("").split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => {
+            let scrape = broker.clone();
+            match tokio::task::spawn_blocking(move || {
+                crate::metrics::render(&scrape, crate::now_ms())
+            })
+            .await
+            {
+                Ok(text) => ("200 OK", "text/plain; version=0.0.4", text),
+                Err(error) => (
+                    "500 Internal Server Error",
+                    "text/plain",
+                    format!("{error}\n"),
+                ),
+            }
+        }
+        ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
+        ("GET", "/readyz") if broker.is_ready() => ("200 OK", "text/plain", "ready\n".to_string()),
+        ("GET", "/readyz") => (
+            "503 Service Unavailable",
+            "text/plain",
+            "not ready\n".to_string(),
+        ),
+        ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "method not allowed\n".to_string(),
+        ),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}

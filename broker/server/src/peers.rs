@@ -1,0 +1,156 @@
+//! The other brokers of the cluster (from `--peers`): polled for their name, permission and
+//! topics so every broker answers routes for the whole cluster.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::RwLock;
+use quiver_protocol::code::{request, response};
+use quiver_protocol::{frame, RemotingCommand};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::topics::TopicConfig;
+
+/// How often peers are asked for their state.
+const POLL_INTERVAL: Duration = Duration::from_secs(2);
+const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What this broker knows about one peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub address: String,
+    pub broker_name: String,
+    pub cluster: String,
+    pub permission: u32,
+    pub topics: BTreeMap<String, TopicConfig>,
+}
+
+/// The latest answer of each reachable peer.
+pub struct PeerView {
+    addresses: Vec<String>,
+    known: RwLock<HashMap<String, PeerInfo>>,
+}
+
+impl PeerView {
+    pub fn new(addresses: &[String]) -> PeerView {
+        PeerView {
+            addresses: addresses.to_vec(),
+            known: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Peers that answered, in configured order.
+    pub fn snapshot(&self) -> Vec<PeerInfo> {
+        let known = self.known.read();
+        self.addresses
+            .iter()
+            .filter_map(|address| known.get(address).cloned())
+            .collect()
+    }
+
+    fn update(&self, info: PeerInfo) {
+        self.known.write().insert(info.address.clone(), info);
+    }
+
+    fn forget(&self, address: &str) {
+        self.known.write().remove(address);
+    }
+}
+
+/// Polls every peer until `stop` flips.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    if broker.peers.addresses.is_empty() {
+        return;
+    }
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        for address in broker.peers.addresses.clone() {
+            if address == broker.advertised {
+                continue;
+            }
+            match tokio::time::timeout(PEER_TIMEOUT, poll(&address)).await {
+                Ok(Ok(info)) => broker.peers.update(info),
+                Ok(Err(reason)) => {
+                    tracing::debug!(peer = %address, reason, "peer poll failed");
+                    broker.peers.forget(&address);
+                }
+                Err(_) => {
+                    tracing::debug!(peer = %address, "peer poll timed out");
+                    broker.peers.forget(&address);
+                }
+            }
+        }
+    }
+}
+
+async fn poll(address: &str) -> Result<PeerInfo, String> {
+    let mut stream = TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let config = call(&mut stream, request::GET_BROKER_CONFIG, 1).await?;
+    let properties: HashMap<String, String> = String::from_utf8_lossy(&config.body)
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let topics = call(&mut stream, request::GET_ALL_TOPIC_CONFIG, 2).await?;
+    let table: serde_json::Value =
+        serde_json::from_slice(&topics.body).map_err(|e| e.to_string())?;
+    let topics: BTreeMap<String, TopicConfig> = table
+        .get("topicConfigTable")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    Ok(PeerInfo {
+        address: address.to_string(),
+        broker_name: properties
+            .get("brokerName")
+            .cloned()
+            .ok_or("peer config has no brokerName")?,
+        cluster: properties
+            .get("brokerClusterName")
+            .cloned()
+            .unwrap_or_default(),
+        permission: properties
+            .get("brokerPermission")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(crate::config::PERM_READ_WRITE),
+        topics,
+    })
+}
+
+async fn call(stream: &mut TcpStream, code: i32, opaque: i32) -> Result<RemotingCommand, String> {
+    let mut out = BytesMut::new();
+    let request = RemotingCommand::request(code, HashMap::new()).with_opaque(opaque);
+    frame::encode(&request, &mut out).map_err(|e| e.to_string())?;
+    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    loop {
+        if let Some(reply) = frame::decode(&mut buf).map_err(|e| e.to_string())? {
+            if reply.opaque != opaque || !reply.is_response() {
+                continue;
+            }
+            if reply.code != response::SUCCESS {
+                return Err(format!(
+                    "peer answered code {}: {:?}",
+                    reply.code, reply.remark
+                ));
+            }
+            return Ok(reply);
+        }
+        if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+            return Err("peer closed the connection".into());
+        }
+    }
+}

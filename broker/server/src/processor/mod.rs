@@ -1,0 +1,154 @@
+//! Request processors, one file per command family, and the dispatch by request code.
+
+mod admin;
+mod fields;
+mod heartbeat;
+mod offsets;
+mod pull;
+mod retry;
+mod route;
+mod send;
+
+use std::sync::Arc;
+
+use quiver_protocol::code::{request, response};
+use quiver_protocol::RemotingCommand;
+
+use crate::broker::Broker;
+use crate::consumers::ConnectionHandle;
+use crate::error::{chain, BrokerError};
+
+pub use fields::Fields;
+pub(crate) use send::{store_message, StoreTarget};
+
+/// What a processor sees: the broker and the connection the request came on.
+#[derive(Clone)]
+pub struct Ctx {
+    pub broker: Arc<Broker>,
+    pub connection: ConnectionHandle,
+}
+
+/// A request answered with an error code and a remark saying why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("code {code}: {remark}")]
+pub struct Refusal {
+    pub code: i32,
+    pub remark: String,
+}
+
+impl Refusal {
+    pub fn new(code: i32, remark: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            remark: remark.into(),
+        }
+    }
+}
+
+impl From<quiver_protocol::HeaderError> for Refusal {
+    fn from(error: quiver_protocol::HeaderError) -> Self {
+        Refusal::new(response::SYSTEM_ERROR, error.to_string())
+    }
+}
+
+impl From<BrokerError> for Refusal {
+    fn from(error: BrokerError) -> Self {
+        Refusal::new(response::SYSTEM_ERROR, chain(&error))
+    }
+}
+
+impl From<quiver_store::StoreError> for Refusal {
+    fn from(error: quiver_store::StoreError) -> Self {
+        Refusal::new(response::SYSTEM_ERROR, chain(&error))
+    }
+}
+
+pub type Outcome = Result<RemotingCommand, Refusal>;
+
+/// Processes one request; None for oneway requests (they get no answer).
+pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand> {
+    let outcome = match req.code {
+        request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+            send::handle(ctx, &req).await
+        }
+        request::PULL_MESSAGE => pull::handle(ctx, &req).await,
+        request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, &req),
+        request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, &req),
+        request::GET_MAX_OFFSET => offsets::max(ctx, &req),
+        request::GET_MIN_OFFSET => offsets::min(ctx, &req),
+        request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search(ctx, &req).await,
+        request::HEART_BEAT => heartbeat::heartbeat(ctx, &req),
+        request::UNREGISTER_CLIENT => heartbeat::unregister(ctx, &req),
+        request::GET_CONSUMER_LIST_BY_GROUP => heartbeat::consumer_list(ctx, &req),
+        request::LOCK_BATCH_MQ => heartbeat::lock_batch(ctx, &req),
+        request::UNLOCK_BATCH_MQ => heartbeat::unlock_batch(ctx, &req),
+        request::CONSUMER_SEND_MSG_BACK => retry::send_back(ctx, &req).await,
+        request::GET_ROUTEINFO_BY_TOPIC => route::route(ctx, &req),
+        request::GET_BROKER_CLUSTER_INFO => route::cluster_info(ctx, &req),
+        request::UPDATE_AND_CREATE_TOPIC => admin::create_topic(ctx, &req),
+        request::GET_ALL_TOPIC_CONFIG => admin::all_topics(ctx, &req),
+        request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, &req).await,
+        request::UPDATE_BROKER_CONFIG => admin::update_broker_config(ctx, &req),
+        request::GET_BROKER_CONFIG => admin::broker_config(ctx, &req),
+        request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, &req),
+        request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &req),
+        request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, &req),
+        request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, &req).await,
+        request::GET_CONSUMER_CONNECTION_LIST => admin::consumer_connections(ctx, &req),
+        request::GET_CONSUME_STATS => admin::consume_stats(ctx, &req).await,
+        request::INVOKE_BROKER_TO_RESET_OFFSET => admin::reset_offset(ctx, &req).await,
+        other => Err(Refusal::new(
+            response::REQUEST_CODE_NOT_SUPPORTED,
+            format!(
+                "request code {other} ({}) is not supported",
+                request::name(other).unwrap_or("unknown")
+            ),
+        )),
+    };
+    let reply = match outcome {
+        Ok(reply) => reply,
+        Err(refusal) => {
+            tracing::warn!(
+                code = req.code,
+                remote = %ctx.connection.remote,
+                response = refusal.code,
+                remark = %refusal.remark,
+                "request refused"
+            );
+            req.response_to(refusal.code, Some(refusal.remark))
+        }
+    };
+    (!req.is_oneway()).then_some(reply)
+}
+
+/// A SUCCESS response carrying `ext` header fields.
+pub fn success(req: &RemotingCommand, ext: &[(&str, String)]) -> RemotingCommand {
+    let mut reply = req.response_to(response::SUCCESS, None);
+    for (key, value) in ext {
+        reply.ext_fields.insert((*key).to_string(), value.clone());
+    }
+    reply
+}
+
+/// A SUCCESS response with a JSON body.
+pub fn success_json(req: &RemotingCommand, body: &serde_json::Value) -> RemotingCommand {
+    req.response_to(response::SUCCESS, None)
+        .with_body(bytes::Bytes::from(body.to_string()))
+}
+
+/// Parses a JSON request body.
+pub fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, Refusal> {
+    serde_json::from_slice(&req.body).map_err(|error| {
+        Refusal::new(
+            response::SYSTEM_ERROR,
+            format!("request body is not valid JSON: {error}"),
+        )
+    })
+}
+
+/// Makes sure a topic that a scheduled or retried message goes to exists.
+pub(crate) fn ensure_topic(broker: &Broker, topic: &str) {
+    if let Err(refusal) = send::topic_for_send(broker, topic) {
+        tracing::warn!(topic, remark = %refusal.remark, "cannot create topic for a scheduled message");
+    }
+}

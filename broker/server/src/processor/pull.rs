@@ -1,0 +1,292 @@
+//! PULL_MESSAGE (11) with long polling and the commitOffset piggy-back.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use quiver_protocol::code::response;
+use quiver_protocol::RemotingCommand;
+use quiver_store::record::tags_code;
+use quiver_store::{GetResult, GetStatus, QueueOffset};
+
+use super::{Ctx, Fields, Outcome, Refusal};
+use crate::broker::{blocking, Broker};
+use crate::long_poll::ParkRefused;
+
+/// sysFlag bits of a pull request.
+const FLAG_COMMIT_OFFSET: i32 = 1;
+const FLAG_SUSPEND: i32 = 1 << 1;
+const FLAG_SUBSCRIPTION: i32 = 1 << 2;
+
+/// Bytes of records one pull returns at most (RocketMQ's maxTransferBytesOnMessageInDisk).
+const MAX_PULL_BYTES: u64 = 4 * 1024 * 1024;
+/// Messages one pull returns at most, whatever the client asks.
+const MAX_PULL_MESSAGES: u32 = 1024;
+/// Longest a pull is parked, whatever the client asks.
+const MAX_SUSPEND: Duration = Duration::from_secs(60);
+
+/// Which tags a pull accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TagFilter {
+    All,
+    Codes(Vec<i64>),
+}
+
+impl TagFilter {
+    /// Parses RocketMQ's TAG expression: `*`, empty, or `a || b`.
+    fn parse(expression: &str) -> TagFilter {
+        let expression = expression.trim();
+        if expression.is_empty() || expression == "*" {
+            return TagFilter::All;
+        }
+        let codes: Vec<i64> = expression
+            .split("||")
+            .map(str::trim)
+            .filter(|tag| !tag.is_empty())
+            .map(tags_code)
+            .collect();
+        if codes.is_empty() {
+            TagFilter::All
+        } else {
+            TagFilter::Codes(codes)
+        }
+    }
+
+    fn accepts(&self, code: i64) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Codes(codes) => codes.contains(&code),
+        }
+    }
+}
+
+struct PullRequest {
+    group: String,
+    topic: String,
+    queue_id: u32,
+    offset: QueueOffset,
+    max_messages: u32,
+    sys_flag: i32,
+    commit_offset: Option<i64>,
+    suspend: Duration,
+    filter: TagFilter,
+}
+
+impl PullRequest {
+    fn parse(ctx: &Ctx, req: &RemotingCommand) -> Result<PullRequest, Refusal> {
+        let f = Fields(req);
+        let group = f.str("consumerGroup")?.to_string();
+        let topic = f.str("topic")?.to_string();
+        let sys_flag: i32 = f.opt_parse("sysFlag")?.unwrap_or(0);
+        let max_messages: i32 = f.opt_parse("maxMsgNums")?.unwrap_or(32);
+        let suspend_ms: i64 = f.opt_parse("suspendTimeoutMillis")?.unwrap_or(0);
+        let filter = if sys_flag & FLAG_SUBSCRIPTION != 0 {
+            TagFilter::parse(f.opt_str("subscription").unwrap_or("*"))
+        } else {
+            match ctx.broker.consumers.subscription(&group, &topic) {
+                Some(subscription) => TagFilter::parse(&subscription.expression),
+                None => TagFilter::All,
+            }
+        };
+        Ok(PullRequest {
+            queue_id: f.queue_id("queueId")?,
+            offset: f.offset("queueOffset")?,
+            max_messages: u32::try_from(max_messages)
+                .unwrap_or(1)
+                .clamp(1, MAX_PULL_MESSAGES),
+            sys_flag,
+            commit_offset: f.opt_parse("commitOffset")?,
+            suspend: Duration::from_millis(u64::try_from(suspend_ms).unwrap_or(0)).min(MAX_SUSPEND),
+            filter,
+            group,
+            topic,
+        })
+    }
+}
+
+/// What a store read means for the client.
+enum Answer {
+    Found(GetResult),
+    /// Nothing new: may be parked.
+    NotFound(GetResult),
+    RetryImmediately(GetResult),
+    OffsetMoved(GetResult),
+}
+
+fn classify(requested: QueueOffset, got: GetResult) -> Answer {
+    match got.status {
+        GetStatus::Found => Answer::Found(got),
+        GetStatus::NoMatchedMessage => Answer::RetryImmediately(got),
+        GetStatus::OffsetOverflowOne => Answer::NotFound(got),
+        GetStatus::NoMessageInQueue if requested.0 == 0 => Answer::NotFound(got),
+        GetStatus::NoMessageInQueue
+        | GetStatus::OffsetOverflowBadly
+        | GetStatus::OffsetTooSmall => Answer::OffsetMoved(got),
+    }
+}
+
+async fn read(broker: &Arc<Broker>, pull: &Arc<PullRequest>) -> Result<Answer, Refusal> {
+    let request = pull.clone();
+    let got = blocking(broker, move |broker| {
+        let filter = &request.filter;
+        broker.store.get(
+            &request.topic,
+            request.queue_id,
+            request.offset,
+            request.max_messages,
+            MAX_PULL_BYTES,
+            &|code| filter.accepts(code),
+        )
+    })
+    .await??;
+    Ok(classify(pull.offset, got))
+}
+
+pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    let broker = &ctx.broker;
+    if !broker.is_readable() {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!("broker {} is not readable", broker.config.broker_name),
+        ));
+    }
+    let pull = Arc::new(PullRequest::parse(ctx, req)?);
+    let Some(topic) = broker.topics.get(&pull.topic) else {
+        return Err(Refusal::new(
+            response::TOPIC_NOT_EXIST,
+            format!("topic {} does not exist", pull.topic),
+        ));
+    };
+    if pull.queue_id >= topic.read_queue_nums.max(topic.write_queue_nums) {
+        return Err(Refusal::new(
+            response::SYSTEM_ERROR,
+            format!(
+                "queueId {} is out of range for topic {} ({} queues)",
+                pull.queue_id, pull.topic, topic.read_queue_nums
+            ),
+        ));
+    }
+    if let Some(group) = broker.groups.get(&pull.group) {
+        if !group.consume_enable {
+            return Err(Refusal::new(
+                response::NO_PERMISSION,
+                format!("consumer group {} is disabled", pull.group),
+            ));
+        }
+    }
+    if pull.sys_flag & FLAG_COMMIT_OFFSET != 0 {
+        if let Some(commit) = pull.commit_offset.and_then(|c| u64::try_from(c).ok()) {
+            broker
+                .offsets
+                .commit(&pull.group, &pull.topic, pull.queue_id, QueueOffset(commit));
+        }
+    }
+    let deadline = Instant::now() + pull.suspend;
+    let may_park = pull.sys_flag & FLAG_SUSPEND != 0 && !pull.suspend.is_zero();
+    let answer = loop {
+        // Register before reading so a dispatch between the read and the wait is not missed.
+        let parked = if may_park {
+            match broker.long_poll.park(&pull.topic, pull.queue_id) {
+                Ok(parked) => Some(parked),
+                Err(ParkRefused::Full) => {
+                    tracing::debug!("parked-pull bound reached; answering at once");
+                    None
+                }
+                Err(ParkRefused::ShuttingDown) => None,
+            }
+        } else {
+            None
+        };
+        let answer = read(broker, &pull).await?;
+        let (Answer::NotFound(_), Some(parked)) = (&answer, parked) else {
+            break answer;
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match parked.wait(remaining).await {
+            Some(crate::long_poll::Wake::Dispatched) => continue,
+            Some(crate::long_poll::Wake::Shutdown) | None => break read(broker, &pull).await?,
+        }
+    };
+    Ok(respond(broker, req, &pull, answer))
+}
+
+fn respond(
+    broker: &Broker,
+    req: &RemotingCommand,
+    pull: &PullRequest,
+    answer: Answer,
+) -> RemotingCommand {
+    let (code, got) = match answer {
+        Answer::Found(got) => (response::SUCCESS, got),
+        Answer::NotFound(got) => (response::PULL_NOT_FOUND, got),
+        Answer::RetryImmediately(got) => (response::PULL_RETRY_IMMEDIATELY, got),
+        Answer::OffsetMoved(got) => (response::PULL_OFFSET_MOVED, got),
+    };
+    let mut reply = req.response_to(code, None);
+    for (key, value) in [
+        ("suggestWhichBrokerId", "0".to_string()),
+        ("nextBeginOffset", got.next_begin_offset.0.to_string()),
+        ("minOffset", got.min_offset.0.to_string()),
+        ("maxOffset", got.max_offset.0.to_string()),
+    ] {
+        reply.ext_fields.insert(key.to_string(), value);
+    }
+    if code == response::SUCCESS {
+        let total: usize = got.messages.iter().map(Bytes::len).sum();
+        let body_bytes: u64 = got.messages.iter().map(|m| record_body_len(m)).sum();
+        broker.metrics.record_out(
+            &pull.topic,
+            &pull.group,
+            got.messages.len() as u64,
+            body_bytes,
+        );
+        reply.body = if got.messages.len() == 1 {
+            got.messages[0].clone()
+        } else {
+            let mut body = BytesMut::with_capacity(total);
+            for message in &got.messages {
+                body.extend_from_slice(message);
+            }
+            body.freeze()
+        };
+    }
+    reply
+}
+
+/// BODY length of a stored record (for the throughput metric), from its fixed layout.
+fn record_body_len(record: &[u8]) -> u64 {
+    const SYS_FLAG_AT: usize = 36;
+    const BODY_LEN_AT_V4: usize = 84;
+    let sys_flag = record
+        .get(SYS_FLAG_AT..SYS_FLAG_AT + 4)
+        .map_or(0, |b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let at = BODY_LEN_AT_V4
+        + if sys_flag & quiver_store::record::BORN_HOST_V6_FLAG != 0 {
+            12
+        } else {
+            0
+        }
+        + if sys_flag & quiver_store::record::STORE_HOST_V6_FLAG != 0 {
+            12
+        } else {
+            0
+        };
+    record.get(at..at + 4).map_or(0, |b| {
+        u64::try_from(i32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_expressions() {
+        assert_eq!(TagFilter::parse("*"), TagFilter::All);
+        assert_eq!(TagFilter::parse(""), TagFilter::All);
+        let filter = TagFilter::parse("a || b");
+        assert!(filter.accepts(tags_code("a")));
+        assert!(filter.accepts(tags_code("b")));
+        assert!(!filter.accepts(tags_code("c")));
+    }
+}

@@ -1,0 +1,148 @@
+//! CONSUMER_SEND_MSG_BACK (36): a failed message goes to %RETRY%<group> after a delay level,
+//! or to %DLQ%<group> once it has been redelivered maxReconsumeTimes times.
+
+use std::sync::Arc;
+
+use quiver_protocol::code::response;
+use quiver_protocol::message as msg;
+use quiver_protocol::RemotingCommand;
+use quiver_store::record::{encode_properties, property};
+use quiver_store::CommitLogOffset;
+
+use super::send::topic_for_send;
+use super::{success, Ctx, Fields, Outcome, Refusal, StoreTarget};
+use crate::broker::blocking;
+use crate::schedule;
+use crate::topics::{DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC};
+
+/// Where a sent-back message goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendBackTarget {
+    /// Redelivered from %RETRY%<group> after the delay of `level`.
+    Retry { level: usize },
+    /// Parked for good in %DLQ%<group>.
+    DeadLetter,
+}
+
+/// RocketMQ's rule: DLQ once reconsumeTimes reaches the max or the client asks (level < 0);
+/// otherwise the client's level, or 3 + reconsumeTimes when it leaves the choice to us.
+pub fn decide(
+    reconsume_times: i32,
+    max_reconsume_times: i32,
+    requested_level: i32,
+) -> SendBackTarget {
+    if reconsume_times >= max_reconsume_times || requested_level < 0 {
+        return SendBackTarget::DeadLetter;
+    }
+    let level = if requested_level == 0 {
+        3 + reconsume_times
+    } else {
+        requested_level
+    };
+    SendBackTarget::Retry {
+        level: usize::try_from(level)
+            .unwrap_or(1)
+            .clamp(1, schedule::DELAY_LEVELS_MS.len()),
+    }
+}
+
+pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    let broker = &ctx.broker;
+    let f = Fields(req);
+    let group = f.str("group")?.to_string();
+    let physical: i64 = f.parse("offset")?;
+    let physical = u64::try_from(physical).map_err(|_| {
+        Refusal::new(
+            response::SYSTEM_ERROR,
+            format!("offset {physical} is negative"),
+        )
+    })?;
+    let requested_level: i32 = f.opt_parse("delayLevel")?.unwrap_or(0);
+    let header_max: Option<i32> = f.opt_parse("maxReconsumeTimes")?;
+    let origin_msg_id = f.opt_str("originMsgId").map(str::to_string);
+    if !broker.is_writable() {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!("broker {} is not writable", broker.config.broker_name),
+        ));
+    }
+    let group_config = broker.groups.get_or_create(&group);
+    let max_reconsume_times = header_max.unwrap_or(group_config.retry_max_times);
+    let record = blocking(broker, move |broker| {
+        broker.store.read_record(CommitLogOffset(physical))
+    })
+    .await?
+    .map_err(|error| {
+        Refusal::new(
+            response::SYSTEM_ERROR,
+            format!(
+                "no message at commit log offset {physical}: {}",
+                crate::error::chain(&error)
+            ),
+        )
+    })?;
+    let mut properties = record.properties_map();
+    if property(&record.properties, msg::PROPERTY_RETRY_TOPIC).is_none() {
+        properties.insert(msg::PROPERTY_RETRY_TOPIC.into(), record.topic.clone());
+    }
+    let origin = origin_msg_id
+        .or_else(|| {
+            property(&record.properties, msg::PROPERTY_ORIGIN_MESSAGE_ID).map(str::to_string)
+        })
+        .unwrap_or_else(|| msg::offset_msg_id(record.store_host, record.physical_offset.0));
+    properties.insert(msg::PROPERTY_ORIGIN_MESSAGE_ID.into(), origin);
+    properties.remove(msg::PROPERTY_DELAY);
+    let target = decide(record.reconsume_times, max_reconsume_times, requested_level);
+    let (topic, queue_id, properties) = match target {
+        SendBackTarget::DeadLetter => {
+            let dlq = format!("{DLQ_PREFIX}{group}");
+            topic_for_send(broker, &dlq)?;
+            tracing::info!(group, topic = %record.topic, reconsume_times = record.reconsume_times, "message dead-lettered");
+            let encoded =
+                encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            (dlq, 0, encoded)
+        }
+        SendBackTarget::Retry { level } => {
+            let retry = format!("{RETRY_PREFIX}{group}");
+            let config = topic_for_send(broker, &retry)?;
+            let retry_queue =
+                u32::try_from(physical % u64::from(config.write_queue_nums.max(1))).unwrap_or(0);
+            let encoded =
+                encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let delayed = schedule::delay_properties(&encoded, &retry, retry_queue, level);
+            (
+                SCHEDULE_TOPIC.to_string(),
+                schedule::queue_of_level(level),
+                delayed,
+            )
+        }
+    };
+    let target = Arc::new(vec![StoreTarget {
+        topic,
+        queue_id,
+        flag: record.flag,
+        body: record.body.clone(),
+        properties,
+        sys_flag: record.sys_flag,
+        born_timestamp_ms: record.born_timestamp_ms,
+        born_host: record.born_host,
+        reconsume_times: record.reconsume_times + 1,
+    }]);
+    blocking(broker, move |broker| super::store_message(broker, &target)).await??;
+    Ok(success(req, &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_grow_then_dead_letter() {
+        assert_eq!(decide(0, 16, 0), SendBackTarget::Retry { level: 3 });
+        assert_eq!(decide(2, 16, 0), SendBackTarget::Retry { level: 5 });
+        assert_eq!(decide(1, 16, 2), SendBackTarget::Retry { level: 2 });
+        assert_eq!(decide(15, 16, 0), SendBackTarget::Retry { level: 18 });
+        assert_eq!(decide(16, 16, 0), SendBackTarget::DeadLetter);
+        assert_eq!(decide(0, 16, -1), SendBackTarget::DeadLetter);
+    }
+}

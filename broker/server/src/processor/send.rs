@@ -1,0 +1,263 @@
+//! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use quiver_protocol::code::{request, response};
+use quiver_protocol::message::{self as msg, BatchMessage};
+use quiver_protocol::RemotingCommand;
+use quiver_store::record::{encode_properties, parse_properties, property};
+use quiver_store::{NewMessage, PutResult, StoreError};
+
+use super::{success, Ctx, Fields, Outcome, Refusal};
+use crate::broker::{blocking, Broker};
+use crate::schedule;
+use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
+
+/// A send header, whichever of the V1 long names or V2 short names it came in.
+struct SendHeader {
+    topic: String,
+    queue_id: i32,
+    sys_flag: i32,
+    born_timestamp_ms: i64,
+    flag: i32,
+    properties: String,
+    reconsume_times: i32,
+    max_reconsume_times: Option<i32>,
+    batch: bool,
+}
+
+impl SendHeader {
+    fn parse(req: &RemotingCommand) -> Result<SendHeader, quiver_protocol::HeaderError> {
+        let v2 = req.code != request::SEND_MESSAGE;
+        let name = |long: &'static str, short: &'static str| if v2 { short } else { long };
+        let f = Fields(req);
+        Ok(SendHeader {
+            topic: f.str(name("topic", "b"))?.to_string(),
+            queue_id: f.parse(name("queueId", "e"))?,
+            sys_flag: f.opt_parse(name("sysFlag", "f"))?.unwrap_or(0),
+            born_timestamp_ms: f.opt_parse(name("bornTimestamp", "g"))?.unwrap_or(0),
+            flag: f.opt_parse(name("flag", "h"))?.unwrap_or(0),
+            properties: f.opt_str(name("properties", "i")).unwrap_or("").to_string(),
+            reconsume_times: f.opt_parse(name("reconsumeTimes", "j"))?.unwrap_or(0),
+            max_reconsume_times: f.opt_parse(name("maxReconsumeTimes", "l"))?,
+            batch: req.code == request::SEND_BATCH_MESSAGE || f.bool(name("batch", "m")),
+        })
+    }
+}
+
+/// One message to append, owned so it can cross into a blocking task.
+#[derive(Clone, Debug)]
+pub(crate) struct StoreTarget {
+    pub topic: String,
+    pub queue_id: u32,
+    pub flag: i32,
+    pub body: Bytes,
+    pub properties: String,
+    pub sys_flag: i32,
+    pub born_timestamp_ms: i64,
+    pub born_host: SocketAddr,
+    pub reconsume_times: i32,
+}
+
+/// Appends messages (one store lock, one fsync wait) and counts them. Blocking.
+pub(crate) fn store_message(
+    broker: &Broker,
+    targets: &[StoreTarget],
+) -> Result<Vec<PutResult>, StoreError> {
+    let now = crate::now_ms();
+    let messages: Vec<NewMessage<'_>> = targets
+        .iter()
+        .map(|t| NewMessage {
+            topic: &t.topic,
+            queue_id: t.queue_id,
+            flag: t.flag,
+            body: &t.body,
+            properties: &t.properties,
+            sys_flag: t.sys_flag,
+            born_timestamp_ms: t.born_timestamp_ms,
+            born_host: t.born_host,
+            store_host: broker.store_host,
+            reconsume_times: t.reconsume_times,
+            prepared_transaction_offset: 0,
+        })
+        .collect();
+    let results = if messages.len() == 1 {
+        vec![broker.store.put(&messages[0], now)?]
+    } else {
+        broker.store.put_batch(&messages, now)?
+    };
+    for target in targets {
+        broker
+            .metrics
+            .record_in(&target.topic, 1, target.body.len() as u64);
+    }
+    Ok(results)
+}
+
+/// The topic's config, created when auto-creation is on.
+pub(crate) fn topic_for_send(broker: &Broker, topic: &str) -> Result<TopicConfig, Refusal> {
+    validate_topic_name(topic)
+        .map_err(|e| Refusal::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
+    if let Some(config) = broker.topics.get(topic) {
+        return Ok(config);
+    }
+    let system = topic.starts_with(RETRY_PREFIX) || topic.starts_with(DLQ_PREFIX);
+    if !broker.config.auto_create_topics && !system {
+        return Err(Refusal::new(
+            response::TOPIC_NOT_EXIST,
+            format!("topic {topic} does not exist and auto-create-topics is off"),
+        ));
+    }
+    let queues = if system {
+        1
+    } else {
+        broker.config.default_queue_nums
+    };
+    let (config, created) = broker.topics.get_or_create(topic, queues);
+    if created {
+        tracing::info!(topic, queues, "topic auto-created");
+    }
+    Ok(config)
+}
+
+pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    let broker = &ctx.broker;
+    let header = SendHeader::parse(req)?;
+    if !broker.is_writable() {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!(
+                "broker {} is not writable (brokerPermission {})",
+                broker.config.broker_name,
+                broker.permission()
+            ),
+        ));
+    }
+    let topic = topic_for_send(broker, &header.topic)?;
+    if topic.perm & crate::config::PERM_WRITE_BIT == 0 {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            format!("topic {} is not writable", header.topic),
+        ));
+    }
+    let mut queue_id = match u32::try_from(header.queue_id) {
+        Ok(id) if id < topic.write_queue_nums => id,
+        Ok(id) => id % topic.write_queue_nums.max(1),
+        Err(_) => (crate::now_ms() as u32) % topic.write_queue_nums.max(1),
+    };
+    let born_host = ctx.connection.remote;
+    let max_body = broker.config.max_message_size as usize;
+    let mut targets = Vec::new();
+    if header.batch {
+        let batch = msg::decode_batch(&req.body).map_err(|e| {
+            Refusal::new(
+                response::MESSAGE_ILLEGAL,
+                format!("batch body is malformed: {e}"),
+            )
+        })?;
+        if batch.is_empty() {
+            return Err(Refusal::new(response::MESSAGE_ILLEGAL, "batch is empty"));
+        }
+        for BatchMessage {
+            body,
+            flag,
+            properties,
+            ..
+        } in batch
+        {
+            check_body(body.len(), max_body)?;
+            targets.push(StoreTarget {
+                topic: header.topic.clone(),
+                queue_id,
+                flag,
+                body,
+                properties: merge_properties(&header.properties, &properties),
+                sys_flag: header.sys_flag,
+                born_timestamp_ms: header.born_timestamp_ms,
+                born_host,
+                reconsume_times: header.reconsume_times,
+            });
+        }
+    } else {
+        check_body(req.body.len(), max_body)?;
+        let mut properties = header.properties.clone();
+        let reconsume_times = header.reconsume_times;
+        let mut target_topic = header.topic.clone();
+        // A client that could not send back re-sends to %RETRY%: dead-letter it past the limit.
+        if let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) {
+            let max = header
+                .max_reconsume_times
+                .unwrap_or_else(|| broker.groups.get_or_create(group).retry_max_times);
+            if reconsume_times >= max {
+                target_topic = format!("{DLQ_PREFIX}{group}");
+                topic_for_send(broker, &target_topic)?;
+                queue_id = 0;
+            }
+        }
+        if let Some(level) = property(&properties, msg::PROPERTY_DELAY)
+            .and_then(|level| level.parse::<usize>().ok())
+            .filter(|level| *level > 0)
+        {
+            let level = level.min(schedule::DELAY_LEVELS_MS.len());
+            properties = schedule::delay_properties(&properties, &target_topic, queue_id, level);
+            target_topic = crate::topics::SCHEDULE_TOPIC.to_string();
+            queue_id = schedule::queue_of_level(level);
+        }
+        targets.push(StoreTarget {
+            topic: target_topic,
+            queue_id,
+            flag: header.flag,
+            body: req.body.clone(),
+            properties,
+            sys_flag: header.sys_flag,
+            born_timestamp_ms: header.born_timestamp_ms,
+            born_host,
+            reconsume_times,
+        });
+    }
+    let count = targets.len();
+    let first_queue = targets[0].queue_id;
+    let shared = Arc::new(targets);
+    let results = blocking(broker, move |broker| store_message(broker, &shared)).await??;
+    let ids: Vec<String> = results
+        .iter()
+        .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
+        .collect();
+    tracing::trace!(topic = %header.topic, count, "stored");
+    Ok(success(
+        req,
+        &[
+            ("msgId", ids.join(",")),
+            ("queueId", first_queue.to_string()),
+            ("queueOffset", results[0].queue_offset.0.to_string()),
+        ],
+    ))
+}
+
+fn check_body(len: usize, max: usize) -> Result<(), Refusal> {
+    if len == 0 {
+        return Err(Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            "message body is empty",
+        ));
+    }
+    if len > max {
+        return Err(Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            format!("message body of {len} bytes exceeds max-message-size {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A batch member's properties, plus the header's for keys it does not set.
+fn merge_properties(header: &str, own: &str) -> String {
+    if header.is_empty() {
+        return own.to_string();
+    }
+    let mut merged = parse_properties(header);
+    merged.extend(parse_properties(own));
+    encode_properties(merged.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}

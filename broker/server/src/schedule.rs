@@ -1,0 +1,201 @@
+//! Delay levels: messages wait in SCHEDULE_TOPIC_XXXX (queue = level - 1) and are re-stored
+//! in their real topic once due (RocketMQ's ScheduleMessageService).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_protocol::message as msg;
+use quiver_store::record::{decode, encode_properties, parse_properties};
+use quiver_store::{GetStatus, QueueOffset};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::broker::{blocking, Broker};
+use crate::error::{chain, BrokerError};
+use crate::processor::{store_message, StoreTarget};
+use crate::topics::SCHEDULE_TOPIC;
+
+/// The delay of each level (1-based): 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
+pub const DELAY_LEVELS_MS: [i64; 18] = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
+
+/// How often due messages are looked for; delays are whole seconds, so this is precise enough.
+const SCAN_INTERVAL: Duration = Duration::from_millis(100);
+const SCAN_BATCH: u32 = 256;
+
+/// The schedule queue holding a level's messages.
+pub fn queue_of_level(level: usize) -> u32 {
+    u32::try_from(level.clamp(1, DELAY_LEVELS_MS.len()) - 1).unwrap_or(0)
+}
+
+/// Properties of a delayed message: remembers where it goes once due.
+pub fn delay_properties(
+    properties: &str,
+    real_topic: &str,
+    real_queue_id: u32,
+    level: usize,
+) -> String {
+    let mut map = parse_properties(properties);
+    map.insert(msg::PROPERTY_REAL_TOPIC.into(), real_topic.into());
+    map.insert(
+        msg::PROPERTY_REAL_QUEUE_ID.into(),
+        real_queue_id.to_string(),
+    );
+    map.insert(msg::PROPERTY_DELAY.into(), level.to_string());
+    encode_properties(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct DelayOffsets {
+    offset_table: BTreeMap<u32, u64>,
+}
+
+fn offsets_path(broker: &Broker) -> PathBuf {
+    broker
+        .config
+        .data_dir
+        .join("config")
+        .join("delayOffset.json")
+}
+
+/// Moves due messages to their real topics until `stop` flips.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let loaded = blocking(&broker, |broker| {
+        crate::persist::read_json::<DelayOffsets>(&offsets_path(broker))
+    })
+    .await;
+    let mut offsets = match loaded {
+        Ok(Ok(found)) => found.unwrap_or_default(),
+        Ok(Err(error)) | Err(error) => {
+            tracing::error!(error = %chain(&error), "cannot load delay offsets; starting from the queue heads");
+            DelayOffsets::default()
+        }
+    };
+    let mut tick = tokio::time::interval(SCAN_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let table = std::mem::take(&mut offsets.offset_table);
+        match blocking(&broker, move |broker| deliver_due(broker, table)).await {
+            Ok(Ok(table)) => offsets.offset_table = table,
+            Ok(Err((table, error))) => {
+                offsets.offset_table = table;
+                tracing::error!(error = %chain(&error), "delivering scheduled messages failed");
+            }
+            Err(error) => {
+                tracing::error!(error = %chain(&error), "schedule task failed");
+                return;
+            }
+        }
+    }
+}
+
+type Table = BTreeMap<u32, u64>;
+
+/// Re-stores every due message; returns the advanced offsets (persisted when they moved).
+fn deliver_due(broker: &Broker, mut table: Table) -> Result<Table, (Table, BrokerError)> {
+    let now = crate::now_ms();
+    let mut moved = false;
+    for (index, delay_ms) in DELAY_LEVELS_MS.iter().enumerate() {
+        let queue_id = index as u32;
+        let start = *table.get(&queue_id).unwrap_or(&0);
+        let max = broker.store.max_offset(SCHEDULE_TOPIC, queue_id).0;
+        let mut next = start.max(broker.store.min_offset(SCHEDULE_TOPIC, queue_id).0);
+        while next < max {
+            let got = match broker.store.get(
+                SCHEDULE_TOPIC,
+                queue_id,
+                QueueOffset(next),
+                SCAN_BATCH,
+                16 * 1024 * 1024,
+                &|_| true,
+            ) {
+                Ok(got) => got,
+                Err(source) => return Err((table, BrokerError::Store { op: "get", source })),
+            };
+            if got.status != GetStatus::Found {
+                next = got
+                    .next_begin_offset
+                    .0
+                    .max(next + u64::from(got.messages.is_empty()));
+                break;
+            }
+            let mut due_targets = Vec::new();
+            let mut not_due = false;
+            for raw in &got.messages {
+                let record = match decode(raw) {
+                    Ok((record, _)) => record,
+                    Err(error) => {
+                        tracing::error!(%error, queue_id, offset = next, "undecodable scheduled message skipped");
+                        next += 1;
+                        continue;
+                    }
+                };
+                if record.store_timestamp_ms + delay_ms > now {
+                    not_due = true;
+                    break;
+                }
+                let mut properties = record.properties_map();
+                let real_topic = properties.remove(msg::PROPERTY_REAL_TOPIC);
+                let real_queue = properties
+                    .remove(msg::PROPERTY_REAL_QUEUE_ID)
+                    .and_then(|q| q.parse::<u32>().ok())
+                    .unwrap_or(0);
+                properties.remove(msg::PROPERTY_DELAY);
+                next = record.queue_offset.0 + 1;
+                let Some(real_topic) = real_topic else {
+                    tracing::warn!(queue_id, "scheduled message without REAL_TOPIC dropped");
+                    continue;
+                };
+                due_targets.push(StoreTarget {
+                    topic: real_topic,
+                    queue_id: real_queue,
+                    flag: record.flag,
+                    body: record.body.clone(),
+                    properties: encode_properties(
+                        properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                    ),
+                    sys_flag: record.sys_flag,
+                    born_timestamp_ms: record.born_timestamp_ms,
+                    born_host: record.born_host,
+                    reconsume_times: record.reconsume_times,
+                });
+            }
+            if !due_targets.is_empty() {
+                for target in &due_targets {
+                    crate::processor::ensure_topic(broker, &target.topic);
+                }
+                if let Err(source) = store_message(broker, &due_targets) {
+                    return Err((table, BrokerError::Store { op: "put", source }));
+                }
+            }
+            if next != start {
+                moved = true;
+            }
+            table.insert(queue_id, next);
+            if not_due {
+                break;
+            }
+        }
+        table.insert(queue_id, next);
+    }
+    if moved {
+        if let Err(error) = crate::persist::write_json(
+            &offsets_path(broker),
+            &DelayOffsets {
+                offset_table: table.clone(),
+            },
+        ) {
+            return Err((table, error));
+        }
+    }
+    Ok(table)
+}

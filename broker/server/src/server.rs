@@ -1,0 +1,262 @@
+//! The accept loop, one task per connection, and the broker lifecycle.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use quiver_protocol::{frame, RemotingCommand};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::broker::{blocking, Broker};
+use crate::config::BrokerConfig;
+use crate::consumers::ConnectionHandle;
+use crate::error::BrokerError;
+use crate::processor::{self, Ctx};
+
+/// Responses and pushes queued per connection before the writer applies back-pressure.
+const OUTBOUND_QUEUE: usize = 1024;
+/// How often silent clients are looked for.
+const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Runs a broker on `listener` (remoting + name server) and `http_listener` (metrics, health)
+/// until `shutdown` resolves; then stops accepting, answers parked pulls, persists and flushes.
+pub async fn run(
+    config: BrokerConfig,
+    listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), BrokerError> {
+    config.validate()?;
+    let bound = listener.local_addr().map_err(|source| BrokerError::Io {
+        context: "reading the listen address".into(),
+        source,
+    })?;
+    let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
+    let broker = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Broker::open(config, bound))
+            .await
+            .map_err(BrokerError::Blocking)??
+    };
+    let broker = Arc::new(broker);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut background = JoinSet::new();
+    if let Some(http_listener) = http_listener {
+        background.spawn(crate::http::serve(
+            http_listener,
+            broker.clone(),
+            stop_rx.clone(),
+        ));
+    }
+    background.spawn(persist_loop(broker.clone(), stop_rx.clone()));
+    background.spawn(client_expiry_loop(broker.clone(), stop_rx.clone()));
+    background.spawn(crate::schedule::run(broker.clone(), stop_rx.clone()));
+    background.spawn(crate::peers::run(broker.clone(), stop_rx.clone()));
+    broker.set_ready(true);
+    tracing::info!(
+        listen = %bound,
+        advertise = %broker.advertised,
+        broker = %broker.config.broker_name,
+        cluster = %broker.config.cluster,
+        "quiver-broker serving"
+    );
+
+    let connections = accept_loop(&broker, listener, stop_rx.clone(), shutdown).await;
+
+    tracing::info!("shutting down: answering parked pulls and closing connections");
+    broker.set_ready(false);
+    broker.long_poll.shutdown();
+    let _ = stop_tx.send(true);
+    let mut tasks = connections;
+    let drained = tokio::time::timeout(shutdown_timeout, async {
+        while tasks.join_next().await.is_some() {}
+        while background.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            ?shutdown_timeout,
+            "tasks still running at the shutdown bound; stopping them"
+        );
+    }
+    blocking(&broker, |broker| {
+        let persisted = broker.persist_all();
+        let stopped = broker
+            .store
+            .shutdown()
+            .map_err(BrokerError::store("shutdown"));
+        persisted.and(stopped)
+    })
+    .await??;
+    tracing::info!("quiver-broker stopped cleanly");
+    Ok(())
+}
+
+async fn accept_loop(
+    broker: &Arc<Broker>,
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> JoinSet<()> {
+    let connection_slots = Arc::new(Semaphore::new(broker.config.max_connections));
+    let next_id = AtomicU64::new(1);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, remote) = match accepted {
+                    Ok(pair) => pair,
+                    Err(error) => {
+                        // Out of file descriptors and similar: back off instead of spinning.
+                        tracing::warn!(%error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
+                    tracing::warn!(%remote, max = broker.config.max_connections, "connection limit reached; closing");
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                let broker = broker.clone();
+                let stop = stop.clone();
+                connections.spawn(async move {
+                    broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
+                    serve_connection(stream, remote, id, broker.clone(), stop).await;
+                    broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
+                    drop(slot);
+                });
+            }
+        }
+    }
+    connections
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    remote: std::net::SocketAddr,
+    id: u64,
+    broker: Arc<Broker>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (mut reader, mut writer) = stream.into_split();
+    let (outbound, mut outbound_rx) = mpsc::channel::<RemotingCommand>(OUTBOUND_QUEUE);
+    let writer_task = tokio::spawn(async move {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        while let Some(command) = outbound_rx.recv().await {
+            buf.clear();
+            let mut next = Some(command);
+            // Coalesce whatever is queued into one write.
+            while let Some(command) = next {
+                if let Err(error) = frame::encode(&command, &mut buf) {
+                    tracing::error!(%error, code = command.code, "cannot encode a response");
+                }
+                next = if buf.len() < 1024 * 1024 {
+                    outbound_rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            if writer.write_all(&buf).await.is_err() {
+                return;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    let ctx = Ctx {
+        broker: broker.clone(),
+        connection: ConnectionHandle {
+            id,
+            remote,
+            outbound: outbound.clone(),
+        },
+    };
+    let inflight = Arc::new(Semaphore::new(broker.config.max_inflight_per_connection));
+    let mut requests = JoinSet::new();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    'read: loop {
+        loop {
+            match frame::decode(&mut buf) {
+                Ok(Some(command)) => {
+                    if command.is_response() {
+                        // Answers to our pushes (e.g. 220) carry nothing we act on.
+                        continue;
+                    }
+                    let Ok(permit) = inflight.clone().acquire_owned().await else {
+                        break 'read;
+                    };
+                    let ctx = ctx.clone();
+                    let outbound = outbound.clone();
+                    requests.spawn(async move {
+                        if let Some(response) = processor::dispatch(&ctx, command).await {
+                            let _ = outbound.send(response).await;
+                        }
+                        drop(permit);
+                    });
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::warn!(%remote, %error, "malformed frame; closing the connection");
+                    break 'read;
+                }
+            }
+        }
+        while requests.try_join_next().is_some() {}
+        tokio::select! {
+            _ = stop.changed() => break,
+            read = reader.read_buf(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            },
+        }
+    }
+    // Let in-flight requests (including parked pulls, answered on shutdown) finish.
+    while requests.join_next().await.is_some() {}
+    drop(ctx);
+    drop(outbound);
+    let _ = writer_task.await;
+    for group in broker.consumers.connection_closed(id) {
+        broker.consumers.notify_ids_changed(&group);
+    }
+}
+
+async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(broker.config.persist_interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                match blocking(&broker, |broker| broker.persist_all()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) | Err(error) => tracing::error!(error = %crate::error::chain(&error), "periodic persist failed"),
+                }
+            }
+        }
+    }
+}
+
+async fn client_expiry_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(CLIENT_SCAN_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                for group in broker.consumers.expire(crate::now_ms(), broker.config.client_expiry_ms) {
+                    tracing::info!(group, "client expired without heartbeat");
+                    broker.consumers.notify_ids_changed(&group);
+                }
+            }
+        }
+    }
+}

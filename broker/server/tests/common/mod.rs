@@ -1,0 +1,315 @@
+//! Shared test harness: an in-process broker on free loopback ports and a minimal client.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use quiver_broker::{BrokerConfig, BrokerError};
+use quiver_protocol::code::request;
+use quiver_protocol::{frame, RemotingCommand};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Bound on any single request in tests.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A broker running in this process.
+pub struct TestBroker {
+    pub addr: SocketAddr,
+    pub http: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), BrokerError>>>,
+}
+
+/// A config for tests: tiny segments, fast persistence, this directory.
+pub fn test_config(dir: &Path) -> BrokerConfig {
+    BrokerConfig {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        http_listen: "127.0.0.1:0".into(),
+        segment_size: 1024 * 1024,
+        max_message_size: 256 * 1024,
+        persist_interval_ms: 200,
+        shutdown_timeout_ms: 5_000,
+        ..BrokerConfig::default()
+    }
+}
+
+impl TestBroker {
+    pub async fn start(mut config: BrokerConfig) -> TestBroker {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+        let addr = listener.local_addr().unwrap();
+        let http_addr = http.local_addr().unwrap();
+        config.listen = addr.to_string();
+        config.http_listen = http_addr.to_string();
+        config.advertise = Some(addr.to_string());
+        Self::start_on(config, listener, http).await
+    }
+
+    /// Starts on listeners the caller bound (to know every address before any broker runs).
+    pub async fn start_on(
+        config: BrokerConfig,
+        listener: TcpListener,
+        http: TcpListener,
+    ) -> TestBroker {
+        let addr = listener.local_addr().unwrap();
+        let http_addr = http.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(quiver_broker::run(
+            config,
+            listener,
+            Some(http),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while http_get(http_addr, "/readyz")
+            .await
+            .is_none_or(|(status, _)| status != 200)
+        {
+            if task.is_finished() {
+                panic!("broker exited before ready: {:?}", task.await);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "broker not ready in time"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        TestBroker {
+            addr,
+            http: http_addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the broker and waits for its clean exit.
+    pub async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).ok();
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("broker stops within its bound")
+            .expect("broker task did not panic")
+            .expect("broker exits cleanly");
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.addr).await
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(self.http, "/metrics")
+            .await
+            .expect("metrics answered")
+            .1
+    }
+}
+
+/// Polls `check` until it holds; panics after `limit`.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A GET over HTTP/1.1: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// A minimal remoting client.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    next_opaque: i32,
+    /// Requests the broker pushed to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED).
+    pub pushed: Vec<RemotingCommand>,
+}
+
+pub fn ext(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr) -> Client {
+        Client {
+            stream: TcpStream::connect(addr).await.expect("connect"),
+            buf: BytesMut::new(),
+            next_opaque: 1,
+            pushed: Vec::new(),
+        }
+    }
+
+    pub async fn write(&mut self, command: &RemotingCommand) {
+        let mut out = BytesMut::new();
+        frame::encode(command, &mut out).expect("encode");
+        self.stream.write_all(&out).await.expect("write");
+    }
+
+    /// Reads the next frame; None when the broker closed the connection.
+    pub async fn read(&mut self) -> Option<RemotingCommand> {
+        loop {
+            if let Some(command) = frame::decode(&mut self.buf).expect("broker frames decode") {
+                return Some(command);
+            }
+            let read = tokio::time::timeout(CALL_TIMEOUT, self.stream.read_buf(&mut self.buf))
+                .await
+                .expect("broker answers in time");
+            match read {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Sends a request and returns its response.
+    pub async fn call(
+        &mut self,
+        code: i32,
+        fields: HashMap<String, String>,
+        body: Bytes,
+    ) -> RemotingCommand {
+        let opaque = self.next_opaque;
+        self.next_opaque += 1;
+        let request = RemotingCommand::request(code, fields)
+            .with_opaque(opaque)
+            .with_body(body);
+        self.write(&request).await;
+        loop {
+            let command = self.read().await.expect("connection open");
+            if command.is_response() && command.opaque == opaque {
+                return command;
+            }
+            if !command.is_response() {
+                self.pushed.push(command);
+            }
+        }
+    }
+
+    pub async fn send(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+        body: &str,
+        tags: &str,
+    ) -> RemotingCommand {
+        let properties = format!("TAGS\u{1}{tags}\u{2}KEYS\u{1}key-{body}\u{2}");
+        let queue = queue_id.to_string();
+        let born = quiver_broker::now_ms().to_string();
+        self.call(
+            request::SEND_MESSAGE,
+            ext(&[
+                ("producerGroup", "P"),
+                ("topic", topic),
+                ("defaultTopic", "TBW102"),
+                ("defaultTopicQueueNums", "4"),
+                ("queueId", &queue),
+                ("sysFlag", "0"),
+                ("bornTimestamp", &born),
+                ("flag", "0"),
+                ("properties", &properties),
+                ("reconsumeTimes", "0"),
+            ]),
+            Bytes::from(body.to_string()),
+        )
+        .await
+    }
+
+    /// A pull; `suspend_ms` > 0 sets the suspend flag; `commit` piggy-backs an offset.
+    pub async fn pull(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        offset: u64,
+        suspend_ms: u64,
+        commit: Option<u64>,
+    ) -> RemotingCommand {
+        let mut sys_flag = 0;
+        if suspend_ms > 0 {
+            sys_flag |= 2;
+        }
+        if commit.is_some() {
+            sys_flag |= 1;
+        }
+        let fields = ext(&[
+            ("consumerGroup", group),
+            ("topic", topic),
+            ("queueId", &queue_id.to_string()),
+            ("queueOffset", &offset.to_string()),
+            ("maxMsgNums", "32"),
+            ("sysFlag", &sys_flag.to_string()),
+            ("commitOffset", &commit.map_or(-1, |c| c as i64).to_string()),
+            ("suspendTimeoutMillis", &suspend_ms.to_string()),
+            ("subscription", "*"),
+            ("subVersion", "0"),
+        ]);
+        self.call(request::PULL_MESSAGE, fields, Bytes::new()).await
+    }
+
+    pub async fn query_offset(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> RemotingCommand {
+        self.call(
+            request::QUERY_CONSUMER_OFFSET,
+            ext(&[
+                ("consumerGroup", group),
+                ("topic", topic),
+                ("queueId", &queue_id.to_string()),
+            ]),
+            Bytes::new(),
+        )
+        .await
+    }
+}
+
+/// Bodies of the records in a pull response.
+pub fn pulled_bodies(response: &RemotingCommand) -> Vec<String> {
+    quiver_store::record::decode_all(&response.body)
+        .expect("pull body decodes")
+        .into_iter()
+        .map(|record| String::from_utf8_lossy(&record.body).into_owned())
+        .collect()
+}
+
+pub fn ext_u64(command: &RemotingCommand, key: &str) -> u64 {
+    command
+        .ext(key)
+        .unwrap_or_else(|| panic!("{key} missing in {command:?}"))
+        .parse()
+        .expect("number")
+}

@@ -1,0 +1,61 @@
+"""Thin helpers over the real RocketMQ client (PyPI rocketmq 0.4.4, the Apache C++ client)."""
+
+import threading
+
+from rocketmq.client import Message, Producer, PushConsumer, SendStatus
+
+
+def tags_of(i):
+    return "TagA" if i % 2 == 0 else "TagB"
+
+
+def produce(namesrv, topic, keys, group="quiver-e2e-producer"):
+    """Sends one message per key (sync), with tags and keys; returns the send results."""
+    producer = Producer(group)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    results = []
+    try:
+        for i in keys:
+            msg = Message(topic)
+            msg.set_keys(f"k-{i}")
+            msg.set_tags(tags_of(i))
+            msg.set_body(f"body-{i}")
+            result = producer.send_sync(msg)
+            assert result.status == SendStatus.OK, f"send {i}: {result.status}"
+            results.append(result)
+    finally:
+        producer.shutdown()
+    return results
+
+
+class Collector:
+    """Records what a push consumer received, thread-safe (callbacks run on C++ threads)."""
+
+    def __init__(self, fail_first_delivery=False):
+        self.lock = threading.Lock()
+        self.keys = {}
+        self.redelivered = set()
+        self.fail_first_delivery = fail_first_delivery
+
+    def __call__(self, msg):
+        key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+        with self.lock:
+            self.keys[key] = self.keys.get(key, 0) + 1
+            if msg.reconsume_times > 0:
+                self.redelivered.add(key)
+        if self.fail_first_delivery and msg.reconsume_times == 0:
+            # The binding turns an exception into RECONSUME_LATER.
+            raise RuntimeError("fail the first delivery on purpose")
+
+    def distinct(self):
+        with self.lock:
+            return set(self.keys)
+
+
+def start_consumer(namesrv, group, topic, collector, expression="*"):
+    consumer = PushConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.subscribe(topic, collector, expression)
+    consumer.start()
+    return consumer
