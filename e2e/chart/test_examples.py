@@ -32,6 +32,10 @@ def strict(schema):
     """Closes every object schema that does not preserve unknown fields, like the API server's
     strict field validation; metadata is checked by the API server itself, so it stays open."""
     schema = copy.deepcopy(schema)
+    # The API server adds these to every CRD's root schema implicitly.
+    schema["properties"].setdefault("apiVersion", {"type": "string"})
+    schema["properties"].setdefault("kind", {"type": "string"})
+    schema["properties"].setdefault("metadata", {"type": "object"})
 
     def close(node, is_root):
         if isinstance(node, dict):

@@ -15,18 +15,20 @@ from chartlib import (
     render,
 )
 
-# The rules the operator needs (task contract): quiver.io resources with status and finalizers,
-# the objects a Broker turns into, PVC expansion and retention, events, read-only pods.
+# What the operator does (task contract, checked against operator/src): watches Brokers and
+# ConsumerGroups, patches ConsumerGroups (finalizer) and both statuses, applies the objects a
+# Broker turns into with server-side apply (owner references block owner deletion), expands and
+# deletes volume claims, records events, reads pods. Nothing else, no wildcard.
 MANAGED_RULES = {
-    ("quiver.io", "brokers"): {"get", "list", "watch", "patch"},
+    ("quiver.io", "brokers"): {"get", "list", "watch"},
     ("quiver.io", "consumergroups"): {"get", "list", "watch", "patch"},
     ("quiver.io", "brokers/status"): {"get", "patch"},
     ("quiver.io", "consumergroups/status"): {"get", "patch"},
     ("quiver.io", "brokers/finalizers"): {"update"},
-    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch"},
     ("events.k8s.io", "events"): {"create", "patch"},
@@ -113,8 +115,11 @@ def test_deployment_is_hardened_and_passes_the_operator_contract_flags():
         "--leader-election",
         "true",
         "--lag-interval-seconds",
-        "15",
+        "30",
     ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RUST_LOG"]["value"] == "info" and env["QUIVER_LOG_FORMAT"]["value"] == "json"
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
 def test_namespaced_install_passes_the_namespace_and_pins_the_image_digest():
@@ -153,11 +158,15 @@ def test_cluster_wide_rbac_grants_exactly_what_the_operator_uses():
 def test_namespaced_rbac_uses_roles_only():
     objects = manifests({"watchNamespace": "messaging"})
     assert by_kind(objects, "ClusterRole") == [] and by_kind(objects, "ClusterRoleBinding") == []
-    roles = {r["metadata"]["namespace"]: r for r in by_kind(objects, "Role")}
-    assert flatten_rules(roles["messaging"]["rules"]) == MANAGED_RULES
-    assert flatten_rules(roles[NAMESPACE]["rules"]) == LEADER_ELECTION_RULES
-    bindings = {b["metadata"]["namespace"]: b for b in by_kind(objects, "RoleBinding")}
-    assert bindings["messaging"]["subjects"][0]["namespace"] == NAMESPACE
+    roles = {r["metadata"]["name"]: r for r in by_kind(objects, "Role")}
+    assert flatten_rules(roles["quiver-quiver-operator"]["rules"]) == MANAGED_RULES
+    # With --namespace the operator keeps its Lease in the watched namespace.
+    lease_role = roles["quiver-quiver-operator-leader-election"]
+    assert flatten_rules(lease_role["rules"]) == LEADER_ELECTION_RULES
+    assert {r["metadata"]["namespace"] for r in roles.values()} == {"messaging"}
+    for binding in by_kind(objects, "RoleBinding"):
+        assert binding["metadata"]["namespace"] == "messaging"
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
 
 
 def test_rbac_off_renders_no_roles():

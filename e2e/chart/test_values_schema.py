@@ -31,6 +31,7 @@ def test_default_values_satisfy_the_schema():
         ({"metrics": {"brokerPodMonitor": {"podSelector": {"app": 5}}}}, "at '/metrics/brokerPodMonitor/podSelector/app'"),
         ({"grafanaDashboard": {"labels": {"grafana_dashboard": 1}}}, "at '/grafanaDashboard/labels/grafana_dashboard'"),
         ({"lagIntervalSeconds": 0}, "at '/lagIntervalSeconds'"),
+        ({"logFormat": "xml"}, "at '/logFormat'"),
     ],
 )
 def test_bad_values_are_rejected_with_the_key_named(values, message):

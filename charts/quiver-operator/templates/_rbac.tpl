@@ -1,7 +1,11 @@
 {{/* Everything the reconcilers touch, granted cluster-wide or in the watched namespace only. */}}
 {{- define "quiver-operator.managedRules" -}}
 - apiGroups: ["quiver.io"]
-  resources: ["brokers", "consumergroups"]
+  resources: ["brokers"]
+  verbs: ["get", "list", "watch"]
+# The ConsumerGroup finalizer (offsets deleted with the resource) is added and removed by patch.
+- apiGroups: ["quiver.io"]
+  resources: ["consumergroups"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["quiver.io"]
   resources: ["brokers/status", "consumergroups/status"]
@@ -10,15 +14,16 @@
 - apiGroups: ["quiver.io"]
   resources: ["brokers/finalizers"]
   verbs: ["update"]
+# Applied with server-side apply (patch); owner references let the garbage collector delete them.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Expansion patches the claims; the retention policy deletes them.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
