@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quiver_protocol::body::{perm, TopicRouteData};
@@ -22,6 +22,8 @@ pub struct ClientConfig {
     pub name_servers: Vec<String>,
     /// Deadline of one request/response exchange.
     pub request_timeout: Duration,
+    /// A cached route older than this is looked up again before use.
+    pub route_ttl: Duration,
 }
 
 impl ClientConfig {
@@ -35,6 +37,7 @@ impl ClientConfig {
                 .map(String::from)
                 .collect(),
             request_timeout: Duration::from_secs(3),
+            route_ttl: Duration::from_secs(30),
         }
     }
 
@@ -98,7 +101,7 @@ pub struct ClientCore {
     pub(crate) remoting: RemotingClient,
     pub(crate) config: ClientConfig,
     pub(crate) client_id: String,
-    routes: Mutex<HashMap<String, Arc<TopicRoute>>>,
+    routes: Mutex<HashMap<String, (Instant, Arc<TopicRoute>)>>,
     /// broker name -> address, learnt from every route fetched.
     broker_addrs: Mutex<BTreeMap<String, String>>,
     next_name_server: AtomicUsize,
@@ -197,14 +200,19 @@ impl ClientCore {
         self.broker_addrs
             .lock()
             .extend(route.brokers.iter().map(|(n, a)| (n.clone(), a.clone())));
-        self.routes.lock().insert(topic.to_owned(), route.clone());
+        self.routes
+            .lock()
+            .insert(topic.to_owned(), (Instant::now(), route.clone()));
         Ok(route)
     }
 
-    /// The cached route, fetched on first use.
+    /// The cached route, fetched on first use and again once older than the TTL.
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
-        if let Some(route) = self.routes.lock().get(topic).cloned() {
-            return Ok(route);
+        let cached = self.routes.lock().get(topic).cloned();
+        if let Some((fetched, route)) = cached {
+            if fetched.elapsed() < self.config.route_ttl {
+                return Ok(route);
+            }
         }
         self.fetch_route(topic).await
     }

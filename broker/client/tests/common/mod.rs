@@ -17,9 +17,10 @@ use tokio::task::JoinHandle;
 
 pub struct TestBroker {
     pub addr: String,
+    config: BrokerConfig,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), quiver_broker::BrokerError>>>,
-    _data: tempfile::TempDir,
+    _data: Arc<tempfile::TempDir>,
 }
 
 impl TestBroker {
@@ -28,25 +29,68 @@ impl TestBroker {
     }
 
     pub async fn start_with(adjust: impl FnOnce(&mut BrokerConfig)) -> Self {
-        let data = tempfile::tempdir().expect("temp dir");
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind remoting");
-        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+        let data = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let mut config = Self::config(&listener, &data);
+        adjust(&mut config);
+        Self::launch(config, listener, data).await
+    }
+
+    /// Brokers that know each other as peers, so each route lists the whole cluster.
+    pub async fn start_cluster(size: usize) -> Vec<Self> {
+        let mut listeners = Vec::with_capacity(size);
+        for _ in 0..size {
+            listeners.push(
+                TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind remoting"),
+            );
+        }
+        let addrs: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().expect("addr").to_string())
+            .collect();
+        let mut brokers = Vec::with_capacity(size);
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let data = Arc::new(tempfile::tempdir().expect("temp dir"));
+            let mut config = Self::config(&listener, &data);
+            config.broker_name = format!("broker-{index}");
+            config.peers = addrs
+                .iter()
+                .filter(|a| **a != addrs[index])
+                .cloned()
+                .collect();
+            brokers.push(Self::launch(config, listener, data).await);
+        }
+        brokers
+    }
+
+    fn config(listener: &TcpListener, data: &tempfile::TempDir) -> BrokerConfig {
         let addr = listener.local_addr().expect("local addr").to_string();
-        let mut config = BrokerConfig {
+        BrokerConfig {
             data_dir: data.path().to_path_buf(),
             listen: addr.clone(),
-            http_listen: http.local_addr().expect("http addr").to_string(),
-            advertise: Some(addr.clone()),
+            http_listen: "127.0.0.1:0".into(),
+            advertise: Some(addr),
             segment_size: 8 * 1024 * 1024,
             persist_interval_ms: 200,
             ..BrokerConfig::default()
-        };
-        adjust(&mut config);
+        }
+    }
+
+    async fn launch(
+        mut config: BrokerConfig,
+        listener: TcpListener,
+        data: Arc<tempfile::TempDir>,
+    ) -> Self {
+        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+        config.http_listen = http.local_addr().expect("http addr").to_string();
+        let addr = listener.local_addr().expect("local addr").to_string();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(quiver_broker::run(
-            config,
+            config.clone(),
             listener,
             Some(http),
             async move {
@@ -55,6 +99,7 @@ impl TestBroker {
         ));
         Self {
             addr,
+            config,
             stop: Some(stop),
             task: Some(task),
             _data: data,
@@ -63,6 +108,10 @@ impl TestBroker {
 
     /// Stops the broker and waits (bounded) for it to exit cleanly.
     pub async fn stop(mut self) {
+        self.halt().await;
+    }
+
+    async fn halt(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -73,6 +122,26 @@ impl TestBroker {
                 .expect("broker task did not panic");
             outcome.expect("broker exits cleanly");
         }
+    }
+
+    /// Stops and starts the broker again on the same address and data directory.
+    pub async fn restart(mut self) -> Self {
+        self.halt().await;
+        let started = Instant::now();
+        let listener = loop {
+            match TcpListener::bind(&self.addr).await {
+                Ok(listener) => break listener,
+                Err(error) => {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(10),
+                        "cannot rebind {}: {error}",
+                        self.addr
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        Self::launch(self.config.clone(), listener, self._data.clone()).await
     }
 
     pub fn client(&self) -> ClientConfig {
