@@ -1,1 +1,0 @@
-//! quiver-bench: placeholder until its issue lands.

@@ -1,0 +1,423 @@
+//! `quiver-bench store`: the store's append, dispatch and read rates beside the machine's
+//! ceilings for the same bytes, printed as a markdown table with ratios.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use quiver_store::record::{self, Placement};
+use quiver_store::{
+    CommitLogOffset, FlushMode, GetStatus, MessageStore, NewMessage, QueueOffset, StoreConfig,
+};
+
+use crate::ceilings;
+use crate::measure::{run_bounded, Bounds, Rate};
+
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Seconds each measurement may run at most.
+    #[arg(long, default_value_t = 1.5)]
+    seconds: f64,
+    /// Parent directory for scratch files; a temp dir inside it is removed afterwards.
+    /// Default: the current directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A few-second sanity run (CI): tiny bounds and segments; figures are meaningless.
+    #[arg(long)]
+    smoke: bool,
+    /// Concurrent writers for the group-commit (Sync) figure.
+    #[arg(long, default_value_t = 16)]
+    writers: u32,
+    /// Body sizes in bytes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [128usize, 1024, 16384])]
+    sizes: Vec<usize>,
+}
+
+const TOPIC: &str = "BenchTopic";
+const QUEUES: u32 = 4;
+const PROPERTIES: &str = "TAGS\u{1}TagA\u{2}KEYS\u{1}bench\u{2}";
+
+struct Plan {
+    bounds: Bounds,
+    sync_bounds: Bounds,
+    segment_size_bytes: u64,
+}
+
+impl Plan {
+    fn new(options: &Options) -> Plan {
+        if options.smoke {
+            let bounds = Bounds {
+                duration: Duration::from_millis(50),
+                max_ops: 2_000,
+                max_bytes: 2 << 20,
+            };
+            return Plan {
+                bounds,
+                sync_bounds: Bounds {
+                    max_ops: 50,
+                    ..bounds
+                },
+                segment_size_bytes: 1 << 20,
+            };
+        }
+        let duration = Duration::from_secs_f64(options.seconds);
+        Plan {
+            bounds: Bounds {
+                duration,
+                max_ops: 20_000_000,
+                max_bytes: 3 << 30,
+            },
+            sync_bounds: Bounds {
+                duration,
+                max_ops: 500_000,
+                max_bytes: 1 << 30,
+            },
+            segment_size_bytes: 1 << 30,
+        }
+    }
+
+    fn config(&self, dir: &Path, flush_mode: FlushMode) -> StoreConfig {
+        StoreConfig {
+            data_dir: dir.to_path_buf(),
+            segment_size_bytes: self.segment_size_bytes,
+            flush_mode,
+            max_message_size_bytes: 64 * 1024,
+            ..StoreConfig::default()
+        }
+    }
+}
+
+fn message(body: &[u8], queue_id: u32) -> NewMessage<'_> {
+    let host: SocketAddr = "10.0.0.1:40000".parse().expect("literal address");
+    NewMessage {
+        topic: TOPIC,
+        queue_id,
+        flag: 0,
+        body,
+        properties: PROPERTIES,
+        sys_flag: 0,
+        born_timestamp_ms: 1_700_000_000_000,
+        born_host: host,
+        store_host: "10.0.0.2:10911".parse().expect("literal address"),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
+}
+
+/// One row of the table.
+struct Row {
+    body: usize,
+    figure: String,
+    rate: Rate,
+    extra: String,
+    ratio: Option<(f64, String)>,
+}
+
+fn print_row(row: &Row) {
+    let ratio = row
+        .ratio
+        .as_ref()
+        .map_or(String::new(), |(r, of)| format!("{:.2} of {of}", r));
+    println!(
+        "| {:>6} | {:<34} | {:>12.0} | {:>9.1} | {:<22} | {:<36} |",
+        size_label(row.body),
+        row.figure,
+        row.rate.ops_per_sec(),
+        row.rate.mb_per_sec(),
+        row.extra,
+        ratio
+    );
+}
+
+fn size_label(bytes: usize) -> String {
+    if bytes >= 1024 && bytes % 1024 == 0 {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .map(str::to_owned)
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    format!(
+        "{cores} cores, {:.1} GiB memory",
+        memory_kib as f64 / 1024.0 / 1024.0
+    )
+}
+
+pub fn run(options: &Options, scratch: &Path) -> anyhow::Result<()> {
+    let plan = Plan::new(options);
+    println!(
+        "quiver-bench store: {}, scratch {}",
+        machine(),
+        scratch.display()
+    );
+    println!(
+        "bounds per measurement: {:?} / {} ops / {} MiB; sync: {} ops; {} writers for group commit{}",
+        plan.bounds.duration,
+        plan.bounds.max_ops,
+        plan.bounds.max_bytes >> 20,
+        plan.sync_bounds.max_ops,
+        options.writers,
+        if options.smoke { " (SMOKE: figures meaningless)" } else { "" }
+    );
+    println!();
+    println!("| body   | figure                             |       msgs/s |      MB/s | detail                 | ratio                                |");
+    println!("|--------|------------------------------------|--------------|-----------|------------------------|--------------------------------------|");
+    let mut verdicts = Vec::new();
+    for &size in &options.sizes {
+        verdicts.extend(bench_size(&plan, options, scratch, size)?);
+    }
+    println!();
+    for verdict in verdicts {
+        println!("{verdict}");
+    }
+    Ok(())
+}
+
+fn bench_size(
+    plan: &Plan,
+    options: &Options,
+    scratch: &Path,
+    size: usize,
+) -> anyhow::Result<Vec<String>> {
+    let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let record = record::encode(
+        &message(&body, 0),
+        Placement {
+            queue_offset: QueueOffset(0),
+            physical_offset: CommitLogOffset(0),
+            store_timestamp_ms: 0,
+        },
+    )?;
+    let record_bytes = record.len() as u64;
+    let row = |figure: &str, rate: Rate, extra: String, ratio: Option<(f64, String)>| Row {
+        body: size,
+        figure: figure.to_owned(),
+        rate,
+        extra,
+        ratio,
+    };
+
+    let memcpy = ceilings::memcpy(&record, plan.bounds)?;
+    print_row(&row(
+        "ceiling: memcpy (warm buffer)",
+        memcpy,
+        format!("{record_bytes} B records"),
+        None,
+    ));
+    let mmap = ceilings::fresh_mmap(scratch, &record, plan.segment_size_bytes, plan.bounds)?;
+    print_row(&row(
+        "ceiling: fresh mmap sequential",
+        mmap,
+        String::new(),
+        None,
+    ));
+    let (fdatasync, fdatasync_p50) = ceilings::write_fdatasync(scratch, &record, plan.sync_bounds)?;
+    print_row(&row(
+        "ceiling: write+fdatasync, 1 writer",
+        fdatasync,
+        format!("p50 {} us", fdatasync_p50.as_micros()),
+        None,
+    ));
+
+    // Async append, then re-dispatch and sequential read over what it wrote.
+    let dir = scratch.join(format!("async-{size}"));
+    let store = MessageStore::open(plan.config(&dir, FlushMode::Async))?;
+    let mut n = 0u64;
+    let async_rate = run_bounded(plan.bounds, record_bytes, 256, |batch| {
+        for _ in 0..batch {
+            store.put(&message(&body, (n % u64::from(QUEUES)) as u32), n as i64)?;
+            n += 1;
+        }
+        Ok(())
+    })?;
+    let async_ratio = async_rate.mb_per_sec() / mmap.mb_per_sec();
+    print_row(&row(
+        "store: append Async, 1 writer",
+        async_rate,
+        format!("{} msgs", async_rate.ops),
+        Some((async_ratio, "fresh mmap MB/s".into())),
+    ));
+    store.shutdown()?;
+    drop(store);
+
+    std::fs::remove_dir_all(dir.join("consumequeue"))?;
+    for name in ["checkpoint", "checkpoint.bak"] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let store = MessageStore::open(plan.config(&dir, FlushMode::Async))?;
+    let report = store.recovery_report();
+    let dispatch = Rate {
+        ops: report.redispatched_units,
+        bytes: report.redispatched_units * record_bytes,
+        elapsed: report.elapsed,
+    };
+    print_row(&row(
+        "store: dispatch (recovery rebuild)",
+        dispatch,
+        "validate+index".into(),
+        Some((
+            dispatch.ops_per_sec() / memcpy.ops_per_sec(),
+            "memcpy msgs/s".into(),
+        )),
+    ));
+
+    let read = sequential_read(&store, plan.bounds)?;
+    print_row(&row(
+        "store: sequential read (get x32)",
+        read,
+        "copied out".into(),
+        Some((
+            read.mb_per_sec() / memcpy.mb_per_sec(),
+            "memcpy MB/s".into(),
+        )),
+    ));
+    store.shutdown()?;
+    drop(store);
+    std::fs::remove_dir_all(&dir)?;
+
+    let sync_one = sync_append(plan, scratch, &body, record_bytes, 1)?;
+    print_row(&row(
+        "store: append Sync, 1 writer",
+        sync_one,
+        String::new(),
+        Some((
+            sync_one.ops_per_sec() / fdatasync.ops_per_sec(),
+            "write+fdatasync msgs/s".into(),
+        )),
+    ));
+    let sync_many = sync_append(plan, scratch, &body, record_bytes, options.writers)?;
+    let gain = sync_many.ops_per_sec() / sync_one.ops_per_sec();
+    print_row(&row(
+        &format!("store: append Sync, {} writers", options.writers),
+        sync_many,
+        format!("{gain:.1}x the 1-writer rate"),
+        Some((
+            sync_many.ops_per_sec() / fdatasync.ops_per_sec(),
+            "write+fdatasync msgs/s".into(),
+        )),
+    ));
+
+    let mut verdicts = Vec::new();
+    let met = |ok: bool| if ok { "met" } else { "MISSED" };
+    if size == 16 * 1024 {
+        verdicts.push(format!(
+            "target: 16 KiB Async append >= 70% of fresh mmap: {:.0}% -> {}",
+            async_ratio * 100.0,
+            met(async_ratio >= 0.70)
+        ));
+    }
+    if size == 128 {
+        verdicts.push(format!(
+            "target: 128 B Async append >= 1,000,000 msgs/s: {:.0} -> {}",
+            async_rate.ops_per_sec(),
+            met(async_rate.ops_per_sec() >= 1_000_000.0)
+        ));
+    }
+    verdicts.push(format!(
+        "target: {} B Sync with {} writers >= 8x 1 writer: {gain:.1}x -> {}",
+        size,
+        options.writers,
+        met(gain >= 8.0)
+    ));
+    Ok(verdicts)
+}
+
+/// Reads every queue from offset 0 in pulls of 32, copying each record out (as a socket
+/// write would), until done or the bounds are reached.
+fn sequential_read(store: &MessageStore, bounds: Bounds) -> anyhow::Result<Rate> {
+    let started = Instant::now();
+    let mut out = Vec::with_capacity(1 << 20);
+    let (mut ops, mut bytes) = (0u64, 0u64);
+    for queue_id in 0..QUEUES {
+        let mut offset = QueueOffset(0);
+        while ops < bounds.max_ops
+            && bytes < bounds.max_bytes
+            && started.elapsed() < bounds.duration
+        {
+            let got = store.get(TOPIC, queue_id, offset, 32, u64::MAX, &|_| true)?;
+            if got.status != GetStatus::Found {
+                break;
+            }
+            out.clear();
+            for message in &got.messages {
+                out.extend_from_slice(message);
+                bytes += message.len() as u64;
+            }
+            ops += got.messages.len() as u64;
+            std::hint::black_box(&out);
+            offset = got.next_begin_offset;
+        }
+    }
+    Ok(Rate {
+        ops,
+        bytes,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// `writers` threads appending with Sync flush until the bounds are reached.
+fn sync_append(
+    plan: &Plan,
+    scratch: &Path,
+    body: &[u8],
+    record_bytes: u64,
+    writers: u32,
+) -> anyhow::Result<Rate> {
+    let dir = scratch.join(format!("sync-{}-{writers}", body.len()));
+    let store = MessageStore::open(plan.config(&dir, FlushMode::Sync))?;
+    let bounds = plan.sync_bounds;
+    let max_ops = bounds.ops_for(record_bytes);
+    let done = AtomicU64::new(0);
+    let acked = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| -> anyhow::Result<()> {
+        let handles: Vec<_> = (0..writers)
+            .map(|writer| {
+                let (store, done, acked) = (&store, &done, &acked);
+                scope.spawn(move || -> anyhow::Result<()> {
+                    let mut n = 0i64;
+                    while started.elapsed() < bounds.duration
+                        && done.fetch_add(1, Ordering::Relaxed) < max_ops
+                    {
+                        store.put(&message(body, writer % QUEUES), n)?;
+                        acked.fetch_add(1, Ordering::Relaxed);
+                        n += 1;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+        }
+        Ok(())
+    })?;
+    let elapsed = started.elapsed();
+    let ops = acked.load(Ordering::Relaxed);
+    store.shutdown()?;
+    drop(store);
+    std::fs::remove_dir_all(&dir)?;
+    Ok(Rate {
+        ops,
+        bytes: ops * record_bytes,
+        elapsed,
+    })
+}
