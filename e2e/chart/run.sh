@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 : "${QUIVER_PYTHON:?QUIVER_PYTHON must point at the venv python}"
-exec "$QUIVER_PYTHON" -m pytest -q .
+exec "$QUIVER_PYTHON" -m pytest -q -p no:cacheprovider .
