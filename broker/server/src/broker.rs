@@ -46,7 +46,6 @@ impl Broker {
         let store_host = resolve(&advertised).unwrap_or(bound);
         let store =
             MessageStore::open(config.store_config()).map_err(BrokerError::store("open"))?;
-        tracing::info!(report = %store.recovery_report(), "store recovered");
         let config_dir = config.data_dir.join("config");
         let offsets =
             ConsumerOffsets::load(&config_dir).map_err(BrokerError::store("load offsets"))?;

@@ -11,6 +11,8 @@ fn main() -> anyhow::Result<()> {
         Err(error) => return Err(error).context("invalid configuration"),
     };
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )

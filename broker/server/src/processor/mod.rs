@@ -107,6 +107,10 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
     };
     let reply = match outcome {
         Ok(reply) => reply,
+        Err(refusal) if is_routine(refusal.code) => {
+            tracing::debug!(code = req.code, response = refusal.code, remark = %refusal.remark, "request answered with a status");
+            req.response_to(refusal.code, Some(refusal.remark))
+        }
         Err(refusal) => {
             tracing::warn!(
                 code = req.code,
@@ -119,6 +123,14 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
         }
     };
     (!req.is_oneway()).then_some(reply)
+}
+
+/// Answers that are part of normal operation, not bad input: not worth a warning.
+fn is_routine(code: i32) -> bool {
+    matches!(
+        code,
+        response::QUERY_NOT_FOUND | response::TOPIC_NOT_EXIST | response::CONSUMER_NOT_ONLINE
+    )
 }
 
 /// A SUCCESS response carrying `ext` header fields.

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{success_json, Ctx, Fields, Outcome, Refusal};
 use crate::broker::Broker;
-use crate::topics::{validate_topic_name, TopicConfig};
+use crate::topics::{validate_topic_name, TopicConfig, RETRY_PREFIX};
 
 /// One broker of the cluster as a route sees it.
 struct Member {
@@ -57,9 +57,11 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             ));
         }
         // Auto-create on lookup: the quick start's producer and consumer need a route first.
-        let (config, _) = broker
-            .topics
-            .get_or_create(&topic, broker.config.default_queue_nums);
+        let queues = match topic.strip_prefix(RETRY_PREFIX) {
+            Some(group) => broker.groups.get_or_create(group).retry_queue_nums.max(1),
+            None => broker.config.default_queue_nums,
+        };
+        let (config, _) = broker.topics.get_or_create(&topic, queues);
         tracing::info!(topic, "topic auto-created on route lookup");
         cluster[0].topic = Some(config);
     }
