@@ -14,6 +14,7 @@ use quiver_protocol::header::{
     QueryConsumerOffsetRequestHeader, SendMessageRequestHeader, UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 };
+use quiver_protocol::message::{decode_batch, encode_batch};
 use quiver_protocol::{frame, RemotingCommand, SerializeType};
 
 fn frames_dir() -> PathBuf {
@@ -102,15 +103,31 @@ fn send_message_uses_long_names_with_numbers_and_strings_mixed() {
 
 #[test]
 fn heartbeat_body_has_int_enums_and_string_sub_version() {
-    let command = captured("heart_beat_0.bin");
-    assert_eq!(command.code, request::HEART_BEAT);
-    let heartbeat = HeartbeatData::decode(&command.body).unwrap();
+    let heartbeats: Vec<HeartbeatData> = all_captured("heart_beat_")
+        .iter()
+        .map(|command| {
+            assert_eq!(command.code, request::HEART_BEAT);
+            HeartbeatData::decode(&command.body).unwrap()
+        })
+        .collect();
+    for heartbeat in &heartbeats {
+        assert!(
+            heartbeat.client_id.ends_with("-127.0.0.1@DEFAULT"),
+            "{}",
+            heartbeat.client_id
+        );
+    }
     assert!(
-        heartbeat.client_id.ends_with("-127.0.0.1@DEFAULT"),
-        "{}",
-        heartbeat.client_id
+        heartbeats.iter().any(|heartbeat| heartbeat
+            .producer_data_set
+            .iter()
+            .any(|producer| producer.group_name == "GroupCaptureProducer")),
+        "the producer group is announced"
     );
-    assert!(heartbeat.producer_data_set.is_empty());
+    let heartbeat = heartbeats
+        .iter()
+        .find(|heartbeat| !heartbeat.consumer_data_set.is_empty())
+        .expect("a consumer heartbeat");
     assert_eq!(heartbeat.consumer_data_set.len(), 1);
     let consumer = &heartbeat.consumer_data_set[0];
     assert_eq!(consumer.group_name, "GroupCapture");
@@ -131,7 +148,7 @@ fn heartbeat_body_has_int_enums_and_string_sub_version() {
     assert!(topic.sub_version > 1_700_000_000_000);
     assert_eq!(topic.expression_type, None);
 
-    let both = HeartbeatData::decode(&captured("heart_beat_1.bin").body).unwrap();
+    let both = heartbeats.last().unwrap();
     let groups: Vec<&str> = both
         .consumer_data_set
         .iter()
@@ -267,20 +284,59 @@ fn send_back_after_reconsume_later() {
 
 #[test]
 fn unregister_sends_the_unused_group_empty() {
-    let producer = captured("unregister_client_0.bin");
-    assert_eq!(producer.code, request::UNREGISTER_CLIENT);
-    let header = UnregisterClientRequestHeader::from_command(&producer).unwrap();
-    assert!(header.client_id.ends_with("@DEFAULT"));
+    let headers: Vec<UnregisterClientRequestHeader> = all_captured("unregister_client_")
+        .iter()
+        .map(|command| {
+            assert_eq!(command.code, request::UNREGISTER_CLIENT);
+            UnregisterClientRequestHeader::from_command(command).unwrap()
+        })
+        .collect();
+    assert!(headers
+        .iter()
+        .all(|header| header.client_id.ends_with("@DEFAULT")));
+    let producer = headers
+        .iter()
+        .find(|header| header.producer_group.is_some())
+        .expect("the producer's unregistration");
     assert_eq!(
-        header.producer_group.as_deref(),
+        producer.producer_group.as_deref(),
         Some("GroupCaptureProducer")
     );
-    assert_eq!(header.consumer_group, None);
-    let consumer =
-        UnregisterClientRequestHeader::from_command(&captured("unregister_client_1.bin")).unwrap();
-    assert_eq!(consumer.producer_group, None);
+    assert_eq!(producer.consumer_group, None, "sent as \"\"");
+    let mut consumers: Vec<&str> = headers
+        .iter()
+        .filter_map(|header| header.consumer_group.as_deref())
+        .collect();
+    consumers.sort_unstable();
+    assert_eq!(consumers, ["GroupCapture", "GroupCaptureOrderly"]);
+}
+
+#[test]
+fn batch_send_is_send_message_with_batch_one_and_a_batch_body() {
+    let command = captured("send_message_2.bin");
     assert_eq!(
-        consumer.consumer_group.as_deref(),
-        Some("GroupCaptureOrderly")
+        command.code,
+        request::SEND_MESSAGE,
+        "the C++ client never uses 320"
+    );
+    assert_eq!(command.ext("batch"), Some("1"));
+    let header = SendMessageRequestHeader::from_request(&command).unwrap();
+    assert!(header.is_batch());
+    assert_eq!(header.topic, "TopicTest");
+    let messages = decode_batch(&command.body).unwrap();
+    assert_eq!(messages.len(), 3);
+    for (index, message) in messages.iter().enumerate() {
+        assert_eq!(message.flag, 0);
+        assert_eq!(message.body, format!("batch body {index}").as_bytes());
+        assert!(message.properties.contains("TAGS\u{1}TagB\u{2}"));
+        assert!(message
+            .properties
+            .contains(&format!("KEYS\u{1}batch-{index}\u{2}")));
+        assert!(message.properties.contains("UNIQ_KEY\u{1}"));
+    }
+    assert_eq!(
+        encode_batch(&messages),
+        command.body,
+        "re-encodes byte for byte"
     );
 }
