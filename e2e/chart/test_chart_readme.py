@@ -4,7 +4,6 @@ import json
 import re
 
 import yaml
-
 from chartlib import CHART_DIR
 
 
@@ -30,7 +29,7 @@ WHOLE_VALUES = {
 def documented_rows():
     readme = (CHART_DIR / "README.md").read_text()
     section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
-    return dict(re.findall(r"^\| `([A-Za-z0-9_.]+)` \| (.*?) \|", section, re.M))
+    return dict(re.findall(r"^\| `([A-Za-z0-9_.]+)` \| (.*?) \|", section, re.MULTILINE))
 
 
 def test_every_value_is_documented_with_its_default():

@@ -3,7 +3,6 @@
 import kubernetes_validate
 import pytest
 import yaml
-
 from chartlib import CHART_CRDS_DIR, KUBE_VERSIONS, TOP_CRDS_DIR, crd_files
 
 EXPECTED_CRDS = {"brokers.quiver.io", "consumergroups.quiver.io"}
@@ -25,7 +24,9 @@ def test_chart_crds_are_identical_copies_of_the_generated_crds():
     chart = crd_files(CHART_CRDS_DIR)
     assert sorted(chart) == sorted(top), "run: python e2e/chart/sync_generated.py"
     for name, text in top.items():
-        assert chart[name] == text, f"charts/quiver-operator/crds/{name} is stale; run: python e2e/chart/sync_generated.py"
+        assert chart[name] == text, (
+            f"charts/quiver-operator/crds/{name} is stale; run: python e2e/chart/sync_generated.py"
+        )
 
 
 def test_both_crds_are_generated_with_status_subresources():

@@ -6,7 +6,6 @@ import copy
 import jsonschema
 import pytest
 import yaml
-
 from chartlib import EXAMPLES_DIR, TOP_CRDS_DIR, crd_files
 
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.glob("*.yaml"))

@@ -2,7 +2,6 @@
 
 import helm_python as helm
 import pytest
-
 from chartlib import ALL_FEATURES_VALUES, CHART_DIR, KUBE_VERSIONS, load_values
 
 WARNING = 2

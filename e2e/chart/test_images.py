@@ -6,7 +6,6 @@ import re
 import tomllib
 
 import pytest
-
 from chartlib import CHART_DIR, REPO_ROOT, load_values
 
 DOCKER_DIR = REPO_ROOT / "docker"

@@ -4,7 +4,6 @@ the oldest and newest supported versions; prometheus-operator kinds against thei
 import jsonschema
 import kubernetes_validate
 import pytest
-
 from chartlib import ALL_FEATURES_VALUES, KUBE_VERSIONS, load_values, manifests, strict_monitoring_schema
 
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")

@@ -4,7 +4,6 @@ RBAC, monitors that select what they should."""
 import json
 
 import pytest
-
 from chartlib import (
     ALL_FEATURES_VALUES,
     DASHBOARD_FILE,

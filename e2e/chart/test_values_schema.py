@@ -3,7 +3,6 @@ message naming the offending key."""
 
 import helm_python as helm
 import pytest
-
 from chartlib import CHART_DIR, HERE, load_values, render
 
 
@@ -24,11 +23,17 @@ def test_default_values_satisfy_the_schema():
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
         ({"replicas": 2}, "additional properties 'replicas' not allowed"),
         ({"prometheusRule": {"consumerLag": {"for": "ten minutes"}}}, "at '/prometheusRule/consumerLag/for'"),
-        ({"prometheusRule": {"storeDiskFull": {"thresholdRatio": 1.5}}}, "at '/prometheusRule/storeDiskFull/thresholdRatio'"),
+        (
+            {"prometheusRule": {"storeDiskFull": {"thresholdRatio": 1.5}}},
+            "at '/prometheusRule/storeDiskFull/thresholdRatio'",
+        ),
         ({"prometheusRule": {"consumerLag": {"severity": "page"}}}, "at '/prometheusRule/consumerLag/severity'"),
         ({"watchNamespace": "Bad_NS"}, "at '/watchNamespace'"),
         ({"metrics": {"service": {"port": 70000}}}, "at '/metrics/service/port'"),
-        ({"metrics": {"brokerPodMonitor": {"podSelector": {"app": 5}}}}, "at '/metrics/brokerPodMonitor/podSelector/app'"),
+        (
+            {"metrics": {"brokerPodMonitor": {"podSelector": {"app": 5}}}},
+            "at '/metrics/brokerPodMonitor/podSelector/app'",
+        ),
         ({"grafanaDashboard": {"labels": {"grafana_dashboard": 1}}}, "at '/grafanaDashboard/labels/grafana_dashboard'"),
         ({"lagIntervalSeconds": 0}, "at '/lagIntervalSeconds'"),
         ({"logFormat": "xml"}, "at '/logFormat'"),

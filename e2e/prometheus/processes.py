@@ -51,7 +51,7 @@ class Process:
     def __init__(self, name: str, args: list[str], log_path: pathlib.Path):
         self.name = name
         self.log_path = log_path
-        self.log = open(log_path, "ab")
+        self.log = open(log_path, "ab")  # noqa: SIM115 - held open for the process lifetime, closed in stop()
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
         _LIVE.append(self.proc)
 
@@ -84,12 +84,18 @@ class Broker(Process):
             "quiver-broker",
             [
                 binary,
-                "--data-dir", str(data_dir),
-                "--listen", self.addr,
-                "--http-listen", f"127.0.0.1:{self.http_port}",
-                "--advertise", self.addr,
-                "--broker-name", "broker-0",
-                "--cluster", cluster,
+                "--data-dir",
+                str(data_dir),
+                "--listen",
+                self.addr,
+                "--http-listen",
+                f"127.0.0.1:{self.http_port}",
+                "--advertise",
+                self.addr,
+                "--broker-name",
+                "broker-0",
+                "--cluster",
+                cluster,
             ],
             work_dir / "broker.log",
         )
@@ -112,7 +118,7 @@ class Broker(Process):
         _, text = http_get(f"http://127.0.0.1:{self.http_port}/metrics")
         total = None
         for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
+            if line.startswith((name + "{", name + " ")):
                 series, value = line.rsplit(" ", 1)
                 if all(f'{k}="{v}"' in series for k, v in labels.items()):
                     total = (total or 0) + float(value)

@@ -3,15 +3,15 @@ sends more messages: rocketmq_consumer_lag_messages shows the exact lag and the 
 shipped rule with a short `for:` and a small threshold) fires; once the consumer is back and has
 caught up, the lag is 0 and the alert resolves."""
 
+import json
 import pathlib
 import re
 import threading
 
 import pytest
 import yaml
-from rocketmq.client import Message, Producer, PushConsumer, SendStatus
-
 from processes import Broker, Prometheus, broker_binary, wait_until
+from rocketmq.client import Message, Producer, PushConsumer, SendStatus
 
 HERE = pathlib.Path(__file__).resolve().parent
 SHIPPED_RULES = HERE.parents[1] / "charts" / "quiver-operator" / "alerts" / "quiver-alerts.rules.yaml"
@@ -97,6 +97,11 @@ def lag_in_prometheus(prometheus):
     return [(series["metric"], float(series["value"][1])) for series in result]
 
 
+def time_lag_in_prometheus(prometheus):
+    result = prometheus.query(f'rocketmq_consumer_lag_latency{{consumer_group="{GROUP}",topic="{TOPIC}"}}')
+    return [float(series["value"][1]) for series in result]
+
+
 def lag_alerts(prometheus, state):
     return [a for a in prometheus.alerts() if a["labels"]["alertname"] == LAG_ALERT and a["state"] == state]
 
@@ -125,6 +130,10 @@ def test_lag_series_and_alert_fire_while_the_consumer_is_stopped_and_resolve_aft
     ((labels, value),) = lag_in_prometheus(prometheus)
     assert value == BACKLOG
     assert labels["cluster"] == CLUSTER and labels["job"] == "quiver-broker"
+    # The oldest unconsumed message has a store time, so the time lag (ms) is positive too.
+    wait_until(
+        lambda: time_lag_in_prometheus(prometheus) and time_lag_in_prometheus(prometheus)[0] > 0, 30, "time lag > 0"
+    )
 
     (alert,) = wait_until(lambda: lag_alerts(prometheus, "firing"), 60, "the lag alert to fire")
     assert alert["labels"] == {
@@ -149,7 +158,10 @@ def test_lag_series_and_alert_fire_while_the_consumer_is_stopped_and_resolve_aft
             "commits after catch-up",
         )
         wait_until(lambda: lag_in_prometheus(prometheus)[0][1] == 0, 30, "lag 0 scraped after catch-up")
-        wait_until(lambda: not lag_alerts(prometheus, "firing") and not lag_alerts(prometheus, "pending"), 30, "resolution")
+        wait_until(lambda: time_lag_in_prometheus(prometheus) == [0], 30, "time lag 0 after catch-up")
+        wait_until(
+            lambda: not lag_alerts(prometheus, "firing") and not lag_alerts(prometheus, "pending"), 30, "resolution"
+        )
     finally:
         consumer.shutdown()
     assert second.keys == {f"k-{i}" for i in range(CAUGHT_UP, CAUGHT_UP + BACKLOG)}
@@ -168,8 +180,6 @@ def test_every_shipped_rule_loads_in_prometheus(stack):
 
 
 def test_every_dashboard_query_is_valid_promql(stack):
-    import json
-
     _, prometheus = stack
     dashboard = json.loads(DASHBOARD.read_text())
     substitutions = {"$__rate_interval": "1m", "$cluster": ".*", "$consumer_group": ".*"}

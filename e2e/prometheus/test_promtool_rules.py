@@ -15,7 +15,7 @@ UNIT_TESTS = HERE / "alerts_test.yaml"
 def promtool(*args):
     binary = shutil.which("promtool")
     assert binary, "promtool missing: apt-get install prometheus"
-    return subprocess.run([binary, *args], capture_output=True, text=True, cwd=HERE)
+    return subprocess.run([binary, *args], check=False, capture_output=True, text=True, cwd=HERE)
 
 
 def shipped_alerts():
