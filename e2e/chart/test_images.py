@@ -53,3 +53,10 @@ def test_chart_default_image_is_the_operator_dockerfile_image():
     text = (DOCKER_DIR / "quiver-operator.Dockerfile").read_text()
     repository = load_values(CHART_DIR / "values.yaml")["image"]["repository"]
     assert f"-t {repository}:" in text
+
+
+def test_operator_default_broker_image_is_the_broker_dockerfile_image():
+    text = (DOCKER_DIR / "quiver-broker.Dockerfile").read_text()
+    (repository,) = re.findall(r"-t (\S+):\S+ \.", text)
+    operator_sources = "\n".join(p.read_text() for p in (REPO_ROOT / "operator" / "src").rglob("*.rs"))
+    assert f'"{repository}:' in operator_sources, f"the operator's default broker image is not {repository}"
