@@ -11,7 +11,7 @@ pub const FLAG_ONEWAY: i32 = 1 << 1;
 /// Language tag we send.
 pub const LANGUAGE_RUST: &str = "RUST";
 /// Protocol version we report: Java's `MQVersion.Version.V4_9_4.ordinal()`.
-pub const PROTOCOL_VERSION: i32 = 433;
+pub const PROTOCOL_VERSION: i32 = 401;
 
 /// How the header of a frame is serialized: the top byte of the header-length word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -50,9 +50,10 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, FrameError> {
 
 /// Decodes one frame from the front of `buf`.
 ///
-/// `Ok(None)` means more bytes are needed and `buf` is untouched. Otherwise exactly one frame
-/// is consumed, also when its header then fails to parse, so a caller that wants to answer a
-/// bad header can keep reading. The body is a zero-copy view of `buf`'s storage.
+/// `Ok(None)` means more bytes are needed and `buf` is untouched. A bad length prefix
+/// (negative, under 4, over [`MAX_FRAME_BYTES`]) is an error that consumes nothing: the stream
+/// cannot be resynchronised, so close the connection. Otherwise exactly one frame is consumed,
+/// also when its header then fails to parse. The body is a zero-copy view of `buf`'s storage.
 pub fn decode(buf: &mut BytesMut) -> Result<Option<RemotingCommand>, FrameError> {
     let Some(frame_bytes) = frame_len(buf)? else {
         return Ok(None);
@@ -457,7 +458,7 @@ mod tests {
         let expected: Vec<u8> = [
             &[0, 105][..], // code
             &[12],         // language RUST
-            &433i16.to_be_bytes(),
+            &(crate::PROTOCOL_VERSION as i16).to_be_bytes(),
             &[0, 0, 0, 7], // opaque
             &[0, 0, 0, 0], // flag
             &[0, 0, 0, 0], // remark length

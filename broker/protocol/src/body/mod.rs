@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::BodyError;
 use fastjson::IntegerKeys;
@@ -27,9 +26,13 @@ pub fn decode_json<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Resu
 }
 
 /// Encodes a body: MessageQueue-keyed maps in fastjson form, the rest standard JSON.
-pub fn encode_json<T: Serialize>(value: &T, integer_keys: IntegerKeys) -> Bytes {
-    let tree = serde_json::to_value(value).unwrap_or(Value::Null);
-    Bytes::from(fastjson::write(&tree, integer_keys))
+pub fn encode_json<T: Serialize>(
+    value: &T,
+    integer_keys: IntegerKeys,
+    what: &'static str,
+) -> Result<Bytes, BodyError> {
+    let tree = serde_json::to_value(value).map_err(|source| BodyError::Json { what, source })?;
+    Ok(Bytes::from(fastjson::write(&tree, integer_keys)))
 }
 
 macro_rules! json_body {
@@ -42,7 +45,8 @@ macro_rules! json_body {
 
             /// Writes the body as RocketMQ peers expect it.
             pub fn encode(&self) -> Bytes {
-                encode_json(self, IntegerKeys::Quoted)
+                // Cannot fail: these types only have string and integer map keys.
+                encode_json(self, IntegerKeys::Quoted, stringify!($name)).unwrap_or_default()
             }
         }
     )*};

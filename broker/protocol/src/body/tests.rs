@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::Value;
 
 #[test]
 fn consume_stats_reads_java_fastjson_with_object_keys() {
@@ -68,9 +69,9 @@ fn unquoted_integer_keys_are_read_and_can_be_written() {
     let table: OffsetTable = decode_json(java, "offsets").unwrap();
     assert_eq!(table.offset_table["T@g"][&0], 250);
     assert_eq!(table.offset_table["T@g"][&1], 7);
-    let written = encode_json(&table, IntegerKeys::Unquoted);
+    let written = encode_json(&table, IntegerKeys::Unquoted, "offsets").unwrap();
     assert_eq!(&written[..], java);
-    let quoted = encode_json(&table, IntegerKeys::Quoted);
+    let quoted = encode_json(&table, IntegerKeys::Quoted, "offsets").unwrap();
     assert_eq!(&quoted[..], br#"{"offsetTable":{"T@g":{"0":250,"1":7}}}"#);
 }
 
@@ -240,4 +241,13 @@ fn properties_text_round_trips_and_skips_comments() {
     assert_eq!(decoded["brokerPermission"], "6");
     assert_eq!(decoded["url"], "a=b");
     assert!(decode_properties_text(b"novalue\n").is_err());
+}
+
+#[test]
+fn encode_json_reports_unserializable_keys() {
+    let tuple_keys = HashMap::from([((1, 2), 3)]);
+    assert!(matches!(
+        encode_json(&tuple_keys, IntegerKeys::Quoted, "tuples"),
+        Err(BodyError::Json { what: "tuples", .. })
+    ));
 }
