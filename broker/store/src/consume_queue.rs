@@ -222,14 +222,17 @@ impl ConsumeQueue {
             if !unit.is_empty() && unit.physical_offset + u64::from(unit.size) <= log_end {
                 break;
             }
-            let byte = (max - 1) * UNIT_BYTES;
+            max -= 1;
+            if unit.is_empty() {
+                continue;
+            }
+            let byte = max * UNIT_BYTES;
             let segment = find_segment(&segments, byte).expect("unit inside the files");
             // SAFETY: recovery runs before anything is served.
             unsafe { segment.slice_mut(byte - segment.base(), UNIT_BYTES as usize) }.fill(0);
             if !touched.iter().any(|s| Arc::ptr_eq(s, segment)) {
                 touched.push(Arc::clone(segment));
             }
-            max -= 1;
             dropped += 1;
         }
         for segment in &touched {
@@ -297,5 +300,80 @@ impl ConsumeQueue {
             segment.delete()?;
         }
         Ok(doomed.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(n: u64) -> Unit {
+        Unit {
+            physical_offset: n * 100,
+            size: 100,
+            tags_code: n as i64 - 3,
+        }
+    }
+
+    fn fill(queue: &ConsumeQueue, count: u64) {
+        let mut tail = QueueTail::default();
+        for n in 0..count {
+            queue.prepare(&mut tail, n).unwrap();
+            queue.write(&tail, n, unit(n));
+            queue.publish(n + 1);
+        }
+    }
+
+    #[test]
+    fn units_round_trip_across_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = ConsumeQueue::open(dir.path(), "T", 2, 4).unwrap();
+        fill(&queue, 10);
+        let files = std::fs::read_dir(dir.path().join("T").join("2"))
+            .unwrap()
+            .count();
+        assert_eq!(files, 3, "4 units per file");
+        let segments = queue.snapshot();
+        for n in 0..10 {
+            assert_eq!(queue.unit(&segments, n), Some(unit(n)));
+        }
+        queue.flush().unwrap();
+        let reopened = ConsumeQueue::open(dir.path(), "T", 2, 4).unwrap();
+        assert_eq!(reopened.recover(0, 10 * 100).unwrap(), 0);
+        assert_eq!((reopened.min_offset(), reopened.max_offset()), (0, 10));
+    }
+
+    #[test]
+    fn recover_drops_units_past_the_log_end_and_skips_deleted_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
+        fill(&queue, 10);
+        // The log now ends inside record 7 and starts at record 2.
+        let reopened = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
+        assert_eq!(reopened.recover(200, 750).unwrap(), 3);
+        assert_eq!((reopened.min_offset(), reopened.max_offset()), (2, 7));
+        let again = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
+        assert_eq!(
+            again.recover(200, 10_000).unwrap(),
+            0,
+            "dropped units stay dropped"
+        );
+        assert_eq!(again.max_offset(), 7);
+    }
+
+    #[test]
+    fn advance_min_deletes_whole_files_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = ConsumeQueue::open(dir.path(), "T", 0, 4).unwrap();
+        fill(&queue, 10);
+        assert_eq!(
+            queue.advance_min(850).unwrap(),
+            2,
+            "files of units 0-3 and 4-7"
+        );
+        assert_eq!(queue.min_offset(), 9);
+        assert_eq!(queue.snapshot().len(), 1);
+        assert_eq!(queue.advance_min(5_000).unwrap(), 0, "never the last file");
+        assert_eq!(queue.min_offset(), 10);
     }
 }
