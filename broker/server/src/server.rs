@@ -215,19 +215,24 @@ async fn serve_connection(
         tokio::select! {
             _ = stop.changed() => break,
             read = reader.read_buf(&mut buf) => match read {
-                Ok(0) | Err(_) => break,
+                Ok(0) | Err(_) => {
+                    // Nobody is left to answer: parked pulls of this client are dropped.
+                    requests.abort_all();
+                    break;
+                }
                 Ok(_) => {}
             },
         }
     }
     // Let in-flight requests (including parked pulls, answered on shutdown) finish.
     while requests.join_next().await.is_some() {}
-    drop(ctx);
-    drop(outbound);
-    let _ = writer_task.await;
+    // The consumer manager holds a sender to this connection: drop it so the writer can end.
     for group in broker.consumers.connection_closed(id) {
         broker.consumers.notify_ids_changed(&group);
     }
+    drop(ctx);
+    drop(outbound);
+    let _ = writer_task.await;
 }
 
 async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
