@@ -238,6 +238,8 @@ pub struct StorageStatus {
 }
 
 /// A consumer group on the brokers of one Broker resource, with its lag in status.
+// Several printcolumn(type_ = ..) entries are distinct columns, not duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "quiver.io",

@@ -137,8 +137,6 @@ impl BrokerFixture for Broker {
 pub trait GroupFixture: Sized {
     /// Group `ns/billing` on Broker `qb`, topic `orders`.
     fn test() -> Self;
-    /// Sets spec.deleteOffsetsOnDelete.
-    fn delete_offsets_on_delete(self) -> Self;
 }
 
 impl GroupFixture for ConsumerGroup {
@@ -164,11 +162,6 @@ impl GroupFixture for ConsumerGroup {
             ..ObjectMeta::default()
         };
         group
-    }
-
-    fn delete_offsets_on_delete(mut self) -> Self {
-        self.spec.delete_offsets_on_delete = true;
-        self
     }
 }
 
@@ -199,8 +192,7 @@ impl FakeAdmin {
         &self,
         addr: &str,
         group: &str,
-        topic: &str,
-        queue_id: i32,
+        (topic, queue_id): (&str, i32),
         max: u64,
         committed: Option<u64>,
         oldest_ms: Option<i64>,
@@ -441,6 +433,7 @@ pub struct FakeApiServer {
 #[derive(Default)]
 struct FakeApiState {
     objects: BTreeMap<String, Value>,
+    posted: Vec<Value>,
     requests: Vec<String>,
     failures: Vec<(String, String, u16)>,
 }
@@ -511,6 +504,41 @@ impl FakeApiServer {
         self.with_state(|state| state.requests.clone())
     }
 
+    /// Reasons of the Events created so far, in order.
+    pub fn event_reasons(&self) -> Vec<String> {
+        self.with_state(|state| {
+            state
+                .posted
+                .iter()
+                .filter(|object| object["kind"] == "Event")
+                .filter_map(|event| event["reason"].as_str().map(str::to_string))
+                .collect()
+        })
+    }
+
+    /// Replaces the status of the object at `path`, as another controller would.
+    pub fn set_status(&self, path: &str, status: Value) {
+        self.with_state(|state| {
+            let object = state
+                .objects
+                .get_mut(path)
+                .unwrap_or_else(|| panic!("no object at {path}"));
+            object["status"] = status;
+        });
+    }
+
+    /// Edits the object at `path` in place, as a user would.
+    pub fn edit(&self, path: &str, edit: impl FnOnce(&mut Value)) {
+        self.with_state(|state| {
+            edit(
+                state
+                    .objects
+                    .get_mut(path)
+                    .unwrap_or_else(|| panic!("no object at {path}")),
+            )
+        });
+    }
+
     /// Forgets the request log.
     pub fn clear_requests(&self) {
         self.with_state(|state| state.requests.clear());
@@ -575,6 +603,7 @@ fn handle_request(
             state
                 .objects
                 .insert(format!("{path}/{name}"), object.clone());
+            state.posted.push(object.clone());
             (StatusCode::CREATED, object)
         }
         "PATCH" => {
@@ -599,8 +628,21 @@ fn handle_request(
                 let Some(mut object) = existing else {
                     return not_found();
                 };
+                // Like the API server, a `test` for null passes when the path is absent.
+                let operations: Vec<Value> = patch
+                    .as_array()
+                    .expect("json patch is an array")
+                    .iter()
+                    .filter(|op| {
+                        let absent = op["path"]
+                            .as_str()
+                            .is_some_and(|path| object.pointer(path).is_none());
+                        !(op["op"] == "test" && op["value"].is_null() && absent)
+                    })
+                    .cloned()
+                    .collect();
                 let operations: json_patch::Patch =
-                    serde_json::from_value(patch).expect("json patch");
+                    serde_json::from_value(Value::Array(operations)).expect("json patch");
                 if let Err(error) = json_patch::patch(&mut object, &operations) {
                     return (
                         StatusCode::UNPROCESSABLE_ENTITY,
@@ -687,9 +729,5 @@ pub mod paths {
     /// PersistentVolumeClaim `name`.
     pub fn pvc(name: &str) -> String {
         format!("/api/v1/namespaces/ns/persistentvolumeclaims/{name}")
-    }
-    /// The events collection.
-    pub fn events() -> String {
-        "/apis/events.k8s.io/v1/namespaces/ns/events".to_string()
     }
 }

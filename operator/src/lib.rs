@@ -18,5 +18,5 @@ pub mod remoting_admin;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]
-// mod scenarios;
+mod scenarios;
 pub use controller::{Context, Error};

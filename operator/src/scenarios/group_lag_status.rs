@@ -1,0 +1,160 @@
+//! A ConsumerGroup is created on its brokers and gets its lag in status and metrics.
+
+use super::{addr, condition, context, stored_group, LAG_INTERVAL, NOW_MS};
+use crate::controller::group::{reconcile, FINALIZER, MISSING_BROKER_REQUEUE};
+use crate::crd::{Broker, BrokerStatus, ConsumerGroup, LagThresholds};
+use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer, GroupFixture};
+use kube::runtime::controller::Action;
+use std::sync::Arc;
+
+fn two_brokers(api: &FakeApiServer) {
+    let broker = Broker::test().replicas(2).with_status(BrokerStatus {
+        current_replicas: 2,
+        ..BrokerStatus::default()
+    });
+    api.insert(&paths::broker("qb"), &broker);
+}
+
+#[tokio::test]
+async fn lag_lands_in_status_and_metrics() {
+    let (client, api) = FakeApiServer::start();
+    let admin = Arc::new(FakeAdmin::default());
+    let ctx = context(client, admin.clone());
+    two_brokers(&api);
+    let mut group = ConsumerGroup::test();
+    group.spec.lag_thresholds = Some(LagThresholds {
+        messages: Some(5),
+        seconds: None,
+        stalled_polls: Some(2),
+    });
+    api.insert(&paths::group("billing"), &group);
+    admin.set_queue(
+        &addr(0),
+        "billing",
+        ("orders", 0),
+        100,
+        Some(90),
+        Some(NOW_MS - 5_000),
+    );
+    admin.set_queue(&addr(0), "billing", ("orders", 1), 50, None, None);
+    admin.set_queue(&addr(1), "billing", ("orders", 0), 10, Some(10), None);
+    admin.set_queue(
+        &addr(1),
+        "billing",
+        ("other-topic", 0),
+        10,
+        Some(0),
+        Some(NOW_MS),
+    );
+
+    let action = reconcile(Arc::new(group), ctx.clone())
+        .await
+        .expect("adds the finalizer");
+    assert_eq!(action, Action::await_change());
+    assert_eq!(
+        stored_group(&api).metadata.finalizers,
+        Some(vec![FINALIZER.to_string()])
+    );
+
+    let action = reconcile(Arc::new(stored_group(&api)), ctx.clone())
+        .await
+        .expect("collects lag");
+    assert_eq!(action, Action::requeue(LAG_INTERVAL));
+    for ordinal in 0..2 {
+        let config = admin
+            .group(&addr(ordinal), "billing")
+            .expect("group ensured on every broker");
+        assert_eq!(
+            (config.max_reconsume_times, config.consume_enable),
+            (16, true)
+        );
+    }
+    let status = stored_group(&api).status.expect("status written");
+    assert_eq!(
+        status.total_lag,
+        Some(10),
+        "only spec topics, only committed queues"
+    );
+    assert_eq!(status.lag_seconds, Some(5.0));
+    assert_eq!(status.topics.len(), 1);
+    assert_eq!(status.topics[0].uncommitted_queues, 1);
+    assert_eq!(status.top_queues.len(), 1);
+    assert_eq!(
+        (
+            status.top_queues[0].broker.as_str(),
+            status.top_queues[0].queue_id,
+            status.top_queues[0].lag
+        ),
+        ("qb-0", 0, 10)
+    );
+    assert_eq!(
+        condition(&status.conditions, "Ready"),
+        ("True".into(), "GroupConfigured".into())
+    );
+    assert_eq!(
+        condition(&status.conditions, "Lagging"),
+        ("True".into(), "ThresholdExceeded".into())
+    );
+    assert_eq!(condition(&status.conditions, "Stalled").0, "False");
+
+    let metrics = ctx.metrics.encode();
+    for expected in [
+        r#"rocketmq_consumer_lag_messages{cluster="qb",consumer_group="billing",topic="orders"} 10"#,
+        r#"rocketmq_consumer_lag_latency{cluster="qb",consumer_group="billing",topic="orders"} 5000"#,
+        r#"quiver_consumer_queue_lag_messages{cluster="qb",consumer_group="billing",topic="orders",broker="qb-0",queue_id="0"} 10"#,
+        r#"quiver_consumer_group_stalled{cluster="qb",consumer_group="billing"} 0"#,
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "missing {expected} in\n{metrics}"
+        );
+    }
+    assert!(
+        !metrics.contains(r#"queue_id="1""#),
+        "uncommitted queue has no series:\n{metrics}"
+    );
+
+    // No commits across two more polls while lagging: Stalled.
+    for _ in 0..2 {
+        reconcile(Arc::new(stored_group(&api)), ctx.clone())
+            .await
+            .expect("polls");
+    }
+    let status = stored_group(&api).status.unwrap();
+    assert_eq!(
+        condition(&status.conditions, "Stalled"),
+        ("True".into(), "CommitsNotMoving".into())
+    );
+    assert!(ctx
+        .metrics
+        .encode()
+        .contains(r#"quiver_consumer_group_stalled{cluster="qb",consumer_group="billing"} 1"#));
+
+    // The group commits: no longer stalled, last commit time recorded.
+    admin.consume_all(&addr(0), "billing");
+    reconcile(Arc::new(stored_group(&api)), ctx)
+        .await
+        .expect("polls");
+    let status = stored_group(&api).status.unwrap();
+    assert_eq!(status.total_lag, Some(0));
+    assert_eq!(condition(&status.conditions, "Stalled").0, "False");
+    assert_eq!(condition(&status.conditions, "Lagging").0, "False");
+    assert!(status.last_commit_time.is_some());
+}
+
+#[tokio::test]
+async fn missing_broker_is_reported_and_retried() {
+    let (client, api) = FakeApiServer::start();
+    let ctx = context(client, Arc::new(FakeAdmin::default()));
+    let mut group = ConsumerGroup::test();
+    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    api.insert(&paths::group("billing"), &group);
+    let action = reconcile(Arc::new(group), ctx).await.expect("reconciles");
+    assert_eq!(action, Action::requeue(MISSING_BROKER_REQUEUE));
+    let status = stored_group(&api).status.unwrap();
+    assert_eq!(
+        condition(&status.conditions, "Ready"),
+        ("False".into(), "BrokerNotFound".into())
+    );
+    assert_eq!(status.total_lag, None);
+}
