@@ -15,7 +15,7 @@ def test_every_command_has_help(quiver, command):
 
 
 def test_topics_cluster_and_route_listings(broker, quiver):
-    quiver.run("topics", "create", "cli-topic", "--queues", "3")
+    quiver.create_topic("cli-topic", 3)
     topics = {t["name"]: t for t in quiver.json("topics", "list")}
     assert topics["cli-topic"]["write_queue_nums"] == 3
     brokers = quiver.json("cluster")
@@ -28,7 +28,7 @@ def test_topics_cluster_and_route_listings(broker, quiver):
 
 
 def test_produce_from_stdin_then_count(quiver):
-    quiver.run("topics", "create", "cli-stdin", "--queues", "2")
+    quiver.create_topic("cli-stdin", 2)
     quiver.run("produce", "--topic", "cli-stdin", "--quiet", stdin="a\nb\nc\n")
     out = quiver.run("consume", "--topic", "cli-stdin", "--group", "cli-counter", "--from", "first",
                      "--mode", "count", "--max", "3", "--idle-timeout-secs", "30").stdout
@@ -48,7 +48,7 @@ def test_bad_arguments_exit_2(quiver):
 
 
 def test_lag_of_unknown_group_is_unknown_not_zero(quiver):
-    quiver.run("topics", "create", "cli-lag", "--queues", "2")
+    quiver.create_topic("cli-lag", 2)
     quiver.run("produce", "--topic", "cli-lag", "x", "y")
     lag = quiver.json("lag", "--group", "nobody", "--topic", "cli-lag")
     assert all(q["lag_messages"] is None for q in lag), lag

@@ -5,7 +5,7 @@ from rocketmq.client import Message, Producer, SendStatus
 
 def test_rust_consumer_reads_python_messages_with_tags_keys_and_properties(broker, quiver):
     topic = "interop-p2r"
-    quiver.run("topics", "create", topic, "--queues", "4")
+    quiver.create_topic(topic, 4)
     producer = Producer("py-writers")
     producer.set_namesrv_addr(broker.addr)
     producer.start()

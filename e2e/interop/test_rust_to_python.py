@@ -9,7 +9,7 @@ from conftest import wait_until
 
 def test_python_consumer_reads_rust_messages_with_tags_keys_and_properties(broker, quiver):
     topic, group = "interop-r2p", "py-readers"
-    quiver.run("topics", "create", topic, "--queues", "4")
+    quiver.create_topic(topic, 4)
     # Commit offset 0 for the new group, so the Python consumer reads from the start.
     quiver.run("offsets", "reset", "--group", group, "--topic", topic, "--to", "earliest")
     bodies = [f"rust-{i}" for i in range(20)]
