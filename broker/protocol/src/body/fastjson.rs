@@ -18,8 +18,9 @@ pub enum IntegerKeys {
     Unquoted,
 }
 
-/// Object keys nested inside keys deeper than this are refused (bounds the recursion).
-const MAX_KEY_DEPTH: usize = 32;
+/// Keys nested inside keys deeper than this are refused: fastjson never nests them, and each
+/// level re-escapes the level below, so deep nesting would grow the output exponentially.
+const MAX_KEY_DEPTH: usize = 2;
 
 /// Rewrites fastjson output into standard JSON; standard JSON passes through unchanged.
 pub fn normalize(input: &str) -> Result<String, BodyError> {
@@ -260,6 +261,15 @@ mod tests {
             write(&value, IntegerKeys::Quoted),
             r#"{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:9},"t":{"3":4}}"#
         );
+    }
+
+    #[test]
+    fn keys_nested_in_keys_are_bounded() {
+        let two_levels = r#"{{{"a":1}:2}:3}"#;
+        let value: Value = serde_json::from_str(&normalize(two_levels).unwrap()).unwrap();
+        assert_eq!(value.as_object().unwrap().len(), 1);
+        let deep = format!("{}\"q\":1{}", "{{".repeat(12), "}:1".repeat(12));
+        assert!(normalize(&deep).is_err());
     }
 
     #[test]
