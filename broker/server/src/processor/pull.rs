@@ -5,18 +5,16 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use quiver_protocol::code::response;
-use quiver_protocol::RemotingCommand;
+use quiver_protocol::header::{
+    PullMessageRequestHeader, PullMessageResponseHeader, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND,
+};
+use quiver_protocol::{HeaderError, RemotingCommand};
 use quiver_store::record::tags_code;
 use quiver_store::{GetResult, GetStatus, QueueOffset};
 
-use super::{Ctx, Fields, Outcome, Refusal};
+use super::{Ctx, Outcome, Refusal};
 use crate::broker::{blocking, Broker};
 use crate::long_poll::ParkRefused;
-
-/// sysFlag bits of a pull request.
-const FLAG_COMMIT_OFFSET: i32 = 1;
-const FLAG_SUSPEND: i32 = 1 << 1;
-const FLAG_SUBSCRIPTION: i32 = 1 << 2;
 
 /// Bytes of records one pull returns at most (RocketMQ's maxTransferBytesOnMessageInDisk).
 const MAX_PULL_BYTES: u64 = 4 * 1024 * 1024;
@@ -74,32 +72,42 @@ struct PullRequest {
 
 impl PullRequest {
     fn parse(ctx: &Ctx, req: &RemotingCommand) -> Result<PullRequest, Refusal> {
-        let f = Fields(req);
-        let group = f.str("consumerGroup")?.to_string();
-        let topic = f.str("topic")?.to_string();
-        let sys_flag: i32 = f.opt_parse("sysFlag")?.unwrap_or(0);
-        let max_messages: i32 = f.opt_parse("maxMsgNums")?.unwrap_or(32);
-        let suspend_ms: i64 = f.opt_parse("suspendTimeoutMillis")?.unwrap_or(0);
-        let filter = if sys_flag & FLAG_SUBSCRIPTION != 0 {
-            TagFilter::parse(f.opt_str("subscription").unwrap_or("*"))
+        let header = PullMessageRequestHeader::from_command(req)?;
+        let filter = if header.has_subscription() {
+            TagFilter::parse(header.subscription.as_deref().unwrap_or("*"))
         } else {
-            match ctx.broker.consumers.subscription(&group, &topic) {
+            match ctx
+                .broker
+                .consumers
+                .subscription(&header.consumer_group, &header.topic)
+            {
                 Some(subscription) => TagFilter::parse(&subscription.expression),
                 None => TagFilter::All,
             }
         };
+        let queue_id = u32::try_from(header.queue_id).map_err(|_| HeaderError::Invalid {
+            field: "queueId",
+            value: header.queue_id.to_string(),
+        })?;
+        let offset = u64::try_from(header.queue_offset).map_err(|_| HeaderError::Invalid {
+            field: "queueOffset",
+            value: header.queue_offset.to_string(),
+        })?;
         Ok(PullRequest {
-            queue_id: f.queue_id("queueId")?,
-            offset: f.offset("queueOffset")?,
-            max_messages: u32::try_from(max_messages)
+            queue_id,
+            offset: QueueOffset(offset),
+            max_messages: u32::try_from(header.max_msg_nums)
                 .unwrap_or(1)
                 .clamp(1, MAX_PULL_MESSAGES),
-            sys_flag,
-            commit_offset: f.opt_parse("commitOffset")?,
-            suspend: Duration::from_millis(u64::try_from(suspend_ms).unwrap_or(0)).min(MAX_SUSPEND),
+            sys_flag: header.sys_flag,
+            commit_offset: Some(header.commit_offset),
+            suspend: Duration::from_millis(
+                u64::try_from(header.suspend_timeout_millis).unwrap_or(0),
+            )
+            .min(MAX_SUSPEND),
             filter,
-            group,
-            topic,
+            group: header.consumer_group,
+            topic: header.topic,
         })
     }
 }
@@ -174,7 +182,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             ));
         }
     }
-    if pull.sys_flag & FLAG_COMMIT_OFFSET != 0 {
+    if pull.sys_flag & PULL_FLAG_COMMIT_OFFSET != 0 {
         if let Some(commit) = pull.commit_offset.and_then(|c| u64::try_from(c).ok()) {
             broker
                 .offsets
@@ -182,7 +190,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         }
     }
     let deadline = Instant::now() + pull.suspend;
-    let may_park = pull.sys_flag & FLAG_SUSPEND != 0 && !pull.suspend.is_zero();
+    let may_park = pull.sys_flag & PULL_FLAG_SUSPEND != 0 && !pull.suspend.is_zero();
     let answer = loop {
         // Register before reading so a dispatch between the read and the wait is not missed.
         let parked = if may_park {
@@ -222,15 +230,14 @@ fn respond(
         Answer::RetryImmediately(got) => (response::PULL_RETRY_IMMEDIATELY, got),
         Answer::OffsetMoved(got) => (response::PULL_OFFSET_MOVED, got),
     };
-    let mut reply = req.response_to(code, None);
-    for (key, value) in [
-        ("suggestWhichBrokerId", "0".to_string()),
-        ("nextBeginOffset", got.next_begin_offset.0.to_string()),
-        ("minOffset", got.min_offset.0.to_string()),
-        ("maxOffset", got.max_offset.0.to_string()),
-    ] {
-        reply.ext_fields.insert(key.to_string(), value);
-    }
+    let as_i64 = |offset: QueueOffset| i64::try_from(offset.0).unwrap_or(i64::MAX);
+    let header = PullMessageResponseHeader {
+        suggest_which_broker_id: 0,
+        next_begin_offset: as_i64(got.next_begin_offset),
+        min_offset: as_i64(got.min_offset),
+        max_offset: as_i64(got.max_offset),
+    };
+    let mut reply = req.response_to(code, None).with_ext_fields(header.to_ext());
     if code == response::SUCCESS {
         let total: usize = got.messages.iter().map(Bytes::len).sum();
         let body_bytes: u64 = got.messages.iter().map(|m| record_body_len(m)).sum();

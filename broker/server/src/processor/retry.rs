@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use quiver_protocol::code::response;
+use quiver_protocol::header::ConsumerSendMsgBackRequestHeader;
 use quiver_protocol::message as msg;
 use quiver_protocol::RemotingCommand;
 use quiver_store::record::{encode_properties, property};
 use quiver_store::CommitLogOffset;
 
 use super::send::topic_for_send;
-use super::{success, Ctx, Fields, Outcome, Refusal, StoreTarget};
+use super::{success, Ctx, Outcome, Refusal, StoreTarget};
 use crate::broker::blocking;
 use crate::schedule;
 use crate::topics::{DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC};
@@ -48,18 +49,17 @@ pub fn decide(
 
 pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
-    let f = Fields(req);
-    let group = f.str("group")?.to_string();
-    let physical: i64 = f.parse("offset")?;
-    let physical = u64::try_from(physical).map_err(|_| {
+    let header = ConsumerSendMsgBackRequestHeader::from_command(req)?;
+    let group = header.group;
+    let physical = u64::try_from(header.offset).map_err(|_| {
         Refusal::new(
             response::SYSTEM_ERROR,
-            format!("offset {physical} is negative"),
+            format!("offset {} is negative", header.offset),
         )
     })?;
-    let requested_level: i32 = f.opt_parse("delayLevel")?.unwrap_or(0);
-    let header_max: Option<i32> = f.opt_parse("maxReconsumeTimes")?;
-    let origin_msg_id = f.opt_str("originMsgId").map(str::to_string);
+    let requested_level = header.delay_level;
+    let header_max = header.max_reconsume_times;
+    let origin_msg_id = header.origin_msg_id.filter(|id| !id.is_empty());
     if !broker.is_writable() {
         return Err(Refusal::new(
             response::NO_PERMISSION,

@@ -4,48 +4,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use quiver_protocol::code::{request, response};
+use quiver_protocol::code::response;
+use quiver_protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
 use quiver_protocol::message::{self as msg, BatchMessage};
 use quiver_protocol::RemotingCommand;
 use quiver_store::record::{encode_properties, parse_properties, property};
 use quiver_store::{NewMessage, PutResult, StoreError};
 
-use super::{success, Ctx, Fields, Outcome, Refusal};
+use super::{Ctx, Outcome, Refusal};
 use crate::broker::{blocking, Broker};
 use crate::schedule;
 use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
-
-/// A send header, whichever of the V1 long names or V2 short names it came in.
-struct SendHeader {
-    topic: String,
-    queue_id: i32,
-    sys_flag: i32,
-    born_timestamp_ms: i64,
-    flag: i32,
-    properties: String,
-    reconsume_times: i32,
-    max_reconsume_times: Option<i32>,
-    batch: bool,
-}
-
-impl SendHeader {
-    fn parse(req: &RemotingCommand) -> Result<SendHeader, quiver_protocol::HeaderError> {
-        let v2 = req.code != request::SEND_MESSAGE;
-        let name = |long: &'static str, short: &'static str| if v2 { short } else { long };
-        let f = Fields(req);
-        Ok(SendHeader {
-            topic: f.str(name("topic", "b"))?.to_string(),
-            queue_id: f.parse(name("queueId", "e"))?,
-            sys_flag: f.opt_parse(name("sysFlag", "f"))?.unwrap_or(0),
-            born_timestamp_ms: f.opt_parse(name("bornTimestamp", "g"))?.unwrap_or(0),
-            flag: f.opt_parse(name("flag", "h"))?.unwrap_or(0),
-            properties: f.opt_str(name("properties", "i")).unwrap_or("").to_string(),
-            reconsume_times: f.opt_parse(name("reconsumeTimes", "j"))?.unwrap_or(0),
-            max_reconsume_times: f.opt_parse(name("maxReconsumeTimes", "l"))?,
-            batch: req.code == request::SEND_BATCH_MESSAGE || f.bool(name("batch", "m")),
-        })
-    }
-}
 
 /// One message to append, owned so it can cross into a blocking task.
 #[derive(Clone, Debug)]
@@ -124,7 +93,8 @@ pub(crate) fn topic_for_send(broker: &Broker, topic: &str) -> Result<TopicConfig
 
 pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
-    let header = SendHeader::parse(req)?;
+    let header = SendMessageRequestHeader::from_request(req)?;
+    let properties_text = header.properties.clone().unwrap_or_default();
     if !broker.is_writable() {
         return Err(Refusal::new(
             response::NO_PERMISSION,
@@ -150,7 +120,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let born_host = ctx.connection.remote;
     let max_body = broker.config.max_message_size as usize;
     let mut targets = Vec::new();
-    if header.batch {
+    if header.is_batch() {
         let batch = msg::decode_batch(&req.body).map_err(|e| {
             Refusal::new(
                 response::MESSAGE_ILLEGAL,
@@ -173,17 +143,17 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                 queue_id,
                 flag,
                 body,
-                properties: merge_properties(&header.properties, &properties),
+                properties: merge_properties(&properties_text, &properties),
                 sys_flag: header.sys_flag,
-                born_timestamp_ms: header.born_timestamp_ms,
+                born_timestamp_ms: header.born_timestamp,
                 born_host,
-                reconsume_times: header.reconsume_times,
+                reconsume_times: header.reconsume_times_or_zero(),
             });
         }
     } else {
         check_body(req.body.len(), max_body)?;
-        let mut properties = header.properties.clone();
-        let reconsume_times = header.reconsume_times;
+        let mut properties = properties_text.clone();
+        let reconsume_times = header.reconsume_times_or_zero();
         let mut target_topic = header.topic.clone();
         // A client that could not send back re-sends to %RETRY%: dead-letter it past the limit.
         if let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) {
@@ -212,7 +182,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             body: req.body.clone(),
             properties,
             sys_flag: header.sys_flag,
-            born_timestamp_ms: header.born_timestamp_ms,
+            born_timestamp_ms: header.born_timestamp,
             born_host,
             reconsume_times,
         });
@@ -226,14 +196,14 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
         .collect();
     tracing::trace!(topic = %header.topic, count, "stored");
-    Ok(success(
-        req,
-        &[
-            ("msgId", ids.join(",")),
-            ("queueId", first_queue.to_string()),
-            ("queueOffset", results[0].queue_offset.0.to_string()),
-        ],
-    ))
+    let reply = SendMessageResponseHeader {
+        msg_id: ids.join(","),
+        queue_id: i32::try_from(first_queue).unwrap_or(i32::MAX),
+        queue_offset: i64::try_from(results[0].queue_offset.0).unwrap_or(i64::MAX),
+    };
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_ext_fields(reply.to_ext()))
 }
 
 fn check_body(len: usize, max: usize) -> Result<(), Refusal> {
