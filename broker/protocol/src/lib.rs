@@ -2,6 +2,34 @@
 //!
 //! No I/O and no async: bytes in, typed commands out, and back. The server and the client
 //! own the sockets; see DESIGN §3 for the frame and the request codes.
+//!
+//! - [`frame`]: length-prefixed frames with a JSON or binary (ROCKETMQ) header.
+//! - [`code`]: request and response codes.
+//! - [`header`]: typed extFields per request code (`from_ext` / `to_ext`).
+//! - [`body`]: JSON bodies as Java (fastjson) and C++ (jsoncpp) peers write and read them.
+//! - [`message`]: batch bodies, offset message ids, property names.
+//!
+//! ```
+//! use bytes::BytesMut;
+//! use quiver_protocol::code::{request, response};
+//! use quiver_protocol::header::{GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader};
+//! use quiver_protocol::{frame, RemotingCommand};
+//!
+//! let header = GetMaxOffsetRequestHeader { topic: "TopicTest".into(), queue_id: 1 };
+//! let request = RemotingCommand::request(request::GET_MAX_OFFSET, header.to_ext()).with_opaque(7);
+//! let mut wire = BytesMut::new();
+//! frame::encode(&request, &mut wire).unwrap();
+//!
+//! let received = frame::decode(&mut wire).unwrap().expect("one whole frame");
+//! let asked = GetMaxOffsetRequestHeader::from_command(&received).unwrap();
+//! assert_eq!(asked, header);
+//!
+//! let reply = received
+//!     .response_to(response::SUCCESS, None)
+//!     .with_ext_fields(GetMaxOffsetResponseHeader { offset: 42 }.to_ext());
+//! assert!(reply.is_response());
+//! assert_eq!(reply.opaque, 7);
+//! ```
 
 pub mod body;
 pub mod code;
