@@ -50,8 +50,8 @@ impl RemotingAdmin {
         }
     }
 
-    /// Sends `command` and returns the response with the same opaque.
-    async fn invoke(
+    /// Sends `command` (named `name` in errors) and returns the response with the same opaque.
+    pub async fn call(
         &self,
         addr: &BrokerAddr,
         command: RemotingCommand,
@@ -118,7 +118,7 @@ impl RemotingAdmin {
         command: RemotingCommand,
         name: &'static str,
     ) -> Result<RemotingCommand, AdminError> {
-        let reply = self.invoke(addr, command, name).await?;
+        let reply = self.call(addr, command, name).await?;
         if reply.code == response::SUCCESS {
             Ok(reply)
         } else {
@@ -148,7 +148,7 @@ impl RemotingAdmin {
             ("expressionType", "TAG".to_string()),
         ]);
         let reply = self
-            .invoke(
+            .call(
                 addr,
                 RemotingCommand::request(request::PULL_MESSAGE, fields),
                 "PULL_MESSAGE",
@@ -170,7 +170,7 @@ impl RemotingAdmin {
             request::GET_CONSUME_STATS,
             ext([("consumerGroup", group.to_string())]),
         );
-        let reply = self.invoke(addr, command, "GET_CONSUME_STATS").await?;
+        let reply = self.call(addr, command, "GET_CONSUME_STATS").await?;
         if reply.code == response::SUBSCRIPTION_GROUP_NOT_EXIST {
             return Ok(ConsumeStats::default());
         }

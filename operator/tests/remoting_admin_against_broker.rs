@@ -1,0 +1,266 @@
+//! RemotingAdmin against a real quiver-broker in-process on loopback: every BrokerAdmin call.
+
+use quiver_operator::admin::{
+    AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ResetTarget, SubscriptionGroup,
+    TopicConfig,
+};
+use quiver_operator::remoting_admin::RemotingAdmin;
+use quiver_protocol::code::{request, response};
+use quiver_protocol::RemotingCommand;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::TcpListener;
+
+struct RunningBroker {
+    addr: BrokerAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), quiver_broker::BrokerError>>,
+    _data: tempfile::TempDir,
+}
+
+async fn start_broker() -> RunningBroker {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind remoting");
+    let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let data = tempfile::tempdir().expect("temp dir");
+    let config = quiver_broker::BrokerConfig {
+        data_dir: data.path().to_path_buf(),
+        listen: addr.clone(),
+        http_listen: http.local_addr().expect("http addr").to_string(),
+        advertise: Some(addr.clone()),
+        broker_name: "qb-0".into(),
+        segment_size: 8 * 1024 * 1024,
+        ..quiver_broker::BrokerConfig::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(quiver_broker::run(
+        config,
+        listener,
+        Some(http),
+        async move {
+            stopped.await.ok();
+        },
+    ));
+    RunningBroker {
+        addr: BrokerAddr(addr),
+        stop,
+        task,
+        _data: data,
+    }
+}
+
+/// The broker may answer a create with a transient persistence refusal; the topic exists anyway.
+async fn create_topic(admin: &RemotingAdmin, addr: &BrokerAddr, topic: &TopicConfig) {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match admin.create_topic(addr, topic).await {
+            Ok(()) => return,
+            Err(AdminError::Rejected { remark, .. })
+                if remark.contains("cannot persist") && attempts < 5 => {}
+            Err(error) => panic!("create topic: {error:?}"),
+        }
+    }
+}
+
+/// One SEND_MESSAGE to an explicit queue, the way a RocketMQ 4.x producer sends it.
+async fn send(admin: &RemotingAdmin, addr: &BrokerAddr, queue_id: i32, body: &str) {
+    let fields: HashMap<String, String> = [
+        ("producerGroup", "test-producer".to_string()),
+        ("topic", "orders".to_string()),
+        ("defaultTopic", "TBW102".to_string()),
+        ("defaultTopicQueueNums", "4".to_string()),
+        ("queueId", queue_id.to_string()),
+        ("sysFlag", "0".to_string()),
+        ("bornTimestamp", now_ms().to_string()),
+        ("flag", "0".to_string()),
+        ("properties", String::new()),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_string(), value))
+    .collect();
+    let command = RemotingCommand::request(request::SEND_MESSAGE, fields)
+        .with_body(body.as_bytes().to_vec().into());
+    let reply = admin
+        .call(addr, command, "SEND_MESSAGE")
+        .await
+        .expect("send");
+    assert_eq!(
+        reply.code,
+        response::SUCCESS,
+        "send refused: {:?}",
+        reply.remark
+    );
+}
+
+/// `brokerPermission` as GET_BROKER_CONFIG reports it.
+async fn broker_permission(admin: &RemotingAdmin, addr: &BrokerAddr) -> String {
+    let command = RemotingCommand::request(request::GET_BROKER_CONFIG, HashMap::new());
+    let reply = admin
+        .call(addr, command, "GET_BROKER_CONFIG")
+        .await
+        .expect("broker config");
+    let text = String::from_utf8(reply.body.to_vec()).expect("utf-8 properties");
+    text.lines()
+        .find_map(|line| line.strip_prefix("brokerPermission="))
+        .unwrap_or_else(|| panic!("no brokerPermission in {text}"))
+        .trim()
+        .to_string()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after epoch")
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_call_works_against_a_real_broker() {
+    let broker = start_broker().await;
+    let addr = broker.addr.clone();
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+
+    create_topic(
+        &admin,
+        &addr,
+        &TopicConfig {
+            name: "orders".into(),
+            queues: 2,
+        },
+    )
+    .await;
+    let group = SubscriptionGroup {
+        group: "billing".into(),
+        consume_enable: true,
+        retry_queue_nums: 1,
+        max_reconsume_times: 3,
+    };
+    admin
+        .upsert_group(&addr, &group)
+        .await
+        .expect("upsert group");
+    assert!(admin
+        .groups(&addr)
+        .await
+        .expect("groups")
+        .contains(&"billing".to_string()));
+
+    let before_send_ms = now_ms();
+    for index in 0..10 {
+        send(&admin, &addr, index % 2, &format!("m{index}")).await;
+    }
+    let topic = admin
+        .topic_stats(&addr, "orders")
+        .await
+        .expect("topic stats");
+    assert_eq!(topic.queues.len(), 2);
+    assert_eq!(topic.queues.iter().map(|q| q.max_offset.0).sum::<u64>(), 10);
+
+    // Nothing committed yet: the group's stats have no known lag.
+    let stats = admin
+        .consume_stats(&addr, "billing")
+        .await
+        .expect("consume stats");
+    assert!(
+        stats.queues.iter().all(|q| q.consumer_offset.is_none()),
+        "{stats:?}"
+    );
+
+    admin
+        .reset_offsets(&addr, "billing", "orders", ResetTarget::Earliest)
+        .await
+        .expect("reset earliest");
+    let stats = admin
+        .consume_stats(&addr, "billing")
+        .await
+        .expect("consume stats");
+    assert_eq!(stats.queues.len(), 2, "{stats:?}");
+    for queue in &stats.queues {
+        assert_eq!(queue.broker_name, "qb-0");
+        assert_eq!(queue.consumer_offset.map(|o| o.0), Some(0));
+        if queue.broker_offset.0 > 0 {
+            let stored = queue
+                .oldest_unconsumed_store_ms
+                .expect("store time of the first unconsumed message");
+            assert!(
+                stored >= before_send_ms - 1_000 && stored <= now_ms() + 1_000,
+                "stored at {stored}"
+            );
+        }
+    }
+    assert_eq!(
+        stats.queues.iter().map(|q| q.broker_offset.0).sum::<u64>(),
+        10
+    );
+
+    admin
+        .reset_offsets(&addr, "billing", "orders", ResetTarget::Latest)
+        .await
+        .expect("reset latest");
+    let stats = admin
+        .consume_stats(&addr, "billing")
+        .await
+        .expect("consume stats");
+    assert!(
+        stats
+            .queues
+            .iter()
+            .all(|q| q.consumer_offset == Some(q.broker_offset)),
+        "{stats:?}"
+    );
+    assert!(stats
+        .queues
+        .iter()
+        .all(|q| q.oldest_unconsumed_store_ms.is_none()));
+
+    admin
+        .set_permission(&addr, BrokerPermission::ReadOnly)
+        .await
+        .expect("read-only");
+    assert_eq!(broker_permission(&admin, &addr).await, "4");
+    admin
+        .set_permission(&addr, BrokerPermission::ReadWrite)
+        .await
+        .expect("read-write");
+    assert_eq!(broker_permission(&admin, &addr).await, "6");
+
+    admin
+        .delete_group(&addr, "billing")
+        .await
+        .expect("delete group");
+    assert!(!admin
+        .groups(&addr)
+        .await
+        .expect("groups")
+        .contains(&"billing".to_string()));
+    let stats = admin
+        .consume_stats(&addr, "billing")
+        .await
+        .expect("consume stats");
+    assert!(
+        stats.queues.iter().all(|q| q.consumer_offset.is_none()),
+        "offsets dropped: {stats:?}"
+    );
+
+    broker.stop.send(()).ok();
+    tokio::time::timeout(Duration::from_secs(15), broker.task)
+        .await
+        .expect("broker stops within 15 s")
+        .expect("broker task joins")
+        .expect("broker exits cleanly");
+}
+
+#[tokio::test]
+async fn a_closed_port_is_unreachable() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = BrokerAddr(listener.local_addr().expect("addr").to_string());
+    drop(listener);
+    let error = RemotingAdmin::new(Duration::from_secs(2))
+        .groups(&addr)
+        .await
+        .expect_err("nothing listens");
+    assert!(matches!(error, AdminError::Unreachable { .. }), "{error:?}");
+}
