@@ -3,13 +3,13 @@
 //! fastjson writes `Map<MessageQueue, V>` with the key object itself as the key
 //! (`{{"brokerName":"b","queueId":0,"topic":"T"}:{..}}`) and integer keys unquoted
 //! (`{0:250}`). [`normalize`] turns that into standard JSON by quoting every non-string key
-//! (an object key becomes the string of its compact JSON text); [`write`] produces it again.
+//! (an object key becomes the string of its compact JSON text); [`write()`] produces it again.
 
 use serde_json::Value;
 
 use crate::error::BodyError;
 
-/// How integer-looking keys are written by [`write`].
+/// How integer-looking keys are written by [`write()`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IntegerKeys {
     /// `{"0":250}`: standard JSON, what jsoncpp (the C++ client) needs.

@@ -437,7 +437,7 @@ pub struct SubscriptionGroupConfig {
     pub consume_broadcast_enable: bool,
     #[serde(deserialize_with = "lenient::i32")]
     pub retry_queue_nums: i32,
-    /// Deliveries before a message goes to %DLQ%<group>; 16 by default.
+    /// Deliveries before a message goes to `%DLQ%<group>`; 16 by default.
     #[serde(deserialize_with = "lenient::i32")]
     pub retry_max_times: i32,
     #[serde(deserialize_with = "lenient::i64")]
