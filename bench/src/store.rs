@@ -29,6 +29,9 @@ pub struct Options {
     /// Concurrent writers for the group-commit (Sync) figure.
     #[arg(long, default_value_t = 16)]
     writers: u32,
+    /// Rounds of the fresh-mmap ceiling and Async append; the best of each is shown.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
     /// Body sizes in bytes, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [128usize, 1024, 16384])]
     sizes: Vec<usize>,
@@ -42,6 +45,7 @@ struct Plan {
     bounds: Bounds,
     sync_bounds: Bounds,
     segment_size_bytes: u64,
+    rounds: u32,
 }
 
 impl Plan {
@@ -59,6 +63,7 @@ impl Plan {
                     ..bounds
                 },
                 segment_size_bytes: 1 << 20,
+                rounds: 1,
             };
         }
         let duration = Duration::from_secs_f64(options.seconds);
@@ -74,6 +79,7 @@ impl Plan {
                 max_bytes: 1 << 30,
             },
             segment_size_bytes: 1 << 30,
+            rounds: options.rounds.max(1),
         }
     }
 
@@ -220,13 +226,6 @@ fn bench_size(
         format!("{record_bytes} B records"),
         None,
     ));
-    let mmap = ceilings::fresh_mmap(scratch, &record, plan.segment_size_bytes, plan.bounds)?;
-    print_row(&row(
-        "ceiling: fresh mmap sequential",
-        mmap,
-        String::new(),
-        None,
-    ));
     let (fdatasync, fdatasync_p50) = ceilings::write_fdatasync(scratch, &record, plan.sync_bounds)?;
     print_row(&row(
         "ceiling: write+fdatasync, 1 writer",
@@ -258,27 +257,41 @@ fn bench_size(
         )),
     ));
 
-    // Async append, then re-dispatch and sequential read over what it wrote.
+    // Async append beside the fresh-mmap ceiling, best of `rounds` each (the machine is
+    // shared; the best round is the one least disturbed).
     let dir = scratch.join(format!("async-{size}"));
-    let store = MessageStore::open(plan.config(&dir, FlushMode::Async))?;
-    let mut n = 0u64;
-    let async_rate = run_bounded(plan.bounds, record_bytes, 256, |batch| {
-        for _ in 0..batch {
-            store.put(&message(&body, (n % u64::from(QUEUES)) as u32), n as i64)?;
-            n += 1;
+    let mut mmap: Option<Rate> = None;
+    let mut async_rate: Option<Rate> = None;
+    for _ in 0..plan.rounds {
+        let ceiling = ceilings::fresh_mmap(scratch, &record, plan.segment_size_bytes, plan.bounds)?;
+        mmap = Some(best(mmap, ceiling));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
         }
-        Ok(())
-    })?;
+        async_rate = Some(best(
+            async_rate,
+            async_append(plan, &dir, &body, record_bytes)?,
+        ));
+    }
+    let (mmap, async_rate) = (
+        mmap.expect("at least one round"),
+        async_rate.expect("at least one round"),
+    );
+    print_row(&row(
+        "ceiling: fresh mmap sequential",
+        mmap,
+        format!("best of {}", plan.rounds),
+        None,
+    ));
     let async_ratio = async_rate.mb_per_sec() / mmap.mb_per_sec();
     print_row(&row(
         "store: append Async, 1 writer",
         async_rate,
-        format!("{} msgs", async_rate.ops),
+        format!("best of {}", plan.rounds),
         Some((async_ratio, "fresh mmap MB/s".into())),
     ));
-    store.shutdown()?;
-    drop(store);
 
+    // Re-dispatch and sequential read over what the last round wrote.
     std::fs::remove_dir_all(dir.join("consumequeue"))?;
     for name in ["checkpoint", "checkpoint.bak"] {
         let _ = std::fs::remove_file(dir.join(name));
@@ -337,6 +350,29 @@ fn bench_size(
         met(gain >= 8.0)
     ));
     Ok(verdicts)
+}
+
+/// The faster of two measurements.
+fn best(previous: Option<Rate>, next: Rate) -> Rate {
+    match previous {
+        Some(p) if p.mb_per_sec() >= next.mb_per_sec() => p,
+        _ => next,
+    }
+}
+
+/// One writer appending with Async flush into a fresh store until the bounds are reached.
+fn async_append(plan: &Plan, dir: &Path, body: &[u8], record_bytes: u64) -> anyhow::Result<Rate> {
+    let store = MessageStore::open(plan.config(dir, FlushMode::Async))?;
+    let mut n = 0u64;
+    let rate = run_bounded(plan.bounds, record_bytes, 256, |batch| {
+        for _ in 0..batch {
+            store.put(&message(body, (n % u64::from(QUEUES)) as u32), n as i64)?;
+            n += 1;
+        }
+        Ok(())
+    })?;
+    store.shutdown()?;
+    Ok(rate)
 }
 
 /// Reads every queue from offset 0 in pulls of 32, copying each record out (as a socket

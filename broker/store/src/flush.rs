@@ -81,19 +81,30 @@ impl FlushControl {
     }
 
     /// Records the outcome of flushing up to `end` and wakes the writers.
-    pub(crate) fn complete(&self, end: u64, outcome: std::io::Result<()>) {
+    pub(crate) fn complete(
+        &self,
+        end: u64,
+        outcome: std::io::Result<()>,
+    ) -> Result<(), StoreError> {
         let mut state = self.state.lock();
-        match outcome {
+        let result = match outcome {
             Ok(()) => {
                 state.flushed = state.flushed.max(end);
                 state.failure = None;
+                Ok(())
             }
             Err(error) => {
                 tracing::error!(%error, end, "commitlog flush failed");
-                state.failure = Some((end, Arc::new(error)));
+                let source = Arc::new(error);
+                state.failure = Some((end, Arc::clone(&source)));
+                Err(StoreError::FlushFailed {
+                    offset: CommitLogOffset(end),
+                    source,
+                })
             }
-        }
+        };
         self.done.notify_all();
+        result
     }
 
     /// Waits for the next reason to flush; `false` once the store stops.
@@ -161,7 +172,8 @@ pub(crate) fn run_flusher(
             }
         };
         if due {
-            control.complete(committed, target.flush_commit_log(flushed, committed));
+            // A failure is logged, reported to the waiting writers and retried next round.
+            let _ = control.complete(committed, target.flush_commit_log(flushed, committed));
             last_log_flush = Instant::now();
         }
         if last_housekeeping.elapsed() >= interval {

@@ -120,8 +120,9 @@ impl FlushTarget for Shared {
     }
 
     fn housekeeping(&self) -> Result<(), StoreError> {
-        // Every record below `dispatched` has its unit written before the queues flush.
-        let dispatched = self.commit_log.committed();
+        // Under the write lock every record below the write position has its unit written,
+        // so all of them are covered once the queues are flushed.
+        let dispatched = self.writer.lock().log.write_pos();
         for queue in self.all_queues() {
             queue.flush()?;
         }
@@ -219,18 +220,8 @@ impl Shared {
     fn flush_all(&self) -> Result<(), StoreError> {
         let committed = self.commit_log.committed();
         let flushed = self.flush.flushed();
-        let outcome = self.commit_log.flush_range(flushed, committed);
-        let failed = outcome.as_ref().err().map(|e| {
-            StoreError::io(
-                "flush commitlog",
-                self.commit_log.dir(),
-                std::io::Error::new(e.kind(), e.to_string()),
-            )
-        });
-        self.flush.complete(committed, outcome);
-        if let Some(error) = failed {
-            return Err(error);
-        }
+        self.flush
+            .complete(committed, self.commit_log.flush_range(flushed, committed))?;
         for queue in self.all_queues() {
             queue.flush()?;
         }
