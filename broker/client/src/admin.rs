@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use quiver_protocol::body;
+use quiver_protocol::header as h;
 use quiver_protocol::{code, RemotingCommand};
 use quiver_store::QueueOffset;
 
@@ -14,7 +15,7 @@ use crate::message::now_ms;
 use crate::ops::{PullSpec, PullStatus};
 use crate::remoting::expect_success;
 use crate::subscription::Subscription;
-use crate::{ext_fields, MessageQueue};
+use crate::MessageQueue;
 
 /// Read and write permission bits of a topic or broker.
 pub const PERM_READ_WRITE: i32 = 6;
@@ -174,20 +175,18 @@ impl Admin {
         }
         let addrs = self.broker_addrs().await?;
         for addr in &addrs {
-            let ext = ext_fields([
-                ("topic", spec.name.clone()),
-                (
-                    "defaultTopic",
-                    crate::producer::AUTO_CREATE_TOPIC_KEY.to_owned(),
-                ),
-                ("readQueueNums", spec.read_queue_nums.to_string()),
-                ("writeQueueNums", spec.write_queue_nums.to_string()),
-                ("perm", spec.perm.to_string()),
-                ("topicFilterType", "SINGLE_TAG".to_owned()),
-                ("topicSysFlag", "0".to_owned()),
-                ("order", "false".to_owned()),
-            ]);
-            let request = RemotingCommand::request(code::request::UPDATE_AND_CREATE_TOPIC, ext);
+            let header = h::CreateTopicRequestHeader {
+                topic: spec.name.clone(),
+                default_topic: Some(crate::producer::AUTO_CREATE_TOPIC_KEY.to_owned()),
+                read_queue_nums: i32::try_from(spec.read_queue_nums).unwrap_or(i32::MAX),
+                write_queue_nums: i32::try_from(spec.write_queue_nums).unwrap_or(i32::MAX),
+                perm: spec.perm,
+                topic_filter_type: Some("SINGLE_TAG".to_owned()),
+                topic_sys_flag: Some(0),
+                order: Some(false),
+            };
+            let request =
+                RemotingCommand::request(code::request::UPDATE_AND_CREATE_TOPIC, header.to_ext());
             let response = self.core.invoke(addr, request).await?;
             expect_success(addr, code::request::UPDATE_AND_CREATE_TOPIC, response)?;
         }
@@ -263,11 +262,12 @@ impl Admin {
     ) -> Result<BTreeMap<MessageQueue, body::OffsetWrapper>> {
         let mut table = BTreeMap::new();
         for addr in self.broker_addrs().await? {
-            let mut ext = ext_fields([("consumerGroup", group.to_owned())]);
-            if let Some(topic) = topic {
-                ext.insert("topic".to_owned(), topic.to_owned());
-            }
-            let request = RemotingCommand::request(code::request::GET_CONSUME_STATS, ext);
+            let header = h::GetConsumeStatsRequestHeader {
+                consumer_group: group.to_owned(),
+                topic: topic.map(str::to_owned),
+            };
+            let request =
+                RemotingCommand::request(code::request::GET_CONSUME_STATS, header.to_ext());
             let response = self.core.invoke(&addr, request).await?;
             if response.code == code::response::SUBSCRIPTION_GROUP_NOT_EXIST {
                 continue;
@@ -371,14 +371,16 @@ impl Admin {
             ResetTarget::Timestamp(ts) => ts,
         };
         for addr in route.brokers.values() {
-            let ext = ext_fields([
-                ("topic", topic.to_owned()),
-                ("group", group.to_owned()),
-                ("timestamp", timestamp.to_string()),
-                ("isForce", "true".to_owned()),
-            ]);
-            let request =
-                RemotingCommand::request(code::request::INVOKE_BROKER_TO_RESET_OFFSET, ext);
+            let header = h::ResetOffsetRequestHeader {
+                topic: topic.to_owned(),
+                group: group.to_owned(),
+                timestamp,
+                is_force: true,
+            };
+            let request = RemotingCommand::request(
+                code::request::INVOKE_BROKER_TO_RESET_OFFSET,
+                header.to_ext(),
+            );
             let response = self.core.invoke(addr, request).await?;
             if response.code != code::response::SUCCESS {
                 // No member online is fine: the committed offsets above are the reset.
@@ -393,13 +395,14 @@ impl Admin {
     }
 }
 
-/// `brokerPermission` from GET_BROKER_CONFIG's `key=value` lines, when present.
+/// `brokerPermission` from GET_BROKER_CONFIG's `key=value` properties text, when present.
 fn broker_permission(body: &[u8]) -> Option<i32> {
-    let text = std::str::from_utf8(body).ok()?;
-    text.lines()
-        .filter_map(|line| line.split_once('='))
-        .find(|(key, _)| key.trim() == "brokerPermission")
-        .and_then(|(_, value)| value.trim().parse().ok())
+    body::decode_properties_text(body)
+        .ok()?
+        .get("brokerPermission")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

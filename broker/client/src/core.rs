@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quiver_protocol::body::{perm, TopicRouteData};
+use quiver_protocol::header::GetRouteInfoRequestHeader;
 use quiver_protocol::{code, RemotingCommand};
 use tokio::sync::mpsc;
 
@@ -180,9 +181,11 @@ impl ClientCore {
 
     /// Asks a name server for the topic's route and caches it.
     pub async fn fetch_route(&self, topic: &str) -> Result<Arc<TopicRoute>> {
-        let mut ext = HashMap::new();
-        ext.insert("topic".to_owned(), topic.to_owned());
-        let request = RemotingCommand::request(code::request::GET_ROUTEINFO_BY_TOPIC, ext);
+        let header = GetRouteInfoRequestHeader {
+            topic: topic.to_owned(),
+        };
+        let request =
+            RemotingCommand::request(code::request::GET_ROUTEINFO_BY_TOPIC, header.to_ext());
         let (addr, response) = self.invoke_name_server(request).await?;
         if response.code == code::response::TOPIC_NOT_EXIST {
             self.routes.lock().remove(topic);

@@ -8,8 +8,6 @@
 //! Offset semantics follow DESIGN §4; the pure parts ([`allocate`], [`process_queue`],
 //! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
 
-use std::collections::HashMap;
-
 pub mod admin;
 pub mod allocate;
 pub mod core;
@@ -37,8 +35,3 @@ pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumer
 pub use quiver_protocol::body::MessageQueue;
 pub use quiver_store::QueueOffset;
 pub use subscription::Subscription;
-
-/// Header fields from (name, value) pairs.
-pub(crate) fn ext_fields<const N: usize>(pairs: [(&str, String); N]) -> HashMap<String, String> {
-    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-}

@@ -4,6 +4,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use quiver_protocol::header::{
+    self as h, CommandHeader, ConsumerSendMsgBackRequestHeader,
+    GetConsumerListByGroupRequestHeader, PullMessageRequestHeader, PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+};
 use quiver_protocol::{code, RemotingCommand};
 use quiver_store::QueueOffset;
 
@@ -12,12 +18,7 @@ use crate::error::{ClientError, Result};
 use crate::message::ReceivedMessage;
 use crate::remoting::{expect_codes, expect_success, response_error};
 use crate::subscription::Subscription;
-use crate::{ext_fields, MessageQueue};
-
-/// PULL_MESSAGE sysFlag bits (DESIGN §3).
-const PULL_FLAG_COMMIT_OFFSET: i32 = 1;
-const PULL_FLAG_SUSPEND: i32 = 2;
-const PULL_FLAG_SUBSCRIPTION: i32 = 4;
+use crate::MessageQueue;
 
 /// What a pull found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,48 +64,58 @@ pub struct PullSpec<'a> {
     pub suspend: Option<Duration>,
 }
 
-fn parse_offset(response: &RemotingCommand, field: &str) -> QueueOffset {
-    QueueOffset(
-        response
-            .ext(field)
-            .and_then(|v| v.parse::<i64>().ok())
-            .map_or(0, |v| v.max(0) as u64),
-    )
+/// Reads a typed response header, naming the broker and request when it is malformed.
+pub(crate) fn response_header<H: CommandHeader>(
+    addr: &str,
+    request_code: i32,
+    response: &RemotingCommand,
+) -> Result<H> {
+    H::from_ext(&response.ext_fields).map_err(|source| ClientError::Header {
+        addr: addr.to_owned(),
+        request_code,
+        source,
+    })
 }
 
-fn queue_fields(queue: &MessageQueue) -> [(&'static str, String); 2] {
-    [
-        ("topic", queue.topic.clone()),
-        ("queueId", queue.queue_id.to_string()),
-    ]
+/// Offsets travel as i64; a negative one means "none" and reads as 0.
+fn to_offset(value: i64) -> QueueOffset {
+    QueueOffset(u64::try_from(value).unwrap_or(0))
+}
+
+fn wire_offset(offset: QueueOffset) -> i64 {
+    i64::try_from(offset.0).unwrap_or(i64::MAX)
+}
+
+fn queue_id(queue: &MessageQueue) -> i32 {
+    i32::try_from(queue.queue_id).unwrap_or(i32::MAX)
 }
 
 impl ClientCore {
     pub async fn pull(&self, spec: &PullSpec<'_>) -> Result<PullResult> {
         let addr = self.broker_addr(&spec.queue.broker_name)?;
-        let mut sys_flag = PULL_FLAG_SUBSCRIPTION;
+        let mut sys_flag = h::PULL_FLAG_SUBSCRIPTION;
         if spec.commit_offset.is_some() {
-            sys_flag |= PULL_FLAG_COMMIT_OFFSET;
+            sys_flag |= h::PULL_FLAG_COMMIT_OFFSET;
         }
         if spec.suspend.is_some() {
-            sys_flag |= PULL_FLAG_SUSPEND;
+            sys_flag |= h::PULL_FLAG_SUSPEND;
         }
-        let suspend_ms = spec.suspend.map_or(0, |d| d.as_millis() as u64);
-        let commit = spec.commit_offset.map_or(0, |o| o.0);
-        let [topic, queue_id] = queue_fields(spec.queue);
-        let ext = ext_fields([
-            ("consumerGroup", spec.group.to_owned()),
-            topic,
-            queue_id,
-            ("queueOffset", spec.offset.0.to_string()),
-            ("maxMsgNums", spec.max_messages.to_string()),
-            ("sysFlag", sys_flag.to_string()),
-            ("commitOffset", commit.to_string()),
-            ("suspendTimeoutMillis", suspend_ms.to_string()),
-            ("subscription", spec.subscription.expression().to_owned()),
-            ("subVersion", spec.subscription.version().to_string()),
-            ("expressionType", "TAG".to_owned()),
-        ]);
+        let header = PullMessageRequestHeader {
+            consumer_group: spec.group.to_owned(),
+            topic: spec.queue.topic.clone(),
+            queue_id: queue_id(spec.queue),
+            queue_offset: wire_offset(spec.offset),
+            max_msg_nums: i32::try_from(spec.max_messages).unwrap_or(i32::MAX),
+            sys_flag,
+            commit_offset: spec.commit_offset.map_or(-1, wire_offset),
+            suspend_timeout_millis: spec
+                .suspend
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            subscription: Some(spec.subscription.expression().to_owned()),
+            sub_version: spec.subscription.version(),
+            expression_type: Some("TAG".to_owned()),
+        };
+        let ext = header.to_ext();
         let request = RemotingCommand::request(code::request::PULL_MESSAGE, ext);
         let timeout = self.request_timeout() + spec.suspend.unwrap_or_default();
         let response = self.remoting.invoke(&addr, request, timeout).await?;
@@ -120,9 +131,11 @@ impl ClientCore {
                 r::PULL_OFFSET_MOVED,
             ],
         )?;
-        let next_begin_offset = parse_offset(&response, "nextBeginOffset");
-        let min_offset = parse_offset(&response, "minOffset");
-        let max_offset = parse_offset(&response, "maxOffset");
+        let header: PullMessageResponseHeader =
+            response_header(&addr, code::request::PULL_MESSAGE, &response)?;
+        let next_begin_offset = to_offset(header.next_begin_offset);
+        let min_offset = to_offset(header.min_offset);
+        let max_offset = to_offset(header.max_offset);
         let status = match response.code {
             r::SUCCESS => {
                 let messages = decode_messages(&addr, spec.queue, &response.body)?;
@@ -155,18 +168,21 @@ impl ClientCore {
         queue: &MessageQueue,
     ) -> Result<Option<QueueOffset>> {
         let addr = self.broker_addr(&queue.broker_name)?;
-        let [topic, queue_id] = queue_fields(queue);
-        let ext = ext_fields([("consumerGroup", group.to_owned()), topic, queue_id]);
-        let request = RemotingCommand::request(code::request::QUERY_CONSUMER_OFFSET, ext);
+        let header = QueryConsumerOffsetRequestHeader {
+            consumer_group: group.to_owned(),
+            topic: queue.topic.clone(),
+            queue_id: queue_id(queue),
+        };
+        let request =
+            RemotingCommand::request(code::request::QUERY_CONSUMER_OFFSET, header.to_ext());
         let response = self.invoke(&addr, request).await?;
         if response.code == code::response::QUERY_NOT_FOUND {
             return Ok(None);
         }
         let response = expect_success(&addr, code::request::QUERY_CONSUMER_OFFSET, response)?;
-        match response.ext("offset").and_then(|v| v.parse::<i64>().ok()) {
-            Some(offset) if offset >= 0 => Ok(Some(QueueOffset(offset as u64))),
-            _ => Ok(None),
-        }
+        let header: QueryConsumerOffsetResponseHeader =
+            response_header(&addr, code::request::QUERY_CONSUMER_OFFSET, &response)?;
+        Ok(u64::try_from(header.offset).ok().map(QueueOffset))
     }
 
     /// Commits a group's offset; oneway when `wait` is false (the 5 s persister).
@@ -178,14 +194,14 @@ impl ClientCore {
         wait: bool,
     ) -> Result<()> {
         let addr = self.broker_addr(&queue.broker_name)?;
-        let [topic, queue_id] = queue_fields(queue);
-        let ext = ext_fields([
-            ("consumerGroup", group.to_owned()),
-            topic,
-            queue_id,
-            ("commitOffset", offset.0.to_string()),
-        ]);
-        let request = RemotingCommand::request(code::request::UPDATE_CONSUMER_OFFSET, ext);
+        let header = UpdateConsumerOffsetRequestHeader {
+            consumer_group: group.to_owned(),
+            topic: queue.topic.clone(),
+            queue_id: queue_id(queue),
+            commit_offset: wire_offset(offset),
+        };
+        let request =
+            RemotingCommand::request(code::request::UPDATE_CONSUMER_OFFSET, header.to_ext());
         if wait {
             let response = self.invoke(&addr, request).await?;
             expect_success(&addr, code::request::UPDATE_CONSUMER_OFFSET, response)?;
@@ -195,33 +211,26 @@ impl ClientCore {
         }
     }
 
-    async fn offset_request(
-        &self,
-        request_code: i32,
-        queue: &MessageQueue,
-        extra: Option<(&'static str, String)>,
-    ) -> Result<QueueOffset> {
-        let addr = self.broker_addr(&queue.broker_name)?;
-        let [topic, queue_id] = queue_fields(queue);
-        let mut ext = ext_fields([topic, queue_id]);
-        if let Some((key, value)) = extra {
-            ext.insert(key.to_owned(), value);
-        }
-        let response = self
-            .invoke(&addr, RemotingCommand::request(request_code, ext))
-            .await?;
-        let response = expect_success(&addr, request_code, response)?;
-        Ok(parse_offset(&response, "offset"))
-    }
-
     pub async fn max_offset(&self, queue: &MessageQueue) -> Result<QueueOffset> {
-        self.offset_request(code::request::GET_MAX_OFFSET, queue, None)
-            .await
+        let header = h::GetMaxOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue_id(queue),
+        };
+        let answer: h::GetMaxOffsetResponseHeader = self
+            .offset_request(code::request::GET_MAX_OFFSET, queue, header.to_ext())
+            .await?;
+        Ok(to_offset(answer.offset))
     }
 
     pub async fn min_offset(&self, queue: &MessageQueue) -> Result<QueueOffset> {
-        self.offset_request(code::request::GET_MIN_OFFSET, queue, None)
-            .await
+        let header = h::GetMinOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue_id(queue),
+        };
+        let answer: h::GetMinOffsetResponseHeader = self
+            .offset_request(code::request::GET_MIN_OFFSET, queue, header.to_ext())
+            .await?;
+        Ok(to_offset(answer.offset))
     }
 
     /// First offset whose store time is at or after `timestamp_ms` (max offset if none).
@@ -230,12 +239,33 @@ impl ClientCore {
         queue: &MessageQueue,
         timestamp_ms: i64,
     ) -> Result<QueueOffset> {
-        self.offset_request(
-            code::request::SEARCH_OFFSET_BY_TIMESTAMP,
-            queue,
-            Some(("timestamp", timestamp_ms.to_string())),
-        )
-        .await
+        let header = h::SearchOffsetRequestHeader {
+            topic: queue.topic.clone(),
+            queue_id: queue_id(queue),
+            timestamp: timestamp_ms,
+        };
+        let answer: h::SearchOffsetResponseHeader = self
+            .offset_request(
+                code::request::SEARCH_OFFSET_BY_TIMESTAMP,
+                queue,
+                header.to_ext(),
+            )
+            .await?;
+        Ok(to_offset(answer.offset))
+    }
+
+    async fn offset_request<H: CommandHeader>(
+        &self,
+        request_code: i32,
+        queue: &MessageQueue,
+        ext: HashMap<String, String>,
+    ) -> Result<H> {
+        let addr = self.broker_addr(&queue.broker_name)?;
+        let response = self
+            .invoke(&addr, RemotingCommand::request(request_code, ext))
+            .await?;
+        let response = expect_success(&addr, request_code, response)?;
+        response_header(&addr, request_code, &response)
     }
 
     /// CONSUMER_SEND_MSG_BACK: the broker re-stores the message in %RETRY%group (or the DLQ).
@@ -248,20 +278,23 @@ impl ClientCore {
     ) -> Result<()> {
         // RocketMQ's convention: delay level 0 lets the broker pick, a negative one means DLQ.
         let delay_level = match target {
-            SendBackTarget::Retry { delay_level } => delay_level.map_or(0, |level| level as i64),
+            SendBackTarget::Retry { delay_level } => {
+                delay_level.map_or(0, |level| i32::try_from(level).unwrap_or(i32::MAX))
+            }
             SendBackTarget::DeadLetter => -1,
         };
         let addr = self.broker_addr(&message.queue.broker_name)?;
-        let ext = ext_fields([
-            ("offset", message.commit_log_offset.0.to_string()),
-            ("group", group.to_owned()),
-            ("delayLevel", delay_level.to_string()),
-            ("originMsgId", message.msg_id()),
-            ("originTopic", message.topic.clone()),
-            ("unitMode", "false".to_owned()),
-            ("maxReconsumeTimes", max_reconsume_times.to_string()),
-        ]);
-        let request = RemotingCommand::request(code::request::CONSUMER_SEND_MSG_BACK, ext);
+        let header = ConsumerSendMsgBackRequestHeader {
+            offset: i64::try_from(message.commit_log_offset.0).unwrap_or(i64::MAX),
+            group: group.to_owned(),
+            delay_level,
+            origin_msg_id: Some(message.msg_id()),
+            origin_topic: Some(message.topic.clone()),
+            unit_mode: Some(false),
+            max_reconsume_times: Some(max_reconsume_times),
+        };
+        let request =
+            RemotingCommand::request(code::request::CONSUMER_SEND_MSG_BACK, header.to_ext());
         let response = self.invoke(&addr, request).await?;
         expect_success(&addr, code::request::CONSUMER_SEND_MSG_BACK, response)?;
         Ok(())
@@ -269,10 +302,11 @@ impl ClientCore {
 
     /// The live members of a group, as the broker knows them from heartbeats.
     pub async fn consumer_ids(&self, addr: &str, group: &str) -> Result<Vec<String>> {
-        let request = RemotingCommand::request(
-            code::request::GET_CONSUMER_LIST_BY_GROUP,
-            ext_fields([("consumerGroup", group.to_owned())]),
-        );
+        let header = GetConsumerListByGroupRequestHeader {
+            consumer_group: group.to_owned(),
+        };
+        let request =
+            RemotingCommand::request(code::request::GET_CONSUMER_LIST_BY_GROUP, header.to_ext());
         let response = self.invoke(addr, request).await?;
         let response = expect_success(addr, code::request::GET_CONSUMER_LIST_BY_GROUP, response)?;
         let body =

@@ -1,20 +1,21 @@
 //! The producer: sync, async, oneway and batch sends, round-robin or key-hash queue
 //! selection, and retry on another queue (preferably another broker) when a send fails.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use quiver_protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
 use quiver_protocol::message as wire;
-use quiver_protocol::{code, RemotingCommand};
+use quiver_protocol::{code, HeaderError, RemotingCommand};
 use quiver_store::QueueOffset;
 
 use crate::core::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
 use crate::message::{encoded_properties, new_unique_id, now_ms, Message};
+use crate::ops::response_header;
 use crate::remoting::response_error;
-use crate::{ext_fields, MessageQueue};
+use crate::MessageQueue;
 
 /// The topic whose route brokers offer for topics they will auto-create.
 pub const AUTO_CREATE_TOPIC_KEY: &str = "TBW102";
@@ -189,9 +190,8 @@ impl Producer {
         let result = self
             .inner
             .send_with_retries(&topic, QueueSelector::RoundRobin, |queue| {
-                let mut ext = send_header(&topic, queue, 0, "", config);
-                ext.insert("batch".into(), "true".into());
-                RemotingCommand::request(code::request::SEND_BATCH_MESSAGE, to_v2(ext))
+                let header = send_header(&topic, queue, 0, String::new(), true, config);
+                RemotingCommand::request(code::request::SEND_BATCH_MESSAGE, header.to_v2_ext())
                     .with_body(body.clone())
             })
             .await?;
@@ -243,53 +243,26 @@ fn send_header(
     topic: &str,
     queue: &MessageQueue,
     flag: i32,
-    properties: &str,
+    properties: String,
+    batch: bool,
     config: &ProducerConfig,
-) -> HashMap<String, String> {
-    ext_fields([
-        ("producerGroup", config.group.clone()),
-        ("topic", topic.to_owned()),
-        ("defaultTopic", AUTO_CREATE_TOPIC_KEY.to_owned()),
-        (
-            "defaultTopicQueueNums",
-            config.default_topic_queue_nums.to_string(),
-        ),
-        ("queueId", queue.queue_id.to_string()),
-        ("sysFlag", "0".to_owned()),
-        ("bornTimestamp", now_ms().to_string()),
-        ("flag", flag.to_string()),
-        ("properties", properties.to_owned()),
-        ("reconsumeTimes", "0".to_owned()),
-        ("unitMode", "false".to_owned()),
-        ("batch", "false".to_owned()),
-    ])
-}
-
-/// SEND_MESSAGE_V2's single-letter field names, in RocketMQ's order.
-fn to_v2(ext: HashMap<String, String>) -> HashMap<String, String> {
-    const NAMES: [(&str, &str); 12] = [
-        ("producerGroup", "a"),
-        ("topic", "b"),
-        ("defaultTopic", "c"),
-        ("defaultTopicQueueNums", "d"),
-        ("queueId", "e"),
-        ("sysFlag", "f"),
-        ("bornTimestamp", "g"),
-        ("flag", "h"),
-        ("properties", "i"),
-        ("reconsumeTimes", "j"),
-        ("unitMode", "k"),
-        ("batch", "m"),
-    ];
-    ext.into_iter()
-        .map(|(k, v)| {
-            let short = NAMES
-                .iter()
-                .find(|(long, _)| *long == k)
-                .map_or(k, |(_, s)| (*s).to_owned());
-            (short, v)
-        })
-        .collect()
+) -> SendMessageRequestHeader {
+    SendMessageRequestHeader {
+        producer_group: config.group.clone(),
+        topic: topic.to_owned(),
+        default_topic: AUTO_CREATE_TOPIC_KEY.to_owned(),
+        default_topic_queue_nums: i32::try_from(config.default_topic_queue_nums)
+            .unwrap_or(i32::MAX),
+        queue_id: i32::try_from(queue.queue_id).unwrap_or(i32::MAX),
+        sys_flag: 0,
+        born_timestamp: now_ms(),
+        flag,
+        properties: Some(properties),
+        reconsume_times: Some(0),
+        unit_mode: Some(false),
+        batch: Some(batch),
+        max_reconsume_times: None,
+    }
 }
 
 fn single_request(
@@ -297,14 +270,16 @@ fn single_request(
     queue: &MessageQueue,
     config: &ProducerConfig,
 ) -> RemotingCommand {
-    let ext = send_header(
+    let properties = encoded_properties(&message.properties);
+    let header = send_header(
         &message.topic,
         queue,
         message.flag,
-        &encoded_properties(&message.properties),
+        properties,
+        false,
         config,
     );
-    RemotingCommand::request(code::request::SEND_MESSAGE_V2, to_v2(ext))
+    RemotingCommand::request(code::request::SEND_MESSAGE_V2, header.to_v2_ext())
 }
 
 /// Java's `String.hashCode`, so a key lands on the queue a Java producer would pick.
@@ -403,13 +378,16 @@ impl ProducerInner {
             let queue = self.select(&route, selector, failed_broker.as_deref())?;
             let addr = self.core.broker_addr(&queue.broker_name)?;
             let request = build(&queue);
+            let request_code = request.code;
             let outcome = match self
                 .core
                 .remoting
                 .invoke(&addr, request, self.config.send_timeout)
                 .await
             {
-                Ok(response) => interpret_send_response(&addr, topic, queue.clone(), response),
+                Ok(response) => {
+                    interpret_send_response(&addr, request_code, topic, queue.clone(), response)
+                }
                 Err(error) => Err(error),
             };
             match outcome {
@@ -445,6 +423,7 @@ fn is_retriable(error: &ClientError) -> bool {
 
 fn interpret_send_response(
     addr: &str,
+    request_code: i32,
     topic: &str,
     queue: MessageQueue,
     response: RemotingCommand,
@@ -460,27 +439,25 @@ fn interpret_send_response(
                 topic: topic.to_owned(),
             })
         }
-        _ => {
-            return Err(response_error(
-                addr,
-                code::request::SEND_MESSAGE_V2,
-                &response,
-            ))
-        }
+        _ => return Err(response_error(addr, request_code, &response)),
     };
-    let queue_id = response
-        .ext("queueId")
-        .and_then(|v| v.parse::<u32>().ok())
-        .unwrap_or(queue.queue_id);
-    let queue_offset = response
-        .ext("queueOffset")
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or_default();
-    let offset_msg_id = response.ext("msgId").unwrap_or_default().to_owned();
+    let header: SendMessageResponseHeader = response_header(addr, request_code, &response)?;
+    let invalid = |field: &'static str, value: i64| ClientError::Header {
+        addr: addr.to_owned(),
+        request_code,
+        source: HeaderError::Invalid {
+            field,
+            value: value.to_string(),
+        },
+    };
+    let queue_id =
+        u32::try_from(header.queue_id).map_err(|_| invalid("queueId", header.queue_id.into()))?;
+    let queue_offset = u64::try_from(header.queue_offset)
+        .map_err(|_| invalid("queueOffset", header.queue_offset))?;
     Ok(SendResult {
         status,
         msg_id: String::new(),
-        offset_msg_id,
+        offset_msg_id: header.msg_id,
         queue: MessageQueue::new(topic, &queue.broker_name, queue_id),
         queue_offset: QueueOffset(queue_offset),
     })

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use quiver_protocol::header::UnregisterClientRequestHeader;
 use quiver_protocol::{code, RemotingCommand};
 use quiver_store::QueueOffset;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
@@ -26,7 +27,7 @@ use crate::pull_from_where::{
 };
 use crate::remoting::{expect_success, InboundRequest};
 use crate::subscription::Subscription;
-use crate::{ext_fields, MessageQueue};
+use crate::MessageQueue;
 
 /// What the listener says about a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -411,11 +412,13 @@ impl Inner {
 
     async fn unregister(&self) {
         for addr in self.core.known_brokers() {
-            let ext = ext_fields([
-                ("clientID", self.core.client_id().to_owned()),
-                ("consumerGroup", self.group().to_owned()),
-            ]);
-            let request = RemotingCommand::request(code::request::UNREGISTER_CLIENT, ext);
+            let header = UnregisterClientRequestHeader {
+                client_id: self.core.client_id().to_owned(),
+                producer_group: None,
+                consumer_group: Some(self.group().to_owned()),
+            };
+            let request =
+                RemotingCommand::request(code::request::UNREGISTER_CLIENT, header.to_ext());
             if let Err(error) = self.core.invoke(&addr, request).await {
                 tracing::debug!(%addr, %error, "unregister failed");
             }
