@@ -1,0 +1,416 @@
+//! `quiver-broker-bench`: produce and consume 1 KiB messages over loopback against an
+//! in-process broker (single and batch sends, 1 and 4 producers), reporting msgs/s, MB/s and
+//! end-to-end p50/p99 latency, beside store-only figures of the same run.
+//!
+//! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use bytes::{Bytes, BytesMut};
+use clap::Parser;
+use quiver_broker::{BrokerConfig, FlushMode};
+use quiver_protocol::code::{request, response};
+use quiver_protocol::message::{encode_batch, BatchMessage};
+use quiver_protocol::{frame, RemotingCommand};
+use quiver_store::{MessageStore, NewMessage, StoreConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[derive(Parser, Debug)]
+#[command(about = "Network and store benchmark of quiver-broker on loopback")]
+struct Args {
+    /// Messages per scenario.
+    #[arg(long, default_value_t = 20_000)]
+    messages: u64,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Messages per SEND_BATCH_MESSAGE request.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Flush mode of the broker and the store.
+    #[arg(long, value_enum, default_value_t = FlushMode::Async)]
+    flush_mode: FlushMode,
+}
+
+const QUEUES: u32 = 8;
+const TOPIC: &str = "Bench";
+
+fn epoch() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+fn stamp_nanos() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A body whose first 8 bytes carry the send time, for end-to-end latency.
+fn body(size: usize) -> Bytes {
+    let mut body = vec![b'x'; size.max(8)];
+    body[..8].copy_from_slice(&stamp_nanos().to_be_bytes());
+    Bytes::from(body)
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+    opaque: i32,
+}
+
+impl Conn {
+    async fn connect(addr: SocketAddr) -> anyhow::Result<Conn> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: BytesMut::with_capacity(1 << 20),
+            opaque: 0,
+        })
+    }
+
+    async fn call(
+        &mut self,
+        code: i32,
+        ext: HashMap<String, String>,
+        body: Bytes,
+    ) -> anyhow::Result<RemotingCommand> {
+        self.opaque += 1;
+        let request = RemotingCommand::request(code, ext)
+            .with_opaque(self.opaque)
+            .with_body(body);
+        let mut out = BytesMut::new();
+        frame::encode(&request, &mut out)?;
+        self.stream.write_all(&out).await?;
+        loop {
+            if let Some(reply) = frame::decode(&mut self.buf)? {
+                if reply.is_response() && reply.opaque == self.opaque {
+                    return Ok(reply);
+                }
+                continue;
+            }
+            if self.stream.read_buf(&mut self.buf).await? == 0 {
+                bail!("broker closed the connection");
+            }
+        }
+    }
+}
+
+fn send_ext(queue_id: u32, batch: bool) -> HashMap<String, String> {
+    [
+        ("a", "BenchProducer".to_string()),
+        ("b", TOPIC.to_string()),
+        ("c", "TBW102".to_string()),
+        ("d", "8".to_string()),
+        ("e", queue_id.to_string()),
+        ("f", "0".to_string()),
+        ("g", quiver_broker::now_ms().to_string()),
+        ("h", "0".to_string()),
+        ("i", "TAGS\u{1}bench\u{2}".to_string()),
+        ("j", "0".to_string()),
+        ("k", "false".to_string()),
+        ("m", batch.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+async fn produce(
+    addr: SocketAddr,
+    producer: u64,
+    count: u64,
+    size: usize,
+    batch: usize,
+) -> anyhow::Result<()> {
+    let mut conn = Conn::connect(addr).await?;
+    let mut sent = 0;
+    let mut round = producer;
+    while sent < count {
+        let queue_id = u32::try_from(round % u64::from(QUEUES))?;
+        round += 1;
+        let reply = if batch <= 1 {
+            sent += 1;
+            conn.call(
+                request::SEND_MESSAGE_V2,
+                send_ext(queue_id, false),
+                body(size),
+            )
+            .await?
+        } else {
+            let n = (count - sent).min(batch as u64);
+            sent += n;
+            let msgs: Vec<BatchMessage> = (0..n)
+                .map(|_| BatchMessage {
+                    flag: 0,
+                    body: body(size),
+                    properties: "TAGS\u{1}bench\u{2}".into(),
+                })
+                .collect();
+            conn.call(
+                request::SEND_BATCH_MESSAGE,
+                send_ext(queue_id, true),
+                encode_batch(&msgs),
+            )
+            .await?
+        };
+        if reply.code != response::SUCCESS {
+            bail!("send failed: {} {:?}", reply.code, reply.remark);
+        }
+    }
+    Ok(())
+}
+
+/// Pulls one queue (long polling) until `received` reaches `total`; returns latencies in µs.
+async fn consume(
+    addr: SocketAddr,
+    queue_id: u32,
+    total: u64,
+    received: Arc<AtomicU64>,
+) -> anyhow::Result<Vec<u64>> {
+    let mut conn = Conn::connect(addr).await?;
+    let mut offset = 0u64;
+    let mut latencies = Vec::new();
+    while received.load(Ordering::Acquire) < total {
+        let ext: HashMap<String, String> = [
+            ("consumerGroup", "BenchGroup".to_string()),
+            ("topic", TOPIC.to_string()),
+            ("queueId", queue_id.to_string()),
+            ("queueOffset", offset.to_string()),
+            ("maxMsgNums", "256".to_string()),
+            ("sysFlag", "2".to_string()),
+            ("commitOffset", "-1".to_string()),
+            ("suspendTimeoutMillis", "200".to_string()),
+            ("subVersion", "0".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let reply = conn.call(request::PULL_MESSAGE, ext, Bytes::new()).await?;
+        let now = stamp_nanos();
+        if let Some(next) = reply.ext("nextBeginOffset").and_then(|v| v.parse().ok()) {
+            offset = next;
+        }
+        if reply.code == response::SUCCESS {
+            let records = quiver_store::record::decode_all(&reply.body)?;
+            for record in &records {
+                let sent = u64::from_be_bytes(record.body[..8].try_into()?);
+                latencies.push(now.saturating_sub(sent) / 1_000);
+            }
+            received.fetch_add(records.len() as u64, Ordering::AcqRel);
+        }
+    }
+    Ok(latencies)
+}
+
+struct Figures {
+    scenario: String,
+    msgs_per_s: f64,
+    mb_per_s: f64,
+    p50_us: Option<u64>,
+    p99_us: Option<u64>,
+}
+
+impl std::fmt::Display for Figures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us =
+            |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{:.2} ms", v as f64 / 1000.0));
+        write!(
+            f,
+            "| {:<34} | {:>10.0} | {:>8.1} | {:>10} | {:>10} |",
+            self.scenario,
+            self.msgs_per_s,
+            self.mb_per_s,
+            us(self.p50_us),
+            us(self.p99_us)
+        )
+    }
+}
+
+async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::Result<Figures> {
+    let dir = tempfile::tempdir()?;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let config = BrokerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: addr.to_string(),
+        http_listen: "127.0.0.1:0".into(),
+        advertise: Some(addr.to_string()),
+        flush_mode: args.flush_mode,
+        segment_size: 256 * 1024 * 1024,
+        ..BrokerConfig::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let broker = tokio::spawn(quiver_broker::run(config, listener, None, async move {
+        let _ = stopped.await;
+    }));
+    // Create the topic before consumers pull it.
+    let mut setup = loop {
+        match Conn::connect(addr).await {
+            Ok(conn) => break conn,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    let ext = [
+        ("topic", TOPIC),
+        ("readQueueNums", "8"),
+        ("writeQueueNums", "8"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    setup
+        .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
+        .await?;
+
+    let total = args.messages;
+    let received = Arc::new(AtomicU64::new(0));
+    let consumers: Vec<_> = (0..QUEUES)
+        .map(|q| tokio::spawn(consume(addr, q, total, received.clone())))
+        .collect();
+    let started = Instant::now();
+    let per_producer = total / producers;
+    let producer_tasks: Vec<_> = (0..producers)
+        .map(|p| {
+            let count = if p == producers - 1 {
+                total - per_producer * (producers - 1)
+            } else {
+                per_producer
+            };
+            tokio::spawn(produce(addr, p, count, args.size, batch))
+        })
+        .collect();
+    for task in producer_tasks {
+        task.await??;
+    }
+    let mut latencies = Vec::new();
+    for task in consumers {
+        latencies.extend(task.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.send(()).ok();
+    broker.await?.context("broker run")?;
+    latencies.sort_unstable();
+    let pick = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q) as usize)
+            .copied()
+    };
+    Ok(Figures {
+        scenario: format!(
+            "network {} x{} producer{}",
+            if batch <= 1 {
+                "single".to_string()
+            } else {
+                format!("batch {batch}")
+            },
+            producers,
+            if producers == 1 { "" } else { "s" }
+        ),
+        msgs_per_s: total as f64 / elapsed,
+        mb_per_s: (total as f64 * args.size as f64) / elapsed / 1e6,
+        p50_us: pick(0.50),
+        p99_us: pick(0.99),
+    })
+}
+
+fn store_scenario(args: &Args, batch: usize) -> anyhow::Result<Figures> {
+    let dir = tempfile::tempdir()?;
+    let store = MessageStore::open(StoreConfig {
+        data_dir: dir.path().to_path_buf(),
+        segment_size_bytes: 256 * 1024 * 1024,
+        flush_mode: args.flush_mode.into(),
+        ..StoreConfig::default()
+    })?;
+    let payload = vec![b'x'; args.size];
+    let host: SocketAddr = "127.0.0.1:10911".parse()?;
+    let message = |queue_id: u32| NewMessage {
+        topic: TOPIC,
+        queue_id,
+        flag: 0,
+        body: &payload,
+        properties: "TAGS\u{1}bench\u{2}",
+        sys_flag: 0,
+        born_timestamp_ms: 0,
+        born_host: host,
+        store_host: host,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    };
+    let started = Instant::now();
+    let mut stored = 0u64;
+    while stored < args.messages {
+        let queue_id = u32::try_from(stored % u64::from(QUEUES))?;
+        if batch <= 1 {
+            store.put(&message(queue_id), quiver_broker::now_ms())?;
+            stored += 1;
+        } else {
+            let n = (args.messages - stored).min(batch as u64);
+            let msgs: Vec<_> = (0..n).map(|_| message(queue_id)).collect();
+            store.put_batch(&msgs, quiver_broker::now_ms())?;
+            stored += n;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let dispatched: u64 = (0..QUEUES).map(|q| store.max_offset(TOPIC, q).0).sum();
+    if dispatched != stored {
+        bail!("store dispatched {dispatched} of {stored}");
+    }
+    store.shutdown()?;
+    Ok(Figures {
+        scenario: format!(
+            "store-only {}",
+            if batch <= 1 {
+                "single".to_string()
+            } else {
+                format!("batch {batch}")
+            }
+        ),
+        msgs_per_s: stored as f64 / elapsed,
+        mb_per_s: (stored as f64 * args.size as f64) / elapsed / 1e6,
+        p50_us: None,
+        p99_us: None,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    epoch();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    println!(
+        "quiver-broker-bench: {} messages of {} B per scenario, flush {:?}",
+        args.messages, args.size, args.flush_mode
+    );
+    println!(
+        "| {:<34} | {:>10} | {:>8} | {:>10} | {:>10} |",
+        "scenario", "msgs/s", "MB/s", "p50", "p99"
+    );
+    println!(
+        "|{}|{}|{}|{}|{}|",
+        "-".repeat(36),
+        "-".repeat(12),
+        "-".repeat(10),
+        "-".repeat(12),
+        "-".repeat(12)
+    );
+    for batch in [1, args.batch] {
+        println!("{}", store_scenario(&args, batch)?);
+    }
+    for batch in [1, args.batch] {
+        for producers in [1, 4] {
+            println!(
+                "{}",
+                runtime.block_on(network_scenario(&args, producers, batch))?
+            );
+        }
+    }
+    Ok(())
+}
