@@ -302,6 +302,15 @@ impl PullMessageRequestHeader {
     pub fn has_class_filter(&self) -> bool {
         self.sys_flag & PULL_FLAG_CLASS_FILTER != 0
     }
+
+    /// The offset to commit for the group: set only with the commit bit and a non-negative
+    /// `commitOffset` (clients send -1 when they have nothing to commit).
+    pub fn offset_to_commit(&self) -> Option<u64> {
+        if !self.has_commit_offset() {
+            return None;
+        }
+        u64::try_from(self.commit_offset).ok()
+    }
 }
 
 header! {
@@ -423,6 +432,27 @@ header! {
     }
 }
 
+/// Where CONSUMER_SEND_MSG_BACK asks the broker to put a failed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendBackDelay {
+    /// `delayLevel` 0: the broker picks level 3 + reconsumeTimes.
+    BrokerChooses,
+    /// A negative `delayLevel`: straight to `%DLQ%<group>`.
+    DeadLetter,
+    /// An explicit delay level (1 = 1 s, 2 = 5 s, ...).
+    Level(i32),
+}
+
+impl ConsumerSendMsgBackRequestHeader {
+    pub fn delay(&self) -> SendBackDelay {
+        match self.delay_level {
+            0 => SendBackDelay::BrokerChooses,
+            level if level < 0 => SendBackDelay::DeadLetter,
+            level => SendBackDelay::Level(level),
+        }
+    }
+}
+
 header! {
     /// GET_CONSUMER_LIST_BY_GROUP (38).
     pub struct GetConsumerListByGroupRequestHeader {
@@ -512,9 +542,46 @@ header! {
     pub struct ResetOffsetRequestHeader {
         req topic: String = "topic",
         req group: String = "group",
-        /// Milliseconds since the epoch; -1 means the latest offset (as RocketMQ's Broker2Client).
+        /// Milliseconds since the epoch; see [`ResetTarget`] for 0 and -1.
         req timestamp: i64 = "timestamp",
         req is_force: bool = "isForce",
+    }
+}
+
+/// What INVOKE_BROKER_TO_RESET_OFFSET moves a group's offsets to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTarget {
+    /// Each queue's min offset (sent as timestamp 0, which every store time follows).
+    Earliest,
+    /// Each queue's max offset (sent as timestamp -1, as RocketMQ's Broker2Client reads it).
+    Latest,
+    /// The first message stored at or after this time, in ms since the epoch.
+    Timestamp(i64),
+}
+
+impl ResetTarget {
+    /// The `timestamp` header value that carries this target.
+    pub fn wire_timestamp(self) -> i64 {
+        match self {
+            ResetTarget::Earliest => 0,
+            ResetTarget::Latest => -1,
+            ResetTarget::Timestamp(timestamp) => timestamp,
+        }
+    }
+
+    /// Reads a `timestamp` header value; other negative values also mean the latest.
+    pub fn from_wire_timestamp(timestamp: i64) -> Self {
+        match timestamp {
+            0 => ResetTarget::Earliest,
+            timestamp if timestamp < 0 => ResetTarget::Latest,
+            timestamp => ResetTarget::Timestamp(timestamp),
+        }
+    }
+}
+
+impl ResetOffsetRequestHeader {
+    pub fn target(&self) -> ResetTarget {
+        ResetTarget::from_wire_timestamp(self.timestamp)
     }
 }
 
@@ -655,6 +722,54 @@ mod tests {
         assert!(header.is_batch());
         assert_eq!(header.max_reconsume_times, Some(16));
         assert_eq!(header.to_v2_ext(), v2);
+    }
+
+    #[test]
+    fn commit_offset_needs_the_flag_and_a_real_offset() {
+        let mut header = PullMessageRequestHeader {
+            sys_flag: PULL_FLAG_SUSPEND,
+            commit_offset: 5,
+            ..Default::default()
+        };
+        assert_eq!(header.offset_to_commit(), None);
+        header.sys_flag |= PULL_FLAG_COMMIT_OFFSET;
+        assert_eq!(header.offset_to_commit(), Some(5));
+        header.commit_offset = -1;
+        assert_eq!(header.offset_to_commit(), None);
+    }
+
+    #[test]
+    fn send_back_delay_levels() {
+        let delay = |delay_level| {
+            ConsumerSendMsgBackRequestHeader {
+                delay_level,
+                ..Default::default()
+            }
+            .delay()
+        };
+        assert_eq!(delay(0), SendBackDelay::BrokerChooses);
+        assert_eq!(delay(-1), SendBackDelay::DeadLetter);
+        assert_eq!(delay(4), SendBackDelay::Level(4));
+    }
+
+    #[test]
+    fn reset_targets_travel_as_timestamps() {
+        for target in [
+            ResetTarget::Earliest,
+            ResetTarget::Latest,
+            ResetTarget::Timestamp(1_700_000_000_000),
+        ] {
+            assert_eq!(
+                ResetTarget::from_wire_timestamp(target.wire_timestamp()),
+                target
+            );
+        }
+        assert_eq!(ResetTarget::from_wire_timestamp(-7), ResetTarget::Latest);
+        let header = ResetOffsetRequestHeader {
+            timestamp: -1,
+            ..Default::default()
+        };
+        assert_eq!(header.target(), ResetTarget::Latest);
     }
 
     #[test]
