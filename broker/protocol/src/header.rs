@@ -621,6 +621,35 @@ header! {
 }
 
 header! {
+    /// GET_KV_CONFIG (101), a name-server request some clients and tools send.
+    pub struct GetKvConfigRequestHeader {
+        req namespace: String = "namespace",
+        req key: String = "key",
+    }
+}
+
+header! {
+    /// Response to GET_KV_CONFIG (22 QUERY_NOT_FOUND when the key is unknown).
+    pub struct GetKvConfigResponseHeader {
+        opt value: Option<String> = "value",
+    }
+}
+
+header! {
+    /// GET_TOPICS_BY_CLUSTER (224).
+    pub struct GetTopicsByClusterRequestHeader {
+        req cluster: String = "cluster",
+    }
+}
+
+header! {
+    /// QUERY_TOPIC_CONSUME_BY_WHO (300): the groups with offsets on a topic.
+    pub struct QueryTopicConsumeByWhoRequestHeader {
+        req topic: String = "topic",
+    }
+}
+
+header! {
     /// QUERY_MESSAGE (12): by key within a time range.
     pub struct QueryMessageRequestHeader {
         req topic: String = "topic",

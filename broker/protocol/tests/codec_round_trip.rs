@@ -619,9 +619,62 @@ fn every_code_round_trips() {
         Bytes::new(),
     );
 
+    coverage.request(
+        request::GET_KV_CONFIG,
+        &GetKvConfigRequestHeader {
+            namespace: "ORDER_TOPIC_CONFIG".into(),
+            key: "TopicTest".into(),
+        },
+        Bytes::new(),
+    );
+    response_round_trip(
+        response::SUCCESS,
+        &GetKvConfigResponseHeader {
+            value: Some("broker-a:4".into()),
+        },
+        Bytes::new(),
+    );
+    coverage.request(
+        request::GET_TOPICS_BY_CLUSTER,
+        &GetTopicsByClusterRequestHeader {
+            cluster: "quiver".into(),
+        },
+        Bytes::new(),
+    );
+    let topics = TopicList {
+        topic_list: vec!["A".into(), "B".into()],
+        broker_addr: None,
+    };
+    assert_eq!(TopicList::decode(&topics.encode()).unwrap(), topics);
+    coverage.request(
+        request::QUERY_TOPIC_CONSUME_BY_WHO,
+        &QueryTopicConsumeByWhoRequestHeader {
+            topic: "TopicTest".into(),
+        },
+        Bytes::new(),
+    );
+    let consumers_of_topic = GroupList {
+        group_list: vec!["G".into()],
+    };
+    assert_eq!(
+        GroupList::decode(&consumers_of_topic.encode()).unwrap(),
+        consumers_of_topic
+    );
+    let check = CheckClientRequestBody {
+        client_id: "c1".into(),
+        group: "G".into(),
+        subscription_data: subscription(),
+    };
+    for command in coverage.body_only(request::CHECK_CLIENT_CONFIG, check.encode()) {
+        assert_eq!(
+            CheckClientRequestBody::decode(&command.body).unwrap(),
+            check
+        );
+    }
+
     let issue_codes = [
         10, 310, 320, 11, 14, 15, 30, 31, 29, 34, 35, 36, 38, 41, 42, 17, 105, 106, 208, 25, 26,
-        200, 201, 207, 202, 203, 215, 222, 220, 40, 221, 307,
+        200, 201, 207, 202, 203, 215, 222, 220, 40, 221, 307, 46,
     ];
     let missing: Vec<i32> = issue_codes
         .iter()

@@ -547,7 +547,28 @@ pub struct TopicList {
     pub broker_addr: Option<String>,
 }
 
+/// QUERY_TOPIC_CONSUME_BY_WHO (300) response body.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GroupList {
+    #[serde(deserialize_with = "lenient::string_list")]
+    pub group_list: Vec<String>,
+}
+
+/// CHECK_CLIENT_CONFIG (46) request body: a subscription the broker is asked to validate.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CheckClientRequestBody {
+    #[serde(deserialize_with = "lenient::string")]
+    pub client_id: String,
+    #[serde(deserialize_with = "lenient::string")]
+    pub group: String,
+    pub subscription_data: SubscriptionData,
+}
+
 json_body!(
+    GroupList,
+    CheckClientRequestBody,
     HeartbeatData,
     TopicRouteData,
     ClusterInfo,
