@@ -78,6 +78,16 @@ impl ConsumeQueue {
         let dir = Self::queue_dir(root, topic, queue_id);
         let existed = dir.exists();
         let segments = load_segments(&dir)?;
+        if let Some(bad) = segments
+            .iter()
+            .find(|s| s.base() % UNIT_BYTES != 0 || s.len() % UNIT_BYTES != 0 || s.len() == 0)
+        {
+            // A unit must never straddle a file end: refuse rather than misread.
+            return Err(StoreError::BadQueueFile {
+                path: bad.path().to_path_buf(),
+                len: bad.len(),
+            });
+        }
         if !existed {
             // The queue's directories must survive a crash once units are flushed into them.
             sync_dir(&root.join(topic))?;

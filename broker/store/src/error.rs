@@ -47,6 +47,9 @@ pub enum StoreError {
         found: u64,
     },
 
+    #[error("consume queue file {} of {len} bytes does not hold whole 20-byte units", path.display())]
+    BadQueueFile { path: PathBuf, len: u64 },
+
     #[error("malformed segment file name {}", path.display())]
     BadSegmentName { path: PathBuf },
 
