@@ -119,6 +119,11 @@ pub struct BrokerConfig {
     )]
     pub max_inflight_per_connection: usize,
 
+    /// Bytes of requests being processed at once across all connections; reading pauses
+    /// beyond it. Default 268435456 (256 MiB); at least 16 MiB (one largest frame).
+    #[arg(long, env = "QUIVER_MAX_INFLIGHT_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_inflight_bytes: usize,
+
     /// A client without a heartbeat for this long is dropped. Default 120000 ms; >= 1000.
     #[arg(long, env = "QUIVER_CLIENT_EXPIRY_MS", default_value_t = 120_000)]
     pub client_expiry_ms: u64,
@@ -160,6 +165,7 @@ impl Default for BrokerConfig {
             max_connections: 4096,
             max_parked_pulls: 65536,
             max_inflight_per_connection: 256,
+            max_inflight_bytes: 256 * 1024 * 1024,
             client_expiry_ms: 120_000,
             persist_interval_ms: 5_000,
             max_reconsume_times: 16,
@@ -268,6 +274,14 @@ impl BrokerConfig {
         }
         if self.max_inflight_per_connection == 0 {
             return Err(invalid("max-inflight-per-connection", "must be at least 1"));
+        }
+        if self.max_inflight_bytes < quiver_protocol::MAX_FRAME_BYTES
+            || self.max_inflight_bytes > u32::MAX as usize
+        {
+            return Err(invalid(
+                "max-inflight-bytes",
+                "must be in 16777216..=4294967295",
+            ));
         }
         if self.client_expiry_ms < 1000 {
             return Err(invalid("client-expiry-ms", "must be at least 1000"));

@@ -104,6 +104,7 @@ async fn accept_loop(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinSet<()> {
     let connection_slots = Arc::new(Semaphore::new(broker.config.max_connections));
+    let inflight_bytes = Arc::new(Semaphore::new(broker.config.max_inflight_bytes));
     let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -130,9 +131,10 @@ async fn accept_loop(
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let broker = broker.clone();
                 let stop = stop.clone();
+                let inflight_bytes = inflight_bytes.clone();
                 connections.spawn(async move {
                     broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
-                    serve_connection(stream, remote, id, broker.clone(), stop).await;
+                    serve_connection(stream, remote, id, broker.clone(), inflight_bytes, stop).await;
                     broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
                     drop(slot);
                 });
@@ -147,6 +149,7 @@ async fn serve_connection(
     remote: std::net::SocketAddr,
     id: u64,
     broker: Arc<Broker>,
+    inflight_bytes: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
     let (mut reader, mut writer) = stream.into_split();
@@ -195,12 +198,20 @@ async fn serve_connection(
                     let Ok(permit) = inflight.clone().acquire_owned().await else {
                         break 'read;
                     };
+                    let Ok(bytes_permit) = inflight_bytes
+                        .clone()
+                        .acquire_many_owned(request_weight(&command))
+                        .await
+                    else {
+                        break 'read;
+                    };
                     let ctx = ctx.clone();
                     let outbound = outbound.clone();
                     requests.spawn(async move {
                         if let Some(response) = processor::dispatch(&ctx, command).await {
                             let _ = outbound.send(response).await;
                         }
+                        drop(bytes_permit);
                         drop(permit);
                     });
                 }
@@ -233,6 +244,18 @@ async fn serve_connection(
     drop(ctx);
     drop(outbound);
     let _ = writer_task.await;
+}
+
+/// Memory a request holds while processed: its body and header fields (at least 1).
+fn request_weight(command: &RemotingCommand) -> u32 {
+    let fields: usize = command
+        .ext_fields
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    u32::try_from(command.body.len() + fields)
+        .unwrap_or(u32::MAX)
+        .clamp(1, quiver_protocol::MAX_FRAME_BYTES as u32)
 }
 
 async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {

@@ -1,0 +1,80 @@
+//! SEND_MESSAGE_V2 (short header names) and SEND_BATCH_MESSAGE (one request, many messages).
+
+mod common;
+
+use bytes::Bytes;
+use common::{ext, pulled_bodies, test_config, TestBroker};
+use quiver_protocol::code::{request, response};
+use quiver_protocol::message::{encode_batch, BatchMessage};
+
+fn v2_fields(
+    topic: &str,
+    queue_id: &str,
+    batch: bool,
+) -> std::collections::HashMap<String, String> {
+    let born = quiver_broker::now_ms().to_string();
+    let batch = batch.to_string();
+    ext(&[
+        ("a", "P"),
+        ("b", topic),
+        ("c", "TBW102"),
+        ("d", "4"),
+        ("e", queue_id),
+        ("f", "0"),
+        ("g", &born),
+        ("h", "0"),
+        ("i", "WAIT\u{1}true\u{2}"),
+        ("j", "0"),
+        ("k", "false"),
+        ("m", &batch),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v2_and_batch_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(test_config(dir.path())).await;
+    let mut client = broker.client().await;
+
+    let single = client
+        .call(
+            request::SEND_MESSAGE_V2,
+            v2_fields("Bat", "0", false),
+            Bytes::from_static(b"solo"),
+        )
+        .await;
+    assert_eq!(single.code, response::SUCCESS, "{:?}", single.remark);
+
+    let batch: Vec<BatchMessage> = (0..3)
+        .map(|i| BatchMessage {
+            flag: 0,
+            body: Bytes::from(format!("b{i}")),
+            properties: format!("TAGS\u{1}T{i}\u{2}KEYS\u{1}k{i}\u{2}"),
+        })
+        .collect();
+    let reply = client
+        .call(
+            request::SEND_BATCH_MESSAGE,
+            v2_fields("Bat", "0", true),
+            encode_batch(&batch),
+        )
+        .await;
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(reply.ext("msgId").unwrap().split(',').count(), 3);
+    assert_eq!(reply.ext("queueOffset"), Some("1"));
+
+    let pulled = client.pull("G", "Bat", 0, 0, 0, None).await;
+    assert_eq!(pulled_bodies(&pulled), vec!["solo", "b0", "b1", "b2"]);
+    let records = quiver_store::record::decode_all(&pulled.body).unwrap();
+    assert_eq!(records[2].tags(), Some("T1"));
+
+    let garbage = client
+        .call(
+            request::SEND_BATCH_MESSAGE,
+            v2_fields("Bat", "0", true),
+            Bytes::from_static(b"\x00\x00\x00\x99junk"),
+        )
+        .await;
+    assert_eq!(garbage.code, response::MESSAGE_ILLEGAL);
+    broker.stop().await;
+}
