@@ -32,6 +32,11 @@ impl QueueWriter {
     }
 }
 
+/// The topic names a directory under `consumequeue/`: it must stay one path component.
+fn is_safe_topic_dir(topic: &str) -> bool {
+    !topic.is_empty() && topic != "." && topic != ".." && !topic.contains(['/', '\\', '\0'])
+}
+
 /// What re-dispatching one record during recovery did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Redispatch {
@@ -84,6 +89,11 @@ impl Dispatcher {
             .get(topic)
             .is_some_and(|queues| queues.contains_key(&queue_id));
         if !exists {
+            if !is_safe_topic_dir(topic) {
+                return Err(StoreError::InvalidTopic {
+                    topic: topic.to_owned(),
+                });
+            }
             let cq = Arc::new(ConsumeQueue::open(
                 &self.root,
                 topic,
@@ -141,5 +151,18 @@ impl Dispatcher {
         } else {
             Redispatch::IndexedAfterHole { expected }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_must_be_one_path_component() {
+        assert!(is_safe_topic_dir("%RETRY%group-1"));
+        for bad in ["", ".", "..", "a/b", "../etc", "a\\b"] {
+            assert!(!is_safe_topic_dir(bad), "{bad:?}");
+        }
     }
 }

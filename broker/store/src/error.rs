@@ -23,6 +23,9 @@ pub enum StoreError {
     #[error("message rejected")]
     InvalidMessage(#[source] RecordError),
 
+    #[error("topic {topic:?} cannot name a consume queue directory")]
+    InvalidTopic { topic: String },
+
     #[error("message of {size} bytes exceeds the limit of {max} bytes")]
     MessageTooLarge { size: u64, max: u32 },
 
