@@ -19,6 +19,8 @@ use crate::MessageQueue;
 
 /// Read and write permission bits of a topic or broker.
 pub const PERM_READ_WRITE: i32 = 6;
+/// Read-only: a broker being drained.
+pub const PERM_READ_ONLY: i32 = 4;
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TopicSpec {
@@ -191,6 +193,16 @@ impl Admin {
             expect_success(addr, code::request::UPDATE_AND_CREATE_TOPIC, response)?;
         }
         Ok(addrs)
+    }
+
+    /// Changes a broker's permission at run time: 6 read-write, 4 read-only (draining).
+    pub async fn set_broker_permission(&self, addr: &str, permission: i32) -> Result<()> {
+        let settings = BTreeMap::from([("brokerPermission".to_owned(), permission.to_string())]);
+        let request = RemotingCommand::request(code::request::UPDATE_BROKER_CONFIG, HashMap::new())
+            .with_body(body::encode_properties_text(&settings));
+        let response = self.core.invoke(addr, request).await?;
+        expect_success(addr, code::request::UPDATE_BROKER_CONFIG, response)?;
+        Ok(())
     }
 
     /// Every topic on any broker, merged by name (queue counts of the first broker seen).

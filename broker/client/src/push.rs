@@ -61,9 +61,9 @@ pub struct PushConsumerConfig {
     pub consume_batch_size: usize,
     /// Messages asked for per pull.
     pub pull_batch_size: u32,
-    /// Flow control: a queue stops pulling above this many in-flight messages...
+    /// Flow control: a queue never holds more in-flight messages than this...
     pub max_in_flight_messages_per_queue: usize,
-    /// ...or above this many in-flight bytes.
+    /// ...and stops pulling once it holds this many in-flight bytes.
     pub max_in_flight_bytes_per_queue: u64,
     /// Deliveries before the broker moves a message to `%DLQ%group`.
     pub max_reconsume_times: i32,
@@ -135,10 +135,11 @@ impl PushConsumerConfig {
         if self.consume_batch_size == 0
             || self.pull_batch_size == 0
             || self.consume_concurrency == 0
+            || self.max_in_flight_messages_per_queue == 0
         {
             return invalid(
                 "batch sizes",
-                "consume_batch_size, pull_batch_size and consume_concurrency must be > 0",
+                "consume_batch_size, pull_batch_size, consume_concurrency and max_in_flight_messages_per_queue must be > 0",
             );
         }
         Ok(())
@@ -265,6 +266,13 @@ impl PushConsumer {
     /// The offset this member would commit for `queue` now.
     pub fn local_offset(&self, queue: &MessageQueue) -> Option<QueueOffset> {
         self.inner.offsets.read(queue)
+    }
+
+    /// In-flight (pulled, not yet consumed) messages and bytes of an assigned queue.
+    pub fn in_flight(&self, queue: &MessageQueue) -> Option<(usize, u64)> {
+        let state = self.inner.assignments.lock().get(queue).cloned()?;
+        let pq = state.process_queue.lock();
+        Some((pq.message_count(), pq.bytes_in_flight()))
     }
 
     /// Asks for a rebalance now (also happens on the timer and on broker notification).
@@ -701,11 +709,21 @@ impl Inner {
                 return;
             }
             let commit_offset = self.offsets.read(&state.queue).filter(|o| o.0 > 0);
+            // Never ask for more than the room left, so the message limit is a hard cap.
+            let room = self
+                .config
+                .max_in_flight_messages_per_queue
+                .saturating_sub(state.process_queue.lock().message_count());
+            let max_messages = self
+                .config
+                .pull_batch_size
+                .min(u32::try_from(room).unwrap_or(u32::MAX))
+                .max(1);
             let spec = PullSpec {
                 group: self.group(),
                 queue: &state.queue,
                 offset: next,
-                max_messages: self.config.pull_batch_size,
+                max_messages,
                 subscription: &subscription,
                 commit_offset,
                 suspend: Some(self.config.long_poll),

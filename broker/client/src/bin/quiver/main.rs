@@ -494,6 +494,10 @@ async fn consume(client: ClientConfig, output: Output, args: ConsumeArgs) -> any
         });
     config.client = client;
     config.long_poll = Duration::from_secs(5);
+    if args.max.is_some() {
+        // One listener call at a time keeps the count exact at --max.
+        config.consume_concurrency = 1;
+    }
     let count = Arc::new(AtomicU64::new(0));
     let last_message = Arc::new(parking_lot::Mutex::new(Instant::now()));
     let (done_tx, mut done_rx) = tokio::sync::watch::channel(false);
@@ -811,4 +815,76 @@ async fn cluster(client: ClientConfig, output: Output) -> anyhow::Result<()> {
     }
     admin.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_accepts_names_and_timestamps() {
+        assert_eq!(parse_from("first"), Ok(ConsumeFromWhere::FirstOffset));
+        assert_eq!(parse_from("last"), Ok(ConsumeFromWhere::LastOffset));
+        assert_eq!(
+            parse_from("1700000000000"),
+            Ok(ConsumeFromWhere::Timestamp(1_700_000_000_000))
+        );
+        assert!(parse_from("yesterday")
+            .unwrap_err()
+            .contains("expected first, last"));
+    }
+
+    #[test]
+    fn reset_targets_parse() {
+        assert_eq!(parse_reset("earliest"), Ok(ResetTarget::Earliest));
+        assert_eq!(parse_reset("latest"), Ok(ResetTarget::Latest));
+        assert_eq!(parse_reset("42"), Ok(ResetTarget::Timestamp(42)));
+        assert!(parse_reset("soon").is_err());
+    }
+
+    #[test]
+    fn properties_need_an_equals_sign() {
+        assert_eq!(
+            parse_property("a=b=c"),
+            Ok(("a".to_owned(), "b=c".to_owned()))
+        );
+        assert!(parse_property("novalue").is_err());
+    }
+
+    #[test]
+    fn exit_codes_follow_the_documented_table() {
+        let code =
+            |error: ClientError| exit_code(&anyhow::Error::new(error).context("doing something"));
+        assert_eq!(
+            code(ClientError::Timeout {
+                addr: "a".into(),
+                code: 10,
+                timeout_ms: 1
+            }),
+            3
+        );
+        assert_eq!(code(ClientError::TopicNotFound { topic: "t".into() }), 4);
+        assert_eq!(
+            code(ClientError::MessageTooLarge {
+                size_bytes: 2,
+                max_bytes: 1
+            }),
+            5
+        );
+        assert_eq!(code(ClientError::Shutdown), 1);
+        assert_eq!(exit_code(&anyhow::anyhow!("plain")), 1);
+    }
+
+    #[test]
+    fn every_command_parses_its_help() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tables_align_columns() {
+        let mut table = Table::new(&["A", "LONG"]);
+        table.row(vec!["wide-cell".into(), "x".into()]);
+        assert_eq!(table.render(), "A          LONG\nwide-cell  x\n");
+    }
 }
