@@ -31,8 +31,9 @@ pub const DATA_VOLUME: &str = "data";
 pub const DATA_DIR: &str = "/data";
 /// Where the ConfigMap is mounted.
 pub const CONFIG_DIR: &str = "/etc/quiver";
-/// Key of the broker config file in the ConfigMap (JSON, kebab-case keys of BrokerConfig).
-pub const CONFIG_KEY: &str = "broker.json";
+/// The config file each pod reads: one ConfigMap key per pod, `<pod name>.json` (JSON with the
+/// kebab-case keys of the broker's BrokerConfig), expanded from the POD_NAME env var.
+pub const CONFIG_FILE_ARG: &str = "/etc/quiver/$(POD_NAME).json";
 /// Pod template annotation holding the hash of the template and config, to detect rollouts.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "quiver.io/template-hash";
 /// Default seconds a stopping broker gets to flush its CommitLog and persist offsets.
@@ -137,12 +138,16 @@ pub fn broker_address(broker: &Broker, ordinal: i32) -> String {
     )
 }
 
-/// The broker config file shared by every pod; per-pod name and address come from env.
-pub fn broker_config(broker: &Broker, replicas: i32) -> serde_json::Value {
+/// The config file of the broker with this ordinal: its own name and address, and the other
+/// brokers as peers (the broker lists itself in routes, so it must not be its own peer).
+pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json::Value {
     let peers: Vec<String> = (0..replicas)
-        .map(|ordinal| broker_address(broker, ordinal))
+        .filter(|peer| *peer != ordinal)
+        .map(|peer| broker_address(broker, peer))
         .collect();
     let mut config = serde_json::json!({
+        "broker-name": pod_name(broker, ordinal),
+        "advertise": broker_address(broker, ordinal),
         "data-dir": DATA_DIR,
         "listen": format!("0.0.0.0:{REMOTING_PORT}"),
         "http-listen": format!("0.0.0.0:{HTTP_PORT}"),
@@ -159,13 +164,18 @@ pub fn broker_config(broker: &Broker, replicas: i32) -> serde_json::Value {
     config
 }
 
-/// ConfigMap with the broker config.
+/// ConfigMap with one config file per broker.
 pub fn config_map(broker: &Broker, replicas: i32) -> ConfigMap {
-    let text = serde_json::to_string_pretty(&broker_config(broker, replicas))
-        .expect("json value serializes");
+    let files = (0..replicas)
+        .map(|ordinal| {
+            let text = serde_json::to_string_pretty(&broker_config(broker, ordinal, replicas))
+                .expect("json value serializes");
+            (format!("{}.json", pod_name(broker, ordinal)), text)
+        })
+        .collect();
     ConfigMap {
         metadata: metadata(broker, config_map_name(broker)),
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), text)])),
+        data: Some(files),
         ..ConfigMap::default()
     }
 }
@@ -311,33 +321,21 @@ fn volume_claim_template(broker: &Broker, size: &str) -> PersistentVolumeClaim {
 
 fn pod_template(broker: &Broker) -> PodTemplateSpec {
     let overrides = broker.spec.pod_template.clone().unwrap_or_default();
-    let namespace = broker.namespace().unwrap_or_else(|| "default".to_string());
-    let advertise = format!(
-        "$(POD_NAME).{}.{namespace}.svc:{REMOTING_PORT}",
-        headless_service_name(broker)
-    );
     let container = Container {
         name: "broker".to_string(),
         image: Some(broker.image().to_string()),
-        args: Some(vec![
-            "--config".to_string(),
-            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
-        ]),
-        env: Some(vec![
-            EnvVar {
-                name: "POD_NAME".to_string(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "metadata.name".to_string(),
-                        ..ObjectFieldSelector::default()
-                    }),
-                    ..EnvVarSource::default()
+        args: Some(vec!["--config".to_string(), CONFIG_FILE_ARG.to_string()]),
+        env: Some(vec![EnvVar {
+            name: "POD_NAME".to_string(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_string(),
+                    ..ObjectFieldSelector::default()
                 }),
-                ..EnvVar::default()
-            },
-            env("QUIVER_BROKER_NAME", "$(POD_NAME)"),
-            env("QUIVER_ADVERTISE", &advertise),
-        ]),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
         ports: Some(vec![
             container_port("remoting", REMOTING_PORT),
             container_port("http", HTTP_PORT),
@@ -420,14 +418,6 @@ fn pod_template(broker: &Broker) -> PodTemplateSpec {
             }]),
             ..PodSpec::default()
         }),
-    }
-}
-
-fn env(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_string(),
-        value: Some(value.to_string()),
-        ..EnvVar::default()
     }
 }
 
@@ -531,14 +521,18 @@ mod tests {
         assert_eq!(container.image.as_deref(), Some(crate::crd::DEFAULT_IMAGE));
         assert_eq!(
             container.args.as_ref().unwrap(),
-            &["--config", "/etc/quiver/broker.json"]
+            &["--config", "/etc/quiver/$(POD_NAME).json"]
         );
         let env = container.env.as_ref().unwrap();
-        let advertise = env.iter().find(|e| e.name == "QUIVER_ADVERTISE").unwrap();
-        assert_eq!(
-            advertise.value.as_deref(),
-            Some("$(POD_NAME).qb-headless.ns.svc:10911")
-        );
+        let pod_name = env.iter().find(|e| e.name == "POD_NAME").unwrap();
+        let field = pod_name
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(field.field_path, "metadata.name");
         assert!(
             pod.affinity.as_ref().unwrap().pod_anti_affinity.is_some(),
             "brokers spread across nodes by default"
@@ -651,18 +645,40 @@ mod tests {
         assert_eq!(pod.node_selector.unwrap()["disk"], "ssd");
         assert_eq!(pod.termination_grace_period_seconds, Some(120));
 
-        let config = broker_config(&broker, 3);
+        let config = broker_config(&broker, 1, 3);
         assert_eq!(config["flush-mode"], "sync");
         assert_eq!(config["file-reserved-hours"], 48);
         assert_eq!(config["cluster"], "qb");
+        assert_eq!(config["broker-name"], "qb-1");
+        assert_eq!(config["advertise"], "qb-1.qb-headless.ns.svc:10911");
         assert_eq!(
             config["peers"],
             serde_json::json!([
                 "qb-0.qb-headless.ns.svc:10911",
-                "qb-1.qb-headless.ns.svc:10911",
                 "qb-2.qb-headless.ns.svc:10911"
-            ])
+            ]),
+            "every other broker, not itself"
         );
+        let files = config_map(&broker, 3).data.unwrap();
+        let keys: Vec<&String> = files.keys().collect();
+        assert_eq!(keys, ["qb-0.json", "qb-1.json", "qb-2.json"]);
+    }
+
+    #[test]
+    fn the_broker_binary_accepts_the_generated_config() {
+        let broker = Broker::test().replicas(3).full_spec();
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (file, text) in config_map(&broker, 3).data.unwrap() {
+            let path = dir.path().join(&file);
+            std::fs::write(&path, text).expect("write config");
+            let config = quiver_broker::BrokerConfig::from_file(&path).expect("broker parses it");
+            config.validate().expect("broker accepts it");
+            assert_eq!(format!("{}.json", config.broker_name), file);
+            assert_eq!(config.peers.len(), 2);
+            assert_eq!(config.flush_mode, quiver_broker::config::FlushMode::Sync);
+            assert_eq!(config.file_reserved_hours, 48);
+            assert_eq!(config.data_dir, std::path::PathBuf::from(DATA_DIR));
+        }
     }
 
     #[test]

@@ -197,10 +197,16 @@ impl Metrics {
             self.lag_messages
                 .get_or_create(&labels)
                 .set(gauge_value(messages));
-            if let Some(latency_ms) = topic_lag.latency_ms {
-                self.lag_latency_ms
-                    .get_or_create(&labels)
-                    .set(gauge_value(latency_ms));
+            match topic_lag.latency_ms {
+                Some(latency_ms) => {
+                    self.lag_latency_ms
+                        .get_or_create(&labels)
+                        .set(gauge_value(latency_ms));
+                }
+                // Unknown this poll: a stale value would be worse than no series.
+                None => {
+                    self.lag_latency_ms.remove(&labels);
+                }
             }
             series.topics.insert(labels);
         }

@@ -173,3 +173,46 @@ async fn forward_signals(stop: watch::Sender<bool>) {
     tracing::info!("shutdown requested");
     stop.send(true).ok();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::Parser;
+
+    #[test]
+    fn defaults_match_the_chart_contract() {
+        let args = Args::try_parse_from(["quiver-operator"]).expect("defaults parse");
+        assert_eq!(args.namespace, None);
+        assert_eq!(args.http_listen, "0.0.0.0:8080");
+        assert_eq!(args.lag_interval_seconds, 30);
+        assert!(args.leader_election);
+    }
+
+    #[test]
+    fn flags_are_read() {
+        let args = Args::try_parse_from([
+            "quiver-operator",
+            "--namespace",
+            "team-a",
+            "--http-listen",
+            "127.0.0.1:9090",
+            "--lag-interval-seconds",
+            "5",
+            "--leader-election",
+            "false",
+            "--log-format",
+            "text",
+        ])
+        .expect("flags parse");
+        assert_eq!(args.namespace.as_deref(), Some("team-a"));
+        assert_eq!(args.http_listen, "127.0.0.1:9090");
+        assert_eq!(args.lag_interval_seconds, 5);
+        assert!(!args.leader_election);
+        assert_eq!(args.log_format, "text");
+    }
+
+    #[test]
+    fn a_zero_lag_interval_is_refused() {
+        assert!(Args::try_parse_from(["quiver-operator", "--lag-interval-seconds", "0"]).is_err());
+    }
+}
