@@ -1,0 +1,116 @@
+//! Prints codec throughput: frame encode/decode of a 1 KiB send (JSON and binary headers),
+//! a C++-style heartbeat body decode, and batch encode/decode.
+//!
+//! Run: `cargo run --release -p quiver-protocol --example codec_bench`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use quiver_protocol::body::HeartbeatData;
+use quiver_protocol::code::request;
+use quiver_protocol::header::SendMessageRequestHeader;
+use quiver_protocol::message::{decode_batch_shared, encode_batch, BatchMessage};
+use quiver_protocol::{frame, RemotingCommand, SerializeType};
+
+/// Runs `work` repeatedly for about `budget` and returns operations per second.
+fn measure(budget: Duration, mut work: impl FnMut()) -> f64 {
+    let started = Instant::now();
+    let mut operations = 0u64;
+    while started.elapsed() < budget {
+        for _ in 0..256 {
+            work();
+        }
+        operations += 256;
+    }
+    operations as f64 / started.elapsed().as_secs_f64()
+}
+
+fn report(name: &str, ops_per_sec: f64, bytes_per_op: usize) {
+    let mib_per_sec = ops_per_sec * bytes_per_op as f64 / (1024.0 * 1024.0);
+    println!("{name:<44} {ops_per_sec:>12.0} ops/s {mib_per_sec:>9.1} MiB/s");
+}
+
+fn send_command(serialize_type: SerializeType) -> RemotingCommand {
+    let header = SendMessageRequestHeader {
+        producer_group: "bench-producer".into(),
+        topic: "BenchTopic".into(),
+        default_topic: "TBW102".into(),
+        default_topic_queue_nums: 4,
+        queue_id: 1,
+        sys_flag: 0,
+        born_timestamp: 1_700_000_000_000,
+        flag: 0,
+        properties: Some("TAGS\u{1}TagA\u{2}KEYS\u{1}order-1\u{2}WAIT\u{1}true\u{2}".into()),
+        reconsume_times: Some(0),
+        unit_mode: Some(false),
+        batch: Some(false),
+        max_reconsume_times: None,
+    };
+    RemotingCommand::request(request::SEND_MESSAGE_V2, header.to_v2_ext())
+        .with_opaque(1)
+        .with_body(Bytes::from(vec![b'x'; 1024]))
+        .with_serialize_type(serialize_type)
+}
+
+fn main() {
+    let budget = Duration::from_millis(700);
+    println!(
+        "codec throughput (one thread, {} ms per case)",
+        budget.as_millis()
+    );
+    for (label, serialize_type) in [
+        ("JSON", SerializeType::Json),
+        ("binary", SerializeType::RocketMq),
+    ] {
+        let command = send_command(serialize_type);
+        let encoded = frame::encode_to_bytes(&command).expect("encodable");
+        let mut out = BytesMut::with_capacity(4096);
+        let encode = measure(budget, || {
+            out.clear();
+            frame::encode(black_box(&command), &mut out).expect("encodable");
+        });
+        report(
+            &format!("encode 1 KiB SEND_MESSAGE_V2, {label} header"),
+            encode,
+            encoded.len(),
+        );
+        let decode = measure(budget, || {
+            let mut buf = BytesMut::from(&encoded[..]);
+            let decoded = frame::decode(&mut buf).expect("valid").expect("whole");
+            black_box(SendMessageRequestHeader::from_request(&decoded).expect("typed"));
+        });
+        report(
+            &format!("decode 1 KiB SEND_MESSAGE_V2, {label} header"),
+            decode,
+            encoded.len(),
+        );
+    }
+
+    let heartbeat = br#"{"clientID":"13246-127.0.0.1@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,"groupName":"GroupCapture","messageModel":1,"subscriptionDataSet":[{"subString":"*","subVersion":"1795952784668","topic":"%RETRY%GroupCapture"},{"codeSet":[0,0],"subString":"TagA || TagB","subVersion":"1795952784668","tagsSet":["TagA","TagB"],"topic":"TopicTest"}]}],"producerDataSet":[{"groupName":"GroupCaptureProducer"}]}"#;
+    let decode = measure(budget, || {
+        black_box(HeartbeatData::decode(black_box(heartbeat)).expect("valid"));
+    });
+    report("decode C++ heartbeat body", decode, heartbeat.len());
+
+    let batch: Vec<BatchMessage> = (0..32)
+        .map(|index| BatchMessage {
+            flag: 0,
+            body: Bytes::from(vec![b'y'; 1024]),
+            properties: format!("TAGS\u{1}TagA\u{2}KEYS\u{1}k{index}\u{2}"),
+        })
+        .collect();
+    let encoded = encode_batch(&batch);
+    let encode = measure(budget, || {
+        black_box(encode_batch(black_box(&batch)));
+    });
+    report("encode batch of 32 x 1 KiB", encode, encoded.len());
+    let decode = measure(budget, || {
+        black_box(decode_batch_shared(black_box(&encoded)).expect("valid"));
+    });
+    report(
+        "decode batch of 32 x 1 KiB (zero-copy bodies)",
+        decode,
+        encoded.len(),
+    );
+}
