@@ -134,12 +134,21 @@ impl CommitLog {
 
     /// A zero-copy view of the `size` bytes at `offset`, if they are published.
     pub(crate) fn view(&self, segments: &SegmentList, offset: u64, size: usize) -> Option<Bytes> {
-        if offset + size as u64 > self.committed() {
+        let end = offset.checked_add(size as u64)?;
+        if end > self.committed() || size < BLANK_FILLER_BYTES {
             return None;
         }
         let segment = find_segment(segments, offset)?;
         let at = offset - segment.base();
-        (at + size as u64 <= segment.len()).then(|| segment.bytes(at, size))
+        if at + size as u64 > segment.len() {
+            return None;
+        }
+        // SAFETY: below the published end, never rewritten while served.
+        let head = unsafe { segment.slice(at, BLANK_FILLER_BYTES) };
+        // A unit damaged on disk could point anywhere: serve only a record that starts here.
+        let starts_record = head[..4] == (size as u32).to_be_bytes()
+            && head[4..8] == record::MESSAGE_MAGIC.to_be_bytes();
+        starts_record.then(|| segment.bytes(at, size))
     }
 
     /// The published record starting at `offset`, sized by its TOTALSIZE field.
@@ -152,7 +161,7 @@ impl CommitLog {
             min: CommitLogOffset(min),
             max: CommitLogOffset(committed),
         };
-        if offset < min || offset + 4 > committed {
+        if offset < min || offset.saturating_add(4) > committed {
             return Err(out_of_range());
         }
         let segment = find_segment(&segments, offset).ok_or_else(out_of_range)?;

@@ -229,7 +229,9 @@ impl ConsumeQueue {
             let unit = self
                 .unit(&segments, max - 1)
                 .expect("unit inside the files");
-            if !unit.is_empty() && unit.physical_offset + u64::from(unit.size) <= log_end {
+            if !unit.is_empty()
+                && unit.physical_offset.saturating_add(u64::from(unit.size)) <= log_end
+            {
                 break;
             }
             max -= 1;
