@@ -170,9 +170,19 @@ impl QueueState {
         self.process_queue.lock().is_dropped()
     }
 
+    fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     /// Stops the pull loop; in-flight results no longer move the offset.
     async fn stop(&self) {
         self.process_queue.lock().mark_dropped();
+        self.stop_pulling().await;
+    }
+
+    /// Shutdown: stops the pull loop and new listener calls; calls already running still
+    /// commit their progress.
+    async fn stop_pulling(&self) {
         self.stop.send_replace(true);
         let task = self.task.lock().take();
         if let Some(task) = task {
@@ -291,7 +301,7 @@ impl PushConsumer {
         let states: Vec<Arc<QueueState>> =
             self.inner.assignments.lock().values().cloned().collect();
         for state in &states {
-            state.stop().await;
+            state.stop_pulling().await;
         }
         // Every permit free means no listener call is still running.
         let all = u32::try_from(self.inner.config.consume_concurrency).unwrap_or(u32::MAX);
@@ -302,6 +312,9 @@ impl PushConsumer {
         .await;
         if drained.is_err() {
             tracing::warn!(group = %self.inner.config.group, "listener calls still running after 30 s; committing what is done");
+        }
+        for state in &states {
+            state.process_queue.lock().mark_dropped();
         }
         let mut first_error = None;
         for state in &states {
@@ -824,7 +837,8 @@ impl Inner {
             let Ok(_permit) = self.consume_permits.clone().acquire_owned().await else {
                 return;
             };
-            if state.is_dropped() {
+            // Not started before the stop: leave it for the next owner of the queue.
+            if state.is_dropped() || state.is_stopping() {
                 return;
             }
             let batch: Arc<[ReceivedMessage]> = batch.into();
@@ -890,7 +904,7 @@ impl Inner {
             if batch.is_empty() {
                 return true;
             }
-            if state.is_dropped() {
+            if state.is_dropped() || state.is_stopping() {
                 state.process_queue.lock().return_taken();
                 return false;
             }
