@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::command::{language_code, language_name, RemotingCommand, SerializeType};
 use crate::error::FrameError;
@@ -150,16 +150,169 @@ fn encode_json_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
     serde_json::to_vec(&header).map_err(|source| FrameError::EncodeJson { source })
 }
 
+/// The JSON header as read: scalars kept as (allocation-free for numbers) JSON values so
+/// their type errors can name the field; extFields straight into strings.
+#[derive(serde::Deserialize)]
+struct JsonHeaderIn {
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    language: Option<Value>,
+    #[serde(default)]
+    version: Option<Value>,
+    #[serde(default)]
+    opaque: Option<Value>,
+    #[serde(default)]
+    flag: Option<Value>,
+    #[serde(default)]
+    remark: Option<Value>,
+    #[serde(default, rename = "extFields")]
+    ext_fields: Option<ExtFieldsIn>,
+}
+
+/// extFields: an object whose values peers send as strings, numbers or booleans.
+enum ExtFieldsIn {
+    Fields(HashMap<String, String>),
+    /// Not an object: kept (as JSON text) to name it in the error.
+    Invalid(String),
+}
+
+impl<'de> serde::Deserialize<'de> for ExtFieldsIn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value_or_map = deserializer.deserialize_any(ExtFieldsVisitor)?;
+        Ok(value_or_map)
+    }
+}
+
+struct ExtFieldsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ExtFieldsVisitor {
+    type Value = ExtFieldsIn;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("an extFields object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ExtFieldsIn, A::Error> {
+        let mut fields = HashMap::with_capacity(map.size_hint().unwrap_or(8).min(64));
+        while let Some(key) = map.next_key::<String>()? {
+            if let ExtValueIn(Some(value)) = map.next_value()? {
+                fields.insert(key, value);
+            }
+        }
+        Ok(ExtFieldsIn::Fields(fields))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<ExtFieldsIn, A::Error> {
+        use serde::Deserialize;
+        let value = Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(ExtFieldsIn::Invalid(value.to_string()))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ExtFieldsIn, E> {
+        Ok(ExtFieldsIn::Invalid(
+            Value::String(text.to_owned()).to_string(),
+        ))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, flag: bool) -> Result<ExtFieldsIn, E> {
+        Ok(ExtFieldsIn::Invalid(flag.to_string()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<ExtFieldsIn, E> {
+        Ok(ExtFieldsIn::Invalid(number.to_string()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<ExtFieldsIn, E> {
+        Ok(ExtFieldsIn::Invalid(number.to_string()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<ExtFieldsIn, E> {
+        Ok(ExtFieldsIn::Invalid(number.to_string()))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<ExtFieldsIn, E> {
+        Ok(ExtFieldsIn::Fields(HashMap::new()))
+    }
+}
+
+/// One extFields value as a string; `None` for null (the key is then dropped).
+struct ExtValueIn(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for ExtValueIn {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ExtValueVisitor)
+    }
+}
+
+struct ExtValueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ExtValueVisitor {
+    type Value = ExtValueIn;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a string, number, boolean or null")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(Some(text.to_owned())))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, text: String) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(Some(text)))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, flag: bool) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(Some(flag.to_string())))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, number: i64) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(Some(number.to_string())))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(Some(number.to_string())))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, number: f64) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(Some(Value::from(number).to_string())))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<ExtValueIn, E> {
+        Ok(ExtValueIn(None))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<ExtValueIn, A::Error> {
+        use serde::Deserialize;
+        let nested = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(ExtValueIn(Some(nested.to_string())))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<ExtValueIn, A::Error> {
+        use serde::Deserialize;
+        let nested = Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(ExtValueIn(Some(nested.to_string())))
+    }
+}
+
 fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
-    let value: Value =
+    let starts_as_object = header
+        .iter()
+        .find(|byte| !byte.is_ascii_whitespace())
+        .is_some_and(|&byte| byte == b'{');
+    if !starts_as_object {
+        // Tell "valid JSON but not an object" from "not JSON at all".
+        return Err(match serde_json::from_slice::<Value>(header) {
+            Ok(_) => FrameError::HeaderNotObject,
+            Err(source) => FrameError::HeaderJson { source },
+        });
+    }
+    let parsed: JsonHeaderIn =
         serde_json::from_slice(header).map_err(|source| FrameError::HeaderJson { source })?;
-    let Value::Object(object) = value else {
-        return Err(FrameError::HeaderNotObject);
-    };
-    let code =
-        json_i32(&object, "code")?.ok_or(FrameError::MissingHeaderField { field: "code" })?;
-    let language = match object.get("language") {
-        Some(Value::String(name)) => name.clone(),
+    let code = json_i32(parsed.code.as_ref(), "code")?
+        .ok_or(FrameError::MissingHeaderField { field: "code" })?;
+    let language = match parsed.language {
+        Some(Value::String(name)) => name,
         Some(Value::Number(number)) => number
             .as_u64()
             .and_then(|ordinal| u8::try_from(ordinal).ok())
@@ -169,28 +322,28 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
         _ => "OTHER".to_owned(),
     };
     // Peers send "" for no remark; the binary header cannot tell the two apart either.
-    let remark = match object.get("remark") {
+    let remark = match parsed.remark {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) if text.is_empty() => None,
-        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::String(text)) => Some(text),
         Some(other) => Some(other.to_string()),
     };
-    let ext_fields = match object.get("extFields") {
-        None | Some(Value::Null) => HashMap::new(),
-        Some(Value::Object(fields)) => normalise_ext_fields(fields),
-        Some(other) => {
+    let ext_fields = match parsed.ext_fields {
+        None => HashMap::new(),
+        Some(ExtFieldsIn::Fields(fields)) => fields,
+        Some(ExtFieldsIn::Invalid(text)) => {
             return Err(FrameError::InvalidHeaderField {
                 field: "extFields",
-                value: truncate_for_error(&other.to_string()),
+                value: truncate_for_error(&text),
             })
         }
     };
     Ok(RemotingCommand {
         code,
         language,
-        version: json_i32(&object, "version")?.unwrap_or(0),
-        opaque: json_i32(&object, "opaque")?.unwrap_or(0),
-        flag: json_i32(&object, "flag")?.unwrap_or(0),
+        version: json_i32(parsed.version.as_ref(), "version")?.unwrap_or(0),
+        opaque: json_i32(parsed.opaque.as_ref(), "opaque")?.unwrap_or(0),
+        flag: json_i32(parsed.flag.as_ref(), "flag")?.unwrap_or(0),
         remark,
         ext_fields,
         body: Bytes::new(),
@@ -198,30 +351,13 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
     })
 }
 
-/// Peers send extFields values as strings, numbers or booleans: keep them all as strings.
-fn normalise_ext_fields(fields: &Map<String, Value>) -> HashMap<String, String> {
-    fields
-        .iter()
-        .filter_map(|(key, value)| {
-            let text = match value {
-                Value::Null => return None,
-                Value::String(text) => text.clone(),
-                Value::Bool(flag) => flag.to_string(),
-                Value::Number(number) => number.to_string(),
-                nested => nested.to_string(),
-            };
-            Some((key.clone(), text))
-        })
-        .collect()
-}
-
 /// An integer header field sent as a JSON number or a numeric string.
-fn json_i32(object: &Map<String, Value>, field: &'static str) -> Result<Option<i32>, FrameError> {
+fn json_i32(value: Option<&Value>, field: &'static str) -> Result<Option<i32>, FrameError> {
     let invalid = |value: &Value| FrameError::InvalidHeaderField {
         field,
         value: truncate_for_error(&value.to_string()),
     };
-    match object.get(field) {
+    match value {
         None | Some(Value::Null) => Ok(None),
         Some(value @ Value::Number(number)) => number
             .as_i64()
@@ -438,6 +574,36 @@ mod tests {
         assert_eq!(command.ext("c"), Some("true"));
         assert_eq!(command.ext("d"), None);
         assert_eq!(command.ext("e"), Some("1.5"));
+    }
+
+    #[test]
+    fn nested_ext_values_are_kept_as_json_text() {
+        let header =
+            br#"{"code":1,"extFields":{"n":{"a":1},"l":[1,"x"],"big":18446744073709551615}}"#;
+        let command = decode_json_header(header).unwrap();
+        assert_eq!(command.ext("n"), Some(r#"{"a":1}"#));
+        assert_eq!(command.ext("l"), Some(r#"[1,"x"]"#));
+        assert_eq!(command.ext("big"), Some("18446744073709551615"));
+        for not_an_object in [
+            &br#"{"code":1,"extFields":"x"}"#[..],
+            br#"{"code":1,"extFields":7}"#,
+        ] {
+            assert!(matches!(
+                decode_json_header(not_an_object),
+                Err(FrameError::InvalidHeaderField {
+                    field: "extFields",
+                    ..
+                })
+            ));
+        }
+        assert!(matches!(
+            decode_json_header(b" 5"),
+            Err(FrameError::HeaderNotObject)
+        ));
+        assert!(matches!(
+            decode_json_header(b"nope"),
+            Err(FrameError::HeaderJson { .. })
+        ));
     }
 
     #[test]
