@@ -11,6 +11,7 @@ pub mod crdgen;
 pub mod desired;
 pub mod http;
 pub mod lag;
+pub mod leader;
 pub mod metrics;
 pub mod quantity;
 pub mod remoting_admin;

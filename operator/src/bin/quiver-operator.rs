@@ -4,17 +4,14 @@
 use anyhow::Context as _;
 use clap::Parser;
 use kube::Client;
-use kube_lease_manager::LeaseManagerBuilder;
 use quiver_operator::controller::{self, Context};
 use quiver_operator::http::{self, Health};
+use quiver_operator::leader::{self, Candidate, Leadership};
 use quiver_operator::metrics::Metrics;
 use quiver_operator::remoting_admin::RemotingAdmin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-
-/// Name of the coordination.k8s.io/v1 Lease the replicas compete for.
-const LEASE_NAME: &str = "quiver-operator-leader";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -93,63 +90,33 @@ async fn main() -> anyhow::Result<()> {
     outcome
 }
 
-/// Competes for the Lease; runs the controllers while leading. Losing the lease is an error
+/// Competes for the Lease and runs the controllers while leading. Losing the lease is an error
 /// so the pod restarts and competes again with a clean state.
 async fn run_as_leader(
     client: Client,
     ctx: Arc<Context>,
     namespace: Option<String>,
     health: Arc<Health>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let lease_namespace = namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let identity = std::env::var("POD_NAME")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| format!("quiver-operator-{}", std::process::id()));
-    let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
-        .with_namespace(&lease_namespace)
-        .with_identity(&identity)
-        .with_field_manager("quiver-operator")
-        .build()
-        .await
-        .context("preparing the leader Lease")?;
-    let (mut leading, lease_task) = manager.watch().await;
+    let candidate = Candidate {
+        namespace: namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string()),
+        identity: std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| format!("quiver-operator-{}", std::process::id())),
+    };
     // A standby replica is healthy and ready: it takes over when the leader goes.
     health.set_ready(true);
-    tracing::info!(%identity, lease = LEASE_NAME, namespace = %lease_namespace, "waiting for leadership");
-    loop {
-        if *leading.borrow_and_update() {
-            break;
-        }
-        tokio::select! {
-            changed = leading.changed() => changed.context("lease manager stopped")?,
-            _ = stop.wait_for(|stopped| *stopped) => return Ok(()),
-        }
-    }
-    tracing::info!(%identity, "leading: starting controllers");
-    let mut lost = leading.clone();
-    let lost_leadership = async move {
-        lost.wait_for(|leading| !*leading).await.ok();
-    };
-    let stop_signal = stopped(stop.clone());
-    let either = async move {
-        tokio::select! {
-            () = lost_leadership => {},
-            () = stop_signal => {},
-        }
-    };
-    controller::run(ctx, namespace, either).await;
-    let still_leading = *leading.borrow();
-    drop(leading);
-    if let Ok(Ok(manager)) = lease_task.await {
-        manager.release().await.ok();
-    }
-    if *stop.borrow() || still_leading {
-        Ok(())
-    } else {
-        anyhow::bail!("lost the leader Lease; exiting to compete again")
+    let outcome = leader::run_while_leading(client, candidate, stopped(stop), |shutdown| {
+        controller::run(ctx, namespace, shutdown)
+    })
+    .await
+    .context("leader election")?;
+    match outcome {
+        Leadership::Stopped => Ok(()),
+        Leadership::Lost => anyhow::bail!("lost the leader Lease; exiting to compete again"),
     }
 }
 

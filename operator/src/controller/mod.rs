@@ -199,7 +199,7 @@ pub fn error_policy<K: Resource<DynamicType = ()>>(
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let client = ctx.client.clone();
     fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
