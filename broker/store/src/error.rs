@@ -70,6 +70,13 @@ pub enum StoreError {
         source: Arc<std::io::Error>,
     },
 
+    #[error("another store holds {}", path.display())]
+    Locked {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("the store is shut down")]
     ShutDown,
 }

@@ -11,6 +11,7 @@ use crate::error::StoreError;
 use crate::position::CommitLogOffset;
 
 const PAGE_BYTES: u64 = 4096;
+const FAILED_FLUSH_BACKOFF: Duration = Duration::from_millis(100);
 /// Async mode flushes any dirty bytes at least this many intervals apart.
 const THOROUGH_FLUSH_INTERVALS: u32 = 20;
 
@@ -172,8 +173,11 @@ pub(crate) fn run_flusher(
             }
         };
         if due {
-            // A failure is logged, reported to the waiting writers and retried next round.
-            let _ = control.complete(committed, target.flush_commit_log(flushed, committed));
+            let outcome = target.flush_commit_log(flushed, committed);
+            if control.complete(committed, outcome).is_err() {
+                // Reported to the waiting writers; back off before retrying a failing disk.
+                std::thread::sleep(interval.min(FAILED_FLUSH_BACKOFF));
+            }
             last_log_flush = Instant::now();
         }
         if last_housekeeping.elapsed() >= interval {

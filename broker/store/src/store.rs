@@ -101,6 +101,8 @@ struct Shared {
     hook: RwLock<Option<DispatchHook>>,
     shut_down: AtomicBool,
     report: RecoveryReport,
+    /// Holds the data directory's exclusive lock for the store's lifetime.
+    _lock: std::fs::File,
 }
 
 /// The storage engine. `Send + Sync`; share it in an `Arc`. Call [`MessageStore::shutdown`]
@@ -229,12 +231,36 @@ impl Shared {
     }
 }
 
+/// Takes an exclusive `flock` on `<data_dir>/lock`: two stores on one directory would
+/// corrupt each other. The kernel drops it when the process dies, even by kill -9.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
+    use std::os::fd::AsRawFd;
+    let path = data_dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| StoreError::io("open lock file", &path, e))?;
+    // SAFETY: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(StoreError::Locked {
+            path,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(file)
+}
+
 impl MessageStore {
     /// Opens the store under `config.data_dir`, running recovery first.
     pub fn open(config: StoreConfig) -> Result<MessageStore, StoreError> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| StoreError::io("create directory", &config.data_dir, e))?;
+        let lock = lock_data_dir(&config.data_dir)?;
         let recovered = recovery::recover(&config)?;
         tracing::info!(data_dir = %config.data_dir.display(), "store recovered: {}", recovered.report);
         let log = recovered.commit_log.writer(recovered.log_end)?;
@@ -260,6 +286,7 @@ impl MessageStore {
             shut_down: AtomicBool::new(false),
             report: recovered.report,
             config,
+            _lock: lock,
         });
         let flusher_shared = Arc::clone(&shared);
         let flusher = std::thread::Builder::new()

@@ -185,3 +185,15 @@ fn hook_batches_topics_and_limits() {
     );
     assert_eq!(store.max_offset("B", 3), QueueOffset(1));
 }
+
+#[test]
+fn a_data_dir_opens_once_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    assert!(matches!(
+        MessageStore::open(config(dir.path())),
+        Err(StoreError::Locked { .. })
+    ));
+    drop(store);
+    MessageStore::open(config(dir.path())).unwrap();
+}
