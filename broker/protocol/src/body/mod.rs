@@ -416,11 +416,86 @@ pub struct LockBatchResponseBody {
 }
 
 /// RESET_CONSUMER_CLIENT_OFFSET (220) body: the offset each queue resumes from.
+///
+/// Java clients read the fastjson map (`encode`); the C++ client reads
+/// `{"offsetTable":[{"brokerName","queueId","topic","offset"},..]}` instead
+/// ([`ResetOffsetBody::encode_for_language`]). `decode` accepts both.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ResetOffsetBody {
-    #[serde(with = "message_queue_map")]
+    #[serde(
+        serialize_with = "message_queue_map::serialize",
+        deserialize_with = "reset_offset_table"
+    )]
     pub offset_table: BTreeMap<MessageQueue, i64>,
+}
+
+/// One entry of the C++ client's reset body.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CppResetEntry<'a> {
+    broker_name: &'a str,
+    queue_id: u32,
+    topic: &'a str,
+    offset: i64,
+}
+
+impl ResetOffsetBody {
+    /// The form the client of this language reads: an array for "CPP", fastjson otherwise.
+    pub fn encode_for_language(&self, language: &str) -> Bytes {
+        if !language.eq_ignore_ascii_case("CPP") {
+            return self.encode();
+        }
+        let entries: Vec<CppResetEntry<'_>> = self
+            .offset_table
+            .iter()
+            .map(|(queue, &offset)| CppResetEntry {
+                broker_name: &queue.broker_name,
+                queue_id: queue.queue_id,
+                topic: &queue.topic,
+                offset,
+            })
+            .collect();
+        let body = serde_json::json!({ "offsetTable": entries });
+        Bytes::from(body.to_string())
+    }
+}
+
+/// The reset table as a MessageQueue-keyed map or as the C++ client's array of entries.
+fn reset_offset_table<'de, D>(deserializer: D) -> Result<BTreeMap<MessageQueue, i64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error as _;
+    use serde::de::IntoDeserializer as _;
+
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default)]
+    struct Entry {
+        #[serde(flatten)]
+        queue: MessageQueue,
+        #[serde(deserialize_with = "lenient::i64")]
+        offset: i64,
+    }
+
+    let value = serde_json::Value::deserialize(deserializer)?;
+    match value {
+        serde_json::Value::Null => Ok(BTreeMap::new()),
+        serde_json::Value::Array(items) => items
+            .into_iter()
+            .map(|item| {
+                Entry::deserialize(item)
+                    .map(|entry| (entry.queue, entry.offset))
+                    .map_err(D::Error::custom)
+            })
+            .collect(),
+        map @ serde_json::Value::Object(_) => {
+            message_queue_map::deserialize(map.into_deserializer()).map_err(D::Error::custom)
+        }
+        other => Err(D::Error::custom(format!(
+            "offsetTable is neither a map nor a list: {other}"
+        ))),
+    }
 }
 
 /// A subscription group's broker-side settings (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP body).

@@ -251,3 +251,26 @@ fn encode_json_reports_unserializable_keys() {
         Err(BodyError::Json { what: "tuples", .. })
     ));
 }
+
+#[test]
+fn reset_offset_body_for_the_cpp_client_is_an_array_with_offsets() {
+    let reset = ResetOffsetBody {
+        offset_table: BTreeMap::from([
+            (MessageQueue::new("T", "b", 0), 42),
+            (MessageQueue::new("T", "b", 1), 7),
+        ]),
+    };
+    let cpp = reset.encode_for_language("CPP");
+    assert_eq!(
+        std::str::from_utf8(&cpp).unwrap(),
+        r#"{"offsetTable":[{"brokerName":"b","offset":42,"queueId":0,"topic":"T"},{"brokerName":"b","offset":7,"queueId":1,"topic":"T"}]}"#
+    );
+    assert_eq!(ResetOffsetBody::decode(&cpp).unwrap(), reset);
+    assert_eq!(reset.encode_for_language("JAVA"), reset.encode());
+    assert_eq!(ResetOffsetBody::decode(&reset.encode()).unwrap(), reset);
+    assert!(ResetOffsetBody::decode(br#"{"offsetTable":5}"#).is_err());
+    assert!(ResetOffsetBody::decode(br#"{"offsetTable":null}"#)
+        .unwrap()
+        .offset_table
+        .is_empty());
+}
