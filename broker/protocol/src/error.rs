@@ -9,6 +9,10 @@ pub enum FrameError {
         declared_bytes: u64,
         max_bytes: usize,
     },
+    #[error(
+        "header of {header_len} bytes exceeds the {max_bytes}-byte limit of its 24-bit length"
+    )]
+    HeaderTooLarge { header_len: usize, max_bytes: usize },
     #[error("negative length {value} in field {field}")]
     NegativeLength { field: &'static str, value: i64 },
     #[error("frame of {total_len} bytes is too short to hold the header-length word")]

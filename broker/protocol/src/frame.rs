@@ -94,8 +94,8 @@ pub fn encode(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameErro
         SerializeType::RocketMq => encode_binary_header(cmd)?,
     };
     if header.len() > MAX_HEADER_BYTES {
-        return Err(FrameError::TooLarge {
-            declared_bytes: header.len() as u64,
+        return Err(FrameError::HeaderTooLarge {
+            header_len: header.len(),
             max_bytes: MAX_HEADER_BYTES,
         });
     }

@@ -225,6 +225,11 @@ fn encoding_more_than_16_mib_is_refused() {
         Err(FrameError::TooLarge { .. })
     ));
     assert!(buf.is_empty());
+    let huge_remark = RemotingCommand::request(10, HashMap::new()).with_remark("r".repeat(1 << 24));
+    assert!(matches!(
+        frame::encode(&huge_remark, &mut buf),
+        Err(FrameError::HeaderTooLarge { .. })
+    ));
     let binary = RemotingCommand::request(40_000, HashMap::new())
         .with_serialize_type(SerializeType::RocketMq);
     assert!(matches!(
