@@ -2,9 +2,12 @@
 //! NOTIFY_CONSUMER_IDS_CHANGED push when a group's membership changes.
 
 use std::collections::{BTreeMap, HashMap};
+
 use std::net::SocketAddr;
 
 use parking_lot::Mutex;
+use quiver_protocol::body::{ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData};
+use quiver_protocol::header::NotifyConsumerIdsChangedRequestHeader;
 use quiver_protocol::RemotingCommand;
 use tokio::sync::mpsc;
 
@@ -23,15 +26,6 @@ impl ConnectionHandle {
     }
 }
 
-/// What a consumer subscribed to, as its heartbeat said.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Subscription {
-    pub topic: String,
-    pub expression: String,
-    pub tags_codes: Vec<i64>,
-    pub sub_version: i64,
-}
-
 /// One online client of a group.
 #[derive(Clone, Debug)]
 pub struct ConsumerClient {
@@ -46,20 +40,21 @@ pub struct ConsumerClient {
 #[derive(Clone, Debug, Default)]
 pub struct GroupState {
     pub clients: BTreeMap<String, ConsumerClient>,
-    pub subscriptions: BTreeMap<String, Subscription>,
-    pub consume_type: String,
-    pub message_model: String,
-    pub consume_from_where: String,
+    /// Topic -> the subscription the group's latest heartbeat announced.
+    pub subscriptions: BTreeMap<String, SubscriptionData>,
+    pub consume_type: ConsumeType,
+    pub message_model: MessageModel,
+    pub consume_from_where: ConsumeFromWhere,
 }
 
 /// A heartbeat's registration of one client in one group.
 pub struct Registration {
     pub group: String,
     pub client: ConsumerClient,
-    pub subscriptions: Vec<Subscription>,
-    pub consume_type: String,
-    pub message_model: String,
-    pub consume_from_where: String,
+    pub subscriptions: Vec<SubscriptionData>,
+    pub consume_type: ConsumeType,
+    pub message_model: MessageModel,
+    pub consume_from_where: ConsumeFromWhere,
 }
 
 /// Every group's online clients.
@@ -137,7 +132,7 @@ impl ConsumerManager {
         self.groups.lock().get(group).cloned()
     }
 
-    pub fn subscription(&self, group: &str, topic: &str) -> Option<Subscription> {
+    pub fn subscription(&self, group: &str, topic: &str) -> Option<SubscriptionData> {
         self.groups
             .lock()
             .get(group)
@@ -159,10 +154,12 @@ impl ConsumerManager {
             None => return,
         };
         for connection in members {
-            let ext = HashMap::from([("consumerGroup".to_string(), group.to_string())]);
+            let header = NotifyConsumerIdsChangedRequestHeader {
+                consumer_group: group.to_string(),
+            };
             let request = RemotingCommand::request(
                 quiver_protocol::code::request::NOTIFY_CONSUMER_IDS_CHANGED,
-                ext,
+                header.to_ext(),
             )
             .into_oneway();
             if !connection.push(request) {
@@ -201,9 +198,9 @@ mod tests {
             group: "G".into(),
             client,
             subscriptions: vec![],
-            consume_type: "CONSUME_PASSIVELY".into(),
-            message_model: "CLUSTERING".into(),
-            consume_from_where: "CONSUME_FROM_LAST_OFFSET".into(),
+            consume_type: ConsumeType::ConsumePassively,
+            message_model: MessageModel::Clustering,
+            consume_from_where: ConsumeFromWhere::LastOffset,
         })
     }
 

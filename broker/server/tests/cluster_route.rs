@@ -84,6 +84,7 @@ async fn three_brokers_share_one_route() {
                     ("topic", "Shared"),
                     ("readQueueNums", "2"),
                     ("writeQueueNums", "2"),
+                    ("perm", "6"),
                 ]),
                 Bytes::new(),
             )

@@ -260,6 +260,7 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
         ("topic", TOPIC),
         ("readQueueNums", "8"),
         ("writeQueueNums", "8"),
+        ("perm", "6"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

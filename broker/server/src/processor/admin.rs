@@ -1,65 +1,64 @@
 //! Admin codes for the CLI and the operator: topics (17, 21, 215), broker config (25, 26),
 //! subscription groups (200, 201, 207), stats (202, 203, 208) and offset reset (222).
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
+use quiver_protocol::body::{
+    Connection, ConsumeStats, ConsumerConnection, MessageQueue, OffsetWrapper, ResetOffsetBody,
+    TopicOffset, TopicStatsTable,
+};
 use quiver_protocol::code::{request, response};
+use quiver_protocol::header::{
+    CreateTopicRequestHeader, DeleteSubscriptionGroupRequestHeader, DeleteTopicRequestHeader,
+    GetConsumeStatsRequestHeader, GetConsumerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader, ResetOffsetClientHeader, ResetOffsetRequestHeader, ResetTarget,
+};
 use quiver_protocol::RemotingCommand;
 use quiver_store::QueueOffset;
 use serde_json::{json, Value};
 
-use super::{json_body, success, success_json, Ctx, Fields, Outcome, Refusal};
+use super::{json_body, success, success_json, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
 use crate::config::{PERM_READ_ONLY, PERM_READ_WRITE};
 use crate::groups::SubscriptionGroupConfig;
 use crate::topics::{validate_topic_name, TopicConfig};
-
-/// fastjson's form of a map keyed by MessageQueue: the key is the queue as a JSON object.
-pub fn queue_keyed_json(topic: &str, broker_name: &str, entries: &[(u32, Value)]) -> String {
-    let pairs: Vec<String> = entries
-        .iter()
-        .map(|(queue_id, value)| {
-            let key = json!({ "brokerName": broker_name, "queueId": queue_id, "topic": topic });
-            format!("{key}:{value}")
-        })
-        .collect();
-    format!("{{{}}}", pairs.join(","))
-}
 
 fn bad_request(remark: impl Into<String>) -> Refusal {
     Refusal::new(response::SYSTEM_ERROR, remark)
 }
 
 pub fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
-    let name = f.str("topic")?;
+    let header = CreateTopicRequestHeader::from_command(req)?;
+    let name = header.topic.as_str();
     validate_topic_name(name).map_err(|e| bad_request(e.to_string()))?;
-    let defaults = TopicConfig::new(name, ctx.broker.config.default_queue_nums);
-    let read: u32 = f
-        .opt_parse("readQueueNums")?
-        .unwrap_or(defaults.read_queue_nums);
-    let write: u32 = f
-        .opt_parse("writeQueueNums")?
-        .unwrap_or(defaults.write_queue_nums);
-    if !(1..=1024).contains(&read) || !(1..=1024).contains(&write) {
+    let queues = |value: i32| u32::try_from(value).ok().filter(|n| (1..=1024).contains(n));
+    let (Some(read), Some(write)) = (
+        queues(header.read_queue_nums),
+        queues(header.write_queue_nums),
+    ) else {
         return Err(bad_request(
             "readQueueNums and writeQueueNums must be in 1..=1024",
         ));
-    }
+    };
+    let perm = u32::try_from(header.perm)
+        .ok()
+        .filter(|p| *p <= PERM_READ_WRITE + 1)
+        .ok_or_else(|| bad_request(format!("perm {} is not a permission", header.perm)))?;
     let config = TopicConfig {
         topic_name: name.to_string(),
         read_queue_nums: read,
         write_queue_nums: write,
-        perm: f.opt_parse("perm")?.unwrap_or(PERM_READ_WRITE),
-        topic_filter_type: f
-            .opt_str("topicFilterType")
-            .unwrap_or("SINGLE_TAG")
-            .to_string(),
-        topic_sys_flag: f.opt_parse("topicSysFlag")?.unwrap_or(0),
-        order: f.bool("order"),
+        perm,
+        topic_filter_type: header
+            .topic_filter_type
+            .clone()
+            .unwrap_or_else(|| "SINGLE_TAG".into()),
+        topic_sys_flag: header
+            .topic_sys_flag
+            .and_then(|f| u32::try_from(f).ok())
+            .unwrap_or(0),
+        order: header.order.unwrap_or(false),
     };
-    tracing::info!(topic = name, read, write, "topic created or updated");
+    tracing::info!(topic = name, read, write, perm, "topic created or updated");
     ctx.broker.topics.upsert(config);
     ctx.broker.topics.persist()?;
     Ok(success(req, &[]))
@@ -83,7 +82,7 @@ pub fn all_topics(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 pub async fn delete_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let topic = Fields(req).str("topic")?.to_string();
+    let topic = DeleteTopicRequestHeader::from_command(req)?.topic;
     ctx.broker.topics.remove(&topic);
     let deleted = topic.clone();
     blocking(&ctx.broker, move |broker| {
@@ -186,11 +185,16 @@ pub fn all_groups(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 pub fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let group = Fields(req).str("groupName")?;
+    let header = DeleteSubscriptionGroupRequestHeader::from_command(req)?;
+    let group = header.group_name.as_str();
     ctx.broker.groups.remove(group);
-    ctx.broker.offsets.delete_group(group);
+    // The contract: deleting a group drops its offsets unless told to keep them.
+    let drop_offsets = header.clean_offset.unwrap_or(true);
+    if drop_offsets {
+        ctx.broker.offsets.delete_group(group);
+    }
     ctx.broker.groups.persist()?;
-    tracing::info!(group, "subscription group and its offsets deleted");
+    tracing::info!(group, drop_offsets, "subscription group deleted");
     Ok(success(req, &[]))
 }
 
@@ -208,93 +212,87 @@ fn queue_count(ctx: &Ctx, topic: &str) -> Result<u32, Refusal> {
 }
 
 pub async fn topic_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let topic = Fields(req).str("topic")?.to_string();
+    let topic = GetTopicStatsInfoRequestHeader::from_command(req)?.topic;
     let queues = queue_count(ctx, &topic)?;
-    let name = ctx.broker.config.broker_name.clone();
-    let body = blocking(&ctx.broker, move |broker| {
-        let entries: Vec<(u32, Value)> = (0..queues)
-            .map(|q| {
-                let min = broker.store.min_offset(&topic, q);
-                let max = broker.store.max_offset(&topic, q);
-                let last = match max.0 {
-                    0 => 0,
-                    m => broker
-                        .store
-                        .store_timestamp(&topic, q, QueueOffset(m - 1))
-                        .ok()
-                        .flatten()
-                        .unwrap_or(0),
-                };
-                (
-                    q,
-                    json!({ "minOffset": min.0, "maxOffset": max.0, "lastUpdateTimestamp": last }),
-                )
-            })
-            .collect();
-        format!(
-            "{{\"offsetTable\":{}}}",
-            queue_keyed_json(&topic, &name, &entries)
-        )
+    let stats = blocking(&ctx.broker, move |broker| {
+        let mut stats = TopicStatsTable::default();
+        for q in 0..queues {
+            let min = broker.store.min_offset(&topic, q);
+            let max = broker.store.max_offset(&topic, q);
+            let last = match max.0 {
+                0 => 0,
+                m => stored_at(broker, &topic, q, QueueOffset(m - 1)),
+            };
+            stats.offset_table.insert(
+                MessageQueue::new(topic.as_str(), broker.config.broker_name.as_str(), q),
+                TopicOffset {
+                    min_offset: as_i64(min),
+                    max_offset: as_i64(max),
+                    last_update_timestamp: last,
+                },
+            );
+        }
+        stats
     })
     .await?;
     Ok(req
         .response_to(response::SUCCESS, None)
-        .with_body(Bytes::from(body)))
+        .with_body(stats.encode()))
+}
+
+fn as_i64(offset: QueueOffset) -> i64 {
+    i64::try_from(offset.0).unwrap_or(i64::MAX)
+}
+
+/// Store time of a message, 0 when unknown (RocketMQ's convention in stats bodies).
+fn stored_at(
+    broker: &crate::broker::Broker,
+    topic: &str,
+    queue_id: u32,
+    offset: QueueOffset,
+) -> i64 {
+    broker
+        .store
+        .store_timestamp(topic, queue_id, offset)
+        .ok()
+        .flatten()
+        .unwrap_or(0)
 }
 
 pub fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let group = Fields(req).str("consumerGroup")?;
-    let state = ctx.broker.consumers.group(group).ok_or_else(|| {
+    let group = GetConsumerConnectionListRequestHeader::from_command(req)?.consumer_group;
+    let state = ctx.broker.consumers.group(&group).ok_or_else(|| {
         Refusal::new(
             response::CONSUMER_NOT_ONLINE,
             format!("no consumer of group {group} is online"),
         )
     })?;
-    let connections: Vec<Value> = state
-        .clients
-        .values()
-        .map(|c| {
-            json!({
-                "clientId": c.client_id,
-                "clientAddr": c.connection.remote.to_string(),
-                "language": c.language,
-                "version": c.version,
+    let body = ConsumerConnection {
+        connection_set: state
+            .clients
+            .values()
+            .map(|c| Connection {
+                client_id: c.client_id.clone(),
+                client_addr: c.connection.remote.to_string(),
+                language: c.language.clone(),
+                version: c.version,
             })
-        })
-        .collect();
-    let subscriptions: serde_json::Map<String, Value> = state
-        .subscriptions
-        .values()
-        .map(|s| {
-            (
-                s.topic.clone(),
-                json!({
-                    "topic": s.topic,
-                    "subString": s.expression,
-                    "codeSet": s.tags_codes,
-                    "subVersion": s.sub_version,
-                    "expressionType": "TAG",
-                }),
-            )
-        })
-        .collect();
-    Ok(success_json(
-        req,
-        &json!({
-            "connectionSet": connections,
-            "subscriptionTable": subscriptions,
-            "consumeType": state.consume_type,
-            "messageModel": state.message_model,
-            "consumeFromWhere": state.consume_from_where,
-        }),
-    ))
+            .collect(),
+        subscription_table: state.subscriptions,
+        consume_type: state.consume_type,
+        message_model: state.message_model,
+        consume_from_where: state.consume_from_where,
+    };
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(body.encode()))
 }
 
 pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
-    let group = f.str("consumerGroup")?.to_string();
-    let topics = match f.opt_str("topic") {
-        Some(topic) => vec![topic.to_string()],
+    let header = GetConsumeStatsRequestHeader::from_command(req)?;
+    let group = header.consumer_group;
+    let topics = match header.topic.filter(|t| !t.is_empty()) {
+        Some(topic) => vec![topic],
         None => ctx.broker.offsets.topics_of(&group),
     };
     let mut counts = Vec::new();
@@ -302,85 +300,88 @@ pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         let queues = queue_count(ctx, &topic)?;
         counts.push((topic, queues));
     }
-    let name = ctx.broker.config.broker_name.clone();
-    let body = blocking(&ctx.broker, move |broker| {
-        let mut parts = Vec::new();
+    let stats = blocking(&ctx.broker, move |broker| {
+        let mut stats = ConsumeStats::default();
         for (topic, queues) in counts {
             let table = broker.offsets.table(&group, &topic);
-            let entries: Vec<(u32, Value)> = (0..queues)
-                .map(|q| {
-                    let max = broker.store.max_offset(&topic, q);
-                    let committed = table.get(&q).copied();
-                    let last = match committed {
-                        Some(QueueOffset(c)) if c > 0 => broker
-                            .store
-                            .store_timestamp(&topic, q, QueueOffset(c - 1))
-                            .ok()
-                            .flatten()
-                            .unwrap_or(0),
-                        _ => 0,
-                    };
-                    // -1 marks "nothing committed" (unknown lag), as RocketMQ tools expect.
-                    let consumer = committed.map_or(-1, |QueueOffset(c)| i64::try_from(c).unwrap_or(i64::MAX));
-                    (q, json!({ "brokerOffset": max.0, "consumerOffset": consumer, "lastTimestamp": last }))
-                })
-                .collect();
-            let object = queue_keyed_json(&topic, &name, &entries);
-            parts.push(object[1..object.len() - 1].to_string());
+            for q in 0..queues {
+                let committed = table.get(&q).copied();
+                let last = match committed {
+                    Some(QueueOffset(c)) if c > 0 => {
+                        stored_at(broker, &topic, q, QueueOffset(c - 1))
+                    }
+                    _ => 0,
+                };
+                stats.offset_table.insert(
+                    MessageQueue::new(topic.as_str(), broker.config.broker_name.as_str(), q),
+                    OffsetWrapper {
+                        broker_offset: as_i64(broker.store.max_offset(&topic, q)),
+                        // -1 marks "nothing committed" (unknown lag), as RocketMQ tools expect.
+                        consumer_offset: committed.map_or(-1, as_i64),
+                        last_timestamp: last,
+                    },
+                );
+            }
         }
-        let joined: Vec<&String> = parts.iter().filter(|p| !p.is_empty()).collect();
-        let joined: Vec<&str> = joined.iter().map(|s| s.as_str()).collect();
-        format!("{{\"offsetTable\":{{{}}},\"consumeTps\":0.0}}", joined.join(","))
+        stats
     })
     .await?;
     Ok(req
         .response_to(response::SUCCESS, None)
-        .with_body(Bytes::from(body)))
+        .with_body(stats.encode()))
 }
 
-/// INVOKE_BROKER_TO_RESET_OFFSET: timestamp ms, or 0 for the earliest, -1 for the latest.
+/// INVOKE_BROKER_TO_RESET_OFFSET: to a timestamp, the earliest or the latest offsets; online
+/// members are told with RESET_CONSUMER_CLIENT_OFFSET.
 pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
-    let topic = f.str("topic")?.to_string();
-    let group = f.str("group")?.to_string();
-    let timestamp: i64 = f.parse("timestamp")?;
-    let is_force = f.bool("isForce");
-    let queues = queue_count(ctx, &topic)?;
-    let (search_topic, search_group) = (topic.clone(), group.clone());
+    let header = ResetOffsetRequestHeader::from_command(req)?;
+    let target = header.target();
+    let queues = queue_count(ctx, &header.topic)?;
+    let (topic, group) = (header.topic.clone(), header.group.clone());
     let offsets = blocking(&ctx.broker, move |broker| {
         (0..queues)
             .map(|q| {
-                let offset = match timestamp {
-                    -1 => Ok(broker.store.max_offset(&search_topic, q)),
-                    0 => Ok(broker.store.min_offset(&search_topic, q)),
-                    ts => broker
-                        .store
-                        .search_offset_by_timestamp(&search_topic, q, ts),
+                let offset = match target {
+                    ResetTarget::Latest => Ok(broker.store.max_offset(&topic, q)),
+                    ResetTarget::Earliest => Ok(broker.store.min_offset(&topic, q)),
+                    ResetTarget::Timestamp(ts) => {
+                        broker.store.search_offset_by_timestamp(&topic, q, ts)
+                    }
                 };
                 offset.map(|o| (q, o))
             })
             .collect::<Result<Vec<_>, _>>()
-            .inspect(|pairs| broker.offsets.reset(&search_group, &search_topic, pairs))
+            .inspect(|pairs| broker.offsets.reset(&group, &topic, pairs))
     })
     .await??;
-    let name = &ctx.broker.config.broker_name;
-    let entries: Vec<(u32, Value)> = offsets.iter().map(|(q, o)| (*q, json!(o.0))).collect();
-    let body = Bytes::from(format!(
-        "{{\"offsetTable\":{}}}",
-        queue_keyed_json(&topic, name, &entries)
-    ));
-    tracing::info!(group, topic, timestamp, "consumer offsets reset");
-    if let Some(state) = ctx.broker.consumers.group(&group) {
-        let ext = HashMap::from([
-            ("topic".to_string(), topic.clone()),
-            ("group".to_string(), group.clone()),
-            ("timestamp".to_string(), timestamp.to_string()),
-            ("isForce".to_string(), is_force.to_string()),
-        ]);
+    let name = ctx.broker.config.broker_name.as_str();
+    let body = ResetOffsetBody {
+        offset_table: offsets
+            .iter()
+            .map(|(q, o)| {
+                (
+                    MessageQueue::new(header.topic.as_str(), name, *q),
+                    as_i64(*o),
+                )
+            })
+            .collect(),
+    }
+    .encode();
+    tracing::info!(group = %header.group, topic = %header.topic, ?target, "consumer offsets reset");
+    if let Some(state) = ctx.broker.consumers.group(&header.group) {
+        let push_header = ResetOffsetClientHeader {
+            topic: header.topic.clone(),
+            group: header.group.clone(),
+            timestamp: header.timestamp,
+            is_force: header.is_force,
+        };
         for client in state.clients.values() {
-            let push = RemotingCommand::request(request::RESET_CONSUMER_CLIENT_OFFSET, ext.clone())
-                .with_body(body.clone())
-                .into_oneway();
+            let push = RemotingCommand::request(
+                request::RESET_CONSUMER_CLIENT_OFFSET,
+                push_header.to_ext(),
+            )
+            .with_body(body.clone())
+            .into_oneway();
             client.connection.push(push);
         }
     }

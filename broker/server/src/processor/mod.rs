@@ -1,7 +1,6 @@
 //! Request processors, one file per command family, and the dispatch by request code.
 
 mod admin;
-mod fields;
 mod heartbeat;
 mod offsets;
 mod pull;
@@ -18,7 +17,6 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
-pub use fields::Fields;
 pub(crate) use send::{store_message, StoreTarget};
 
 /// What a processor sees: the broker and the connection the request came on.
@@ -146,6 +144,28 @@ pub fn success(req: &RemotingCommand, ext: &[(&str, String)]) -> RemotingCommand
 pub fn success_json(req: &RemotingCommand, body: &serde_json::Value) -> RemotingCommand {
     req.response_to(response::SUCCESS, None)
         .with_body(bytes::Bytes::from(body.to_string()))
+}
+
+/// A header's queueId as the u32 the store uses.
+pub fn queue_id(value: i32) -> Result<u32, Refusal> {
+    u32::try_from(value).map_err(|_| {
+        Refusal::from(quiver_protocol::HeaderError::Invalid {
+            field: "queueId",
+            value: value.to_string(),
+        })
+    })
+}
+
+/// A header's offset as a typed queue offset.
+pub fn queue_offset(field: &'static str, value: i64) -> Result<quiver_store::QueueOffset, Refusal> {
+    u64::try_from(value)
+        .map(quiver_store::QueueOffset)
+        .map_err(|_| {
+            Refusal::from(quiver_protocol::HeaderError::Invalid {
+                field,
+                value: value.to_string(),
+            })
+        })
 }
 
 /// Parses a JSON request body.

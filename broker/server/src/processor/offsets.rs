@@ -2,62 +2,69 @@
 //! SEARCH_OFFSET_BY_TIMESTAMP (29).
 
 use quiver_protocol::code::response;
+use quiver_protocol::header::{
+    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader, QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader, UpdateConsumerOffsetRequestHeader,
+};
 use quiver_protocol::RemotingCommand;
 
-use super::{success, Ctx, Fields, Outcome, Refusal};
+use super::{queue_id, queue_offset, success, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
 
 pub fn query(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
-    let group = f.str("consumerGroup")?;
-    let topic = f.str("topic")?;
-    let queue_id = f.queue_id("queueId")?;
-    match ctx.broker.offsets.query(group, topic, queue_id) {
+    let header = QueryConsumerOffsetRequestHeader::from_command(req)?;
+    let queue = queue_id(header.queue_id)?;
+    match ctx
+        .broker
+        .offsets
+        .query(&header.consumer_group, &header.topic, queue)
+    {
         Some(offset) => Ok(success(req, &[("offset", offset.0.to_string())])),
         None => Err(Refusal::new(
             response::QUERY_NOT_FOUND,
-            format!("no committed offset for group {group} on {topic}:{queue_id}"),
+            format!(
+                "no committed offset for group {} on {}:{queue}",
+                header.consumer_group, header.topic
+            ),
         )),
     }
 }
 
 pub fn update(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
-    let group = f.str("consumerGroup")?;
-    let topic = f.str("topic")?;
-    let queue_id = f.queue_id("queueId")?;
-    let offset = f.offset("commitOffset")?;
-    ctx.broker.offsets.commit(group, topic, queue_id, offset);
+    let header = UpdateConsumerOffsetRequestHeader::from_command(req)?;
+    let queue = queue_id(header.queue_id)?;
+    let offset = queue_offset("commitOffset", header.commit_offset)?;
+    ctx.broker
+        .offsets
+        .commit(&header.consumer_group, &header.topic, queue, offset);
     Ok(success(req, &[]))
 }
 
 pub fn max(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
+    let header = GetMaxOffsetRequestHeader::from_command(req)?;
     let offset = ctx
         .broker
         .store
-        .max_offset(f.str("topic")?, f.queue_id("queueId")?);
+        .max_offset(&header.topic, queue_id(header.queue_id)?);
     Ok(success(req, &[("offset", offset.0.to_string())]))
 }
 
 pub fn min(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
+    let header = GetMinOffsetRequestHeader::from_command(req)?;
     let offset = ctx
         .broker
         .store
-        .min_offset(f.str("topic")?, f.queue_id("queueId")?);
+        .min_offset(&header.topic, queue_id(header.queue_id)?);
     Ok(success(req, &[("offset", offset.0.to_string())]))
 }
 
 pub async fn search(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let f = Fields(req);
-    let topic = f.str("topic")?.to_string();
-    let queue_id = f.queue_id("queueId")?;
-    let timestamp_ms: i64 = f.parse("timestamp")?;
+    let header = SearchOffsetRequestHeader::from_command(req)?;
+    let queue = queue_id(header.queue_id)?;
     let offset = blocking(&ctx.broker, move |broker| {
         broker
             .store
-            .search_offset_by_timestamp(&topic, queue_id, timestamp_ms)
+            .search_offset_by_timestamp(&header.topic, queue, header.timestamp)
     })
     .await??;
     Ok(success(req, &[("offset", offset.0.to_string())]))

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use quiver_protocol::code::response;
 use quiver_protocol::header::{
-    PullMessageRequestHeader, PullMessageResponseHeader, PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND,
+    PullMessageRequestHeader, PullMessageResponseHeader, PULL_FLAG_SUSPEND,
 };
 use quiver_protocol::{HeaderError, RemotingCommand};
 use quiver_store::record::tags_code;
@@ -65,7 +65,8 @@ struct PullRequest {
     offset: QueueOffset,
     max_messages: u32,
     sys_flag: i32,
-    commit_offset: Option<i64>,
+    /// Offset piggy-backed for the group (commit bit set, non-negative offset).
+    commit: Option<QueueOffset>,
     suspend: Duration,
     filter: TagFilter,
 }
@@ -81,7 +82,7 @@ impl PullRequest {
                 .consumers
                 .subscription(&header.consumer_group, &header.topic)
             {
-                Some(subscription) => TagFilter::parse(&subscription.expression),
+                Some(subscription) => TagFilter::parse(&subscription.sub_string),
                 None => TagFilter::All,
             }
         };
@@ -100,7 +101,7 @@ impl PullRequest {
                 .unwrap_or(1)
                 .clamp(1, MAX_PULL_MESSAGES),
             sys_flag: header.sys_flag,
-            commit_offset: Some(header.commit_offset),
+            commit: header.offset_to_commit().map(QueueOffset),
             suspend: Duration::from_millis(
                 u64::try_from(header.suspend_timeout_millis).unwrap_or(0),
             )
@@ -182,12 +183,10 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             ));
         }
     }
-    if pull.sys_flag & PULL_FLAG_COMMIT_OFFSET != 0 {
-        if let Some(commit) = pull.commit_offset.and_then(|c| u64::try_from(c).ok()) {
-            broker
-                .offsets
-                .commit(&pull.group, &pull.topic, pull.queue_id, QueueOffset(commit));
-        }
+    if let Some(commit) = pull.commit {
+        broker
+            .offsets
+            .commit(&pull.group, &pull.topic, pull.queue_id, commit);
     }
     let deadline = Instant::now() + pull.suspend;
     let may_park = pull.sys_flag & PULL_FLAG_SUSPEND != 0 && !pull.suspend.is_zero();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use quiver_protocol::code::response;
-use quiver_protocol::header::ConsumerSendMsgBackRequestHeader;
+use quiver_protocol::header::{ConsumerSendMsgBackRequestHeader, SendBackDelay};
 use quiver_protocol::message as msg;
 use quiver_protocol::RemotingCommand;
 use quiver_store::record::{encode_properties, property};
@@ -25,20 +25,20 @@ pub enum SendBackTarget {
     DeadLetter,
 }
 
-/// RocketMQ's rule: DLQ once reconsumeTimes reaches the max or the client asks (level < 0);
+/// RocketMQ's rule: DLQ once reconsumeTimes reaches the max or the client asks for it;
 /// otherwise the client's level, or 3 + reconsumeTimes when it leaves the choice to us.
 pub fn decide(
     reconsume_times: i32,
     max_reconsume_times: i32,
-    requested_level: i32,
+    requested: SendBackDelay,
 ) -> SendBackTarget {
-    if reconsume_times >= max_reconsume_times || requested_level < 0 {
+    if reconsume_times >= max_reconsume_times {
         return SendBackTarget::DeadLetter;
     }
-    let level = if requested_level == 0 {
-        3 + reconsume_times
-    } else {
-        requested_level
+    let level = match requested {
+        SendBackDelay::DeadLetter => return SendBackTarget::DeadLetter,
+        SendBackDelay::BrokerChooses => 3 + reconsume_times,
+        SendBackDelay::Level(level) => level,
     };
     SendBackTarget::Retry {
         level: usize::try_from(level)
@@ -50,14 +50,14 @@ pub fn decide(
 pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
     let header = ConsumerSendMsgBackRequestHeader::from_command(req)?;
-    let group = header.group;
+    let group = header.group.clone();
     let physical = u64::try_from(header.offset).map_err(|_| {
         Refusal::new(
             response::SYSTEM_ERROR,
             format!("offset {} is negative", header.offset),
         )
     })?;
-    let requested_level = header.delay_level;
+    let requested = header.delay();
     let header_max = header.max_reconsume_times;
     let origin_msg_id = header.origin_msg_id.filter(|id| !id.is_empty());
     if !broker.is_writable() {
@@ -92,7 +92,7 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         .unwrap_or_else(|| msg::offset_msg_id(record.store_host, record.physical_offset.0));
     properties.insert(msg::PROPERTY_ORIGIN_MESSAGE_ID.into(), origin);
     properties.remove(msg::PROPERTY_DELAY);
-    let target = decide(record.reconsume_times, max_reconsume_times, requested_level);
+    let target = decide(record.reconsume_times, max_reconsume_times, requested);
     let (topic, queue_id, properties) = match target {
         SendBackTarget::DeadLetter => {
             let dlq = format!("{DLQ_PREFIX}{group}");
@@ -138,11 +138,21 @@ mod tests {
 
     #[test]
     fn levels_grow_then_dead_letter() {
-        assert_eq!(decide(0, 16, 0), SendBackTarget::Retry { level: 3 });
-        assert_eq!(decide(2, 16, 0), SendBackTarget::Retry { level: 5 });
-        assert_eq!(decide(1, 16, 2), SendBackTarget::Retry { level: 2 });
-        assert_eq!(decide(15, 16, 0), SendBackTarget::Retry { level: 18 });
-        assert_eq!(decide(16, 16, 0), SendBackTarget::DeadLetter);
-        assert_eq!(decide(0, 16, -1), SendBackTarget::DeadLetter);
+        use SendBackDelay::{BrokerChooses, DeadLetter, Level};
+        assert_eq!(
+            decide(0, 16, BrokerChooses),
+            SendBackTarget::Retry { level: 3 }
+        );
+        assert_eq!(
+            decide(2, 16, BrokerChooses),
+            SendBackTarget::Retry { level: 5 }
+        );
+        assert_eq!(decide(1, 16, Level(2)), SendBackTarget::Retry { level: 2 });
+        assert_eq!(
+            decide(15, 16, BrokerChooses),
+            SendBackTarget::Retry { level: 18 }
+        );
+        assert_eq!(decide(16, 16, BrokerChooses), SendBackTarget::DeadLetter);
+        assert_eq!(decide(0, 16, DeadLetter), SendBackTarget::DeadLetter);
     }
 }

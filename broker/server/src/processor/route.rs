@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use quiver_protocol::body::{BrokerData, ClusterInfo, QueueData, TopicRouteData, MASTER_BROKER_ID};
 use quiver_protocol::code::response;
+use quiver_protocol::header::GetRouteInfoRequestHeader;
 use quiver_protocol::RemotingCommand;
-use serde_json::json;
 
-use super::{success_json, Ctx, Fields, Outcome, Refusal};
+use super::{Ctx, Outcome, Refusal};
 use crate::broker::Broker;
 use crate::topics::{validate_topic_name, TopicConfig, RETRY_PREFIX};
 
@@ -46,7 +47,7 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
 
 pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
-    let topic = Fields(req).str("topic")?.to_string();
+    let topic = GetRouteInfoRequestHeader::from_command(req)?.topic;
     let mut cluster = members(broker, &topic);
     if cluster.iter().all(|member| member.topic.is_none()) {
         let creatable = broker.config.auto_create_topics && validate_topic_name(&topic).is_ok();
@@ -65,59 +66,47 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         tracing::info!(topic, "topic auto-created on route lookup");
         cluster[0].topic = Some(config);
     }
-    let mut queue_datas = Vec::new();
-    let mut broker_datas = Vec::new();
-    for member in &cluster {
-        let Some(config) = &member.topic else {
-            continue;
-        };
-        queue_datas.push(json!({
-            "brokerName": member.name,
-            "readQueueNums": config.read_queue_nums,
-            "writeQueueNums": config.write_queue_nums,
-            "perm": config.perm & member.permission,
-            "topicSysFlag": config.topic_sys_flag,
-        }));
-        broker_datas.push(json!({
-            "cluster": member.cluster,
-            "brokerName": member.name,
-            "brokerAddrs": { "0": member.address },
-            "enableActingMaster": false,
-        }));
+    let mut route = TopicRouteData::default();
+    for member in cluster {
+        let Some(config) = member.topic else { continue };
+        route.queue_datas.push(QueueData {
+            broker_name: member.name.clone(),
+            read_queue_nums: config.read_queue_nums,
+            write_queue_nums: config.write_queue_nums,
+            perm: i32::try_from(config.perm & member.permission).unwrap_or(0),
+            topic_sys_flag: i32::try_from(config.topic_sys_flag).unwrap_or(0),
+        });
+        route
+            .broker_datas
+            .push(broker_data(member.cluster, member.name, member.address));
     }
-    Ok(success_json(
-        req,
-        &json!({
-            "queueDatas": queue_datas,
-            "brokerDatas": broker_datas,
-            "filterServerTable": {},
-        }),
-    ))
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(route.encode()))
+}
+
+fn broker_data(cluster: String, broker_name: String, address: String) -> BrokerData {
+    BrokerData {
+        cluster,
+        broker_name,
+        broker_addrs: BTreeMap::from([(MASTER_BROKER_ID, address)]),
+        enable_acting_master: false,
+    }
 }
 
 pub fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let mut broker_addr_table = BTreeMap::new();
-    let mut cluster_addr_table: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut info = ClusterInfo::default();
     for member in members(&ctx.broker, "") {
-        broker_addr_table.insert(
-            member.name.clone(),
-            json!({
-                "cluster": member.cluster,
-                "brokerName": member.name,
-                "brokerAddrs": { "0": member.address },
-                "enableActingMaster": false,
-            }),
-        );
-        cluster_addr_table
-            .entry(member.cluster)
+        info.cluster_addr_table
+            .entry(member.cluster.clone())
             .or_default()
-            .push(member.name);
+            .insert(member.name.clone());
+        info.broker_addr_table.insert(
+            member.name.clone(),
+            broker_data(member.cluster, member.name, member.address),
+        );
     }
-    Ok(success_json(
-        req,
-        &json!({
-            "brokerAddrTable": broker_addr_table,
-            "clusterAddrTable": cluster_addr_table,
-        }),
-    ))
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(info.encode()))
 }
