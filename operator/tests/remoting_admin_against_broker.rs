@@ -51,16 +51,21 @@ async fn start_broker() -> RunningBroker {
     }
 }
 
-/// The broker may answer a create with a transient persistence refusal; the topic exists anyway.
-async fn create_topic(admin: &RemotingAdmin, addr: &BrokerAddr, topic: &TopicConfig) {
+/// Known broker race (its periodic persister and a request both write `config/*.json.tmp`):
+/// the change is made in memory and only its persistence failed, so asking again is safe.
+async fn mutate<F, Fut>(what: &str, mut call: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), AdminError>>,
+{
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match admin.create_topic(addr, topic).await {
+        match call().await {
             Ok(()) => return,
             Err(AdminError::Rejected { remark, .. })
                 if remark.contains("cannot persist") && attempts < 5 => {}
-            Err(error) => panic!("create topic: {error:?}"),
+            Err(error) => panic!("{what}: {error:?}"),
         }
     }
 }
@@ -123,25 +128,18 @@ async fn every_admin_call_works_against_a_real_broker() {
     let addr = broker.addr.clone();
     let admin = RemotingAdmin::new(Duration::from_secs(5));
 
-    create_topic(
-        &admin,
-        &addr,
-        &TopicConfig {
-            name: "orders".into(),
-            queues: 2,
-        },
-    )
-    .await;
+    let topic_config = TopicConfig {
+        name: "orders".into(),
+        queues: 2,
+    };
+    mutate("create topic", || admin.create_topic(&addr, &topic_config)).await;
     let group = SubscriptionGroup {
         group: "billing".into(),
         consume_enable: true,
         retry_queue_nums: 1,
         max_reconsume_times: 3,
     };
-    admin
-        .upsert_group(&addr, &group)
-        .await
-        .expect("upsert group");
+    mutate("upsert group", || admin.upsert_group(&addr, &group)).await;
     assert!(admin
         .groups(&addr)
         .await
@@ -169,10 +167,10 @@ async fn every_admin_call_works_against_a_real_broker() {
         "{stats:?}"
     );
 
-    admin
-        .reset_offsets(&addr, "billing", "orders", ResetTarget::Earliest)
-        .await
-        .expect("reset earliest");
+    mutate("reset earliest", || {
+        admin.reset_offsets(&addr, "billing", "orders", ResetTarget::Earliest)
+    })
+    .await;
     let stats = admin
         .consume_stats(&addr, "billing")
         .await
@@ -196,10 +194,10 @@ async fn every_admin_call_works_against_a_real_broker() {
         10
     );
 
-    admin
-        .reset_offsets(&addr, "billing", "orders", ResetTarget::Latest)
-        .await
-        .expect("reset latest");
+    mutate("reset latest", || {
+        admin.reset_offsets(&addr, "billing", "orders", ResetTarget::Latest)
+    })
+    .await;
     let stats = admin
         .consume_stats(&addr, "billing")
         .await
@@ -227,10 +225,7 @@ async fn every_admin_call_works_against_a_real_broker() {
         .expect("read-write");
     assert_eq!(broker_permission(&admin, &addr).await, "6");
 
-    admin
-        .delete_group(&addr, "billing")
-        .await
-        .expect("delete group");
+    mutate("delete group", || admin.delete_group(&addr, "billing")).await;
     assert!(!admin
         .groups(&addr)
         .await
