@@ -9,7 +9,7 @@ use quiver_protocol::header as h;
 use quiver_protocol::{code, RemotingCommand};
 use quiver_store::QueueOffset;
 
-use crate::core::{ClientConfig, ClientCore, TopicRoute};
+use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
 use crate::message::now_ms;
 use crate::ops::{PullSpec, PullStatus};

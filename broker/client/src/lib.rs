@@ -10,7 +10,7 @@
 
 pub mod admin;
 pub mod allocate;
-pub mod core;
+pub mod client;
 pub mod error;
 pub mod message;
 pub mod offset_store;
@@ -24,7 +24,7 @@ pub mod remoting;
 pub mod subscription;
 
 pub use admin::{Admin, BrokerState, BrokerStatus, QueueLag, ResetTarget, TopicSpec};
-pub use core::{ClientConfig, ClientCore, TopicRoute};
+pub use client::{ClientConfig, ClientCore, TopicRoute};
 pub use error::{ClientError, Result};
 pub use message::{Message, ReceivedMessage};
 pub use ops::{PullResult, PullStatus, SendBackTarget};

@@ -13,7 +13,7 @@ use quiver_protocol::header::{
 use quiver_protocol::{code, RemotingCommand};
 use quiver_store::QueueOffset;
 
-use crate::core::ClientCore;
+use crate::client::ClientCore;
 use crate::error::{ClientError, Result};
 use crate::message::ReceivedMessage;
 use crate::remoting::{expect_codes, expect_success, response_error};

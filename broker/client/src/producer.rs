@@ -10,7 +10,7 @@ use quiver_protocol::message as wire;
 use quiver_protocol::{code, HeaderError, RemotingCommand};
 use quiver_store::QueueOffset;
 
-use crate::core::{ClientConfig, ClientCore, TopicRoute};
+use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
 use crate::message::{encoded_properties, new_unique_id, now_ms, Message};
 use crate::ops::response_header;

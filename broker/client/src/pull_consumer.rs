@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use quiver_store::QueueOffset;
 
-use crate::core::{ClientConfig, ClientCore};
+use crate::client::{ClientConfig, ClientCore};
 use crate::error::Result;
 use crate::ops::{PullResult, PullSpec};
 use crate::subscription::Subscription;

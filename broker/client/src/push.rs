@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::allocate::allocate_averagely;
-use crate::core::{ClientConfig, ClientCore};
+use crate::client::{ClientConfig, ClientCore};
 use crate::error::{ClientError, Result};
 use crate::message::ReceivedMessage;
 use crate::offset_store::{OffsetTable, UpdateMode};

@@ -124,7 +124,8 @@ struct ConsumeArgs {
     /// Consumer group (members of one group share the queues).
     #[arg(long, short, default_value = "quiver-cli")]
     group: String,
-    /// Where a group with no committed offset starts: first, last, or a time in ms since the epoch.
+    /// Where a group with no committed offset starts: first, last, or a time (ms since the
+    /// epoch, or UTC as YYYY-MM-DDTHH:MM:SSZ).
     #[arg(long, default_value = "last", value_parser = parse_from)]
     from: ConsumeFromWhere,
     /// Tag filter, e.g. "TagA || TagB".
@@ -185,7 +186,7 @@ enum OffsetsCommand {
         group: String,
         #[arg(long, short)]
         topic: String,
-        /// earliest, latest, or a time in ms since the epoch.
+        /// earliest, latest, or a time (ms since the epoch, or UTC as YYYY-MM-DDTHH:MM:SSZ).
         #[arg(long, value_parser = parse_reset)]
         to: ResetTarget,
     },
@@ -201,12 +202,9 @@ fn parse_from(raw: &str) -> Result<ConsumeFromWhere, String> {
     match raw {
         "first" => Ok(ConsumeFromWhere::FirstOffset),
         "last" => Ok(ConsumeFromWhere::LastOffset),
-        other => other
-            .parse::<i64>()
-            .map(ConsumeFromWhere::Timestamp)
-            .map_err(|_| {
-                format!("expected first, last or milliseconds since the epoch, got {other:?}")
-            }),
+        other => parse_time_ms(other).map(ConsumeFromWhere::Timestamp).ok_or_else(|| {
+            format!("expected first, last, ms since the epoch or YYYY-MM-DDTHH:MM:SSZ, got {other:?}")
+        }),
     }
 }
 
@@ -214,13 +212,59 @@ fn parse_reset(raw: &str) -> Result<ResetTarget, String> {
     match raw {
         "earliest" => Ok(ResetTarget::Earliest),
         "latest" => Ok(ResetTarget::Latest),
-        other => other
-            .parse::<i64>()
-            .map(ResetTarget::Timestamp)
-            .map_err(|_| {
-                format!("expected earliest, latest or milliseconds since the epoch, got {other:?}")
-            }),
+        other => parse_time_ms(other).map(ResetTarget::Timestamp).ok_or_else(|| {
+            format!("expected earliest, latest, ms since the epoch or YYYY-MM-DDTHH:MM:SSZ, got {other:?}")
+        }),
     }
+}
+
+/// Milliseconds since the epoch, or a UTC time `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+fn parse_time_ms(raw: &str) -> Option<i64> {
+    if let Ok(ms) = raw.parse::<i64>() {
+        return Some(ms);
+    }
+    let rest = raw.strip_suffix('Z').or_else(|| raw.strip_suffix('z'))?;
+    let (date, time) = rest.split_once(['T', 't', ' '])?;
+    let mut date_parts = date.splitn(3, '-').map(str::parse::<i64>);
+    let (year, month, day) = (
+        date_parts.next()?.ok()?,
+        date_parts.next()?.ok()?,
+        date_parts.next()?.ok()?,
+    );
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock_parts = clock.splitn(3, ':').map(str::parse::<i64>);
+    let (hour, minute, second) = (
+        clock_parts.next()?.ok()?,
+        clock_parts.next()?.ok()?,
+        clock_parts.next()?.ok()?,
+    );
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let millis = if fraction.is_empty() {
+        0
+    } else {
+        let digits: String = fraction.chars().chain("000".chars()).take(3).collect();
+        digits.parse::<i64>().ok()?
+    };
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
+    Some(seconds * 1000 + millis)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let shifted_month = (month + 9) % 12;
+    let day_of_year = (153 * shifted_month + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
 }
 
 fn main() -> ExitCode {
@@ -832,6 +876,10 @@ mod tests {
         assert!(parse_from("yesterday")
             .unwrap_err()
             .contains("expected first, last"));
+        assert_eq!(
+            parse_from("2023-11-14T22:13:20Z"),
+            Ok(ConsumeFromWhere::Timestamp(1_700_000_000_000))
+        );
     }
 
     #[test]
@@ -840,6 +888,22 @@ mod tests {
         assert_eq!(parse_reset("latest"), Ok(ResetTarget::Latest));
         assert_eq!(parse_reset("42"), Ok(ResetTarget::Timestamp(42)));
         assert!(parse_reset("soon").is_err());
+    }
+
+    #[test]
+    fn utc_times_convert_to_epoch_milliseconds() {
+        assert_eq!(parse_time_ms("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_time_ms("2000-02-29T12:30:15.25Z"),
+            Some(951_827_415_250)
+        );
+        assert_eq!(parse_time_ms("1969-12-31T23:59:59Z"), Some(-1000));
+        assert_eq!(parse_time_ms("2024-13-01T00:00:00Z"), None);
+        assert_eq!(
+            parse_time_ms("2024-01-01T00:00:00"),
+            None,
+            "a time without Z is ambiguous"
+        );
     }
 
     #[test]
