@@ -401,7 +401,7 @@ struct Parsed<'b> {
 }
 
 /// Parses and validates (including the body CRC) one record at the start of `buf`.
-fn parse(buf: &[u8]) -> Result<Parsed<'_>, RecordError> {
+fn parse(buf: &[u8], crc: BodyCrc) -> Result<Parsed<'_>, RecordError> {
     let size = frame(buf)?;
     let mut r = Reader {
         buf: &buf[..size],
@@ -444,7 +444,10 @@ fn parse(buf: &[u8]) -> Result<Parsed<'_>, RecordError> {
         });
     }
     check_text(topic, properties)?;
-    let computed = body_crc(body);
+    let computed = match crc {
+        BodyCrc::Verify => body_crc(body),
+        BodyCrc::Skip => stored_crc,
+    };
     if computed != stored_crc {
         return Err(RecordError::BodyCrcMismatch {
             stored: stored_crc,
@@ -475,7 +478,7 @@ fn parse(buf: &[u8]) -> Result<Parsed<'_>, RecordError> {
 
 /// Decodes one record at the start of `buf`; returns it and the bytes it used.
 pub fn decode(buf: &[u8]) -> Result<(Record, usize), RecordError> {
-    let p = parse(buf)?;
+    let p = parse(buf, BodyCrc::Verify)?;
     let record = Record {
         topic: p.header.topic.to_owned(),
         queue_id: p.header.queue_id,
@@ -507,8 +510,21 @@ pub fn decode_all(mut buf: &[u8]) -> Result<Vec<Record>, RecordError> {
     Ok(records)
 }
 
-/// Classifies the bytes at the start of `buf` (the rest of a segment).
+/// Whether a scan recomputes the body CRC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyCrc {
+    Verify,
+    /// The bytes were verified already (recovery's second pass).
+    Skip,
+}
+
+/// Classifies the bytes at the start of `buf` (the rest of a segment), checking the CRC.
 pub fn scan(buf: &[u8]) -> Scanned<'_> {
+    scan_with(buf, BodyCrc::Verify)
+}
+
+/// Classifies the bytes at the start of `buf` (the rest of a segment).
+pub fn scan_with(buf: &[u8], crc: BodyCrc) -> Scanned<'_> {
     if buf.len() >= 8 {
         let size = i32::from_be_bytes(buf[..4].try_into().expect("4 bytes"));
         let magic = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes"));
@@ -524,7 +540,7 @@ pub fn scan(buf: &[u8]) -> Scanned<'_> {
     } else if buf.iter().all(|b| *b == 0) {
         return Scanned::End;
     }
-    match parse(buf) {
+    match parse(buf, crc) {
         Ok(p) => Scanned::Message(p.header),
         Err(e) => Scanned::Damaged(e),
     }

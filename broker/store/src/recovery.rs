@@ -17,7 +17,7 @@ use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
 use crate::mapped_file::{load_segments, sync_dir, MappedSegment};
 use crate::position::CommitLogOffset;
-use crate::record::{self, RecordError, RecordHeader, Scanned};
+use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned};
 
 /// What recovery found and did; `Display` gives one log line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -107,6 +107,7 @@ struct ScanOutcome {
 fn scan_log(
     segments: &[Arc<MappedSegment>],
     start: u64,
+    crc: BodyCrc,
     mut visit: impl FnMut(&RecordHeader<'_>) -> Result<(), StoreError>,
 ) -> Result<ScanOutcome, StoreError> {
     let mut outcome = ScanOutcome {
@@ -126,7 +127,7 @@ fn scan_log(
         }
         // SAFETY: recovery has the files to itself.
         let rest = unsafe { segment.slice(pos - segment.base(), (segment.end() - pos) as usize) };
-        match record::scan(rest) {
+        match record::scan_with(rest, crc) {
             Scanned::Message(header) if header.physical_offset.0 != pos => {
                 outcome.damage = Some(RecordError::WrongPosition {
                     stored: header.physical_offset.0,
@@ -231,7 +232,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
     let validate_from = segment_start(&segments, validate_from.min(redispatch_from));
     report.scanned_from = CommitLogOffset(validate_from);
 
-    let outcome = scan_log(&segments, validate_from, |_| Ok(()))?;
+    let outcome = scan_log(&segments, validate_from, BodyCrc::Verify, |_| Ok(()))?;
     let log_end = outcome.end;
     report.records_scanned = outcome.records;
     report.log_end = CommitLogOffset(log_end);
@@ -261,7 +262,8 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
     report.redispatched_from = CommitLogOffset(redispatch_from);
     if redispatch_from < log_end {
         let start = segment_start(&segments, redispatch_from);
-        scan_log(&segments, start, |header| {
+        // The first pass verified every record up to the log end.
+        scan_log(&segments, start, BodyCrc::Skip, |header| {
             if header.physical_offset.0 < redispatch_from {
                 return Ok(());
             }
