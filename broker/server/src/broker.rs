@@ -14,6 +14,7 @@ use crate::locks::QueueLocks;
 use crate::long_poll::LongPollRegistry;
 use crate::metrics::Metrics;
 use crate::peers::PeerView;
+use crate::persist;
 use crate::topics::TopicManager;
 
 /// Read bit of brokerPermission (RocketMQ PermName.PERM_READ).
@@ -57,8 +58,20 @@ impl Broker {
             hook_registry.notify(event.topic, event.queue_id);
         }));
         let peers = PeerView::new(&config.peers);
+        let runtime_path = runtime_settings_path(&config);
+        let permission = match persist::read_json::<RuntimeSettings>(&runtime_path)? {
+            Some(saved) => {
+                tracing::info!(
+                    permission = saved.broker_permission,
+                    path = %runtime_path.display(),
+                    "brokerPermission restored from the last UPDATE_BROKER_CONFIG"
+                );
+                saved.broker_permission
+            }
+            None => config.broker_permission,
+        };
         Ok(Broker {
-            permission: AtomicU32::new(config.broker_permission),
+            permission: AtomicU32::new(permission),
             advertised,
             store_host,
             store: Arc::new(store),
@@ -99,6 +112,14 @@ impl Broker {
         self.permission() & PERM_READ_BIT != 0
     }
 
+    /// Persists the settings changed at run time (UPDATE_BROKER_CONFIG). Blocking.
+    pub fn persist_runtime(&self) -> Result<(), BrokerError> {
+        let settings = RuntimeSettings {
+            broker_permission: self.permission(),
+        };
+        persist::write_json(&runtime_settings_path(&self.config), &settings)
+    }
+
     /// Persists offsets, topics and groups (atomic writes). Blocking.
     pub fn persist_all(&self) -> Result<(), BrokerError> {
         self.offsets
@@ -126,6 +147,17 @@ where
     tokio::task::spawn_blocking(move || work(&broker))
         .await
         .map_err(BrokerError::Blocking)
+}
+
+/// Settings changed by UPDATE_BROKER_CONFIG; they override the config file on restart.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RuntimeSettings {
+    broker_permission: u32,
+}
+
+fn runtime_settings_path(config: &BrokerConfig) -> std::path::PathBuf {
+    config.data_dir.join("config").join("brokerRuntime.json")
 }
 
 fn resolve(addr: &str) -> Option<SocketAddr> {

@@ -14,7 +14,7 @@ pub mod locks;
 pub mod long_poll;
 pub mod metrics;
 pub mod peers;
-mod persist;
+pub(crate) mod persist;
 pub mod processor;
 pub mod schedule;
 pub mod server;

@@ -20,6 +20,37 @@ use crate::topics::TopicConfig;
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why a peer could not be asked for its state.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("cannot reach peer {address}")]
+    Io {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("peer {address} sent a bad frame")]
+    Frame {
+        address: String,
+        #[source]
+        source: quiver_protocol::FrameError,
+    },
+    #[error("peer {address} answered code {code}: {remark}")]
+    Refused {
+        address: String,
+        code: i32,
+        remark: String,
+    },
+    #[error("peer {address} sent an unreadable {what}: {reason}")]
+    Body {
+        address: String,
+        what: &'static str,
+        reason: String,
+    },
+    #[error("peer {address} closed the connection")]
+    Closed { address: String },
+}
+
 /// What this broker knows about one peer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerInfo {
@@ -79,8 +110,8 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             }
             match tokio::time::timeout(PEER_TIMEOUT, poll(&address)).await {
                 Ok(Ok(info)) => broker.peers.update(info),
-                Ok(Err(reason)) => {
-                    tracing::debug!(peer = %address, reason, "peer poll failed");
+                Ok(Err(error)) => {
+                    tracing::debug!(error = %crate::error::chain(&error), "peer poll failed");
                     broker.peers.forget(&address);
                 }
                 Err(_) => {
@@ -92,32 +123,40 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn poll(address: &str) -> Result<PeerInfo, String> {
-    let mut stream = TcpStream::connect(address)
-        .await
-        .map_err(|e| e.to_string())?;
-    let config = call(&mut stream, request::GET_BROKER_CONFIG, 1).await?;
+async fn poll(address: &str) -> Result<PeerInfo, PeerError> {
+    let io = |source| PeerError::Io {
+        address: address.to_string(),
+        source,
+    };
+    let mut stream = TcpStream::connect(address).await.map_err(io)?;
+    let config = call(&mut stream, address, request::GET_BROKER_CONFIG, 1).await?;
     let properties: HashMap<String, String> = String::from_utf8_lossy(&config.body)
         .lines()
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    let topics = call(&mut stream, request::GET_ALL_TOPIC_CONFIG, 2).await?;
-    let table: serde_json::Value =
-        serde_json::from_slice(&topics.body).map_err(|e| e.to_string())?;
+    let topics = call(&mut stream, address, request::GET_ALL_TOPIC_CONFIG, 2).await?;
+    let body_error = |what: &'static str, reason: String| PeerError::Body {
+        address: address.to_string(),
+        what,
+        reason,
+    };
+    let table: serde_json::Value = serde_json::from_slice(&topics.body)
+        .map_err(|e| body_error("topic table", e.to_string()))?;
     let topics: BTreeMap<String, TopicConfig> = table
         .get("topicConfigTable")
         .cloned()
         .map(serde_json::from_value)
         .transpose()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| body_error("topic table", e.to_string()))?
         .unwrap_or_default();
+    let broker_name = properties
+        .get("brokerName")
+        .cloned()
+        .ok_or_else(|| body_error("broker config", "no brokerName".into()))?;
     Ok(PeerInfo {
         address: address.to_string(),
-        broker_name: properties
-            .get("brokerName")
-            .cloned()
-            .ok_or("peer config has no brokerName")?,
+        broker_name,
         cluster: properties
             .get("brokerClusterName")
             .cloned()
@@ -130,27 +169,43 @@ async fn poll(address: &str) -> Result<PeerInfo, String> {
     })
 }
 
-async fn call(stream: &mut TcpStream, code: i32, opaque: i32) -> Result<RemotingCommand, String> {
+async fn call(
+    stream: &mut TcpStream,
+    address: &str,
+    code: i32,
+    opaque: i32,
+) -> Result<RemotingCommand, PeerError> {
+    let frame_error = |source| PeerError::Frame {
+        address: address.to_string(),
+        source,
+    };
+    let io = |source| PeerError::Io {
+        address: address.to_string(),
+        source,
+    };
     let mut out = BytesMut::new();
     let request = RemotingCommand::request(code, HashMap::new()).with_opaque(opaque);
-    frame::encode(&request, &mut out).map_err(|e| e.to_string())?;
-    stream.write_all(&out).await.map_err(|e| e.to_string())?;
+    frame::encode(&request, &mut out).map_err(frame_error)?;
+    stream.write_all(&out).await.map_err(io)?;
     let mut buf = BytesMut::with_capacity(8 * 1024);
     loop {
-        if let Some(reply) = frame::decode(&mut buf).map_err(|e| e.to_string())? {
+        if let Some(reply) = frame::decode(&mut buf).map_err(frame_error)? {
             if reply.opaque != opaque || !reply.is_response() {
                 continue;
             }
             if reply.code != response::SUCCESS {
-                return Err(format!(
-                    "peer answered code {}: {:?}",
-                    reply.code, reply.remark
-                ));
+                return Err(PeerError::Refused {
+                    address: address.to_string(),
+                    code: reply.code,
+                    remark: reply.remark.unwrap_or_default(),
+                });
             }
             return Ok(reply);
         }
-        if stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
-            return Err("peer closed the connection".into());
+        if stream.read_buf(&mut buf).await.map_err(io)? == 0 {
+            return Err(PeerError::Closed {
+                address: address.to_string(),
+            });
         }
     }
 }

@@ -26,7 +26,7 @@ fn bad_request(remark: impl Into<String>) -> Refusal {
     Refusal::new(response::SYSTEM_ERROR, remark)
 }
 
-pub fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = CreateTopicRequestHeader::from_command(req)?;
     let name = header.topic.as_str();
     validate_topic_name(name).map_err(|e| bad_request(e.to_string()))?;
@@ -60,7 +60,7 @@ pub fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     };
     tracing::info!(topic = name, read, write, perm, "topic created or updated");
     ctx.broker.topics.upsert(config);
-    ctx.broker.topics.persist()?;
+    blocking(&ctx.broker, |broker| broker.topics.persist()).await??;
     Ok(success(req, &[]))
 }
 
@@ -131,7 +131,7 @@ pub fn broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(reply)
 }
 
-pub fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+pub async fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let text = std::str::from_utf8(&req.body)
         .map_err(|e| bad_request(format!("body is not UTF-8: {e}")))?;
     let mut updates = Vec::new();
@@ -164,10 +164,12 @@ pub fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         tracing::info!(permission, "brokerPermission changed");
         ctx.broker.set_permission(permission);
     }
+    // A drained broker stays drained across restarts until told otherwise.
+    blocking(&ctx.broker, |broker| broker.persist_runtime()).await??;
     Ok(success(req, &[]))
 }
 
-pub fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+pub async fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let body = json_body(req)?;
     let config: SubscriptionGroupConfig = serde_json::from_value(body)
         .map_err(|e| bad_request(format!("subscription group body is invalid: {e}")))?;
@@ -176,7 +178,7 @@ pub fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     }
     tracing::info!(group = %config.group_name, "subscription group created or updated");
     ctx.broker.groups.upsert(config);
-    ctx.broker.groups.persist()?;
+    blocking(&ctx.broker, |broker| broker.groups.persist()).await??;
     Ok(success(req, &[]))
 }
 
@@ -184,7 +186,7 @@ pub fn all_groups(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(success_json(req, &ctx.broker.groups.wrapper_json()))
 }
 
-pub fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+pub async fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = DeleteSubscriptionGroupRequestHeader::from_command(req)?;
     let group = header.group_name.as_str();
     ctx.broker.groups.remove(group);
@@ -193,7 +195,7 @@ pub fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     if drop_offsets {
         ctx.broker.offsets.delete_group(group);
     }
-    ctx.broker.groups.persist()?;
+    blocking(&ctx.broker, |broker| broker.groups.persist()).await??;
     tracing::info!(group, drop_offsets, "subscription group deleted");
     Ok(success(req, &[]))
 }
