@@ -47,6 +47,8 @@ pub struct ConsumeStats {
 /// One queue of a topic's stats (RocketMQ GET_TOPIC_STATS_INFO).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueTopicStats {
+    /// Name of the broker holding the queue.
+    pub broker_name: String,
     /// Queue id.
     pub queue_id: i32,
     /// Smallest offset still stored.
@@ -90,6 +92,8 @@ pub struct SubscriptionGroup {
     pub group: String,
     /// Whether the broker serves pulls for the group.
     pub consume_enable: bool,
+    /// A member without a committed offset starts at the queue's min offset (first offset).
+    pub consume_from_min_enable: bool,
     /// Queues of the group's retry topic.
     pub retry_queue_nums: i32,
     /// Retries before dead-lettering.

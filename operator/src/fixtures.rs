@@ -3,7 +3,7 @@
 
 use crate::admin::{
     AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats, QueueConsumeStats,
-    QueueOffset, ResetTarget, SubscriptionGroup, TopicConfig, TopicStats,
+    QueueOffset, QueueTopicStats, ResetTarget, SubscriptionGroup, TopicConfig, TopicStats,
 };
 use crate::crd::{
     Broker, BrokerSpec, BrokerStatus, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec,
@@ -208,6 +208,7 @@ impl FakeAdmin {
                 .or_insert_with(|| SubscriptionGroup {
                     group: group.to_string(),
                     consume_enable: true,
+                    consume_from_min_enable: false,
                     retry_queue_nums: 1,
                     max_reconsume_times: 16,
                 });
@@ -328,9 +329,38 @@ impl BrokerAdmin for FakeAdmin {
     fn topic_stats<'a>(
         &'a self,
         addr: &'a BrokerAddr,
-        _topic: &'a str,
+        topic: &'a str,
     ) -> BoxFuture<'a, Result<TopicStats, AdminError>> {
-        self.call(addr, |_| TopicStats::default())
+        let broker_name = addr.0.split('.').next().unwrap_or_default().to_string();
+        async move {
+            let created = self
+                .call(addr, move |state| {
+                    state
+                        .topics
+                        .get(addr)
+                        .and_then(|topics| topics.get(topic))
+                        .cloned()
+                })
+                .await?;
+            // Like the broker: a topic it does not have is refused (TOPIC_NOT_EXIST).
+            let created = created.ok_or_else(|| AdminError::Rejected {
+                addr: addr.clone(),
+                request: "GET_TOPIC_STATS_INFO",
+                code: 17,
+                remark: format!("topic {topic} does not exist"),
+            })?;
+            let queues = (0..created.queues)
+                .map(|queue_id| QueueTopicStats {
+                    broker_name: broker_name.clone(),
+                    queue_id,
+                    min_offset: QueueOffset(0),
+                    max_offset: QueueOffset(0),
+                    last_update_ms: None,
+                })
+                .collect();
+            Ok(TopicStats { queues })
+        }
+        .boxed()
     }
 
     fn groups<'a>(

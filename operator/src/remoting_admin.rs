@@ -257,6 +257,7 @@ impl BrokerAdmin for RemotingAdmin {
                 .offset_table
                 .into_iter()
                 .map(|(queue, offsets)| QueueTopicStats {
+                    broker_name: queue.broker_name,
                     queue_id: i32::try_from(queue.queue_id).unwrap_or(i32::MAX),
                     min_offset: QueueOffset(u64::try_from(offsets.min_offset).unwrap_or(0)),
                     max_offset: QueueOffset(u64::try_from(offsets.max_offset).unwrap_or(0)),
@@ -343,6 +344,7 @@ impl BrokerAdmin for RemotingAdmin {
         async move {
             let config = SubscriptionGroupConfig {
                 consume_enable: group.consume_enable,
+                consume_from_min_enable: group.consume_from_min_enable,
                 retry_queue_nums: group.retry_queue_nums,
                 retry_max_times: group.max_reconsume_times,
                 ..SubscriptionGroupConfig::named(group.group.clone())

@@ -136,6 +136,7 @@ async fn every_admin_call_works_against_a_real_broker() {
     let group = SubscriptionGroup {
         group: "billing".into(),
         consume_enable: true,
+        consume_from_min_enable: true,
         retry_queue_nums: 1,
         max_reconsume_times: 3,
     };
@@ -155,6 +156,12 @@ async fn every_admin_call_works_against_a_real_broker() {
         .await
         .expect("topic stats");
     assert_eq!(topic.queues.len(), 2);
+    assert!(topic.queues.iter().all(|queue| queue.broker_name == "qb-0"));
+    let missing = admin.topic_stats(&addr, "no-such-topic").await;
+    assert!(
+        matches!(missing, Err(AdminError::Rejected { .. })),
+        "{missing:?}"
+    );
     assert_eq!(topic.queues.iter().map(|q| q.max_offset.0).sum::<u64>(), 10);
 
     // Nothing committed yet: the group's stats have no known lag.

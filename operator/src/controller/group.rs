@@ -3,10 +3,12 @@
 
 use super::conditions::{self, Desired};
 use super::{object_key, Context, Error};
-use crate::admin::{BrokerAddr, ConsumeStats, ResetTarget, SubscriptionGroup};
+use crate::admin::{
+    AdminError, BrokerAddr, ConsumeStats, QueueConsumeStats, ResetTarget, SubscriptionGroup,
+};
 use crate::crd::{
-    AppliedOffsetReset, Broker, ConsumerGroup, ConsumerGroupStatus, OffsetResetTarget,
-    QueueLagStatus, TopicLagStatus,
+    AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
+    OffsetResetTarget, QueueLagStatus, TopicLagStatus,
 };
 use crate::desired::{self, FIELD_MANAGER};
 use crate::lag::{group_lag, GroupLag, Progress};
@@ -106,6 +108,10 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
     let subscription = SubscriptionGroup {
         group: name.clone(),
         consume_enable: group.spec.consume_enable,
+        consume_from_min_enable: matches!(
+            group.spec.consume_from_where,
+            ConsumeFromWhere::ConsumeFromFirstOffset
+        ),
         retry_queue_nums: 1,
         max_reconsume_times: group.spec.max_reconsume_times,
     };
@@ -161,6 +167,7 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             .map_err(Error::admin("reading consume stats"))?;
         stats.extend(broker_stats.queues);
     }
+    stats.extend(uncommitted_topics(group, &stats, &addresses, ctx).await?);
     let lag = group_lag(&stats, &group.spec.topics, now_ms);
     let thresholds = group.spec.lag_thresholds.clone().unwrap_or_default();
     let (progress, last_commit_ms) = {
@@ -207,6 +214,50 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
     };
     patch_status(&groups, &name, &status).await?;
     Ok(Action::requeue(ctx.lag_interval))
+}
+
+/// Queues of spec topics the group never committed on (the broker's consume stats list only
+/// topics with offsets), so status shows them as unknown rather than leaving them out.
+async fn uncommitted_topics(
+    group: &ConsumerGroup,
+    stats: &[QueueConsumeStats],
+    addresses: &[BrokerAddr],
+    ctx: &Context,
+) -> Result<Vec<QueueConsumeStats>, Error> {
+    let mut queues = Vec::new();
+    for topic in &group.spec.topics {
+        if stats.iter().any(|queue| &queue.topic == topic) {
+            continue;
+        }
+        for addr in addresses {
+            match ctx.admin.topic_stats(addr, topic).await {
+                Ok(topic_stats) => {
+                    queues.extend(
+                        topic_stats
+                            .queues
+                            .into_iter()
+                            .map(|queue| QueueConsumeStats {
+                                topic: topic.clone(),
+                                broker_name: queue.broker_name,
+                                queue_id: queue.queue_id,
+                                broker_offset: queue.max_offset,
+                                consumer_offset: None,
+                                oldest_unconsumed_store_ms: None,
+                            }),
+                    )
+                }
+                // The topic does not exist on that broker (yet): nothing to report there.
+                Err(AdminError::Rejected { .. }) => {}
+                Err(source) => {
+                    return Err(Error::Admin {
+                        action: "reading topic stats",
+                        source,
+                    })
+                }
+            }
+        }
+    }
+    Ok(queues)
 }
 
 fn topic_statuses(lag: &GroupLag) -> Vec<TopicLagStatus> {

@@ -158,3 +158,50 @@ async fn missing_broker_is_reported_and_retried() {
     );
     assert_eq!(status.total_lag, None);
 }
+
+#[tokio::test]
+async fn a_group_without_commits_shows_unknown_lag_not_zero() {
+    let (client, api) = FakeApiServer::start();
+    let admin = Arc::new(FakeAdmin::default());
+    let ctx = context(client, admin.clone());
+    two_brokers(&api);
+    let topic = crate::admin::TopicConfig {
+        name: "orders".into(),
+        queues: 4,
+    };
+    for ordinal in 0..2 {
+        let addr = crate::admin::BrokerAddr(addr(ordinal));
+        crate::admin::BrokerAdmin::create_topic(admin.as_ref(), &addr, &topic)
+            .await
+            .expect("topic created");
+    }
+    let mut group = ConsumerGroup::test();
+    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    group.spec.consume_from_where = crate::crd::ConsumeFromWhere::ConsumeFromFirstOffset;
+    api.insert(&paths::group("billing"), &group);
+
+    reconcile(Arc::new(group), ctx.clone())
+        .await
+        .expect("polls");
+    let config = admin.group(&addr(0), "billing").expect("group ensured");
+    assert!(
+        config.consume_from_min_enable,
+        "first offset maps to consumeFromMinEnable"
+    );
+    let status = stored_group(&api).status.unwrap();
+    assert_eq!(status.total_lag, None, "unknown, not zero");
+    assert_eq!(status.lag_seconds, None);
+    assert_eq!(status.topics.len(), 1);
+    assert_eq!(status.topics[0].lag, None);
+    assert_eq!(
+        status.topics[0].uncommitted_queues, 8,
+        "4 queues on each of 2 brokers"
+    );
+    assert_eq!(condition(&status.conditions, "Lagging").0, "False");
+    assert!(
+        !ctx.metrics
+            .encode()
+            .contains("rocketmq_consumer_lag_messages{"),
+        "no series"
+    );
+}
