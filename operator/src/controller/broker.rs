@@ -144,10 +144,14 @@ fn template_hash(statefulset: &StatefulSet) -> Option<String> {
 
 #[instrument(skip(broker, ctx), fields(broker = %broker.name_any()))]
 async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Error> {
-    let namespace = broker.namespace().ok_or_else(|| Error::NoNamespace {
+    let missing = |field| Error::MissingField {
         kind: "Broker",
         name: broker.name_any(),
-    })?;
+        field,
+    };
+    let namespace = broker.namespace().ok_or_else(|| missing("namespace"))?;
+    // Owner references need the uid; the builders rely on it being there.
+    broker.uid().ok_or_else(|| missing("uid"))?;
     let name = broker.name_any();
     let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), &namespace);
     let previous = broker.status.clone().unwrap_or_default();

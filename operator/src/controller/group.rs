@@ -35,9 +35,10 @@ pub const MISSING_BROKER_REQUEUE: Duration = Duration::from_secs(30);
 pub async fn reconcile(group: Arc<ConsumerGroup>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let key = object_key(group.as_ref());
-    let namespace = group.namespace().ok_or_else(|| Error::NoNamespace {
+    let namespace = group.namespace().ok_or_else(|| Error::MissingField {
         kind: "ConsumerGroup",
         name: group.name_any(),
+        field: "namespace",
     })?;
     let api: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), &namespace);
     let result = finalizer(&api, FINALIZER, group, |event| async {

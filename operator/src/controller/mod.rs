@@ -56,13 +56,15 @@ pub enum Error {
         #[source]
         source: Box<kube::runtime::finalizer::Error<Error>>,
     },
-    /// The object lacks a namespace (both resources are namespaced).
-    #[error("{kind} {name} has no namespace")]
-    NoNamespace {
+    /// The object lacks a field the API server always sets (namespace, uid).
+    #[error("{kind} {name} has no {field}")]
+    MissingField {
         /// Resource kind.
         kind: &'static str,
         /// Object name.
         name: String,
+        /// The missing metadata field.
+        field: &'static str,
     },
 }
 
@@ -73,7 +75,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Admin { .. } => "broker_admin",
             Error::Finalizer { .. } => "finalizer",
-            Error::NoNamespace { .. } => "no_namespace",
+            Error::MissingField { .. } => "missing_field",
         }
     }
 
@@ -266,9 +268,10 @@ mod tests {
             Duration::from_secs(1),
         ));
         let broker = Arc::new(Broker::test());
-        let error = Error::NoNamespace {
+        let error = Error::MissingField {
             kind: "Broker",
             name: "qb".into(),
+            field: "namespace",
         };
         let delays: Vec<Action> = (0..8)
             .map(|_| error_policy(broker.clone(), &error, ctx.clone()))
@@ -283,7 +286,7 @@ mod tests {
             Action::requeue(Duration::from_secs(5))
         );
         assert!(ctx.metrics.encode().contains(
-            r#"quiver_reconcile_errors_total{controller="broker",error="no_namespace"} 9"#
+            r#"quiver_reconcile_errors_total{controller="broker",error="missing_field"} 9"#
         ));
     }
 }

@@ -63,3 +63,18 @@ async fn failed_apply_requeues_with_backoff_then_recovers() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn an_object_without_uid_is_an_error_not_a_panic() {
+    let (client, api) = FakeApiServer::start();
+    let ctx = context(client, Arc::new(FakeAdmin::default()));
+    let mut broker = Broker::test();
+    broker.metadata.uid = None;
+    let error = reconcile(Arc::new(broker), ctx).await.expect_err("refused");
+    assert_eq!(error.metric_label(), "missing_field");
+    assert!(error.to_string().contains("has no uid"), "{error}");
+    assert!(
+        api.requests().is_empty(),
+        "nothing applied without owner references"
+    );
+}
