@@ -34,16 +34,30 @@ async fn killed_consumer_loses_nothing_and_successor_resumes_at_committed_offset
     .await;
     consumer.abort().await;
 
-    // What the broker holds as committed when the first consumer died.
+    // What the broker holds as committed once the dead consumer's last commits have landed.
     let offsets = PullConsumer::new(broker.client(), "g-kill");
-    let mut committed = BTreeMap::new();
-    for queue in offsets.queues(topic).await.expect("queues") {
-        let offset = offsets
-            .committed_offset(&queue)
-            .await
-            .expect("query")
-            .unwrap_or(QueueOffset(0));
-        committed.insert(queue.queue_id, offset);
+    let queues = offsets.queues(topic).await.expect("queues");
+    let mut committed: BTreeMap<u32, QueueOffset> = BTreeMap::new();
+    let started = std::time::Instant::now();
+    loop {
+        let mut now = BTreeMap::new();
+        for queue in &queues {
+            let offset = offsets
+                .committed_offset(queue)
+                .await
+                .expect("query")
+                .unwrap_or(QueueOffset(0));
+            now.insert(queue.queue_id, offset);
+        }
+        if now == committed {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "committed offsets never settled"
+        );
+        committed = now;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     let second = Received::default();
