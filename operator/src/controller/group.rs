@@ -398,3 +398,62 @@ async fn publish(ctx: &Context, group: &ConsumerGroup, reason: &str, note: &str)
         tracing::warn!(%error, reason, "could not publish event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::QueueOffset;
+    use crate::crd::LagThresholds;
+
+    fn lag_of(messages: u64, latency_ms: i64) -> GroupLag {
+        let queue = QueueConsumeStats {
+            topic: "orders".into(),
+            broker_name: "qb-0".into(),
+            queue_id: 0,
+            broker_offset: QueueOffset(100),
+            consumer_offset: Some(QueueOffset(100 - messages)),
+            oldest_unconsumed_store_ms: Some(10_000 - latency_ms),
+        };
+        group_lag(&[queue], &[], 10_000)
+    }
+
+    fn lagging(conditions: &[Desired]) -> (bool, &'static str) {
+        let found = conditions
+            .iter()
+            .find(|c| c.type_ == "Lagging")
+            .expect("Lagging");
+        (found.status, found.reason)
+    }
+
+    #[test]
+    fn either_threshold_sets_lagging() {
+        let thresholds = LagThresholds {
+            messages: Some(50),
+            seconds: Some(3),
+            stalled_polls: None,
+        };
+        let calm = lag_conditions(&lag_of(10, 1_000), Progress::Moving, &thresholds, 1);
+        assert_eq!(lagging(&calm), (false, "WithinThresholds"));
+        let many = lag_conditions(&lag_of(60, 1_000), Progress::Moving, &thresholds, 1);
+        assert_eq!(lagging(&many), (true, "ThresholdExceeded"));
+        let old = lag_conditions(&lag_of(10, 4_000), Progress::Moving, &thresholds, 1);
+        assert_eq!(lagging(&old), (true, "ThresholdExceeded"));
+    }
+
+    #[test]
+    fn no_thresholds_never_lagging_and_stall_is_reported() {
+        let conditions = lag_conditions(
+            &lag_of(90, 60_000),
+            Progress::Stalled { unmoved_polls: 4 },
+            &LagThresholds::default(),
+            2,
+        );
+        assert_eq!(lagging(&conditions), (false, "WithinThresholds"));
+        let stalled = conditions
+            .iter()
+            .find(|c| c.type_ == "Stalled")
+            .expect("Stalled");
+        assert!(stalled.status);
+        assert!(stalled.message.contains("4 polls"), "{}", stalled.message);
+    }
+}
