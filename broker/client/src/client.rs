@@ -260,3 +260,67 @@ fn new_client_id() -> String {
     let nonce: u32 = rand::random();
     format!("127.0.0.1@{}#{instance}#{nonce:08x}", std::process::id())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use quiver_protocol::body::{BrokerData, QueueData};
+
+    use super::*;
+
+    fn broker(name: &str, addr: &str) -> BrokerData {
+        BrokerData {
+            cluster: "c".into(),
+            broker_name: name.into(),
+            broker_addrs: BTreeMap::from([(0, addr.to_owned())]),
+            ..Default::default()
+        }
+    }
+
+    fn queues(name: &str, nums: u32, perm: i32) -> QueueData {
+        QueueData {
+            broker_name: name.into(),
+            read_queue_nums: nums,
+            write_queue_nums: nums,
+            perm,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn read_only_broker_is_readable_but_not_writable() {
+        let data = TopicRouteData {
+            queue_datas: vec![queues("b0", 2, 6), queues("b1", 2, 4)],
+            broker_datas: vec![
+                broker("b0", "10.0.0.1:10911"),
+                broker("b1", "10.0.0.2:10911"),
+            ],
+            ..Default::default()
+        };
+        let route = TopicRoute::from_route_data("t", &data);
+        assert_eq!(route.write_queues.len(), 2);
+        assert!(route.write_queues.iter().all(|q| q.broker_name == "b0"));
+        assert_eq!(route.read_queues.len(), 4);
+        assert_eq!(route.broker_addr("b1"), Some("10.0.0.2:10911"));
+    }
+
+    #[test]
+    fn queues_of_a_broker_without_master_address_are_skipped() {
+        let mut slave_only = broker("b1", "10.0.0.2:10911");
+        slave_only.broker_addrs = BTreeMap::from([(1, "10.0.0.3:10911".to_owned())]);
+        let data = TopicRouteData {
+            queue_datas: vec![queues("b0", 1, 6), queues("b1", 1, 6)],
+            broker_datas: vec![broker("b0", "10.0.0.1:10911"), slave_only],
+            ..Default::default()
+        };
+        let route = TopicRoute::from_route_data("t", &data);
+        assert_eq!(route.read_queues, vec![MessageQueue::new("t", "b0", 0)]);
+    }
+
+    #[test]
+    fn server_lists_accept_commas_semicolons_and_spaces() {
+        let config = ClientConfig::new(" a:1, b:2;c:3 ,");
+        assert_eq!(config.name_servers, vec!["a:1", "b:2", "c:3"]);
+    }
+}
