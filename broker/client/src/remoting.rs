@@ -27,6 +27,7 @@ pub struct InboundRequest {
 }
 
 type Pending = Arc<Mutex<HashMap<i32, oneshot::Sender<RemotingCommand>>>>;
+type ConnectionSlot = tokio::sync::Mutex<Option<Arc<Connection>>>;
 
 struct Connection {
     outbound: mpsc::UnboundedSender<Bytes>,
@@ -154,7 +155,9 @@ impl Connection {
 
 /// Shared by every producer, consumer and admin of one client instance.
 pub struct RemotingClient {
-    connections: tokio::sync::Mutex<HashMap<String, Arc<Connection>>>,
+    /// One slot per address, locked while connecting, so a slow or dead broker never
+    /// delays requests to the others.
+    connections: Mutex<HashMap<String, Arc<ConnectionSlot>>>,
     next_opaque: AtomicI32,
     inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
 }
@@ -172,22 +175,29 @@ impl RemotingClient {
 
     fn build(inbound: Option<mpsc::UnboundedSender<InboundRequest>>) -> Self {
         Self {
-            connections: tokio::sync::Mutex::new(HashMap::new()),
+            connections: Mutex::new(HashMap::new()),
             next_opaque: AtomicI32::new(1),
             inbound,
         }
     }
 
     async fn connection(&self, addr: &str) -> Result<Arc<Connection>> {
-        let mut connections = self.connections.lock().await;
-        if let Some(existing) = connections.get(addr) {
+        let slot = self
+            .connections
+            .lock()
+            .entry(addr.to_owned())
+            .or_default()
+            .clone();
+        let mut current = slot.lock().await;
+        if let Some(existing) = current.as_ref() {
             if !existing.is_closed() {
                 return Ok(existing.clone());
             }
-            connections.remove(addr);
         }
+        // Drop the dead connection now, even if reconnecting fails.
+        *current = None;
         let connection = Arc::new(Connection::open(addr, self.inbound.clone()).await?);
-        connections.insert(addr.to_owned(), connection.clone());
+        *current = Some(connection.clone());
         Ok(connection)
     }
 
@@ -265,7 +275,7 @@ impl RemotingClient {
 
     /// Closes every connection (pending requests fail with ConnectionClosed).
     pub async fn close_all(&self) {
-        self.connections.lock().await.clear();
+        self.connections.lock().clear();
     }
 }
 
