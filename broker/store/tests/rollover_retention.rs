@@ -133,3 +133,40 @@ fn segments_roll_and_retention_deletes_old_files_under_readers() {
         assert_readable(&store, TOPIC, (*n % u64::from(QUEUES)) as u32, *n, put);
     }
 }
+
+#[test]
+fn disk_high_water_deletes_the_oldest_file_per_run_never_the_active_one() {
+    let dir = tempfile::tempdir().unwrap();
+    // Any real disk is above this mark, so every run deletes one more file.
+    let config = StoreConfig {
+        disk_high_water_ratio: 1e-9,
+        ..retention_config(dir.path())
+    };
+    let store = MessageStore::open(config).unwrap();
+    let big = vec![1u8; 9_000];
+    for i in 0..20 {
+        store.put(&message(TOPIC, i % QUEUES, &big, ""), 1).unwrap();
+    }
+    let segments = store.stats().max_physical_offset.0 / SEGMENT_BYTES + 1;
+    assert!(segments >= 3);
+    for expected_min in 1..segments {
+        let report = store.run_retention(now_ms()).unwrap();
+        assert_eq!(report.deleted_segments.len(), 1);
+        assert_eq!(
+            report.deleted_segments[0].1,
+            quiver_store::DeleteReason::DiskHighWater
+        );
+        assert_eq!(
+            report.min_physical_offset,
+            CommitLogOffset(expected_min * SEGMENT_BYTES)
+        );
+    }
+    let report = store.run_retention(now_ms()).unwrap();
+    assert!(report.deleted_segments.is_empty(), "the active file stays");
+    let last = store
+        .get(TOPIC, 1, store.min_offset(TOPIC, 1), 32, u64::MAX, &|_| {
+            true
+        })
+        .unwrap();
+    assert_eq!(last.status, GetStatus::Found);
+}
