@@ -37,6 +37,8 @@ pub struct Broker {
     pub peers: PeerView,
     pub metrics: Metrics,
     permission: AtomicU32,
+    /// Serialises writers of config/brokerRuntime.json.
+    runtime_lock: parking_lot::Mutex<()>,
     ready: AtomicBool,
 }
 
@@ -72,6 +74,7 @@ impl Broker {
         };
         Ok(Broker {
             permission: AtomicU32::new(permission),
+            runtime_lock: parking_lot::Mutex::new(()),
             advertised,
             store_host,
             store: Arc::new(store),
@@ -114,6 +117,7 @@ impl Broker {
 
     /// Persists the settings changed at run time (UPDATE_BROKER_CONFIG). Blocking.
     pub fn persist_runtime(&self) -> Result<(), BrokerError> {
+        let _writer = self.runtime_lock.lock();
         let settings = RuntimeSettings {
             broker_permission: self.permission(),
         };

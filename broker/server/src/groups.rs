@@ -51,6 +51,8 @@ pub struct GroupManager {
     path: PathBuf,
     default_max_reconsume_times: i32,
     groups: RwLock<BTreeMap<String, SubscriptionGroupConfig>>,
+    /// Serialises writers: the periodic persist and admin requests share one temp file.
+    persist_lock: parking_lot::Mutex<()>,
 }
 
 impl GroupManager {
@@ -64,6 +66,7 @@ impl GroupManager {
             path,
             default_max_reconsume_times,
             groups: RwLock::new(file.subscription_group_table),
+            persist_lock: parking_lot::Mutex::new(()),
         })
     }
 
@@ -110,6 +113,7 @@ impl GroupManager {
     }
 
     pub fn persist(&self) -> Result<(), BrokerError> {
+        let _writer = self.persist_lock.lock();
         let file = GroupsFile {
             subscription_group_table: self.all(),
         };

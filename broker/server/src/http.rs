@@ -1,7 +1,7 @@
 //! The HTTP port: GET /metrics, /healthz, /readyz. A minimal HTTP/1.1 responder: one request
 //! per connection, then close.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -12,10 +12,15 @@ use crate::broker::Broker;
 const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves until `stop` resolves.
+/// The broker once it has opened; empty while the store recovers.
+pub type BrokerSlot = Arc<OnceLock<Arc<Broker>>>;
+
+/// Serves until `stop` flips. Runs from the start, so /healthz answers during recovery while
+/// /readyz says 503 until the broker serves.
 pub async fn serve(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    broker: BrokerSlot,
+    cluster: Arc<str>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
@@ -24,8 +29,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let broker = broker.clone();
+                    let cluster = cluster.clone();
                     tokio::spawn(async move {
-                        if let Err(error) = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, broker)).await {
+                        if let Err(error) = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, broker, cluster)).await {
                             tracing::debug!(%error, "http request timed out");
                         }
                     });
@@ -39,7 +45,9 @@ pub async fn serve(
     }
 }
 
-async fn answer(mut stream: TcpStream, broker: Arc<Broker>) {
+async fn answer(mut stream: TcpStream, slot: BrokerSlot, cluster: Arc<str>) {
+    let broker = slot.get().cloned();
+    let ready = broker.as_ref().is_some_and(|b| b.is_ready());
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -58,11 +66,11 @@ async fn answer(mut stream: TcpStream, broker: Arc<Broker>) {
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => {
             let scrape = broker.clone();
-            match tokio::task::spawn_blocking(move || {
-                crate::metrics::render(&scrape, crate::now_ms())
-            })
-            .await
-            {
+            let render = move || match scrape {
+                Some(broker) => crate::metrics::render(&broker, crate::now_ms()),
+                None => crate::metrics::render_recovering(&cluster),
+            };
+            match tokio::task::spawn_blocking(render).await {
                 Ok(text) => ("200 OK", "text/plain; version=0.0.4", text),
                 Err(error) => (
                     "500 Internal Server Error",
@@ -72,7 +80,7 @@ async fn answer(mut stream: TcpStream, broker: Arc<Broker>) {
             }
         }
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", "/readyz") if broker.is_ready() => ("200 OK", "text/plain", "ready\n".to_string()),
+        ("GET", "/readyz") if ready => ("200 OK", "text/plain", "ready\n".to_string()),
         ("GET", "/readyz") => (
             "503 Service Unavailable",
             "text/plain",
@@ -91,4 +99,38 @@ async fn answer(mut stream: TcpStream, broker: Arc<Broker>) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    #[tokio::test]
+    async fn recovering_broker_is_live_but_not_ready() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve(
+            listener,
+            BrokerSlot::default(),
+            Arc::from("C"),
+            stopped,
+        ));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        assert!(get(addr, "/metrics")
+            .await
+            .contains("quiver_broker_ready{cluster=\"C\"} 0"));
+        stop.send(true).unwrap();
+        server.await.unwrap();
+    }
 }

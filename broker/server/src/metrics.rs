@@ -88,6 +88,23 @@ pub fn consumer_lag(broker: &Broker, now_ms: i64) -> BTreeMap<(String, String), 
     result
 }
 
+/// The exposition while the store recovers: not ready, nothing else known yet.
+pub fn render_recovering(cluster: &str) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        "quiver_broker_ready",
+        "gauge",
+        "1 once recovery finished and the broker serves.",
+    );
+    let _ = writeln!(
+        out,
+        "quiver_broker_ready{{cluster=\"{}\"}} 0",
+        label(cluster)
+    );
+    out
+}
+
 /// The Prometheus text exposition of the broker; blocking (reads the store).
 pub fn render(broker: &Broker, now_ms: i64) -> String {
     let cluster = label(&broker.config.cluster);

@@ -37,22 +37,32 @@ pub async fn run(
         source,
     })?;
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
-    let broker = {
-        let config = config.clone();
-        tokio::task::spawn_blocking(move || Broker::open(config, bound))
-            .await
-            .map_err(BrokerError::Blocking)??
-    };
-    let broker = Arc::new(broker);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut background = JoinSet::new();
+    let slot: crate::http::BrokerSlot = Arc::default();
     if let Some(http_listener) = http_listener {
         background.spawn(crate::http::serve(
             http_listener,
-            broker.clone(),
+            slot.clone(),
+            Arc::from(config.cluster.as_str()),
             stop_rx.clone(),
         ));
     }
+    let opened = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Broker::open(config, bound))
+            .await
+            .map_err(BrokerError::Blocking)
+    };
+    let broker = match opened {
+        Ok(Ok(broker)) => Arc::new(broker),
+        Ok(Err(error)) | Err(error) => {
+            let _ = stop_tx.send(true);
+            while background.join_next().await.is_some() {}
+            return Err(error);
+        }
+    };
+    let _ = slot.set(broker.clone());
     background.spawn(persist_loop(broker.clone(), stop_rx.clone()));
     background.spawn(client_expiry_loop(broker.clone(), stop_rx.clone()));
     background.spawn(crate::schedule::run(broker.clone(), stop_rx.clone()));

@@ -94,6 +94,8 @@ struct TopicsFile {
 pub struct TopicManager {
     path: PathBuf,
     topics: RwLock<BTreeMap<String, TopicConfig>>,
+    /// Serialises writers: the periodic persist and admin requests share one temp file.
+    persist_lock: parking_lot::Mutex<()>,
 }
 
 impl TopicManager {
@@ -114,6 +116,7 @@ impl TopicManager {
         Ok(TopicManager {
             path,
             topics: RwLock::new(topics),
+            persist_lock: parking_lot::Mutex::new(()),
         })
     }
 
@@ -155,6 +158,7 @@ impl TopicManager {
 
     /// Writes the table atomically.
     pub fn persist(&self) -> Result<(), BrokerError> {
+        let _writer = self.persist_lock.lock();
         let file = TopicsFile {
             topic_config_table: self.topics.read().clone(),
         };
