@@ -162,6 +162,12 @@ pub trait BrokerAdmin: Send + Sync {
         addr: &'a BrokerAddr,
         topic: &'a str,
     ) -> BoxFuture<'a, Result<TopicStats, AdminError>>;
+    /// Client ids of the group's live members connected to `addr`; empty when none is online.
+    fn members<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        group: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, AdminError>>;
     /// Groups known to the broker (subscription group configs).
     fn groups<'a>(&'a self, addr: &'a BrokerAddr)
         -> BoxFuture<'a, Result<Vec<String>, AdminError>>;

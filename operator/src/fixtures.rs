@@ -180,6 +180,7 @@ struct FakeBrokers {
     resets: Vec<(BrokerAddr, String, String, ResetTarget)>,
     deleted: Vec<(BrokerAddr, String)>,
     unreachable: HashSet<BrokerAddr>,
+    members: BTreeMap<(BrokerAddr, String), Vec<String>>,
 }
 
 impl FakeAdmin {
@@ -222,6 +223,16 @@ impl FakeAdmin {
                 consumer_offset: committed.map(QueueOffset),
                 oldest_unconsumed_store_ms: oldest_ms,
             });
+        });
+    }
+
+    /// Sets the live members of `group` connected to `addr`.
+    pub fn set_members(&self, addr: &str, group: &str, members: &[&str]) {
+        self.with_state(|state| {
+            let members = members.iter().map(|member| member.to_string()).collect();
+            state
+                .members
+                .insert((BrokerAddr(addr.to_string()), group.to_string()), members);
         });
     }
 
@@ -361,6 +372,20 @@ impl BrokerAdmin for FakeAdmin {
             Ok(TopicStats { queues })
         }
         .boxed()
+    }
+
+    fn members<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        group: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
+        self.call(addr, move |state| {
+            state
+                .members
+                .get(&(addr.clone(), group.to_string()))
+                .cloned()
+                .unwrap_or_default()
+        })
     }
 
     fn groups<'a>(

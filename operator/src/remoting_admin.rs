@@ -270,6 +270,41 @@ impl BrokerAdmin for RemotingAdmin {
         .boxed()
     }
 
+    fn members<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        group: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
+        async move {
+            let command = RemotingCommand::request(
+                request::GET_CONSUMER_CONNECTION_LIST,
+                ext([("consumerGroup", group.to_string())]),
+            );
+            let reply = self
+                .call(addr, command, "GET_CONSUMER_CONNECTION_LIST")
+                .await?;
+            if reply.code == response::CONSUMER_NOT_ONLINE {
+                return Ok(Vec::new());
+            }
+            if reply.code != response::SUCCESS {
+                return Err(rejected(addr, "GET_CONSUMER_CONNECTION_LIST", &reply));
+            }
+            let connections = body::ConsumerConnection::decode(&reply.body).map_err(|source| {
+                AdminError::Malformed {
+                    addr: addr.clone(),
+                    request: "GET_CONSUMER_CONNECTION_LIST",
+                    source: Box::new(source),
+                }
+            })?;
+            Ok(connections
+                .connection_set
+                .into_iter()
+                .map(|connection| connection.client_id)
+                .collect())
+        }
+        .boxed()
+    }
+
     fn groups<'a>(
         &'a self,
         addr: &'a BrokerAddr,

@@ -100,6 +100,52 @@ async fn send(admin: &RemotingAdmin, addr: &BrokerAddr, queue_id: i32, body: &st
     );
 }
 
+/// A consumer's HEART_BEAT on a connection that stays open (membership ends with it).
+async fn heartbeat(addr: &BrokerAddr, group: &str, client_id: &str) -> tokio::net::TcpStream {
+    use quiver_protocol::body::{ConsumerData, HeartbeatData, SubscriptionData};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let data = HeartbeatData {
+        client_id: client_id.to_string(),
+        producer_data_set: Vec::new(),
+        consumer_data_set: vec![ConsumerData {
+            group_name: group.to_string(),
+            subscription_data_set: vec![SubscriptionData {
+                topic: "orders".to_string(),
+                sub_string: "*".to_string(),
+                ..SubscriptionData::default()
+            }],
+            ..ConsumerData::default()
+        }],
+    };
+    let command = RemotingCommand::request(request::HEART_BEAT, HashMap::new())
+        .with_body(data.encode())
+        .with_opaque(7);
+    let mut stream = tokio::net::TcpStream::connect(&addr.0)
+        .await
+        .expect("connect");
+    let frame = quiver_protocol::frame::encode_to_bytes(&command).expect("encode");
+    stream.write_all(&frame).await.expect("send heartbeat");
+    let mut buffer = bytes::BytesMut::new();
+    let reply = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match quiver_protocol::frame::decode(&mut buffer).expect("frame") {
+                Some(reply) if reply.is_response() && reply.opaque == 7 => return reply,
+                // The broker also pushes NOTIFY_CONSUMER_IDS_CHANGED to members.
+                Some(_) => continue,
+                None => {}
+            }
+            assert!(
+                stream.read_buf(&mut buffer).await.expect("read") > 0,
+                "closed"
+            );
+        }
+    })
+    .await
+    .expect("heartbeat answered within 5 s");
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    stream
+}
+
 /// `brokerPermission` as GET_BROKER_CONFIG reports it.
 async fn broker_permission(admin: &RemotingAdmin, addr: &BrokerAddr) -> String {
     let command = RemotingCommand::request(request::GET_BROKER_CONFIG, HashMap::new());
@@ -146,6 +192,13 @@ async fn every_admin_call_works_against_a_real_broker() {
         .await
         .expect("groups")
         .contains(&"billing".to_string()));
+
+    let members = admin.members(&addr, "billing").await.expect("members");
+    assert!(members.is_empty(), "no consumer online: {members:?}");
+    let member = heartbeat(&addr, "billing", "10.0.0.7@worker-1").await;
+    let members = admin.members(&addr, "billing").await.expect("members");
+    assert_eq!(members, vec!["10.0.0.7@worker-1".to_string()]);
+    drop(member);
 
     let before_send_ms = now_ms();
     for index in 0..10 {

@@ -18,6 +18,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{finalizer, Event};
 use kube::{Api, Resource, ResourceExt};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::instrument;
@@ -123,6 +124,17 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             .map_err(Error::admin("creating the subscription group"))?;
     }
 
+    // Members heartbeat to every broker: the union is the group's membership.
+    let mut members = BTreeSet::new();
+    for addr in &addresses {
+        let connected = ctx
+            .admin
+            .members(addr, &name)
+            .await
+            .map_err(Error::admin("listing live members"))?;
+        members.extend(connected);
+    }
+
     let mut applied_offset_reset = previous.applied_offset_reset.clone();
     if let Some(reset) = &group.spec.offset_reset {
         let already_applied = applied_offset_reset
@@ -203,7 +215,7 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             .collect(),
         conditions: conditions::merge(
             &previous.conditions,
-            &lag_conditions(&lag, progress, &thresholds, addresses.len()),
+            &lag_conditions(&lag, progress, &thresholds, addresses.len(), members.len()),
             group.metadata.generation,
             now,
         ),
@@ -278,6 +290,7 @@ fn lag_conditions(
     progress: Progress,
     thresholds: &crate::crd::LagThresholds,
     brokers: usize,
+    members: usize,
 ) -> Vec<Desired> {
     let total = lag.total_messages();
     let latency_ms = lag.max_latency_ms();
@@ -303,7 +316,7 @@ fn lag_conditions(
             "Ready",
             true,
             "GroupConfigured",
-            format!("group present on {brokers} brokers"),
+            format!("group present on {brokers} brokers; {members} live members"),
         ),
         Desired::new(
             "Lagging",
@@ -432,11 +445,11 @@ mod tests {
             seconds: Some(3),
             stalled_polls: None,
         };
-        let calm = lag_conditions(&lag_of(10, 1_000), Progress::Moving, &thresholds, 1);
+        let calm = lag_conditions(&lag_of(10, 1_000), Progress::Moving, &thresholds, 1, 0);
         assert_eq!(lagging(&calm), (false, "WithinThresholds"));
-        let many = lag_conditions(&lag_of(60, 1_000), Progress::Moving, &thresholds, 1);
+        let many = lag_conditions(&lag_of(60, 1_000), Progress::Moving, &thresholds, 1, 0);
         assert_eq!(lagging(&many), (true, "ThresholdExceeded"));
-        let old = lag_conditions(&lag_of(10, 4_000), Progress::Moving, &thresholds, 1);
+        let old = lag_conditions(&lag_of(10, 4_000), Progress::Moving, &thresholds, 1, 0);
         assert_eq!(lagging(&old), (true, "ThresholdExceeded"));
     }
 
@@ -447,6 +460,7 @@ mod tests {
             Progress::Stalled { unmoved_polls: 4 },
             &LagThresholds::default(),
             2,
+            0,
         );
         assert_eq!(lagging(&conditions), (false, "WithinThresholds"));
         let stalled = conditions

@@ -38,6 +38,8 @@ async fn lag_lands_in_status_and_metrics() {
     );
     admin.set_queue(&addr(0), "billing", ("orders", 1), 50, None, None);
     admin.set_queue(&addr(1), "billing", ("orders", 0), 10, Some(10), None);
+    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    admin.set_members(&addr(1), "billing", &["10.0.0.7@1"]);
     admin.set_queue(
         &addr(1),
         "billing",
@@ -90,6 +92,16 @@ async fn lag_lands_in_status_and_metrics() {
     assert_eq!(
         condition(&status.conditions, "Ready"),
         ("True".into(), "GroupConfigured".into())
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert!(
+        ready.message.contains("1 live members"),
+        "members counted once across brokers: {}",
+        ready.message
     );
     assert_eq!(
         condition(&status.conditions, "Lagging"),
