@@ -31,3 +31,14 @@ pub use retention::{DeleteReason, RetentionReport};
 pub use store::{
     DispatchEvent, DispatchHook, GetResult, GetStatus, MessageStore, PutResult, StoreStats,
 };
+
+#[cfg(test)]
+mod tests {
+    /// Callers share the store and the offsets across threads in an `Arc`.
+    #[test]
+    fn shared_types_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<super::MessageStore>();
+        assert_send_sync::<super::ConsumerOffsets>();
+    }
+}
