@@ -7,6 +7,7 @@
 //!
 //! Offset semantics follow DESIGN §4; the pure parts ([`allocate`], [`process_queue`],
 //! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
+#![doc = include_str!("../README.md")]
 
 pub mod admin;
 pub mod allocate;
