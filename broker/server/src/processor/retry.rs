@@ -1,8 +1,6 @@
 //! CONSUMER_SEND_MSG_BACK (36): a failed message goes to %RETRY%<group> after a delay level,
 //! or to %DLQ%<group> once it has been redelivered maxReconsumeTimes times.
 
-use std::sync::Arc;
-
 use quiver_protocol::code::response;
 use quiver_protocol::header::{ConsumerSendMsgBackRequestHeader, SendBackDelay};
 use quiver_protocol::message as msg;
@@ -117,7 +115,7 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             )
         }
     };
-    let target = Arc::new(vec![StoreTarget {
+    let target = vec![StoreTarget {
         topic,
         queue_id,
         flag: record.flag,
@@ -127,7 +125,7 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         born_timestamp_ms: record.born_timestamp_ms,
         born_host: record.born_host,
         reconsume_times: record.reconsume_times + 1,
-    }]);
+    }];
     blocking(broker, move |broker| super::store_message(broker, &target)).await??;
     Ok(success(req, &[]))
 }

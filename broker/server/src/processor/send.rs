@@ -1,7 +1,6 @@
 //! SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use quiver_protocol::code::response;
@@ -117,6 +116,8 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         Ok(id) => id % topic.write_queue_nums.max(1),
         Err(_) => (crate::now_ms() as u32) % topic.write_queue_nums.max(1),
     };
+    // The answer names the queue the client chose, even when a delay parks the message.
+    let requested_queue = queue_id;
     let born_host = ctx.connection.remote;
     let max_body = broker.config.max_message_size as usize;
     let mut targets = Vec::new();
@@ -188,9 +189,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         });
     }
     let count = targets.len();
-    let first_queue = targets[0].queue_id;
-    let shared = Arc::new(targets);
-    let results = blocking(broker, move |broker| store_message(broker, &shared)).await??;
+    let results = blocking(broker, move |broker| store_message(broker, &targets)).await??;
     let ids: Vec<String> = results
         .iter()
         .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
@@ -198,7 +197,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     tracing::trace!(topic = %header.topic, count, "stored");
     let reply = SendMessageResponseHeader {
         msg_id: ids.join(","),
-        queue_id: i32::try_from(first_queue).unwrap_or(i32::MAX),
+        queue_id: i32::try_from(requested_queue).unwrap_or(i32::MAX),
         queue_offset: i64::try_from(results[0].queue_offset.0).unwrap_or(i64::MAX),
     };
     Ok(req
