@@ -54,8 +54,15 @@ impl CommitLog {
         Arc::clone(&self.segments.read())
     }
 
-    pub(crate) fn replace_segments(&self, segments: Vec<Arc<MappedSegment>>) {
-        *self.segments.write() = Arc::new(segments);
+    /// Drops `doomed` from the list, under the lock so a concurrent roll is kept.
+    pub(crate) fn remove_segments(&self, doomed: &[Arc<MappedSegment>]) {
+        let mut segments = self.segments.write();
+        let kept: Vec<_> = segments
+            .iter()
+            .filter(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)))
+            .cloned()
+            .collect();
+        *segments = Arc::new(kept);
     }
 
     /// Makes `[.., end)` visible to readers and the flusher.

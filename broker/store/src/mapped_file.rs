@@ -171,8 +171,11 @@ impl MappedSegment {
 
     /// Removes the file; live views keep their pages until dropped.
     pub(crate) fn delete(&self) -> Result<(), StoreError> {
-        std::fs::remove_file(&self.path)
-            .map_err(|e| StoreError::io("delete segment", &self.path, e))
+        match std::fs::remove_file(&self.path) {
+            // Already gone (its topic was deleted) is the state we want.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            outcome => outcome.map_err(|e| StoreError::io("delete segment", &self.path, e)),
+        }
     }
 }
 

@@ -101,6 +101,8 @@ struct Shared {
     hook: RwLock<Option<DispatchHook>>,
     shut_down: AtomicBool,
     report: RecoveryReport,
+    /// One retention run at a time, so no file is chosen twice.
+    retention: Mutex<()>,
     /// Holds the data directory's exclusive lock for the store's lifetime.
     _lock: std::fs::File,
 }
@@ -286,6 +288,7 @@ impl MessageStore {
             shut_down: AtomicBool::new(false),
             report: recovered.report,
             config,
+            retention: Mutex::new(()),
             _lock: lock,
         });
         let flusher_shared = Arc::clone(&shared);
@@ -576,6 +579,7 @@ impl MessageStore {
     /// high-water mark), never the active one; queue min offsets follow.
     pub fn run_retention(&self, now_ms: i64) -> Result<RetentionReport, StoreError> {
         let shared = &*self.shared;
+        let _one_at_a_time = shared.retention.lock();
         let config = &shared.config;
         let (used, total) = retention::disk_usage(&config.data_dir)?;
         let ratio = if total == 0 {
@@ -596,15 +600,11 @@ impl MessageStore {
             ..RetentionReport::default()
         };
         if !chosen.is_empty() {
-            let kept: Vec<_> = {
-                let current = shared.commit_log.snapshot();
-                current
-                    .iter()
-                    .filter(|s| !chosen.iter().any(|(c, _)| Arc::ptr_eq(c, s)))
-                    .cloned()
-                    .collect()
-            };
-            shared.commit_log.replace_segments(kept);
+            let doomed: Vec<_> = chosen
+                .iter()
+                .map(|(segment, _)| Arc::clone(segment))
+                .collect();
+            shared.commit_log.remove_segments(&doomed);
             for (segment, reason) in &chosen {
                 segment.delete()?;
                 tracing::info!(path = %segment.path().display(), ?reason, "deleted commitlog file");
