@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quiver_protocol::header::UnregisterClientRequestHeader;
@@ -153,7 +153,12 @@ struct QueueState {
     stop: watch::Sender<bool>,
     space_freed: Notify,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Orderly mode: the broker lock counts as held until then (renewed on every rebalance).
+    locked_until: Mutex<Option<Instant>>,
 }
+
+/// How long a broker queue lock is trusted after it was granted (RocketMQ's 30 s).
+const LOCK_TRUSTED_FOR: Duration = Duration::from_secs(30);
 
 impl QueueState {
     fn new(queue: MessageQueue) -> Arc<Self> {
@@ -163,7 +168,18 @@ impl QueueState {
             stop: watch::channel(false).0,
             space_freed: Notify::new(),
             task: Mutex::new(None),
+            locked_until: Mutex::new(None),
         })
+    }
+
+    fn lock_granted(&self) {
+        *self.locked_until.lock() = Some(Instant::now() + LOCK_TRUSTED_FOR);
+    }
+
+    fn holds_lock(&self) -> bool {
+        self.locked_until
+            .lock()
+            .is_some_and(|until| Instant::now() < until)
     }
 
     fn is_dropped(&self) -> bool {
@@ -464,7 +480,7 @@ impl Inner {
                     code::response::SUCCESS
                 }
                 code::request::RESET_CONSUMER_CLIENT_OFFSET => {
-                    match self.reset_offsets(command).await {
+                    match self.reset_offsets(&request.addr, command).await {
                         Ok(()) => code::response::SUCCESS,
                         Err(error) => {
                             tracing::warn!(%error, "offset reset from the broker failed");
@@ -548,7 +564,11 @@ impl Inner {
         if self.config.mode == ConsumeMode::Orderly {
             // Keep the locks alive (the broker expires them after 60 s).
             let held: Vec<MessageQueue> = self.assignments.lock().keys().cloned().collect();
-            self.lock(&held).await;
+            for queue in self.lock(&held).await {
+                if let Some(state) = self.assignments.lock().get(&queue) {
+                    state.lock_granted();
+                }
+            }
         }
     }
 
@@ -620,23 +640,32 @@ impl Inner {
             StartPosition::QueueMax => self.core.max_offset(&queue).await?,
             StartPosition::SearchTimestamp(ts) => self.core.search_offset(&queue, ts).await?,
         };
-        self.start_queue(queue, start);
+        // Orderly queues reach here only once the broker granted their lock.
+        let locked_until =
+            (self.config.mode == ConsumeMode::Orderly).then(|| Instant::now() + LOCK_TRUSTED_FOR);
+        self.start_queue(queue, start, locked_until);
         Ok(())
     }
 
-    fn start_queue(self: &Arc<Self>, queue: MessageQueue, start: QueueOffset) {
+    fn start_queue(
+        self: &Arc<Self>,
+        queue: MessageQueue,
+        start: QueueOffset,
+        locked_until: Option<Instant>,
+    ) {
         let state = QueueState::new(queue.clone());
+        *state.locked_until.lock() = locked_until;
         let task = tokio::spawn(self.clone().pull_loop(state.clone(), start));
         *state.task.lock() = Some(task);
         self.assignments.lock().insert(queue, state);
     }
 
     /// RESET_CONSUMER_CLIENT_OFFSET: move assigned queues to the broker's offsets.
-    async fn reset_offsets(self: &Arc<Self>, command: &RemotingCommand) -> Result<()> {
+    async fn reset_offsets(self: &Arc<Self>, addr: &str, command: &RemotingCommand) -> Result<()> {
         let body =
             quiver_protocol::body::ResetOffsetBody::decode(&command.body).map_err(|source| {
                 ClientError::Body {
-                    addr: String::from("broker push"),
+                    addr: addr.to_owned(),
                     request_code: code::request::RESET_CONSUMER_CLIENT_OFFSET,
                     source,
                 }
@@ -646,11 +675,12 @@ impl Inner {
             let state = self.assignments.lock().remove(&queue);
             let Some(state) = state else { continue };
             state.stop().await;
-            let offset = QueueOffset(offset.max(0) as u64);
+            let locked_until = *state.locked_until.lock();
+            let offset = QueueOffset(u64::try_from(offset).unwrap_or(0));
             self.offsets.update(&queue, offset, UpdateMode::Overwrite);
             self.persist_offset(&queue).await?;
             tracing::info!(queue = %queue, %offset, "offset reset by the broker");
-            self.start_queue(queue, offset);
+            self.start_queue(queue, offset, locked_until);
         }
         Ok(())
     }
@@ -907,6 +937,14 @@ impl Inner {
             if state.is_dropped() || state.is_stopping() {
                 state.process_queue.lock().return_taken();
                 return false;
+            }
+            if !state.holds_lock() {
+                // Another member may own the queue now: wait for the next lock renewal.
+                state.process_queue.lock().return_taken();
+                tokio::select! {
+                    _ = tokio::time::sleep(self.config.retry_pause) => continue,
+                    _ = stop.changed() => return false,
+                }
             }
             let batch: Arc<[ReceivedMessage]> = batch.into();
             let outcome = {
