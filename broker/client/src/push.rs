@@ -574,13 +574,24 @@ impl Inner {
 
     async fn rebalance_topic(self: &Arc<Self>, topic: &str) -> Result<()> {
         let route = self.core.fetch_route(topic).await?;
-        let Some(addr) = route.brokers.values().next().cloned() else {
-            return Err(ClientError::NoRoute {
+        // Every broker knows the group's members; ask them in turn until one answers.
+        let mut members = None;
+        let mut last_error = None;
+        for addr in route.brokers.values() {
+            match self.core.consumer_ids(addr, self.group()).await {
+                Ok(ids) => {
+                    members = Some(ids);
+                    break;
+                }
+                Err(error) => last_error = Some(error),
+            }
+        }
+        let Some(members) = members else {
+            return Err(last_error.unwrap_or(ClientError::NoRoute {
                 topic: topic.to_owned(),
                 purpose: "rebalance",
-            });
+            }));
         };
-        let members = self.core.consumer_ids(&addr, self.group()).await?;
         let wanted = allocate_averagely(&route.read_queues, &members, self.core.client_id());
         let current: Vec<MessageQueue> = self
             .assignments
