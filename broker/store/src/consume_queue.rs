@@ -114,10 +114,6 @@ impl ConsumeQueue {
         self.queue_id
     }
 
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub(crate) fn min_offset(&self) -> u64 {
         self.min_offset.load(Ordering::Acquire)
     }

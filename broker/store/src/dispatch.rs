@@ -33,7 +33,7 @@ impl QueueWriter {
 }
 
 /// The topic names a directory under `consumequeue/`: it must stay one path component.
-fn is_safe_topic_dir(topic: &str) -> bool {
+pub(crate) fn is_safe_topic_dir(topic: &str) -> bool {
     !topic.is_empty() && topic != "." && topic != ".." && !topic.contains(['/', '\\', '\0'])
 }
 
@@ -114,11 +114,9 @@ impl Dispatcher {
             .expect("inserted above"))
     }
 
-    /// Forgets a topic's queues (after `delete_topic`); returns them.
-    pub(crate) fn remove_topic(&mut self, topic: &str) -> Vec<Arc<ConsumeQueue>> {
-        self.queues.remove(topic).map_or_else(Vec::new, |queues| {
-            queues.into_values().map(|w| w.cq).collect()
-        })
+    /// Forgets a topic's queues (for `delete_topic`).
+    pub(crate) fn remove_topic(&mut self, topic: &str) {
+        self.queues.remove(topic);
     }
 
     /// Recovery: indexes `record` unless its queue already has it.

@@ -14,7 +14,7 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::commit_log::{CommitLog, LogWriter};
 use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, Unit};
-use crate::dispatch::{Dispatcher, QueueRegistry};
+use crate::dispatch::{is_safe_topic_dir, Dispatcher, QueueRegistry};
 use crate::error::StoreError;
 use crate::flush::{self, FlushControl, FlushTarget};
 use crate::mapped_file::sync_dir;
@@ -550,18 +550,17 @@ impl MessageStore {
 
     /// Drops the topic's ConsumeQueues (its records stay in the CommitLog until retention).
     pub fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
-        let removed = {
-            let mut writer = self.shared.writer.lock();
-            let removed = writer.dispatcher.remove_topic(topic);
-            self.shared.registry.write().remove(topic);
-            removed
-        };
+        if !is_safe_topic_dir(topic) {
+            return Err(StoreError::InvalidTopic {
+                topic: topic.to_owned(),
+            });
+        }
+        // Under the write lock, so a concurrent put cannot re-create a queue mid-removal.
+        let mut writer = self.shared.writer.lock();
+        writer.dispatcher.remove_topic(topic);
+        self.shared.registry.write().remove(topic);
         let root = self.shared.config.data_dir.join("consumequeue");
         let topic_dir = root.join(topic);
-        for queue in &removed {
-            std::fs::remove_dir_all(queue.dir())
-                .map_err(|e| StoreError::io("delete queue", queue.dir(), e))?;
-        }
         if topic_dir.exists() {
             std::fs::remove_dir_all(&topic_dir)
                 .map_err(|e| StoreError::io("delete topic", &topic_dir, e))?;

@@ -197,3 +197,16 @@ fn a_data_dir_opens_once_at_a_time() {
     drop(store);
     MessageStore::open(config(dir.path())).unwrap();
 }
+
+#[test]
+fn delete_topic_refuses_paths_outside_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    for topic in ["..", "../consumequeue", "a/b"] {
+        assert!(matches!(
+            store.delete_topic(topic),
+            Err(StoreError::InvalidTopic { .. })
+        ));
+    }
+    assert!(dir.path().join("commitlog").exists());
+}
