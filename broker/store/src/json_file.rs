@@ -31,7 +31,12 @@ pub fn write_json_atomically(path: &Path, value: &impl Serialize) -> Result<(), 
     write_atomically(path, &bytes)
 }
 
+/// Serialises atomic writes in this process: two writers of one file would share its temp
+/// file and interleave their renames.
+static ATOMIC_WRITES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let _one_at_a_time = ATOMIC_WRITES.lock();
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -144,5 +149,26 @@ mod tests {
             read_json_with_backup::<Vec<u32>>(&path),
             Err(StoreError::Json { .. })
         ));
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_file_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("topics.json");
+        std::thread::scope(|scope| {
+            for writer in 0..4u32 {
+                let path = &path;
+                scope.spawn(move || {
+                    for round in 0..10u32 {
+                        write_json_atomically(path, &vec![writer, round]).unwrap();
+                    }
+                });
+            }
+        });
+        let last: Vec<u32> = read_json_with_backup(&path).unwrap().unwrap();
+        assert_eq!(
+            last[1], 9,
+            "some writer's last round is the current version"
+        );
     }
 }
