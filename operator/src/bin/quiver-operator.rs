@@ -62,7 +62,10 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.http_listen)
         .await
         .with_context(|| format!("binding --http-listen {}", args.http_listen))?;
-    tracing::info!(addr = %args.http_listen, "serving /metrics /healthz /readyz");
+    let http_addr = listener
+        .local_addr()
+        .context("reading the HTTP listener's address")?;
+    tracing::info!(addr = %http_addr, "serving /metrics /healthz /readyz");
     let http_task = tokio::spawn(http::serve(
         listener,
         metrics.clone(),

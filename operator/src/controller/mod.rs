@@ -25,6 +25,8 @@ use std::time::Duration;
 pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
 /// Longest delay after repeated failures.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// Time in-flight reconciles get to finish after a shutdown request.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Failures of a reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -246,11 +248,27 @@ pub async fn run(
             tracing::debug!(%error, "consumergroup controller event");
         }
     });
+    let mut grace_stop = stop_tx.subscribe();
     let trigger = async move {
         shutdown.await;
         stop_tx.send(()).ok();
     };
-    tokio::join!(brokers, groups, trigger);
+    let controllers = async {
+        tokio::join!(brokers, groups);
+    };
+    // kube-runtime holds its runner until the first list succeeds, so with the API server
+    // unreachable the controllers never finish on their own: bound the graceful part.
+    let deadline = async move {
+        grace_stop.recv().await.ok();
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let bounded = async {
+        tokio::select! {
+            () = controllers => tracing::info!("controllers stopped"),
+            () = deadline => tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "controllers still busy after the shutdown grace; stopping anyway"),
+        }
+    };
+    tokio::join!(bounded, trigger);
 }
 
 #[cfg(test)]
