@@ -32,6 +32,8 @@ pub(crate) struct FlushControl {
     work: Condvar,
     /// Wakes writers: a flush finished.
     done: Condvar,
+    /// Wakes the housekeeper: the store stops.
+    stopped: Condvar,
 }
 
 impl FlushControl {
@@ -45,6 +47,7 @@ impl FlushControl {
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            stopped: Condvar::new(),
         }
     }
 
@@ -132,6 +135,16 @@ impl FlushControl {
         self.state.lock().stopping = true;
         self.work.notify_all();
         self.done.notify_all();
+        self.stopped.notify_all();
+    }
+
+    /// Sleeps up to `interval`; `false` once the store stops.
+    fn wait_while_running(&self, interval: Duration) -> bool {
+        let mut state = self.state.lock();
+        if !state.stopping {
+            self.stopped.wait_for(&mut state, interval);
+        }
+        !state.stopping
     }
 }
 
@@ -151,14 +164,9 @@ pub(crate) fn run_flusher(
     interval: Duration,
     least_bytes: u64,
 ) {
-    let mut last_housekeeping = Instant::now();
     let mut last_log_flush = Instant::now();
     loop {
-        let next_tick = match mode {
-            FlushMode::Sync => last_housekeeping + interval,
-            FlushMode::Async => Instant::now() + interval,
-        };
-        if !control.wait_for_work(mode, next_tick) {
+        if !control.wait_for_work(mode, Instant::now() + interval) {
             return;
         }
         let committed = target.commit_log_committed();
@@ -180,11 +188,19 @@ pub(crate) fn run_flusher(
             }
             last_log_flush = Instant::now();
         }
-        if last_housekeeping.elapsed() >= interval {
-            if let Err(error) = target.housekeeping() {
-                tracing::error!(error = %error, "consume queue flush or checkpoint failed");
-            }
-            last_housekeeping = Instant::now();
+    }
+}
+
+/// The housekeeper thread's loop: every `interval`, flush the ConsumeQueues and checkpoint.
+/// Its own thread, so Sync writers never wait behind checkpoint fsyncs.
+pub(crate) fn run_housekeeper(
+    control: &FlushControl,
+    target: &dyn FlushTarget,
+    interval: Duration,
+) {
+    while control.wait_while_running(interval) {
+        if let Err(error) = target.housekeeping() {
+            tracing::error!(error = %error, "consume queue flush or checkpoint failed");
         }
     }
 }

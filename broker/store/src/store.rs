@@ -111,7 +111,8 @@ struct Shared {
 /// for a clean stop; a store dropped without it recovers as after a crash.
 pub struct MessageStore {
     shared: Arc<Shared>,
-    flusher: Mutex<Option<JoinHandle<()>>>,
+    /// The flusher and the housekeeper.
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl FlushTarget for Shared {
@@ -291,23 +292,38 @@ impl MessageStore {
             retention: Mutex::new(()),
             _lock: lock,
         });
-        let flusher_shared = Arc::clone(&shared);
-        let flusher = std::thread::Builder::new()
-            .name("quiver-store-flush".into())
-            .spawn(move || {
-                let config = &flusher_shared.config;
-                flush::run_flusher(
-                    &flusher_shared.flush,
-                    &*flusher_shared,
-                    config.flush_mode,
-                    Duration::from_millis(config.flush_interval_ms),
-                    flush::least_bytes(config.flush_least_pages),
-                )
-            })
-            .map_err(|e| StoreError::io("spawn flusher", &shared.config.data_dir, e))?;
+        let spawn = |name: &str, run: fn(&Shared)| {
+            let shared_for_thread = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || run(&shared_for_thread))
+                .map_err(|e| StoreError::io("spawn thread", &shared.config.data_dir, e))
+        };
+        let flusher = spawn("quiver-store-flush", |shared| {
+            let config = &shared.config;
+            flush::run_flusher(
+                &shared.flush,
+                shared,
+                config.flush_mode,
+                Duration::from_millis(config.flush_interval_ms),
+                flush::least_bytes(config.flush_least_pages),
+            )
+        })?;
+        let housekeeper = spawn("quiver-store-checkpoint", |shared| {
+            let interval = Duration::from_millis(shared.config.flush_interval_ms);
+            flush::run_housekeeper(&shared.flush, shared, interval)
+        });
+        let threads = match housekeeper {
+            Ok(housekeeper) => vec![flusher, housekeeper],
+            Err(error) => {
+                shared.flush.stop();
+                let _ = flusher.join();
+                return Err(error);
+            }
+        };
         Ok(MessageStore {
             shared,
-            flusher: Mutex::new(Some(flusher)),
+            threads: Mutex::new(threads),
         })
     }
 
@@ -650,7 +666,7 @@ impl MessageStore {
             }
         }
         let flushed = shared.flush_all();
-        self.stop_flusher();
+        self.stop_threads();
         flushed?;
         let end = shared.commit_log.committed();
         checkpoint::save(
@@ -663,11 +679,11 @@ impl MessageStore {
         )
     }
 
-    fn stop_flusher(&self) {
+    fn stop_threads(&self) {
         self.shared.flush.stop();
-        if let Some(handle) = self.flusher.lock().take() {
+        for handle in self.threads.lock().drain(..) {
             if handle.join().is_err() {
-                tracing::error!("the flusher thread panicked");
+                tracing::error!("a store thread panicked");
             }
         }
     }
@@ -675,6 +691,6 @@ impl MessageStore {
 
 impl Drop for MessageStore {
     fn drop(&mut self) {
-        self.stop_flusher();
+        self.stop_threads();
     }
 }
