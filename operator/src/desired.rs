@@ -1,6 +1,7 @@
 //! Pure builders: a Broker spec (plus the reconciler's rollout plan) in, Kubernetes objects out.
 //! Nothing here touches a client.
 
+use crate::admin::BrokerPermission;
 use crate::crd::{Broker, FlushDiskType, VolumeRetentionPolicy};
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -164,12 +165,16 @@ pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json
     config
 }
 
-/// ConfigMap with one config file per broker.
-pub fn config_map(broker: &Broker, replicas: i32) -> ConfigMap {
+/// ConfigMap with one config file per broker. Brokers from ordinal `draining_from` on start
+/// read-only, so a leaving broker that restarts mid-drain takes no new writes.
+pub fn config_map(broker: &Broker, replicas: i32, draining_from: Option<i32>) -> ConfigMap {
     let files = (0..replicas)
         .map(|ordinal| {
-            let text = serde_json::to_string_pretty(&broker_config(broker, ordinal, replicas))
-                .expect("json value serializes");
+            let mut config = broker_config(broker, ordinal, replicas);
+            if draining_from.is_some_and(|first| ordinal >= first) {
+                config["broker-permission"] = BrokerPermission::ReadOnly.wire_value().into();
+            }
+            let text = serde_json::to_string_pretty(&config).expect("json value serializes");
             (format!("{}.json", pod_name(broker, ordinal)), text)
         })
         .collect();
@@ -240,7 +245,8 @@ pub fn pod_disruption_budget(broker: &Broker) -> PodDisruptionBudget {
 /// StatefulSet running the brokers, with the pod template hash annotation set.
 pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
     let mut template = pod_template(broker);
-    let hash = template_hash(&template, &config_map(broker, plan.replicas));
+    // The drain marks are left out: they must not restart the brokers that stay.
+    let hash = template_hash(&template, &config_map(broker, plan.replicas, None));
     template
         .metadata
         .get_or_insert_with(ObjectMeta::default)
@@ -659,7 +665,7 @@ mod tests {
             ]),
             "every other broker, not itself"
         );
-        let files = config_map(&broker, 3).data.unwrap();
+        let files = config_map(&broker, 3, None).data.unwrap();
         let keys: Vec<&String> = files.keys().collect();
         assert_eq!(keys, ["qb-0.json", "qb-1.json", "qb-2.json"]);
     }
@@ -668,7 +674,7 @@ mod tests {
     fn the_broker_binary_accepts_the_generated_config() {
         let broker = Broker::test().replicas(3).full_spec();
         let dir = tempfile::tempdir().expect("temp dir");
-        for (file, text) in config_map(&broker, 3).data.unwrap() {
+        for (file, text) in config_map(&broker, 3, Some(2)).data.unwrap() {
             let path = dir.path().join(&file);
             std::fs::write(&path, text).expect("write config");
             let config = quiver_broker::BrokerConfig::from_file(&path).expect("broker parses it");
@@ -678,6 +684,8 @@ mod tests {
             assert_eq!(config.flush_mode, quiver_broker::config::FlushMode::Sync);
             assert_eq!(config.file_reserved_hours, 48);
             assert_eq!(config.data_dir, std::path::PathBuf::from(DATA_DIR));
+            let read_only = config.broker_name == "qb-2";
+            assert_eq!(config.broker_permission, if read_only { 4 } else { 6 });
         }
     }
 
@@ -689,7 +697,7 @@ mod tests {
             stateful_set(&broker, &plan).metadata.owner_references,
             headless_service(&broker).metadata.owner_references,
             client_service(&broker).metadata.owner_references,
-            config_map(&broker, 1).metadata.owner_references,
+            config_map(&broker, 1, None).metadata.owner_references,
             pod_disruption_budget(&broker).metadata.owner_references,
         ];
         for owner in owners {

@@ -297,7 +297,13 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         _ => {}
     }
 
-    apply(ctx, &namespace, &desired::config_map(broker, plan.replicas)).await?;
+    let draining_from = drain_status.is_some().then_some(wanted);
+    apply(
+        ctx,
+        &namespace,
+        &desired::config_map(broker, plan.replicas, draining_from),
+    )
+    .await?;
     apply(ctx, &namespace, &desired::headless_service(broker)).await?;
     apply(ctx, &namespace, &desired::client_service(broker)).await?;
     apply(ctx, &namespace, &desired::pod_disruption_budget(broker)).await?;

@@ -77,9 +77,25 @@ async fn replicas_drop_only_after_the_drain() {
         ("True".into(), "Draining".into())
     );
 
+    let config = api.get(&paths::config_map("qb-config")).unwrap();
+    let leaving: serde_json::Value =
+        serde_json::from_str(config["data"]["qb-2.json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        leaving["broker-permission"], 4,
+        "a restart mid-drain stays read-only"
+    );
+    let staying: serde_json::Value =
+        serde_json::from_str(config["data"]["qb-1.json"].as_str().unwrap()).unwrap();
+    assert!(staying.get("broker-permission").is_none());
+
     reconcile(Arc::new(stored_broker(&api)), ctx.clone())
         .await
         .expect("still draining");
+    assert_eq!(
+        api.event_reasons(),
+        vec!["DrainStarted"],
+        "draining restarts nothing"
+    );
     assert_eq!(sts_replicas(&api), 3);
 
     admin.consume_all(&addr(2), "billing");
