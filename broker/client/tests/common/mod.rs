@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use quiver_broker::BrokerConfig;
 use quiver_client::{
-    Admin, ClientConfig, ClientError, ConsumeOutcome, Listener, Message, Producer, ProducerConfig,
+    Admin, ClientConfig, ConsumeOutcome, Listener, Message, Producer, ProducerConfig,
     PushConsumerConfig, ReceivedMessage, TopicSpec,
 };
 use tokio::net::TcpListener;
@@ -153,19 +153,10 @@ impl TestBroker {
 
     pub async fn create_topic(&self, topic: &str, queues: u32) {
         let admin = Admin::new(self.client());
-        let spec = TopicSpec::new(topic, queues);
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            match admin.create_topic(&spec).await {
-                Ok(_) => break,
-                // Known broker race (two writers of config/topics.json.tmp): the topic is
-                // created in memory, only its persistence failed; asking again re-persists.
-                Err(ClientError::Broker { remark, .. })
-                    if remark.contains("cannot persist") && attempts < 5 => {}
-                Err(error) => panic!("create topic {topic}: {error:?}"),
-            }
-        }
+        admin
+            .create_topic(&TopicSpec::new(topic, queues))
+            .await
+            .unwrap_or_else(|error| panic!("create topic {topic}: {error:?}"));
         admin.shutdown().await;
     }
 
