@@ -181,6 +181,7 @@ struct FakeBrokers {
     deleted: Vec<(BrokerAddr, String)>,
     unreachable: HashSet<BrokerAddr>,
     members: BTreeMap<(BrokerAddr, String), Vec<String>>,
+    upserts: usize,
 }
 
 impl FakeAdmin {
@@ -223,6 +224,20 @@ impl FakeAdmin {
                 consumer_offset: committed.map(QueueOffset),
                 oldest_unconsumed_store_ms: oldest_ms,
             });
+        });
+    }
+
+    /// Subscription group upserts so far, over all brokers.
+    pub fn upserts(&self) -> usize {
+        self.with_state(|state| state.upserts)
+    }
+
+    /// Forgets `group` on `addr`, as a broker whose store was replaced would.
+    pub fn forget_group(&self, addr: &str, group: &str) {
+        self.with_state(|state| {
+            if let Some(groups) = state.groups.get_mut(&BrokerAddr(addr.to_string())) {
+                groups.remove(group);
+            }
         });
     }
 
@@ -432,6 +447,7 @@ impl BrokerAdmin for FakeAdmin {
         group: &'a SubscriptionGroup,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
         self.call(addr, move |state| {
+            state.upserts += 1;
             state
                 .groups
                 .entry(addr.clone())

@@ -117,11 +117,25 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
         retry_queue_nums: 1,
         max_reconsume_times: group.spec.max_reconsume_times,
     };
+    // Upserting persists the broker's group table: do it only for a new spec or a broker that
+    // lacks the group (new, or its store was replaced), not on every lag poll.
+    let spec_applied = previous.observed_generation.is_some()
+        && previous.observed_generation == group.metadata.generation
+        && conditions::is_true(&previous.conditions, "Ready");
     for addr in &addresses {
-        ctx.admin
-            .upsert_group(addr, &subscription)
-            .await
-            .map_err(Error::admin("creating the subscription group"))?;
+        let present = spec_applied
+            && ctx
+                .admin
+                .groups(addr)
+                .await
+                .map_err(Error::admin("listing subscription groups"))?
+                .contains(&name);
+        if !present {
+            ctx.admin
+                .upsert_group(addr, &subscription)
+                .await
+                .map_err(Error::admin("creating the subscription group"))?;
+        }
     }
 
     // Members heartbeat to every broker: the union is the group's membership.

@@ -217,3 +217,45 @@ async fn a_group_without_commits_shows_unknown_lag_not_zero() {
         "no series"
     );
 }
+
+#[tokio::test]
+async fn the_group_is_upserted_only_when_needed() {
+    let (client, api) = FakeApiServer::start();
+    let admin = Arc::new(FakeAdmin::default());
+    let ctx = context(client, admin.clone());
+    two_brokers(&api);
+    let mut group = ConsumerGroup::test();
+    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    api.insert(&paths::group("billing"), &group);
+
+    reconcile(Arc::new(group), ctx.clone())
+        .await
+        .expect("first poll");
+    assert_eq!(admin.upserts(), 2, "created on both brokers");
+    reconcile(Arc::new(stored_group(&api)), ctx.clone())
+        .await
+        .expect("second poll");
+    assert_eq!(admin.upserts(), 2, "a lag poll does not rewrite the group");
+
+    admin.forget_group(&addr(1), "billing");
+    reconcile(Arc::new(stored_group(&api)), ctx.clone())
+        .await
+        .expect("third poll");
+    assert_eq!(admin.upserts(), 3, "recreated where it went missing");
+
+    api.edit(&paths::group("billing"), |group| {
+        group["spec"]["maxReconsumeTimes"] = 3.into();
+        group["metadata"]["generation"] = 2.into();
+    });
+    reconcile(Arc::new(stored_group(&api)), ctx)
+        .await
+        .expect("spec change");
+    assert_eq!(admin.upserts(), 5, "a new spec goes to every broker");
+    assert_eq!(
+        admin
+            .group(&addr(0), "billing")
+            .unwrap()
+            .max_reconsume_times,
+        3
+    );
+}
