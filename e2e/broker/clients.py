@@ -1,15 +1,31 @@
 """Thin helpers over the real RocketMQ client (PyPI rocketmq 0.4.4, the Apache C++ client)."""
 
+import os
+import subprocess
+import sys
 import threading
 
 from rocketmq.client import Message, Producer, PushConsumer, SendStatus
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def tags_of(i):
     return "TagA" if i % 2 == 0 else "TagB"
 
 
-def produce(namesrv, topic, keys, group="quiver-e2e-producer"):
+def produce(namesrv, topic, keys, timeout=240):
+    """Sends keys (a range) from a separate producer process; fails the test if it fails."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, "produce_main.py"), namesrv, topic, str(keys.start), str(keys.stop)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"producer failed:\n{done.stdout}\n{done.stderr}"
+
+
+def send_range(namesrv, topic, keys, group="quiver-e2e-producer"):
     """Sends one message per key (sync), with tags and keys; returns the send results."""
     producer = Producer(group)
     producer.set_namesrv_addr(namesrv)

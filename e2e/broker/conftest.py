@@ -62,7 +62,8 @@ class Broker:
         if self.peers:
             args += ["--peers", ",".join(self.peers)]
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        env = dict(os.environ, RUST_LOG=os.environ.get("QUIVER_E2E_LOG", "info"))
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         _LIVE.append(self.proc)
         wait_until(self.ready, 30, f"{self.name} /readyz")
         return self
@@ -143,3 +144,5 @@ def make_broker(data_dir):
         if broker.proc is not None and broker.proc.poll() is None:
             broker.proc.kill()
             broker.proc.wait(timeout=10)
+        # Shown by pytest only when the test failed.
+        print(f"---- {broker.name} log tail ----\n{broker.log_tail(400)}")

@@ -65,6 +65,7 @@ pub type Outcome = Result<RemotingCommand, Refusal>;
 
 /// Processes one request; None for oneway requests (they get no answer).
 pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand> {
+    tracing::trace!(code = req.code, opaque = req.opaque, remote = %ctx.connection.remote, "request");
     let outcome = match req.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::handle(ctx, &req).await
