@@ -182,6 +182,7 @@ struct FakeBrokers {
     unreachable: HashSet<BrokerAddr>,
     members: BTreeMap<(BrokerAddr, String), Vec<String>>,
     upserts: usize,
+    topic_creates: usize,
 }
 
 impl FakeAdmin {
@@ -225,6 +226,11 @@ impl FakeAdmin {
                 oldest_unconsumed_store_ms: oldest_ms,
             });
         });
+    }
+
+    /// Topic creations so far, over all brokers.
+    pub fn topic_creates(&self) -> usize {
+        self.with_state(|state| state.topic_creates)
     }
 
     /// Subscription group upserts so far, over all brokers.
@@ -433,6 +439,7 @@ impl BrokerAdmin for FakeAdmin {
         topic: &'a TopicConfig,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
         self.call(addr, move |state| {
+            state.topic_creates += 1;
             state
                 .topics
                 .entry(addr.clone())

@@ -487,6 +487,12 @@ async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<
     for ordinal in 0..replicas {
         let addr = BrokerAddr(desired::broker_address(broker, ordinal));
         for topic in &broker.spec.topics {
+            // Creating persists the broker's topic table: skip topics already as specified.
+            if let Ok(stats) = ctx.admin.topic_stats(&addr, &topic.name).await {
+                if usize::try_from(topic.queues).is_ok_and(|queues| queues == stats.queues.len()) {
+                    continue;
+                }
+            }
             let config = TopicConfig {
                 name: topic.name.clone(),
                 queues: topic.queues,

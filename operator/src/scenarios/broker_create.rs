@@ -95,9 +95,18 @@ async fn spec_topics_are_created_on_every_ready_broker() {
     );
 
     settle_statefulset(&api, 2, 2);
-    reconcile(Arc::new(stored_broker(&api)), ctx)
+    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
         .await
         .expect("reconciles");
+    assert_eq!(admin.topic_creates(), 2);
+    reconcile(Arc::new(stored_broker(&api)), ctx)
+        .await
+        .expect("reconciles again");
+    assert_eq!(
+        admin.topic_creates(),
+        2,
+        "existing topics are not recreated"
+    );
     for ordinal in 0..2 {
         let topics = admin.topics(&super::addr(ordinal));
         assert_eq!(topics.len(), 1);
