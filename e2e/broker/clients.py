@@ -14,15 +14,30 @@ def tags_of(i):
     return "TagA" if i % 2 == 0 else "TagB"
 
 
-def produce(namesrv, topic, keys, timeout=240):
-    """Sends keys (a range) from a separate producer process; fails the test if it fails."""
-    done = subprocess.run(
-        [sys.executable, os.path.join(HERE, "produce_main.py"), namesrv, topic, str(keys.start), str(keys.stop)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, f"producer failed:\n{done.stdout}\n{done.stderr}"
+def produce(namesrv, topic, keys, timeout=240, attempts=3):
+    """Sends keys (a range) from a separate producer process; fails the test if it fails.
+
+    A fresh C++ producer sometimes fails its very first route lookup at once with "No route
+    info of this topic" (seen in about 1 of 6 starts against a 3-broker cluster, never with
+    the broker's trace logging on; not yet explained). Nothing was sent then, so the process
+    is started again, at most `attempts` times.
+    """
+    for attempt in range(attempts):
+        done = subprocess.run(
+            [sys.executable, os.path.join(HERE, "produce_main.py"), namesrv, topic,
+             str(keys.start), str(keys.stop)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode == 0:
+            return
+        first_lookup_failed = (
+            "No route info" in done.stderr and done.stdout.strip().splitlines()[-1:] == ["sent 0"]
+        )
+        if not first_lookup_failed or attempt == attempts - 1:
+            break
+    raise AssertionError(f"producer failed:\n{done.stdout}\n{done.stderr}")
 
 
 def send_range(namesrv, topic, keys, group="quiver-e2e-producer"):
@@ -37,7 +52,12 @@ def send_range(namesrv, topic, keys, group="quiver-e2e-producer"):
             msg.set_keys(f"k-{i}")
             msg.set_tags(tags_of(i))
             msg.set_body(f"body-{i}")
-            result = producer.send_sync(msg)
+            try:
+                result = producer.send_sync(msg)
+            except Exception:
+                # Lets produce() tell a failed first route lookup (nothing sent) apart.
+                print(f"sent {len(results)}", flush=True)
+                raise
             assert result.status == SendStatus.OK, f"send {i}: {result.status}"
             results.append(result)
     finally:

@@ -46,8 +46,9 @@ pub enum ParkRefused {
     ShuttingDown,
 }
 
-/// Wake-up senders of the pulls parked on one (topic, queueId).
-type Waiters = HashMap<(String, u32), Vec<oneshot::Sender<Wake>>>;
+/// Wake-up senders of parked pulls, by topic then queueId (looked up by &str: no allocation
+/// on the dispatch path).
+type Waiters = HashMap<String, HashMap<u32, Vec<oneshot::Sender<Wake>>>>;
 
 /// Waiters per (topic, queueId).
 pub struct LongPollRegistry {
@@ -83,7 +84,11 @@ impl LongPollRegistry {
         }
         let (sender, receiver) = oneshot::channel();
         let mut waiters = self.waiters.lock();
-        let queue_waiters = waiters.entry((topic.to_string(), queue_id)).or_default();
+        let queue_waiters = waiters
+            .entry(topic.to_string())
+            .or_default()
+            .entry(queue_id)
+            .or_default();
         // Drop slots whose pull already gave up so a quiet queue's list stays short.
         queue_waiters.retain(|waiter| !waiter.is_closed());
         queue_waiters.push(sender);
@@ -97,10 +102,14 @@ impl LongPollRegistry {
     pub fn notify(&self, topic: &str, queue_id: u32) {
         let woken = {
             let mut waiters = self.waiters.lock();
-            if waiters.is_empty() {
+            let Some(queues) = waiters.get_mut(topic) else {
                 return;
+            };
+            let woken = queues.remove(&queue_id);
+            if queues.is_empty() {
+                waiters.remove(topic);
             }
-            waiters.remove(&(topic.to_string(), queue_id))
+            woken
         };
         for waiter in woken.into_iter().flatten() {
             let _ = waiter.send(Wake::Dispatched);
@@ -111,8 +120,8 @@ impl LongPollRegistry {
     pub fn shutdown(&self) {
         self.shut_down.store(true, Ordering::Release);
         let all: Vec<_> = self.waiters.lock().drain().collect();
-        for (_, queue_waiters) in all {
-            for waiter in queue_waiters {
+        for (_, queues) in all {
+            for waiter in queues.into_values().flatten() {
                 let _ = waiter.send(Wake::Shutdown);
             }
         }
