@@ -18,9 +18,10 @@ def produce(namesrv, topic, keys, timeout=240, attempts=3):
     """Sends keys (a range) from a separate producer process; fails the test if it fails.
 
     A fresh C++ producer sometimes fails its very first route lookup at once with "No route
-    info of this topic" (seen in about 1 of 6 starts against a 3-broker cluster, never with
-    the broker's trace logging on; not yet explained). Nothing was sent then, so the process
-    is started again, at most `attempts` times.
+    info of this topic" (about 1 start in 6 against a 3-broker cluster; never with the
+    broker's trace logging slowing it down). A capturing proxy showed the broker's route
+    answer byte-identical in failing and passing starts, so this is a client-side race.
+    Nothing was sent then, so the process is started again, at most `attempts` times.
     """
     for attempt in range(attempts):
         done = subprocess.run(
