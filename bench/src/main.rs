@@ -1,9 +1,12 @@
 //! `quiver-bench`: benchmarks that print figures (never pass/fail).
 //!
 //! `cargo run --release -p quiver-bench -- store [--seconds S] [--dir DIR] [--smoke]`
+//! `cargo run --release -p quiver-bench -- peers [--systems quiver,nats,redis,rocketmq-rust]
+//!     [--messages N] [--sizes 1024,128,16384] [--smoke] [--write-benchmarks-md]`
 
 mod ceilings;
 mod measure;
+mod peers;
 mod store;
 
 use std::path::PathBuf;
@@ -25,6 +28,9 @@ enum Command {
     /// The storage engine: append (async, sync, 16 sync writers), dispatch and sequential
     /// read for 128 B, 1 KiB and 16 KiB bodies, each beside the machine's own ceilings.
     Store(store::Options),
+    /// Quiver beside NATS JetStream, Redis Streams and rocketmq-rust: each installed if
+    /// missing, started on 127.0.0.1 with persistence on, driven by the same workloads.
+    Peers(peers::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,6 +44,7 @@ fn main() -> anyhow::Result<()> {
                 .tempdir_in(&parent)?;
             store::run(&options, scratch.path())?;
         }
+        Command::Peers(options) => peers::run(&options)?,
     }
     Ok(())
 }

@@ -1,0 +1,165 @@
+//! The comparison table (markdown) and its section of BENCHMARKS.md.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use crate::peers::workload::{Figure, Measure};
+
+/// What one system's run gave: figures, or why there are none.
+pub struct Outcome {
+    pub system: &'static str,
+    pub figures: Result<Vec<Figure>, String>,
+}
+
+const BEGIN_MARKER: &str = "<!-- peers-table:begin -->";
+const END_MARKER: &str = "<!-- peers-table:end -->";
+
+fn cell(figure: &Figure) -> String {
+    match figure.measure {
+        Measure::Throughput { mb_per_sec } => {
+            format!("{:.1}k msg/s, {mb_per_sec:.1} MB/s", figure.value / 1e3)
+        }
+        Measure::LatencyMicros => format!("{:.0} µs", figure.value),
+        Measure::BytesPerMessage => format!("{:.0} B", figure.value),
+        Measure::PeakRssBytes => format!("{:.0} MiB", figure.value / (1024.0 * 1024.0)),
+    }
+}
+
+fn find<'a>(figures: &'a [Figure], workload: &str) -> Option<&'a Figure> {
+    figures.iter().find(|figure| figure.workload == workload)
+}
+
+/// One markdown table: a row per workload, a column per system, then Quiver/peer ratios
+/// (above 1 means Quiver is higher: better for throughput, worse for latency, disk and RSS).
+pub fn table(outcomes: &[Outcome]) -> String {
+    let quiver = outcomes
+        .iter()
+        .find(|outcome| outcome.system == "quiver")
+        .and_then(|outcome| outcome.figures.as_ref().ok());
+    let peers: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|outcome| outcome.system != "quiver")
+        .collect();
+    // Row order: the first system with figures lists every workload.
+    let workloads: Vec<String> = outcomes
+        .iter()
+        .filter_map(|outcome| outcome.figures.as_ref().ok())
+        .flat_map(|figures| figures.iter().map(|figure| figure.workload.clone()))
+        .fold(Vec::new(), |mut seen, workload| {
+            if !seen.contains(&workload) {
+                seen.push(workload);
+            }
+            seen
+        });
+    let mut out = String::from("| workload |");
+    for outcome in outcomes {
+        let _ = write!(out, " {} |", outcome.system);
+    }
+    if quiver.is_some() {
+        for peer in &peers {
+            let _ = write!(out, " quiver/{} |", peer.system);
+        }
+    }
+    out.push_str("\n|---|");
+    let ratio_columns = if quiver.is_some() { peers.len() } else { 0 };
+    for _ in 0..outcomes.len() + ratio_columns {
+        out.push_str("---:|");
+    }
+    out.push('\n');
+    for workload in &workloads {
+        let _ = write!(out, "| {workload} |");
+        for outcome in outcomes {
+            let text = match &outcome.figures {
+                Ok(figures) => find(figures, workload).map_or_else(|| "—".to_owned(), cell),
+                Err(_) => "n/a".to_owned(),
+            };
+            let _ = write!(out, " {text} |");
+        }
+        if let Some(quiver) = quiver {
+            for peer in &peers {
+                let ratio = match (&peer.figures, find(quiver, workload)) {
+                    (Ok(figures), Some(ours)) => find(figures, workload)
+                        .filter(|theirs| theirs.value > 0.0)
+                        .map(|theirs| format!("{:.2}x", ours.value / theirs.value)),
+                    _ => None,
+                };
+                let _ = write!(out, " {} |", ratio.as_deref().unwrap_or("—"));
+            }
+        }
+        out.push('\n');
+    }
+    for outcome in outcomes {
+        if let Err(reason) = &outcome.figures {
+            let _ = writeln!(out, "\n{}: not available: {reason}", outcome.system);
+        }
+    }
+    out
+}
+
+/// The targets next to what this run measured.
+pub fn targets(outcomes: &[Outcome], size_1k_workloads: (&str, &str), p99_row: &str) -> String {
+    let figures = |system: &str| {
+        outcomes
+            .iter()
+            .find(|outcome| outcome.system == system)
+            .and_then(|outcome| outcome.figures.as_ref().ok())
+    };
+    let ratio = |peer: &str, workload: &str| -> Option<f64> {
+        let ours = find(figures("quiver")?, workload)?.value;
+        let theirs = find(figures(peer)?, workload)?.value;
+        (theirs > 0.0).then(|| ours / theirs)
+    };
+    let mut out = String::from("| target | measured | met |\n|---|---:|:---:|\n");
+    let (produce, consume) = size_1k_workloads;
+    for (peer, goal) in [("nats", 2.0), ("rocketmq-rust", 5.0)] {
+        for (what, workload) in [("produce", produce), ("consume", consume)] {
+            let measured = ratio(peer, workload);
+            let _ = writeln!(
+                out,
+                "| 1 KiB {what} >= {goal}x {peer} | {} | {} |",
+                measured.map_or_else(|| "not measured".to_owned(), |r| format!("{r:.2}x")),
+                verdict(measured.map(|r| r >= goal))
+            );
+        }
+    }
+    let p99 = figures("quiver")
+        .and_then(|f| find(f, p99_row))
+        .map(|f| f.value);
+    let _ = writeln!(
+        out,
+        "| end-to-end p99 at 5k msgs/s of 1 KiB <= 1000 µs | {} | {} |",
+        p99.map_or_else(
+            || "not measured".to_owned(),
+            |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
+        ),
+        verdict(p99.map(|v| v <= 1000.0))
+    );
+    out
+}
+
+fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "—",
+    }
+}
+
+/// Replaces the generated part of the "## Peers" section of `path` (between markers),
+/// adding the section at the end when it is not there yet.
+pub fn write_section(path: &Path, generated: &str) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let block = format!("{BEGIN_MARKER}\n{generated}\n{END_MARKER}");
+    let updated = match (text.find(BEGIN_MARKER), text.find(END_MARKER)) {
+        (Some(begin), Some(end)) if begin < end => format!(
+            "{}{block}{}",
+            &text[..begin],
+            &text[end + END_MARKER.len()..]
+        ),
+        _ => format!("{}\n\n## Peers\n\n{block}\n", text.trim_end()),
+    };
+    std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
+}

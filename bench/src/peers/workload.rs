@@ -1,0 +1,403 @@
+//! The workloads every system runs, written once against the [`System`] trait.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::measure::Rate;
+use crate::peers::server::disk_usage_bytes;
+
+/// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
+pub type Arrival = (u64, u64);
+
+/// A system under test, seen from its load generator.
+pub trait System: Send + Sync + 'static {
+    type Producer: ProducerHandle;
+
+    /// Creates the stream (topic) `stream`, persisted, empty.
+    fn prepare(&self, stream: &str) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// A new producer with its own connection.
+    fn producer(&self) -> impl Future<Output = anyhow::Result<Self::Producer>> + Send;
+
+    /// Reads the first `count` messages of `stream` (a catch-up read); returns the messages
+    /// and body bytes read, stopping early at `deadline`.
+    fn read_back(
+        &self,
+        stream: &str,
+        count: u64,
+        deadline: Instant,
+    ) -> impl Future<Output = anyhow::Result<(u64, u64)>> + Send;
+
+    /// Receives messages of `stream` as they arrive until `count` came or `deadline`,
+    /// calling [`record_arrival`] with each body into `arrivals`.
+    fn follow(
+        &self,
+        stream: &str,
+        count: u64,
+        deadline: Instant,
+        arrivals: mpsc::UnboundedSender<Arrival>,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// One producer connection; clones share it (a window of in-flight sends).
+pub trait ProducerHandle: Clone + Send + Sync + 'static {
+    /// Sends one message and waits until the system acknowledged it as stored.
+    fn send_one(
+        &self,
+        stream: &str,
+        body: Bytes,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Sends messages as one batch (the system's native form) and waits for the acknowledgement.
+    fn send_batch(
+        &self,
+        stream: &str,
+        bodies: Vec<Bytes>,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+/// How much each workload does and how long it may take.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub sizes: Vec<usize>,
+    /// Messages per produce run (fewer for large bodies, see `max_bytes_per_run`).
+    pub messages: u64,
+    pub max_bytes_per_run: u64,
+    /// Time bound of one produce or consume run.
+    pub run_time: Duration,
+    pub producer_counts: Vec<u32>,
+    pub batch: usize,
+    /// In-flight single sends per producer.
+    pub window: usize,
+    pub e2e_rate_per_sec: u64,
+    pub e2e_body_bytes: usize,
+    pub e2e_time: Duration,
+    /// Leading part of the end-to-end run left out of the percentiles.
+    pub e2e_warmup: Duration,
+}
+
+impl Plan {
+    fn messages_for(&self, size: usize) -> u64 {
+        self.messages
+            .min(self.max_bytes_per_run / size.max(1) as u64)
+            .max(1)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    Batch,
+    Single,
+}
+
+/// What a figure measures, which fixes its unit and whether higher is better.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Measure {
+    Throughput { mb_per_sec: f64 },
+    LatencyMicros,
+    BytesPerMessage,
+    PeakRssBytes,
+}
+
+/// One measured figure of one system.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    pub workload: String,
+    pub value: f64,
+    pub measure: Measure,
+}
+
+fn throughput(workload: String, rate: &Rate) -> Figure {
+    Figure {
+        workload,
+        value: rate.ops_per_sec(),
+        measure: Measure::Throughput {
+            mb_per_sec: rate.mb_per_sec(),
+        },
+    }
+}
+
+/// Nanoseconds since the first call in this process: the clock of send and arrival stamps.
+pub fn now_nanos() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Records a received end-to-end message (its first 8 bytes are the send stamp).
+pub fn record_arrival(arrivals: &mpsc::UnboundedSender<Arrival>, body: &[u8]) {
+    let arrived = now_nanos();
+    if let Some(stamp) = body.get(..8) {
+        let sent = u64::from_le_bytes(stamp.try_into().expect("8 bytes"));
+        // The follower may outlive the receiver after the run's deadline: nothing to record.
+        let _ = arrivals.send((sent, arrived));
+    }
+}
+
+/// A body of `size` bytes of a fixed non-repeating pattern (nothing compresses it away).
+fn pattern_body(size: usize) -> Bytes {
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let bytes: Vec<u8> = (0..size)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    Bytes::from(bytes)
+}
+
+/// Runs every workload against `system`; `peak_rss` reads the server's VmHWM at the end.
+pub async fn run_all<S: System>(
+    system: Arc<S>,
+    plan: &Plan,
+    data_dir: &Path,
+    peak_rss: impl Fn() -> Option<u64>,
+    log: impl Fn(&str),
+) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for &size in &plan.sizes {
+        let disk_before = disk_usage_bytes(data_dir);
+        let mut stored = 0;
+        let mut catch_up_stream = None;
+        for &producers in &plan.producer_counts {
+            for mode in [SendMode::Batch, SendMode::Single] {
+                let mode_name = match mode {
+                    SendMode::Batch => format!("batch {}", plan.batch),
+                    SendMode::Single => format!("single, window {}", plan.window),
+                };
+                let stream = format!(
+                    "bench_{size}_{producers}_{}",
+                    if mode == SendMode::Batch { "b" } else { "s" }
+                );
+                system.prepare(&stream).await?;
+                let rate = produce(&system, &stream, size, producers, mode, plan)
+                    .await
+                    .with_context(|| format!("producing to {stream}"))?;
+                let workload = format!("produce {size} B, {producers} producer(s), {mode_name}");
+                log(&format!("  {workload}: {:.0} msgs/s", rate.ops_per_sec()));
+                stored += rate.ops;
+                if catch_up_stream.is_none() {
+                    catch_up_stream = Some((stream, rate.ops));
+                }
+                figures.push(throughput(workload, &rate));
+            }
+        }
+        if let Some((stream, count)) = catch_up_stream {
+            let started = Instant::now();
+            let (read, bytes) = system
+                .read_back(&stream, count, started + plan.run_time)
+                .await
+                .with_context(|| format!("reading back {stream}"))?;
+            let rate = Rate {
+                ops: read,
+                bytes,
+                elapsed: started.elapsed(),
+            };
+            let workload = format!("consume {size} B (catch-up of {count})");
+            log(&format!("  {workload}: {:.0} msgs/s", rate.ops_per_sec()));
+            if read < count {
+                log(&format!(
+                    "  (read {read} of {count} within {:?})",
+                    plan.run_time
+                ));
+            }
+            figures.push(throughput(workload, &rate));
+        }
+        let disk_after = disk_usage_bytes(data_dir);
+        figures.push(Figure {
+            workload: format!("disk bytes per {size} B message"),
+            value: disk_after.saturating_sub(disk_before) as f64 / stored.max(1) as f64,
+            measure: Measure::BytesPerMessage,
+        });
+    }
+    figures.extend(end_to_end(&system, plan, &log).await?);
+    if let Some(rss) = peak_rss() {
+        figures.push(Figure {
+            workload: "server peak RSS".into(),
+            value: rss as f64,
+            measure: Measure::PeakRssBytes,
+        });
+    }
+    Ok(figures)
+}
+
+/// Produce run: `producers` connections, each sending batches one at a time or single
+/// messages with a window in flight, until the count or the time bound is reached.
+async fn produce<S: System>(
+    system: &Arc<S>,
+    stream: &str,
+    size: usize,
+    producers: u32,
+    mode: SendMode,
+    plan: &Plan,
+) -> anyhow::Result<Rate> {
+    let body = pattern_body(size);
+    let total = plan.messages_for(size);
+    let senders_per_producer = match mode {
+        SendMode::Batch => 1,
+        SendMode::Single => plan.window.max(1) as u64,
+    };
+    let senders = u64::from(producers) * senders_per_producer;
+    let per_sender = total.div_ceil(senders);
+    let mut handles = Vec::new();
+    for _ in 0..producers {
+        handles.push(system.producer().await?);
+    }
+    let sent = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + plan.run_time;
+    let mut tasks = tokio::task::JoinSet::new();
+    for handle in &handles {
+        for _ in 0..senders_per_producer {
+            let (handle, stream, body, sent) = (
+                handle.clone(),
+                stream.to_owned(),
+                body.clone(),
+                sent.clone(),
+            );
+            let batch = plan.batch.max(1) as u64;
+            tasks.spawn(async move {
+                let mut done = 0;
+                while done < per_sender && Instant::now() < deadline {
+                    let n = match mode {
+                        SendMode::Batch => {
+                            let n = batch.min(per_sender - done);
+                            let bodies = (0..n).map(|_| body.clone()).collect();
+                            handle.send_batch(&stream, bodies).await?;
+                            n
+                        }
+                        SendMode::Single => {
+                            handle.send_one(&stream, body.clone()).await?;
+                            1
+                        }
+                    };
+                    done += n;
+                    sent.fetch_add(n, Ordering::Relaxed);
+                }
+                anyhow::Ok(())
+            });
+        }
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.context("sender task panicked")??;
+    }
+    let elapsed = started.elapsed();
+    for handle in handles {
+        handle.close().await;
+    }
+    let ops = sent.load(Ordering::Relaxed);
+    Ok(Rate {
+        ops,
+        bytes: ops * size as u64,
+        elapsed,
+    })
+}
+
+/// Fixed-rate end-to-end run: one producer sends at `e2e_rate_per_sec` (each send in its
+/// own task so a slow acknowledgement does not delay the schedule) while a follower
+/// receives; latency is arrival minus the send stamp carried in the body.
+async fn end_to_end<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    log: &impl Fn(&str),
+) -> anyhow::Result<Vec<Figure>> {
+    let stream = "bench_e2e";
+    system.prepare(stream).await?;
+    let total = (plan.e2e_rate_per_sec as f64 * plan.e2e_time.as_secs_f64()) as u64;
+    let warmup = (plan.e2e_rate_per_sec as f64 * plan.e2e_warmup.as_secs_f64()) as u64;
+    let (arrivals_tx, mut arrivals_rx) = mpsc::unbounded_channel();
+    let follow_deadline = Instant::now() + plan.e2e_time + Duration::from_secs(10);
+    let follower = {
+        let system = system.clone();
+        tokio::spawn(async move {
+            system
+                .follow(stream, total, follow_deadline, arrivals_tx)
+                .await
+        })
+    };
+    let producer = system.producer().await?;
+    let failures = Arc::new(AtomicU64::new(0));
+    let mut ticker = tokio::time::interval(Duration::from_millis(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let mut sends = tokio::task::JoinSet::new();
+    while sent < total && started.elapsed() < plan.e2e_time + Duration::from_secs(5) {
+        ticker.tick().await;
+        let due =
+            ((started.elapsed().as_secs_f64() * plan.e2e_rate_per_sec as f64) as u64).min(total);
+        while sent < due {
+            let mut body = pattern_body(plan.e2e_body_bytes.max(16)).to_vec();
+            body[..8].copy_from_slice(&now_nanos().to_le_bytes());
+            let (producer, failures) = (producer.clone(), failures.clone());
+            sends.spawn(async move {
+                if producer.send_one(stream, Bytes::from(body)).await.is_err() {
+                    failures.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            sent += 1;
+        }
+        while sends.try_join_next().is_some() {}
+    }
+    while sends.join_next().await.is_some() {}
+    producer.close().await;
+    let mut latencies = Vec::with_capacity(total as usize);
+    let mut received = 0u64;
+    while received < sent {
+        let remaining = follow_deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, arrivals_rx.recv()).await {
+            Ok(Some((sent_at, arrived_at))) => {
+                received += 1;
+                latencies.push((sent_at, arrived_at));
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    follower.abort();
+    let failed = failures.load(Ordering::Relaxed);
+    if received == 0 {
+        bail!("end-to-end: none of {sent} messages arrived ({failed} sends failed)");
+    }
+    if received < sent || failed > 0 {
+        log(&format!(
+            "  end-to-end: {received} of {sent} arrived, {failed} sends failed"
+        ));
+    }
+    // Leave out the warm-up: the earliest-sent messages.
+    latencies.sort_unstable_by_key(|&(sent_at, _)| sent_at);
+    let mut micros: Vec<u64> = latencies
+        .iter()
+        .skip((warmup as usize).min(latencies.len().saturating_sub(1)))
+        .map(|&(sent_at, arrived_at)| arrived_at.saturating_sub(sent_at) / 1_000)
+        .collect();
+    micros.sort_unstable();
+    let percentile = |p: f64| micros[((micros.len() as f64 * p) as usize).min(micros.len() - 1)];
+    let name = format!(
+        "end-to-end {} B at {}/s",
+        plan.e2e_body_bytes, plan.e2e_rate_per_sec
+    );
+    log(&format!(
+        "  {name}: p50 {} us, p99 {} us, p999 {} us",
+        percentile(0.5),
+        percentile(0.99),
+        percentile(0.999)
+    ));
+    Ok([("p50", 0.5), ("p99", 0.99), ("p999", 0.999)]
+        .into_iter()
+        .map(|(label, p)| Figure {
+            workload: format!("{name}, {label} latency"),
+            value: percentile(p) as f64,
+            measure: Measure::LatencyMicros,
+        })
+        .collect())
+}
