@@ -227,7 +227,7 @@ fn run_system(
         }
     };
     outcome.map_err(|error| {
-        let tail = running.server().log_tail();
+        let tail = running.server().log_tail(3);
         error.context(format!("server log tail: {tail}"))
     })
 }

@@ -65,7 +65,7 @@ impl ServerProcess {
                 bail!(
                     "{} exited with {status} before listening on {addr}; log tail:\n{}",
                     self.name,
-                    self.log_tail()
+                    self.log_tail(15)
                 );
             }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
@@ -75,7 +75,7 @@ impl ServerProcess {
                 bail!(
                     "{} not listening on {addr} after {timeout:?}; log tail:\n{}",
                     self.name,
-                    self.log_tail()
+                    self.log_tail(15)
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -90,11 +90,11 @@ impl ServerProcess {
         Some(kib * 1024)
     }
 
-    /// The last lines of the process's log, for error messages.
-    pub fn log_tail(&self) -> String {
+    /// The last `count` lines of the process's log, for error messages.
+    pub fn log_tail(&self, count: usize) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
+        lines[lines.len().saturating_sub(count)..].join("\n")
     }
 
     /// SIGTERM, then SIGKILL after `grace`; reaps the process.
