@@ -22,6 +22,8 @@ use crate::processor::{self, Ctx};
 const OUTBOUND_QUEUE: usize = 1024;
 /// How often silent clients are looked for.
 const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
+/// How often expired CommitLog segments (or the oldest, past the disk high-water mark) go.
+const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Runs a broker on `listener` (remoting + name server) and `http_listener` (metrics, health)
 /// until `shutdown` resolves; then stops accepting, answers parked pulls, persists and flushes.
@@ -65,6 +67,7 @@ pub async fn run(
     let _ = slot.set(broker.clone());
     background.spawn(persist_loop(broker.clone(), stop_rx.clone()));
     background.spawn(client_expiry_loop(broker.clone(), stop_rx.clone()));
+    background.spawn(retention_loop(broker.clone(), stop_rx.clone()));
     background.spawn(crate::schedule::run(broker.clone(), stop_rx.clone()));
     background.spawn(crate::peers::run(broker.clone(), stop_rx.clone()));
     broker.set_ready(true);
@@ -279,6 +282,37 @@ async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
                     Ok(Ok(())) => {}
                     Ok(Err(error)) | Err(error) => tracing::error!(error = %crate::error::chain(&error), "periodic persist failed"),
                 }
+            }
+        }
+    }
+}
+
+async fn retention_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(RETENTION_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let ran = blocking(&broker, |broker| {
+            broker.store.run_retention(crate::now_ms())
+        })
+        .await;
+        match ran {
+            Ok(Ok(report)) if !report.deleted_segments.is_empty() => tracing::info!(
+                segments = report.deleted_segments.len(),
+                queue_files = report.deleted_queue_files,
+                min_physical_offset = %report.min_physical_offset,
+                disk_used_ratio = report.disk_used_ratio,
+                "retention deleted CommitLog segments"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::error!(error = %crate::error::chain(&error), "retention failed")
+            }
+            Err(error) => {
+                tracing::error!(error = %crate::error::chain(&error), "retention task failed")
             }
         }
     }
