@@ -357,7 +357,7 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     })
     .await??;
     let name = ctx.broker.config.broker_name.as_str();
-    let body = ResetOffsetBody {
+    let reset = ResetOffsetBody {
         offset_table: offsets
             .iter()
             .map(|(q, o)| {
@@ -367,8 +367,7 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                 )
             })
             .collect(),
-    }
-    .encode();
+    };
     tracing::info!(group = %header.group, topic = %header.topic, ?target, "consumer offsets reset");
     if let Some(state) = ctx.broker.consumers.group(&header.group) {
         let push_header = ResetOffsetClientHeader {
@@ -382,10 +381,13 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                 request::RESET_CONSUMER_CLIENT_OFFSET,
                 push_header.to_ext(),
             )
-            .with_body(body.clone())
+            // The C++ client reads another form of the table than Java clients.
+            .with_body(reset.encode_for_language(&client.language))
             .into_oneway();
             client.connection.push(push);
         }
     }
-    Ok(req.response_to(response::SUCCESS, None).with_body(body))
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(reset.encode()))
 }
