@@ -3,48 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use parking_lot::RwLock;
-use serde::{Deserialize, Serialize};
-
 use crate::error::BrokerError;
 use crate::persist;
+use parking_lot::RwLock;
 
-/// One group's settings, in RocketMQ's SubscriptionGroupConfig JSON form.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct SubscriptionGroupConfig {
-    pub group_name: String,
-    pub consume_enable: bool,
-    pub consume_from_min_enable: bool,
-    pub consume_broadcast_enable: bool,
-    pub retry_queue_nums: u32,
-    pub retry_max_times: i32,
-    pub broker_id: u64,
-    pub which_broker_when_consume_slowly: u64,
-    pub notify_consumer_ids_changed_enable: bool,
-}
-
-impl Default for SubscriptionGroupConfig {
-    fn default() -> Self {
-        SubscriptionGroupConfig {
-            group_name: String::new(),
-            consume_enable: true,
-            consume_from_min_enable: true,
-            consume_broadcast_enable: true,
-            retry_queue_nums: 1,
-            retry_max_times: 16,
-            broker_id: 0,
-            which_broker_when_consume_slowly: 1,
-            notify_consumer_ids_changed_enable: true,
-        }
-    }
-}
-
-#[derive(Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct GroupsFile {
-    subscription_group_table: BTreeMap<String, SubscriptionGroupConfig>,
-}
+/// One group's settings: quiver-protocol's SubscriptionGroupConfig, RocketMQ's JSON form.
+pub use quiver_protocol::body::SubscriptionGroupConfig;
+use quiver_protocol::body::SubscriptionGroupWrapper;
 
 /// All subscription groups known to this broker (created explicitly or on first heartbeat).
 pub struct GroupManager {
@@ -61,7 +26,7 @@ impl GroupManager {
         default_max_reconsume_times: i32,
     ) -> Result<GroupManager, BrokerError> {
         let path = data_dir.join("config").join("subscriptionGroup.json");
-        let file: GroupsFile = persist::read_json(&path)?.unwrap_or_default();
+        let file: SubscriptionGroupWrapper = persist::read_json(&path)?.unwrap_or_default();
         Ok(GroupManager {
             path,
             default_max_reconsume_times,
@@ -104,19 +69,16 @@ impl GroupManager {
         self.groups.read().clone()
     }
 
-    /// The admin listing body (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), RocketMQ wrapper form.
-    pub fn wrapper_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "subscriptionGroupTable": self.all(),
-            "dataVersion": { "timestamp": 0, "counter": 0 },
-        })
+    /// The groups in RocketMQ's wrapper form: the GET_ALL_SUBSCRIPTIONGROUP_CONFIG body and the file.
+    pub fn wrapper(&self) -> SubscriptionGroupWrapper {
+        SubscriptionGroupWrapper {
+            subscription_group_table: self.all(),
+            ..SubscriptionGroupWrapper::default()
+        }
     }
 
     pub fn persist(&self) -> Result<(), BrokerError> {
         let _writer = self.persist_lock.lock();
-        let file = GroupsFile {
-            subscription_group_table: self.all(),
-        };
-        persist::write_json(&self.path, &file)
+        persist::write_json(&self.path, &self.wrapper())
     }
 }

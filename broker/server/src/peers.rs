@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
-use crate::topics::TopicConfig;
+use quiver_protocol::body::{TopicConfig, TopicConfigSerializeWrapper};
 
 /// How often peers are asked for their state.
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -141,15 +141,9 @@ async fn poll(address: &str) -> Result<PeerInfo, PeerError> {
         what,
         reason,
     };
-    let table: serde_json::Value = serde_json::from_slice(&topics.body)
-        .map_err(|e| body_error("topic table", e.to_string()))?;
-    let topics: BTreeMap<String, TopicConfig> = table
-        .get("topicConfigTable")
-        .cloned()
-        .map(serde_json::from_value)
-        .transpose()
-        .map_err(|e| body_error("topic table", e.to_string()))?
-        .unwrap_or_default();
+    let topics = TopicConfigSerializeWrapper::decode(&topics.body)
+        .map_err(|e| body_error("topic table", crate::error::chain(&e)))?
+        .topic_config_table;
     let broker_name = properties
         .get("brokerName")
         .cloned()

@@ -4,11 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use parking_lot::RwLock;
-use serde::{Deserialize, Serialize};
-
 use crate::error::BrokerError;
 use crate::persist;
+use parking_lot::RwLock;
 
 /// Topics every broker has: the auto-create template and the delay-level schedule.
 pub const DEFAULT_TOPIC: &str = "TBW102";
@@ -46,48 +44,18 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
     Ok(())
 }
 
-/// One topic's settings, in RocketMQ's TopicConfig JSON form.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct TopicConfig {
-    pub topic_name: String,
-    pub read_queue_nums: u32,
-    pub write_queue_nums: u32,
-    pub perm: u32,
-    pub topic_filter_type: String,
-    pub topic_sys_flag: u32,
-    pub order: bool,
-}
+/// One topic's settings: quiver-protocol's TopicConfig, the form RocketMQ peers and files use.
+pub use quiver_protocol::body::TopicConfig;
+use quiver_protocol::body::TopicConfigSerializeWrapper;
 
-impl Default for TopicConfig {
-    fn default() -> Self {
-        TopicConfig {
-            topic_name: String::new(),
-            read_queue_nums: 8,
-            write_queue_nums: 8,
-            perm: 6,
-            topic_filter_type: "SINGLE_TAG".into(),
-            topic_sys_flag: 0,
-            order: false,
-        }
+/// A read-write topic with `queues` read and write queues.
+pub fn new_topic_config(name: &str, queues: u32) -> TopicConfig {
+    TopicConfig {
+        topic_name: name.into(),
+        read_queue_nums: queues,
+        write_queue_nums: queues,
+        ..TopicConfig::default()
     }
-}
-
-impl TopicConfig {
-    pub fn new(name: &str, queues: u32) -> TopicConfig {
-        TopicConfig {
-            topic_name: name.into(),
-            read_queue_nums: queues,
-            write_queue_nums: queues,
-            ..TopicConfig::default()
-        }
-    }
-}
-
-#[derive(Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct TopicsFile {
-    topic_config_table: BTreeMap<String, TopicConfig>,
 }
 
 /// All topics of this broker.
@@ -102,13 +70,13 @@ impl TopicManager {
     /// Loads `config/topics.json` (or its .bak) under `data_dir` and adds the system topics.
     pub fn load(data_dir: &std::path::Path) -> Result<TopicManager, BrokerError> {
         let path = data_dir.join("config").join("topics.json");
-        let file: TopicsFile = persist::read_json(&path)?.unwrap_or_default();
+        let file: TopicConfigSerializeWrapper = persist::read_json(&path)?.unwrap_or_default();
         let mut topics = file.topic_config_table;
         topics
             .entry(DEFAULT_TOPIC.into())
-            .or_insert_with(|| TopicConfig::new(DEFAULT_TOPIC, 8));
+            .or_insert_with(|| new_topic_config(DEFAULT_TOPIC, 8));
         topics.entry(SCHEDULE_TOPIC.into()).or_insert_with(|| {
-            TopicConfig::new(
+            new_topic_config(
                 SCHEDULE_TOPIC,
                 crate::schedule::DELAY_LEVELS_MS.len() as u32,
             )
@@ -146,7 +114,7 @@ impl TopicManager {
             .entry(name.to_string())
             .or_insert_with(|| {
                 created = true;
-                TopicConfig::new(name, queues)
+                new_topic_config(name, queues)
             })
             .clone();
         (config, created)
@@ -156,13 +124,18 @@ impl TopicManager {
         self.topics.write().remove(name)
     }
 
+    /// The table in RocketMQ's wrapper form: the GET_ALL_TOPIC_CONFIG body and the file.
+    pub fn wrapper(&self) -> TopicConfigSerializeWrapper {
+        TopicConfigSerializeWrapper {
+            topic_config_table: self.topics.read().clone(),
+            ..TopicConfigSerializeWrapper::default()
+        }
+    }
+
     /// Writes the table atomically.
     pub fn persist(&self) -> Result<(), BrokerError> {
         let _writer = self.persist_lock.lock();
-        let file = TopicsFile {
-            topic_config_table: self.topics.read().clone(),
-        };
-        persist::write_json(&self.path, &file)
+        persist::write_json(&self.path, &self.wrapper())
     }
 }
 

@@ -14,13 +14,12 @@ use quiver_protocol::header::{
 };
 use quiver_protocol::RemotingCommand;
 use quiver_store::QueueOffset;
-use serde_json::{json, Value};
 
-use super::{json_body, success, success_json, Ctx, Outcome, Refusal};
+use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
 use crate::config::{PERM_READ_ONLY, PERM_READ_WRITE};
-use crate::groups::SubscriptionGroupConfig;
-use crate::topics::{validate_topic_name, TopicConfig};
+use crate::topics::validate_topic_name;
+use quiver_protocol::body::{SubscriptionGroupConfig, TopicConfig};
 
 fn bad_request(remark: impl Into<String>) -> Refusal {
     Refusal::new(response::SYSTEM_ERROR, remark)
@@ -39,9 +38,8 @@ pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             "readQueueNums and writeQueueNums must be in 1..=1024",
         ));
     };
-    let perm = u32::try_from(header.perm)
-        .ok()
-        .filter(|p| *p <= PERM_READ_WRITE + 1)
+    let perm = Some(header.perm)
+        .filter(|p| (0..=quiver_protocol::body::perm::READ_WRITE | 1).contains(p))
         .ok_or_else(|| bad_request(format!("perm {} is not a permission", header.perm)))?;
     let config = TopicConfig {
         topic_name: name.to_string(),
@@ -52,10 +50,7 @@ pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             .topic_filter_type
             .clone()
             .unwrap_or_else(|| "SINGLE_TAG".into()),
-        topic_sys_flag: header
-            .topic_sys_flag
-            .and_then(|f| u32::try_from(f).ok())
-            .unwrap_or(0),
+        topic_sys_flag: header.topic_sys_flag.unwrap_or(0),
         order: header.order.unwrap_or(false),
     };
     tracing::info!(topic = name, read, write, perm, "topic created or updated");
@@ -65,20 +60,9 @@ pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 pub fn all_topics(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let table: serde_json::Map<String, Value> = ctx
-        .broker
-        .topics
-        .all()
-        .into_iter()
-        .map(|config| {
-            let name = config.topic_name.clone();
-            (name, serde_json::to_value(config).unwrap_or(Value::Null))
-        })
-        .collect();
-    Ok(success_json(
-        req,
-        &json!({ "topicConfigTable": table, "dataVersion": { "timestamp": 0, "counter": 0 } }),
-    ))
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(ctx.broker.topics.wrapper().encode()))
 }
 
 pub async fn delete_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
@@ -170,9 +154,12 @@ pub async fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 pub async fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let body = json_body(req)?;
-    let config: SubscriptionGroupConfig = serde_json::from_value(body)
-        .map_err(|e| bad_request(format!("subscription group body is invalid: {e}")))?;
+    let config = SubscriptionGroupConfig::decode(&req.body).map_err(|e| {
+        bad_request(format!(
+            "subscription group body is invalid: {}",
+            crate::error::chain(&e)
+        ))
+    })?;
     if config.group_name.is_empty() {
         return Err(bad_request("subscription group body has no groupName"));
     }
@@ -183,7 +170,9 @@ pub async fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 pub fn all_groups(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    Ok(success_json(req, &ctx.broker.groups.wrapper_json()))
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(ctx.broker.groups.wrapper().encode()))
 }
 
 pub async fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {

@@ -43,7 +43,7 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         let retry_topic = format!("{RETRY_PREFIX}{group}");
         broker
             .topics
-            .get_or_create(&retry_topic, group_config.retry_queue_nums.max(1));
+            .get_or_create(&retry_topic, super::route::retry_queues(&group_config));
         let changed = broker.consumers.register(Registration {
             group: group.clone(),
             client: ConsumerClient {

@@ -141,12 +141,6 @@ pub fn success(req: &RemotingCommand, ext: &[(&str, String)]) -> RemotingCommand
     reply
 }
 
-/// A SUCCESS response with a JSON body.
-pub fn success_json(req: &RemotingCommand, body: &serde_json::Value) -> RemotingCommand {
-    req.response_to(response::SUCCESS, None)
-        .with_body(bytes::Bytes::from(body.to_string()))
-}
-
 /// A header's queueId as the u32 the store uses.
 pub fn queue_id(value: i32) -> Result<u32, Refusal> {
     u32::try_from(value).map_err(|_| {
@@ -167,16 +161,6 @@ pub fn queue_offset(field: &'static str, value: i64) -> Result<quiver_store::Que
                 value: value.to_string(),
             })
         })
-}
-
-/// Parses a JSON request body.
-pub fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, Refusal> {
-    serde_json::from_slice(&req.body).map_err(|error| {
-        Refusal::new(
-            response::SYSTEM_ERROR,
-            format!("request body is not valid JSON: {error}"),
-        )
-    })
 }
 
 /// Makes sure a topic that a scheduled or retried message goes to exists.

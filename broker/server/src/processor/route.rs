@@ -59,7 +59,7 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         }
         // Auto-create on lookup: the quick start's producer and consumer need a route first.
         let queues = match topic.strip_prefix(RETRY_PREFIX) {
-            Some(group) => broker.groups.get_or_create(group).retry_queue_nums.max(1),
+            Some(group) => retry_queues(&broker.groups.get_or_create(group)),
             None => broker.config.default_queue_nums,
         };
         let (config, _) = broker.topics.get_or_create(&topic, queues);
@@ -73,8 +73,8 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             broker_name: member.name.clone(),
             read_queue_nums: config.read_queue_nums,
             write_queue_nums: config.write_queue_nums,
-            perm: i32::try_from(config.perm & member.permission).unwrap_or(0),
-            topic_sys_flag: i32::try_from(config.topic_sys_flag).unwrap_or(0),
+            perm: config.perm & i32::try_from(member.permission).unwrap_or(0),
+            topic_sys_flag: config.topic_sys_flag,
         });
         route
             .broker_datas
@@ -109,4 +109,9 @@ pub fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_body(info.encode()))
+}
+
+/// Queues of a group's `%RETRY%` topic: its `retryQueueNums`, at least 1.
+pub(crate) fn retry_queues(group: &crate::groups::SubscriptionGroupConfig) -> u32 {
+    u32::try_from(group.retry_queue_nums).unwrap_or(1).max(1)
 }

@@ -105,7 +105,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         ));
     }
     let topic = topic_for_send(broker, &header.topic)?;
-    if topic.perm & crate::config::PERM_WRITE_BIT == 0 {
+    if topic.perm & quiver_protocol::body::perm::WRITE == 0 {
         return Err(Refusal::new(
             response::NO_PERMISSION,
             format!("topic {} is not writable", header.topic),
