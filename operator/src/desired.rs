@@ -161,6 +161,13 @@ pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json
     });
     if let Some(retention) = &broker.spec.retention {
         config["file-reserved-hours"] = retention.file_reserved_hours.into();
+        // The CRD allows 0..=255; the broker takes a ratio in (0, 1], so others keep its default.
+        if let Some(percent) = retention
+            .disk_high_water_percent
+            .filter(|p| (1..=100).contains(p))
+        {
+            config["disk-high-water-ratio"] = (f64::from(percent) / 100.0).into();
+        }
     }
     config
 }
@@ -654,6 +661,7 @@ mod tests {
         let config = broker_config(&broker, 1, 3);
         assert_eq!(config["flush-mode"], "sync");
         assert_eq!(config["file-reserved-hours"], 48);
+        assert_eq!(config["disk-high-water-ratio"], 0.7);
         assert_eq!(config["cluster"], "qb");
         assert_eq!(config["broker-name"], "qb-1");
         assert_eq!(config["advertise"], "qb-1.qb-headless.ns.svc:10911");
@@ -683,10 +691,30 @@ mod tests {
             assert_eq!(config.peers.len(), 2);
             assert_eq!(config.flush_mode, quiver_broker::config::FlushMode::Sync);
             assert_eq!(config.file_reserved_hours, 48);
+            assert_eq!(config.disk_high_water_ratio, 0.7);
+            assert_eq!(config.store_config().disk_high_water_ratio, 0.7);
             assert_eq!(config.data_dir, std::path::PathBuf::from(DATA_DIR));
             let read_only = config.broker_name == "qb-2";
             assert_eq!(config.broker_permission, if read_only { 4 } else { 6 });
         }
+    }
+
+    #[test]
+    fn out_of_range_disk_high_water_percent_keeps_the_broker_default() {
+        for percent in [0, 101, 255] {
+            let mut broker = Broker::test().full_spec();
+            if let Some(retention) = broker.spec.retention.as_mut() {
+                retention.disk_high_water_percent = Some(percent);
+            }
+            let config = broker_config(&broker, 0, 1);
+            assert!(config.get("disk-high-water-ratio").is_none(), "{percent}");
+            assert_eq!(config["file-reserved-hours"], 48);
+        }
+        let mut broker = Broker::test().full_spec();
+        if let Some(retention) = broker.spec.retention.as_mut() {
+            retention.disk_high_water_percent = Some(100);
+        }
+        assert_eq!(broker_config(&broker, 0, 1)["disk-high-water-ratio"], 1.0);
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl BrokerFixture for Broker {
         }];
         self.spec.retention = Some(RetentionSpec {
             file_reserved_hours: 48,
-            disk_high_water_percent: Some(85),
+            disk_high_water_percent: Some(70),
         });
         self.spec.pod_template = Some(PodOverrides {
             tolerations: vec![Toleration {

@@ -141,6 +141,11 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_FILE_RESERVED_HOURS", default_value_t = 72)]
     pub file_reserved_hours: u64,
 
+    /// Share of the data disk in use above which retention deletes the oldest CommitLog
+    /// segments even before `file-reserved-hours`. Default 0.85; in (0, 1].
+    #[arg(long, env = "QUIVER_DISK_HIGH_WATER_RATIO", default_value_t = 0.85)]
+    pub disk_high_water_ratio: f64,
+
     /// Bound on the graceful part of shutdown, in ms. Default 10000; >= 100.
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
@@ -170,6 +175,7 @@ impl Default for BrokerConfig {
             persist_interval_ms: 5_000,
             max_reconsume_times: 16,
             file_reserved_hours: 72,
+            disk_high_water_ratio: 0.85,
             shutdown_timeout_ms: 10_000,
         }
     }
@@ -295,6 +301,10 @@ impl BrokerConfig {
         if self.file_reserved_hours == 0 {
             return Err(invalid("file-reserved-hours", "must be at least 1"));
         }
+        // Written so that NaN fails too.
+        if !(self.disk_high_water_ratio > 0.0 && self.disk_high_water_ratio <= 1.0) {
+            return Err(invalid("disk-high-water-ratio", "must be in (0, 1]"));
+        }
         if self.shutdown_timeout_ms < 100 {
             return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
         }
@@ -318,6 +328,7 @@ impl BrokerConfig {
             flush_mode: self.flush_mode.into(),
             file_reserved_hours: self.file_reserved_hours,
             max_message_size_bytes: self.max_message_size,
+            disk_high_water_ratio: self.disk_high_water_ratio,
             ..quiver_store::StoreConfig::default()
         }
     }
@@ -430,6 +441,41 @@ mod tests {
         };
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("broker-permission"), "{err}");
+        for ratio in [0.0, 1.5, f64::NAN] {
+            let config = BrokerConfig {
+                disk_high_water_ratio: ratio,
+                ..BrokerConfig::default()
+            };
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("disk-high-water-ratio"), "{ratio}: {err}");
+        }
+    }
+
+    #[test]
+    fn disk_high_water_ratio_from_file_env_and_flag_reaches_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.toml");
+        std::fs::write(&path, "disk-high-water-ratio = 0.6\n").unwrap();
+        let from_file =
+            BrokerConfig::from_args(["quiver-broker", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(from_file.disk_high_water_ratio, 0.6);
+        assert_eq!(from_file.store_config().disk_high_water_ratio, 0.6);
+        let from_flag = BrokerConfig::from_args([
+            "quiver-broker",
+            "--config",
+            path.to_str().unwrap(),
+            "--disk-high-water-ratio",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(from_flag.store_config().disk_high_water_ratio, 1.0);
+        assert!(
+            BrokerConfig::from_args(["quiver-broker", "--disk-high-water-ratio", "0"]).is_err()
+        );
+        assert_eq!(
+            BrokerConfig::default().store_config().disk_high_water_ratio,
+            0.85
+        );
     }
 
     #[test]
