@@ -245,7 +245,10 @@ fn measure<S: System>(
         system,
         plan,
         data_dir,
-        || server.peak_rss_bytes(),
+        || workload::ServerMemory {
+            peak_rss_bytes: server.peak_rss_bytes(),
+            anon_rss_bytes: server.anon_rss_bytes(),
+        },
         log,
     ))
 }

@@ -23,7 +23,7 @@ fn cell(figure: &Figure) -> String {
         }
         Measure::LatencyMicros => format!("{:.0} µs", figure.value),
         Measure::BytesPerMessage => format!("{:.0} B", figure.value),
-        Measure::PeakRssBytes => format!("{:.0} MiB", figure.value / (1024.0 * 1024.0)),
+        Measure::MemoryBytes => format!("{:.0} MiB", figure.value / (1024.0 * 1024.0)),
     }
 }
 

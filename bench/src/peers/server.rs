@@ -82,12 +82,20 @@ impl ServerProcess {
         }
     }
 
-    /// Peak resident set size of the process so far (VmHWM), in bytes.
+    /// Peak resident set size so far (VmHWM, which counts mapped file pages too), in bytes.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
+        self.status_kib("VmHWM:").map(|kib| kib * 1024)
+    }
+
+    /// Anonymous resident memory now (RssAnon: heap and stacks, not the page cache), in bytes.
+    pub fn anon_rss_bytes(&self) -> Option<u64> {
+        self.status_kib("RssAnon:").map(|kib| kib * 1024)
+    }
+
+    fn status_kib(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        let line = status.lines().find(|line| line.starts_with(field))?;
+        line.split_whitespace().nth(1)?.parse().ok()
     }
 
     /// The last `count` lines of the process's log, for error messages.

@@ -105,7 +105,7 @@ pub enum Measure {
     Throughput { mb_per_sec: f64 },
     LatencyMicros,
     BytesPerMessage,
-    PeakRssBytes,
+    MemoryBytes,
 }
 
 /// One measured figure of one system.
@@ -156,12 +156,19 @@ fn pattern_body(size: usize) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// Runs every workload against `system`; `peak_rss` reads the server's VmHWM at the end.
+/// Memory of the server process, read after the workloads.
+#[derive(Clone, Copy, Debug)]
+pub struct ServerMemory {
+    pub peak_rss_bytes: Option<u64>,
+    pub anon_rss_bytes: Option<u64>,
+}
+
+/// Runs every workload against `system`; `server_memory` is read at the end.
 pub async fn run_all<S: System>(
     system: Arc<S>,
     plan: &Plan,
     data_dir: &Path,
-    peak_rss: impl Fn() -> Option<u64>,
+    server_memory: impl Fn() -> ServerMemory,
     log: impl Fn(&str),
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
@@ -221,12 +228,21 @@ pub async fn run_all<S: System>(
         });
     }
     figures.extend(end_to_end(&system, plan, &log).await?);
-    if let Some(rss) = peak_rss() {
-        figures.push(Figure {
-            workload: "server peak RSS".into(),
-            value: rss as f64,
-            measure: Measure::PeakRssBytes,
-        });
+    let memory = server_memory();
+    for (workload, bytes) in [
+        (
+            "server peak RSS (VmHWM, mapped files included)",
+            memory.peak_rss_bytes,
+        ),
+        ("server anonymous RSS at the end", memory.anon_rss_bytes),
+    ] {
+        if let Some(bytes) = bytes {
+            figures.push(Figure {
+                workload: workload.into(),
+                value: bytes as f64,
+                measure: Measure::MemoryBytes,
+            });
+        }
     }
     Ok(figures)
 }
