@@ -143,6 +143,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    let load_before = load_average();
     let mut outcomes = Vec::new();
     for &kind in &options.systems {
         log(&format!("== {}", kind.name()));
@@ -164,7 +165,12 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     println!("{table}");
     if options.write_benchmarks_md {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md");
-        report::write_section(&path, &section(options, &plan, &outcomes, &table))?;
+        let load = format!("{load_before} before, {} after", load_average());
+        report::write_section(
+            &path,
+            options.flush.name(),
+            &section(options, &plan, &outcomes, &table, &load),
+        )?;
         log(&format!("wrote the Peers table to {}", path.display()));
     }
     Ok(())
@@ -253,8 +259,22 @@ fn measure<S: System>(
     ))
 }
 
+/// The 1-minute load average, a measure of how quiet the machine was.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// The generated part of BENCHMARKS.md "## Peers": when, where, how, the table, the targets.
-fn section(options: &Options, plan: &Plan, outcomes: &[Outcome], table: &str) -> String {
+fn section(
+    options: &Options,
+    plan: &Plan,
+    outcomes: &[Outcome],
+    table: &str,
+    load: &str,
+) -> String {
     let date = std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()
@@ -297,7 +317,8 @@ fn section(options: &Options, plan: &Plan, outcomes: &[Outcome], table: &str) ->
     );
     format!(
         "Run {date} on {cores} cores ({cpu}), {memory} memory; client and servers on the same \
-         machine; RocketMQ-protocol brokers with {} flush.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
+         machine (load average {load}: other work on the machine skews the figures); \
+         RocketMQ-protocol brokers with {} flush.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
          Each system runs alone, in turn, from an empty temp data dir with persistence on. \
          Per produce run: at most {} messages, 256 MiB or {:?}; consume is a catch-up read of \
          the 1-producer batch run; end-to-end sends {} msgs/s for {:?} (first 10% left out). \

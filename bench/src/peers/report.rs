@@ -13,9 +13,6 @@ pub struct Outcome {
     pub figures: Result<Vec<Figure>, String>,
 }
 
-const BEGIN_MARKER: &str = "<!-- peers-table:begin -->";
-const END_MARKER: &str = "<!-- peers-table:end -->";
-
 fn cell(figure: &Figure) -> String {
     match figure.measure {
         Measure::Throughput { mb_per_sec } => {
@@ -129,7 +126,7 @@ pub fn targets(outcomes: &[Outcome], size_1k_workloads: (&str, &str), p99_row: &
         .map(|f| f.value);
     let _ = writeln!(
         out,
-        "| end-to-end p99 at 5k msgs/s of 1 KiB <= 1000 µs | {} | {} |",
+        "| {p99_row} <= 1000 µs | {} | {} |",
         p99.map_or_else(
             || "not measured".to_owned(),
             |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
@@ -147,19 +144,30 @@ fn verdict(met: Option<bool>) -> &'static str {
     }
 }
 
-/// Replaces the generated part of the "## Peers" section of `path` (between markers),
-/// adding the section at the end when it is not there yet.
-pub fn write_section(path: &Path, generated: &str) -> anyhow::Result<()> {
+/// Replaces the generated block `key` (one per flush mode) of the "## Peers" section of
+/// `path`, between its markers; a new block goes at the end of the section (the file's end
+/// when the section is not there yet). Hand-written text outside the markers is kept.
+pub fn write_section(path: &Path, key: &str, generated: &str) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let block = format!("{BEGIN_MARKER}\n{generated}\n{END_MARKER}");
-    let updated = match (text.find(BEGIN_MARKER), text.find(END_MARKER)) {
+    let begin_marker = format!("<!-- peers-table:{key}:begin -->");
+    let end_marker = format!("<!-- peers-table:{key}:end -->");
+    let block = format!("{begin_marker}\n{generated}\n{end_marker}");
+    let updated = match (text.find(&begin_marker), text.find(&end_marker)) {
         (Some(begin), Some(end)) if begin < end => format!(
             "{}{block}{}",
             &text[..begin],
-            &text[end + END_MARKER.len()..]
+            &text[end + end_marker.len()..]
         ),
-        _ => format!("{}\n\n## Peers\n\n{block}\n", text.trim_end()),
+        _ => match text.find("\n## Peers\n") {
+            Some(section) => {
+                // The section runs to the next level-2 heading or the end of the file.
+                let body = section + "\n## Peers\n".len();
+                let end = text[body..].find("\n## ").map_or(text.len(), |i| body + i);
+                format!("{}\n\n{block}\n{}", text[..end].trim_end(), &text[end..])
+            }
+            None => format!("{}\n\n## Peers\n\n{block}\n", text.trim_end()),
+        },
     };
     std::fs::write(path, updated).with_context(|| format!("writing {}", path.display()))
 }
@@ -230,17 +238,22 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("BENCHMARKS.md");
         std::fs::write(&path, "# Benchmarks\n\n## Store\n\nfigures\n").expect("write");
-        write_section(&path, "first").expect("append");
+        write_section(&path, "async", "first").expect("append");
         let appended = std::fs::read_to_string(&path).expect("read");
         assert!(appended.starts_with("# Benchmarks\n\n## Store\n\nfigures\n\n## Peers\n"));
         assert!(appended.contains("first"));
         // Notes written after the generated block survive the next run.
         std::fs::write(&path, format!("{appended}\nhand-written notes\n")).expect("write");
-        write_section(&path, "second").expect("replace");
+        write_section(&path, "async", "second").expect("replace");
         let replaced = std::fs::read_to_string(&path).expect("read");
         assert!(!replaced.contains("first"));
         assert!(replaced.contains("second"));
         assert!(replaced.contains("hand-written notes"));
         assert_eq!(replaced.matches("## Peers").count(), 1);
+        // Another flush mode gets its own block, inside the same section.
+        write_section(&path, "sync", "third").expect("add");
+        let both = std::fs::read_to_string(&path).expect("read");
+        assert!(both.contains("second") && both.contains("third"));
+        assert_eq!(both.matches("## Peers").count(), 1);
     }
 }
