@@ -16,8 +16,8 @@ from chartlib import (
 
 # What the operator does (task contract, checked against operator/src): watches Brokers and
 # ConsumerGroups, patches ConsumerGroups (finalizer) and both statuses, applies the objects a
-# Broker turns into with server-side apply (owner references block owner deletion), expands and
-# deletes volume claims, records events, reads pods. Nothing else, no wildcard.
+# Broker turns into with server-side apply (owner references block owner deletion), expands
+# volume claims, records events, reads pods. Nothing else, no wildcard.
 MANAGED_RULES = {
     ("quiver.io", "brokers"): {"get", "list", "watch"},
     ("quiver.io", "consumergroups"): {"get", "list", "watch", "patch"},
@@ -28,7 +28,7 @@ MANAGED_RULES = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
-    ("", "persistentvolumeclaims"): {"get", "list", "watch", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "patch"},
     ("", "pods"): {"get", "list", "watch"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }

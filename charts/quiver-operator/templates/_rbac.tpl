@@ -24,10 +24,10 @@
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Expansion patches the claims; the retention policy deletes them.
+# Expansion reads and patches the claims; the StatefulSet controller applies the retention policy.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "patch"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
