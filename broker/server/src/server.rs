@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use quiver_protocol::{frame, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::broker::{blocking, Broker};
@@ -20,6 +20,8 @@ use crate::processor::{self, Ctx};
 
 /// Responses and pushes queued per connection before the writer applies back-pressure.
 const OUTBOUND_QUEUE: usize = 1024;
+/// Bytes a connection may read beyond the frame it is receiving (or when between frames).
+const READ_AHEAD: usize = 64 * 1024;
 /// How often silent clients are looked for.
 const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
 /// How often expired CommitLog segments (or the oldest, past the disk high-water mark) go.
@@ -199,23 +201,20 @@ async fn serve_connection(
     };
     let inflight = Arc::new(Semaphore::new(broker.config.max_inflight_per_connection));
     let mut requests = JoinSet::new();
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut budget = ReadBudget::new(inflight_bytes, broker.config.max_inflight_bytes);
+    let mut buf = BytesMut::with_capacity(READ_AHEAD);
     'read: loop {
         loop {
+            let buffered = buf.len();
             match frame::decode(&mut buf) {
                 Ok(Some(command)) => {
+                    // The frame's bytes were counted while buffered; the request keeps them.
+                    let bytes_permit = budget.hand_over(buffered - buf.len());
                     if command.is_response() {
                         // Answers to our pushes (e.g. 220) carry nothing we act on.
                         continue;
                     }
                     let Ok(permit) = inflight.clone().acquire_owned().await else {
-                        break 'read;
-                    };
-                    let Ok(bytes_permit) = inflight_bytes
-                        .clone()
-                        .acquire_many_owned(request_weight(&command))
-                        .await
-                    else {
                         break 'read;
                     };
                     let ctx = ctx.clone();
@@ -236,9 +235,30 @@ async fn serve_connection(
             }
         }
         while requests.try_join_next().is_some() {}
+        // The frame being received (its length prefix says how big), or a read-ahead chunk.
+        let wanted = match frame::frame_len(&buf) {
+            Ok(Some(frame_bytes)) => frame_bytes.max(READ_AHEAD),
+            Ok(None) => READ_AHEAD,
+            Err(error) => {
+                tracing::warn!(%remote, %error, "malformed frame; closing the connection");
+                break 'read;
+            }
+        };
+        budget.release_above(wanted.max(buf.len()));
         tokio::select! {
             _ = stop.changed() => break,
-            read = reader.read_buf(&mut buf) => match read {
+            held = budget.hold(wanted) => if held.is_err() { break },
+        }
+        // At most what is counted; a frame larger than the whole budget still gets read.
+        let room = match budget.held().saturating_sub(buf.len()) {
+            0 => wanted.saturating_sub(buf.len()).max(1),
+            room => room,
+        };
+        buf.reserve(room);
+        let mut window = (&mut buf).limit(room);
+        tokio::select! {
+            _ = stop.changed() => break,
+            read = reader.read_buf(&mut window) => match read {
                 Ok(0) | Err(_) => {
                     // Nobody is left to answer: parked pulls of this client are dropped.
                     requests.abort_all();
@@ -259,16 +279,76 @@ async fn serve_connection(
     let _ = writer_task.await;
 }
 
-/// Memory a request holds while processed: its body and header fields (at least 1).
-fn request_weight(command: &RemotingCommand) -> u32 {
-    let fields: usize = command
-        .ext_fields
-        .iter()
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
-    u32::try_from(command.body.len() + fields)
-        .unwrap_or(u32::MAX)
-        .clamp(1, quiver_protocol::MAX_FRAME_BYTES as u32)
+/// A connection's share of the broker-wide in-flight byte budget: its read buffer is counted
+/// while bytes arrive, and each decoded request takes its frame's bytes along until answered.
+struct ReadBudget {
+    budget: Arc<Semaphore>,
+    /// The whole budget: a frame larger than it waits for all of it, not for the impossible.
+    total: usize,
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl ReadBudget {
+    fn new(budget: Arc<Semaphore>, total: usize) -> ReadBudget {
+        ReadBudget {
+            budget,
+            total,
+            held: None,
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.held
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    /// Waits until `bytes` (capped at the whole budget) are counted for this buffer.
+    async fn hold(&mut self, bytes: usize) -> Result<(), AcquireError> {
+        let bytes = bytes.min(self.total);
+        let held = self.held();
+        if held >= bytes {
+            return Ok(());
+        }
+        let more = u32::try_from(bytes - held).unwrap_or(u32::MAX);
+        if let Ok(extra) = self.budget.clone().try_acquire_many_owned(more) {
+            self.merge(extra);
+            return Ok(());
+        }
+        // Wait for the whole amount holding nothing: two connections each holding part of
+        // the budget while waiting for the rest would wait forever.
+        self.held = None;
+        let all = u32::try_from(bytes).unwrap_or(u32::MAX);
+        self.held = Some(self.budget.clone().acquire_many_owned(all).await?);
+        Ok(())
+    }
+
+    fn merge(&mut self, extra: OwnedSemaphorePermit) {
+        match self.held.as_mut() {
+            Some(held) => held.merge(extra),
+            None => self.held = Some(extra),
+        }
+    }
+
+    /// Moves `bytes` of what is held to a decoded request (None if nothing is held).
+    fn hand_over(&mut self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let held = self.held.as_mut()?;
+        let moved = bytes.min(held.num_permits());
+        if moved == held.num_permits() {
+            return self.held.take();
+        }
+        held.split(moved)
+    }
+
+    /// Gives back what is held beyond `bytes` (after a large frame went to its request).
+    fn release_above(&mut self, bytes: usize) {
+        if let Some(held) = self.held.as_mut() {
+            let excess = held.num_permits().saturating_sub(bytes);
+            if excess > 0 {
+                drop(held.split(excess));
+            }
+        }
+    }
 }
 
 async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
@@ -330,5 +410,56 @@ async fn client_expiry_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_buffer_counts_against_the_budget_and_hands_frames_to_requests() {
+        let semaphore = Arc::new(Semaphore::new(1000));
+        let mut budget = ReadBudget::new(semaphore.clone(), 1000);
+        budget.hold(300).await.unwrap();
+        assert_eq!(semaphore.available_permits(), 700);
+        // A decoded 120-byte frame keeps its bytes counted until its request is answered.
+        let request = budget.hand_over(120).expect("held");
+        assert_eq!((budget.held(), semaphore.available_permits()), (180, 700));
+        drop(request);
+        assert_eq!(semaphore.available_permits(), 820);
+        budget.release_above(100);
+        assert_eq!((budget.held(), semaphore.available_permits()), (100, 900));
+        // More than the whole budget is capped at it, so it can still be granted.
+        budget.hold(5000).await.unwrap();
+        assert_eq!((budget.held(), semaphore.available_permits()), (1000, 0));
+        drop(budget);
+        assert_eq!(semaphore.available_permits(), 1000);
+    }
+
+    #[tokio::test]
+    async fn connections_waiting_for_more_do_not_hold_part_of_the_budget() {
+        let semaphore = Arc::new(Semaphore::new(1000));
+        let mut first = ReadBudget::new(semaphore.clone(), 1000);
+        let mut second = ReadBudget::new(semaphore.clone(), 1000);
+        first.hold(600).await.unwrap();
+        second.hold(400).await.unwrap();
+        // Both now want the whole budget; holding their parts while waiting would never end.
+        let growers = [first, second].map(|mut budget| {
+            tokio::spawn(async move {
+                budget.hold(1000).await.unwrap();
+                budget.held()
+            })
+        });
+        let all = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut held = Vec::new();
+            for grower in growers {
+                held.push(grower.await.unwrap());
+            }
+            held
+        })
+        .await
+        .expect("both get the whole budget in turn");
+        assert_eq!(all, vec![1000, 1000]);
     }
 }
