@@ -66,6 +66,12 @@ pub enum ClientError {
         #[source]
         source: quiver_store::record::RecordError,
     },
+    #[error("batch for topic {topic} cannot be encoded")]
+    BatchEncode {
+        topic: String,
+        #[source]
+        source: quiver_protocol::MessageError,
+    },
     #[error("no broker serves topic {topic} for {purpose}")]
     NoRoute {
         topic: String,

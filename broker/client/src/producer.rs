@@ -179,7 +179,11 @@ impl Producer {
                 properties: encoded_properties(&message.properties),
             });
         }
-        let body = wire::encode_batch(&batch);
+        // Properties over 32767 bytes do not fit the batch format's i16 length prefix.
+        let body = wire::try_encode_batch(&batch).map_err(|source| ClientError::BatchEncode {
+            topic: topic.clone(),
+            source,
+        })?;
         if body.len() > self.inner.config.max_message_size_bytes {
             return Err(ClientError::MessageTooLarge {
                 size_bytes: body.len(),
@@ -461,4 +465,33 @@ fn interpret_send_response(
         queue: MessageQueue::new(topic, &queue.broker_name, queue_id),
         queue_offset: QueueOffset(queue_offset),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_batch_with_oversized_properties_is_a_typed_error_not_a_panic() {
+        // Refused before any connection: nothing needs to listen on this port.
+        let producer = Producer::new(ProducerConfig::new("127.0.0.1:9"));
+        let oversized = Message::new("orders", "b").with_property("big", "x".repeat(40_000));
+        let error = producer
+            .send_batch(vec![Message::new("orders", "a"), oversized])
+            .await
+            .expect_err("properties over 32767 bytes cannot be batched");
+        match error {
+            ClientError::BatchEncode { topic, source } => {
+                assert_eq!(topic, "orders");
+                assert!(matches!(
+                    source,
+                    quiver_protocol::MessageError::FieldTooLong {
+                        field: "properties",
+                        ..
+                    }
+                ));
+            }
+            other => panic!("expected BatchEncode, got {other:?}"),
+        }
+    }
 }
