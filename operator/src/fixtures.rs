@@ -319,6 +319,11 @@ impl FakeAdmin {
         self.with_state(|state| state.unreachable.insert(BrokerAddr(addr.to_string())));
     }
 
+    /// Makes `addr` answer again.
+    pub fn make_reachable(&self, addr: &str) {
+        self.with_state(|state| state.unreachable.remove(&BrokerAddr(addr.to_string())));
+    }
+
     fn call<'a, T: Send + 'a>(
         &'a self,
         addr: &'a BrokerAddr,

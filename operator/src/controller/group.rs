@@ -3,9 +3,7 @@
 
 use super::conditions::{self, Desired};
 use super::{object_key, Context, Error};
-use crate::admin::{
-    AdminError, BrokerAddr, ConsumeStats, QueueConsumeStats, ResetTarget, SubscriptionGroup,
-};
+use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
     OffsetResetTarget, QueueLagStatus, TopicLagStatus,
@@ -122,31 +120,31 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
     let spec_applied = previous.observed_generation.is_some()
         && previous.observed_generation == group.metadata.generation
         && conditions::is_true(&previous.conditions, "Ready");
+    let mut unanswered = Unanswered::default();
     for addr in &addresses {
-        let present = spec_applied
-            && ctx
-                .admin
-                .groups(addr)
-                .await
-                .map_err(Error::admin("listing subscription groups"))?
-                .contains(&name);
+        let present = if spec_applied {
+            let listed = ctx.admin.groups(addr).await;
+            match unanswered.check(addr, "listing subscription groups", listed)? {
+                Some(groups) => groups.contains(&name),
+                None => continue,
+            }
+        } else {
+            false
+        };
         if !present {
-            ctx.admin
-                .upsert_group(addr, &subscription)
-                .await
-                .map_err(Error::admin("creating the subscription group"))?;
+            let upserted = ctx.admin.upsert_group(addr, &subscription).await;
+            unanswered.check(addr, "creating the subscription group", upserted)?;
         }
     }
+    unanswered.fail_if_none_answered(addresses.len())?;
 
     // Members heartbeat to every broker: the union is the group's membership.
     let mut members = BTreeSet::new();
-    for addr in &addresses {
-        let connected = ctx
-            .admin
-            .members(addr, &name)
-            .await
-            .map_err(Error::admin("listing live members"))?;
-        members.extend(connected);
+    for addr in unanswered.answering(&addresses) {
+        let connected = ctx.admin.members(&addr, &name).await;
+        if let Some(connected) = unanswered.check(&addr, "listing live members", connected)? {
+            members.extend(connected);
+        }
     }
 
     let mut applied_offset_reset = previous.applied_offset_reset.clone();
@@ -154,7 +152,11 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
         let already_applied = applied_offset_reset
             .as_ref()
             .is_some_and(|applied| applied.id == reset.id);
-        if !already_applied {
+        // A reset goes to every broker or waits: half-applied, it would look done.
+        if !already_applied && !unanswered.is_empty() {
+            tracing::info!(reset = %reset.id, "offset reset waits until every broker answers");
+        }
+        if !already_applied && unanswered.is_empty() {
             let target = match reset.to {
                 OffsetResetTarget::Earliest => ResetTarget::Earliest,
                 OffsetResetTarget::Latest => ResetTarget::Latest,
@@ -186,15 +188,17 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
     }
 
     let mut stats = Vec::with_capacity(addresses.len());
-    for addr in &addresses {
-        let broker_stats: ConsumeStats = ctx
-            .admin
-            .consume_stats(addr, &name)
-            .await
-            .map_err(Error::admin("reading consume stats"))?;
-        stats.extend(broker_stats.queues);
+    for addr in unanswered.answering(&addresses) {
+        let broker_stats = ctx.admin.consume_stats(&addr, &name).await;
+        if let Some(broker_stats) =
+            unanswered.check(&addr, "reading consume stats", broker_stats)?
+        {
+            stats.extend(broker_stats.queues);
+        }
     }
-    stats.extend(uncommitted_topics(group, &stats, &addresses, ctx).await?);
+    let answering = unanswered.answering(&addresses);
+    stats.extend(uncommitted_topics(group, &stats, &answering, &mut unanswered, ctx).await?);
+    unanswered.fail_if_none_answered(addresses.len())?;
     let lag = group_lag(&stats, &group.spec.topics, now_ms);
     let thresholds = group.spec.lag_thresholds.clone().unwrap_or_default();
     let (progress, last_commit_ms) = {
@@ -229,7 +233,14 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             .collect(),
         conditions: conditions::merge(
             &previous.conditions,
-            &lag_conditions(&lag, progress, &thresholds, addresses.len(), members.len()),
+            &lag_conditions(
+                &lag,
+                progress,
+                &thresholds,
+                addresses.len(),
+                members.len(),
+                &unanswered.note(addresses.len()),
+            ),
             group.metadata.generation,
             now,
         ),
@@ -249,6 +260,7 @@ async fn uncommitted_topics(
     group: &ConsumerGroup,
     stats: &[QueueConsumeStats],
     addresses: &[BrokerAddr],
+    unanswered: &mut Unanswered,
     ctx: &Context,
 ) -> Result<Vec<QueueConsumeStats>, Error> {
     let mut queues = Vec::new();
@@ -257,6 +269,9 @@ async fn uncommitted_topics(
             continue;
         }
         for addr in addresses {
+            if unanswered.contains(addr) {
+                continue;
+            }
             match ctx.admin.topic_stats(addr, topic).await {
                 Ok(topic_stats) => {
                     queues.extend(
@@ -275,6 +290,9 @@ async fn uncommitted_topics(
                 }
                 // The topic does not exist on that broker (yet): nothing to report there.
                 Err(AdminError::Rejected { .. }) => {}
+                Err(source @ AdminError::Unreachable { .. }) => {
+                    unanswered.note_unreachable(addr, source);
+                }
                 Err(source) => {
                     return Err(Error::Admin {
                         action: "reading topic stats",
@@ -285,6 +303,83 @@ async fn uncommitted_topics(
         }
     }
     Ok(queues)
+}
+
+/// Brokers that did not answer during one poll: skipped for the rest of it, left out of the
+/// lag (their queues are unknown, not carried over) and named in the conditions.
+#[derive(Default)]
+struct Unanswered {
+    brokers: BTreeSet<BrokerAddr>,
+    last_error: Option<AdminError>,
+}
+
+impl Unanswered {
+    fn is_empty(&self) -> bool {
+        self.brokers.is_empty()
+    }
+
+    fn contains(&self, addr: &BrokerAddr) -> bool {
+        self.brokers.contains(addr)
+    }
+
+    /// The brokers of `addresses` that have answered so far.
+    fn answering(&self, addresses: &[BrokerAddr]) -> Vec<BrokerAddr> {
+        addresses
+            .iter()
+            .filter(|addr| !self.contains(addr))
+            .cloned()
+            .collect()
+    }
+
+    fn note_unreachable(&mut self, addr: &BrokerAddr, error: AdminError) {
+        tracing::warn!(%error, broker = %addr.0, "broker did not answer; lag without it this poll");
+        self.brokers.insert(addr.clone());
+        self.last_error = Some(error);
+    }
+
+    /// The answer; None when the broker is unreachable (noted); other errors fail the poll.
+    fn check<T>(
+        &mut self,
+        addr: &BrokerAddr,
+        action: &'static str,
+        result: Result<T, AdminError>,
+    ) -> Result<Option<T>, Error> {
+        match result {
+            Ok(value) => Ok(Some(value)),
+            Err(error @ AdminError::Unreachable { .. }) => {
+                self.note_unreachable(addr, error);
+                Ok(None)
+            }
+            Err(source) => Err(Error::Admin { action, source }),
+        }
+    }
+
+    /// With no broker answering there is nothing to report: the poll fails as before.
+    fn fail_if_none_answered(&mut self, brokers: usize) -> Result<(), Error> {
+        match self.last_error.take() {
+            Some(source) if self.brokers.len() >= brokers => Err(Error::Admin {
+                action: "reaching any broker of the group",
+                source,
+            }),
+            kept => {
+                self.last_error = kept;
+                Ok(())
+            }
+        }
+    }
+
+    /// The conditions' note: empty when every broker answered.
+    fn note(&self, brokers: usize) -> String {
+        if self.brokers.is_empty() {
+            return String::new();
+        }
+        let names: Vec<&str> = self.brokers.iter().map(|addr| addr.0.as_str()).collect();
+        format!(
+            "; lag from {} of {brokers} brokers, unknown on {} (did not answer)",
+            brokers - self.brokers.len(),
+            names.join(", ")
+        )
+    }
 }
 
 fn topic_statuses(lag: &GroupLag) -> Vec<TopicLagStatus> {
@@ -305,6 +400,7 @@ fn lag_conditions(
     thresholds: &crate::crd::LagThresholds,
     brokers: usize,
     members: usize,
+    unanswered_note: &str,
 ) -> Vec<Desired> {
     let total = lag.total_messages();
     let latency_ms = lag.max_latency_ms();
@@ -314,10 +410,10 @@ fn lag_conditions(
     let lagging = over_messages || over_seconds;
     let lag_message = match total {
         Some(total) => format!(
-            "{total} messages behind, {:.1}s",
+            "{total} messages behind, {:.1}s{unanswered_note}",
             latency_ms.unwrap_or(0) as f64 / 1000.0
         ),
-        None => "nothing committed yet: lag unknown".to_string(),
+        None => format!("nothing committed yet: lag unknown{unanswered_note}"),
     };
     let stalled_message = match progress {
         Progress::Stalled { unmoved_polls } => {
@@ -330,7 +426,7 @@ fn lag_conditions(
             "Ready",
             true,
             "GroupConfigured",
-            format!("group present on {brokers} brokers; {members} live members"),
+            format!("group present on {brokers} brokers; {members} live members{unanswered_note}"),
         ),
         Desired::new(
             "Lagging",
@@ -459,11 +555,11 @@ mod tests {
             seconds: Some(3),
             stalled_polls: None,
         };
-        let calm = lag_conditions(&lag_of(10, 1_000), Progress::Moving, &thresholds, 1, 0);
+        let calm = lag_conditions(&lag_of(10, 1_000), Progress::Moving, &thresholds, 1, 0, "");
         assert_eq!(lagging(&calm), (false, "WithinThresholds"));
-        let many = lag_conditions(&lag_of(60, 1_000), Progress::Moving, &thresholds, 1, 0);
+        let many = lag_conditions(&lag_of(60, 1_000), Progress::Moving, &thresholds, 1, 0, "");
         assert_eq!(lagging(&many), (true, "ThresholdExceeded"));
-        let old = lag_conditions(&lag_of(10, 4_000), Progress::Moving, &thresholds, 1, 0);
+        let old = lag_conditions(&lag_of(10, 4_000), Progress::Moving, &thresholds, 1, 0, "");
         assert_eq!(lagging(&old), (true, "ThresholdExceeded"));
     }
 
@@ -475,6 +571,7 @@ mod tests {
             &LagThresholds::default(),
             2,
             0,
+            "",
         );
         assert_eq!(lagging(&conditions), (false, "WithinThresholds"));
         let stalled = conditions

@@ -8,6 +8,7 @@ mod broker_rollout;
 mod broker_scale_down;
 mod broker_volume_expansion;
 mod group_finalizer;
+mod group_lag_partial;
 mod group_lag_status;
 mod group_offset_reset;
 
