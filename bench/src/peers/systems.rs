@@ -51,6 +51,15 @@ impl Running {
     }
 }
 
+impl Drop for Running {
+    /// Stops the processes in reverse start order (a broker before its name server).
+    fn drop(&mut self) {
+        while let Some(mut process) = self.processes.pop() {
+            process.stop(Duration::from_secs(5));
+        }
+    }
+}
+
 fn localhost(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
@@ -127,8 +136,11 @@ fn find_elf(dir: &Path, name: &str) -> Option<PathBuf> {
                 return Some(found);
             }
         } else if path.file_name().is_some_and(|n| n == name) {
-            let head = std::fs::read(&path).ok()?;
-            if head.starts_with(b"\x7fELF") {
+            let mut magic = [0u8; 4];
+            let is_elf = std::fs::File::open(&path)
+                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+                .is_ok_and(|()| magic == *b"\x7fELF");
+            if is_elf {
                 return Some(path);
             }
         }
