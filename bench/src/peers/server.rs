@@ -146,3 +146,37 @@ pub fn disk_usage_bytes(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_that_exits_early_is_reported_with_its_log() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut process = ServerProcess::spawn(
+            "failing",
+            Path::new("/bin/sh"),
+            &["-c".into(), "echo cannot bind; exit 3".into()],
+            dir.path(),
+            &[],
+        )
+        .expect("spawn");
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port().expect("port")));
+        let error = process
+            .wait_listening(addr, Duration::from_secs(10))
+            .expect_err("the process exits");
+        let message = format!("{error:#}");
+        assert!(message.contains("failing exited"), "{message}");
+        assert!(message.contains("cannot bind"), "{message}");
+    }
+
+    #[test]
+    fn disk_usage_counts_files_in_subdirectories() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        std::fs::write(dir.path().join("sub/data"), vec![7u8; 64 * 1024]).expect("write");
+        assert!(disk_usage_bytes(dir.path()) >= 64 * 1024);
+        assert_eq!(disk_usage_bytes(&dir.path().join("missing")), 0);
+    }
+}
