@@ -254,7 +254,9 @@ pub fn rocketmq_rust_binaries(may_install: bool) -> anyhow::Result<(PathBuf, Pat
                 .arg(ROCKETMQ_RUST_VERSION)
                 .arg("--root")
                 .arg(&root)
-                .args(["-j", "1", krate]),
+                .args(["-j", "1", krate])
+                // One build dir for both crates (shared dependencies), kept to resume.
+                .env("CARGO_TARGET_DIR", cache_dir().join("rocketmq-build")),
             &format!("cargo install {krate} {ROCKETMQ_RUST_VERSION}"),
         )?;
     }
