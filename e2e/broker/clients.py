@@ -20,7 +20,11 @@ def produce(namesrv, topic, keys, timeout=240, attempts=3):
     A fresh C++ producer sometimes fails its very first route lookup at once with "No route
     info of this topic" (about 1 start in 6 against a 3-broker cluster; never with the
     broker's trace logging slowing it down). A capturing proxy showed the broker's route
-    answer byte-identical in failing and passing starts, so this is a client-side race.
+    answer byte-identical in failing and passing starts, so this is a client-side race. The
+    C++ client's MQClientFactory::tryToFindTopicPublishInfo turns any failed name-server call
+    (transport not yet connected, or its timed_mutex not taken in time) into a null route and
+    throws that message without retrying: apache/rocketmq-client-cpp issue #455 shows the same
+    sequence against Apache's own name server, so the broker has nothing to change here.
     Nothing was sent then, so the process is started again, at most `attempts` times.
     """
     for attempt in range(attempts):
