@@ -131,13 +131,14 @@ fn default_queues() -> i32 {
 }
 
 /// CommitLog retention.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionSpec {
     /// Hours a CommitLog segment is kept after its last write (RocketMQ fileReservedTime).
     pub file_reserved_hours: u32,
-    /// Disk usage percentage above which old segments are deleted early.
+    /// Disk usage percentage above which old segments are deleted early (1-100; broker default 85).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("diskHighWaterPercent must be between 1 and 100"))]
     pub disk_high_water_percent: Option<u8>,
 }
 
@@ -530,6 +531,24 @@ mod tests {
             format!("{errors:?}").contains("may only grow"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn disk_high_water_percent_is_a_percentage() {
+        let retention = |percent: u8| {
+            broker(serde_json::json!({
+                "retention": {"fileReservedHours": 72, "diskHighWaterPercent": percent}
+            }))
+        };
+        validate_cel(&retention(85)).expect("85% is valid");
+        validate_cel(&retention(100)).expect("100% is valid");
+        for bad in [0, 101, 255] {
+            let errors = validate_cel(&retention(bad)).unwrap_err();
+            assert!(
+                format!("{errors:?}").contains("diskHighWaterPercent must be between 1 and 100"),
+                "{bad}: {errors:?}"
+            );
+        }
     }
 
     #[test]
