@@ -42,6 +42,7 @@ cargo test --workspace
 
 step "bench smoke (figures are never pass/fail)"
 cargo run -q -p quiver-bench -- store --smoke
+cargo run -q -p quiver-bench -- peers --smoke --systems quiver
 
 for suite in e2e/*/run.sh; do
     step "e2e: $suite"
