@@ -251,6 +251,7 @@ pub struct StorageStatus {
     shortname = "qcg",
     doc = "A RocketMQ consumer group managed on a Quiver Broker, with its lag",
     printcolumn(name = "Broker", type_ = "string", json_path = ".spec.brokerRef"),
+    printcolumn(name = "Members", type_ = "integer", json_path = ".status.members"),
     printcolumn(name = "Lag", type_ = "integer", json_path = ".status.totalLag"),
     printcolumn(
         name = "Lag Seconds",
@@ -386,6 +387,9 @@ pub struct ConsumerGroupStatus {
     /// When a committed offset last moved (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_commit_time: Option<String>,
+    /// Live members: distinct client IDs heartbeating to the group's brokers at the last poll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<u32>,
 }
 
 /// Lag of one topic.

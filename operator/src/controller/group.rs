@@ -249,6 +249,7 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             .and_then(|ms| Timestamp::from_millisecond(ms).ok())
             .map(|time| time.to_string())
             .or(previous.last_commit_time),
+        members: Some(u32::try_from(members.len()).unwrap_or(u32::MAX)),
     };
     patch_status(&groups, &name, &status).await?;
     Ok(Action::requeue(ctx.lag_interval))

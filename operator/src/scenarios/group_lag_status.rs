@@ -98,6 +98,11 @@ async fn lag_lands_in_status_and_metrics() {
         .iter()
         .find(|c| c.type_ == "Ready")
         .unwrap();
+    assert_eq!(
+        status.members,
+        Some(1),
+        "members counted once across brokers"
+    );
     assert!(
         ready.message.contains("1 live members"),
         "members counted once across brokers: {}",
