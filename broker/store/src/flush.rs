@@ -1,6 +1,7 @@
 //! Flushing the CommitLog: group commit for `FlushMode::Sync`, interval / dirty pages for
 //! `FlushMode::Async`, plus periodic ConsumeQueue flushes and checkpoints.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,10 +17,6 @@ const FAILED_FLUSH_BACKOFF: Duration = Duration::from_millis(100);
 const THOROUGH_FLUSH_INTERVALS: u32 = 20;
 
 struct FlushState {
-    /// Highest CommitLog end a Sync writer waits for.
-    requested: u64,
-    /// CommitLog bytes below this are durable.
-    flushed: u64,
     /// The last failed flush: the end it tried, and why.
     failure: Option<(u64, Arc<std::io::Error>)>,
     stopping: bool,
@@ -28,7 +25,15 @@ struct FlushState {
 /// Shared between writers (who wait) and the flusher thread (who fsyncs for all of them).
 pub(crate) struct FlushControl {
     state: Mutex<FlushState>,
-    /// Wakes the flusher: a writer waits, or the store stops.
+    /// CommitLog bytes below this are durable; only raised under `state`.
+    flushed: AtomicU64,
+    /// Highest CommitLog end a Sync writer waits for.
+    requested: AtomicU64,
+    /// Set by `stop`; read by the flusher under `work_lock`.
+    stop_requested: AtomicBool,
+    /// The flusher's own lock, so its wake-up never queues behind writers woken on `state`.
+    work_lock: Mutex<()>,
+    /// Wakes the flusher (with `work_lock`): a writer waits, or the store stops.
     work: Condvar,
     /// Wakes writers: a flush finished.
     done: Condvar,
@@ -40,11 +45,13 @@ impl FlushControl {
     pub(crate) fn new(flushed: u64) -> Self {
         FlushControl {
             state: Mutex::new(FlushState {
-                requested: flushed,
-                flushed,
                 failure: None,
                 stopping: false,
             }),
+            flushed: AtomicU64::new(flushed),
+            requested: AtomicU64::new(flushed),
+            stop_requested: AtomicBool::new(false),
+            work_lock: Mutex::new(()),
             work: Condvar::new(),
             done: Condvar::new(),
             stopped: Condvar::new(),
@@ -52,21 +59,21 @@ impl FlushControl {
     }
 
     pub(crate) fn flushed(&self) -> u64 {
-        self.state.lock().flushed
+        self.flushed.load(Ordering::Acquire)
     }
 
     /// Blocks until CommitLog bytes below `end` are durable; one fsync serves every waiter.
     pub(crate) fn wait_durable(&self, end: u64) -> Result<(), StoreError> {
-        let mut state = self.state.lock();
-        if state.flushed >= end {
+        if self.flushed() >= end {
             return Ok(());
         }
-        if state.requested < end {
-            state.requested = end;
+        if self.requested.fetch_max(end, Ordering::AcqRel) < end {
+            let _work = self.work_lock.lock();
             self.work.notify_one();
         }
+        let mut state = self.state.lock();
         loop {
-            if state.flushed >= end {
+            if self.flushed() >= end {
                 return Ok(());
             }
             if let Some((attempted, source)) = &state.failure {
@@ -93,7 +100,7 @@ impl FlushControl {
         let mut state = self.state.lock();
         let result = match outcome {
             Ok(()) => {
-                state.flushed = state.flushed.max(end);
+                self.flushed.fetch_max(end, Ordering::AcqRel);
                 state.failure = None;
                 Ok(())
             }
@@ -113,27 +120,32 @@ impl FlushControl {
 
     /// Waits for the next reason to flush; `false` once the store stops.
     pub(crate) fn wait_for_work(&self, mode: FlushMode, deadline: Instant) -> bool {
-        let mut state = self.state.lock();
+        let stopping = || self.stop_requested.load(Ordering::Acquire);
+        let mut work = self.work_lock.lock();
         match mode {
             FlushMode::Sync => {
-                while !state.stopping && state.requested <= state.flushed {
-                    if self.work.wait_until(&mut state, deadline).timed_out() {
+                while !stopping() && self.requested.load(Ordering::Acquire) <= self.flushed() {
+                    if self.work.wait_until(&mut work, deadline).timed_out() {
                         break;
                     }
                 }
             }
             FlushMode::Async => {
-                if !state.stopping {
-                    self.work.wait_until(&mut state, deadline);
+                if !stopping() {
+                    self.work.wait_until(&mut work, deadline);
                 }
             }
         }
-        !state.stopping
+        !stopping()
     }
 
     pub(crate) fn stop(&self) {
         self.state.lock().stopping = true;
-        self.work.notify_all();
+        self.stop_requested.store(true, Ordering::Release);
+        {
+            let _work = self.work_lock.lock();
+            self.work.notify_all();
+        }
         self.done.notify_all();
         self.stopped.notify_all();
     }
