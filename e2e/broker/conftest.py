@@ -3,33 +3,15 @@
 import atexit
 import os
 import signal
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 
 import pytest
+from quiver_e2e import free_port, wait_until
 
 BROKER_BIN = os.environ.get("QUIVER_BROKER_BIN", "")
 _LIVE = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout, what):
-    """Polls `predicate` until it is truthy; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Broker:

@@ -9,4 +9,6 @@ export QUIVER_BROKER_BIN="$QUIVER_BIN_DIR/quiver-broker"
 [ -x "$QUIVER_BROKER_BIN" ] || { echo "missing $QUIVER_BROKER_BIN" >&2; exit 1; }
 # Brokers are children of pytest, stopped by its fixtures (and at interpreter exit).
 cd "$here"
+# Helpers shared by the e2e suites (free ports, waiting with a deadline).
+export PYTHONPATH="$here/../common${PYTHONPATH:+:$PYTHONPATH}"
 "$QUIVER_PYTHON" -m pytest -q -p no:cacheprovider "$here"

@@ -5,7 +5,7 @@ import pytest
 
 import remoting
 from clients import Collector, produce, start_consumer
-from conftest import free_port, wait_until
+from quiver_e2e import free_port, wait_until
 
 TOPIC = "ClusterTopic"
 GROUP = "ClusterGroup"

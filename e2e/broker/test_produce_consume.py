@@ -4,7 +4,7 @@ no message is lost and a new consumer resumes from the committed offsets."""
 import pytest
 
 from clients import Collector, produce, start_consumer
-from conftest import wait_until
+from quiver_e2e import wait_until
 
 TOPIC = "E2eTopic"
 GROUP = "E2eGroup"

@@ -3,7 +3,7 @@
 import pytest
 
 from clients import Collector, produce, start_consumer
-from conftest import wait_until
+from quiver_e2e import wait_until
 
 
 @pytest.mark.timeout(120)

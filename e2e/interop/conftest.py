@@ -7,29 +7,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 
 import pytest
+from quiver_e2e import free_port, wait_until
 
 BIN_DIR = os.environ.get("QUIVER_BIN_DIR", "")
 _LIVE = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout, what):
-    """Polls `predicate` until it is truthy; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _stop(proc):

@@ -10,5 +10,7 @@ for bin in quiver quiver-broker; do
 done
 export QUIVER_BIN_DIR
 cd "$here"
+# Helpers shared by the e2e suites (free ports, waiting with a deadline).
+export PYTHONPATH="$here/../common${PYTHONPATH:+:$PYTHONPATH}"
 # Brokers are children of pytest, stopped by its fixtures (and at interpreter exit).
 "$QUIVER_PYTHON" -m pytest -q -p no:cacheprovider --timeout 120 "$here"

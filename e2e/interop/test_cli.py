@@ -2,7 +2,8 @@
 
 import pytest
 
-from conftest import Quiver, free_port
+from conftest import Quiver
+from quiver_e2e import free_port
 
 COMMANDS = [[], ["produce"], ["consume"], ["topics"], ["topics", "list"], ["topics", "create"],
             ["topics", "route"], ["lag"], ["offsets"], ["offsets", "reset"], ["cluster"]]

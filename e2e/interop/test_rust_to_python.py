@@ -4,7 +4,7 @@ import threading
 
 from rocketmq.client import PushConsumer
 
-from conftest import wait_until
+from quiver_e2e import wait_until
 
 
 def test_python_consumer_reads_rust_messages_with_tags_keys_and_properties(broker, quiver):

@@ -9,32 +9,13 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from quiver_e2e import free_port, wait_until
 
 _LIVE: list[subprocess.Popen] = []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float, what: str):
-    """Polls `predicate` until it returns something truthy; fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def http_get(url: str) -> tuple[int, str]:

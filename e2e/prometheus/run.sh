@@ -11,4 +11,6 @@ export QUIVER_BROKER_BIN="$QUIVER_BIN_DIR/quiver-broker"
 command -v prometheus >/dev/null || { echo "prometheus missing (apt: see apt.txt)" >&2; exit 1; }
 command -v promtool >/dev/null || { echo "promtool missing (apt: see apt.txt)" >&2; exit 1; }
 cd "$here"
+# Helpers shared by the e2e suites (free ports, waiting with a deadline).
+export PYTHONPATH="$here/../common${PYTHONPATH:+:$PYTHONPATH}"
 exec "$QUIVER_PYTHON" -m pytest -q -p no:cacheprovider "$here"

@@ -10,7 +10,8 @@ import threading
 
 import pytest
 import yaml
-from processes import Broker, Prometheus, broker_binary, wait_until
+from processes import Broker, Prometheus, broker_binary
+from quiver_e2e import wait_until
 from rocketmq.client import Message, Producer, PushConsumer, SendStatus
 
 HERE = pathlib.Path(__file__).resolve().parent
