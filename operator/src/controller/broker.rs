@@ -1,7 +1,7 @@
 //! Broker reconciler: fetch, plan (drain, rollout), apply with server-side apply, write status.
 
 use super::conditions::{self, is_true, Desired};
-use super::{object_key, Context, Error};
+use super::{object_key, publish, Context, Error};
 use crate::admin::{BrokerAddr, BrokerPermission, TopicConfig};
 use crate::crd::{Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, StorageStatus};
 use crate::desired::{self, RolloutPlan, FIELD_MANAGER, TEMPLATE_HASH_ANNOTATION};
@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -607,27 +607,6 @@ async fn patch_status(api: &Api<Broker>, name: &str, status: &BrokerStatus) -> R
     .await
     .map_err(Error::kube(format!("writing status of Broker {name}")))?;
     Ok(())
-}
-
-/// Events are best effort: a failure is logged, never fails the reconcile.
-async fn publish(
-    ctx: &Context,
-    broker: &Broker,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.to_string()),
-        action: action.to_string(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &broker.object_ref(&())).await {
-        tracing::warn!(%error, reason, "could not publish event");
-    }
 }
 
 #[cfg(test)]

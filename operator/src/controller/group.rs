@@ -2,7 +2,7 @@
 //! collect lag on every pass (requeued at the lag interval), clean up on delete.
 
 use super::conditions::{self, Desired};
-use super::{object_key, Context, Error};
+use super::{object_key, publish, Context, Error};
 use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
@@ -13,7 +13,7 @@ use crate::lag::{group_lag, GroupLag, Progress};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::BTreeSet;
@@ -183,7 +183,15 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
                 reset.to,
                 reset.id
             );
-            publish(ctx, group, "OffsetsReset", &note).await;
+            publish(
+                ctx,
+                group,
+                EventType::Normal,
+                "OffsetsReset",
+                "OffsetsReset",
+                &note,
+            )
+            .await;
         }
     }
 
@@ -473,6 +481,8 @@ async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Resul
             publish(
                 ctx,
                 group,
+                EventType::Normal,
+                "GroupDeleted",
                 "GroupDeleted",
                 "group and its offsets removed from the brokers",
             )
@@ -507,20 +517,6 @@ async fn patch_status(
         "writing status of ConsumerGroup {name}"
     )))?;
     Ok(())
-}
-
-/// Events are best effort: a failure is logged, never fails the reconcile.
-async fn publish(ctx: &Context, group: &ConsumerGroup, reason: &str, note: &str) {
-    let event = KubeEvent {
-        type_: EventType::Normal,
-        reason: reason.to_string(),
-        note: Some(note.to_string()),
-        action: reason.to_string(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &group.object_ref(&())).await {
-        tracing::warn!(%error, reason, "could not publish event");
-    }
 }
 
 #[cfg(test)]

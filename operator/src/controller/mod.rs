@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::HashMap;
@@ -171,6 +171,27 @@ impl Context {
             .min(BACKOFF_MAX);
         *count = count.saturating_add(1);
         delay
+    }
+}
+
+/// Events are best effort: a failure is logged, never fails the reconcile.
+pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    object: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.to_string()),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(%error, reason, "could not publish event");
     }
 }
 
