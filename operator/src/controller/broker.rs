@@ -1,7 +1,7 @@
 //! Broker reconciler: fetch, plan (drain, rollout), apply with server-side apply, write status.
 
 use super::conditions::{self, is_true, Desired};
-use super::{object_key, publish, Context, Error};
+use super::{object_key, patch_status, publish, Context, Error};
 use crate::admin::{BrokerAddr, BrokerPermission, TopicConfig};
 use crate::crd::{Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, StorageStatus};
 use crate::desired::{self, RolloutPlan, FIELD_MANAGER, TEMPLATE_HASH_ANNOTATION};
@@ -590,22 +590,6 @@ where
     )
     .await
     .map_err(Error::kube(format!("applying {} {name}", K::kind(&()))))?;
-    Ok(())
-}
-
-async fn patch_status(api: &Api<Broker>, name: &str, status: &BrokerStatus) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": Broker::api_version(&()),
-        "kind": Broker::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("writing status of Broker {name}")))?;
     Ok(())
 }
 

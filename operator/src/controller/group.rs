@@ -2,20 +2,19 @@
 //! collect lag on every pass (requeued at the lag interval), clean up on delete.
 
 use super::conditions::{self, Desired};
-use super::{object_key, publish, Context, Error};
+use super::{object_key, patch_status, publish, Context, Error};
 use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
     OffsetResetTarget, QueueLagStatus, TopicLagStatus,
 };
-use crate::desired::{self, FIELD_MANAGER};
+use crate::desired;
 use crate::lag::{group_lag, GroupLag, Progress};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -495,28 +494,6 @@ async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Resul
         .expect("stall tracker lock poisoned")
         .remove(&object_key(group));
     Ok(Action::await_change())
-}
-
-async fn patch_status(
-    api: &Api<ConsumerGroup>,
-    name: &str,
-    status: &ConsumerGroupStatus,
-) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": ConsumerGroup::api_version(&()),
-        "kind": ConsumerGroup::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "writing status of ConsumerGroup {name}"
-    )))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -174,6 +174,30 @@ impl Context {
     }
 }
 
+/// Writes `status` with server-side apply on the status subresource, under our one field manager.
+pub(crate) async fn patch_status<K, S>(api: &Api<K>, name: &str, status: &S) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::apply(crate::desired::FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "writing status of {} {name}",
+        K::kind(&())
+    )))?;
+    Ok(())
+}
+
 /// Events are best effort: a failure is logged, never fails the reconcile.
 pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
     ctx: &Context,
