@@ -15,6 +15,11 @@ const PAGE_BYTES: u64 = 4096;
 const FAILED_FLUSH_BACKOFF: Duration = Duration::from_millis(100);
 /// Async mode flushes any dirty bytes at least this many intervals apart.
 const THOROUGH_FLUSH_INTERVALS: u32 = 20;
+/// Sync mode waits at most this share of the last flush's duration for the writers it served
+/// to come back, so one fsync covers them all again (like MySQL's binlog group commit delay).
+const GATHER_SHARE_OF_FLUSH: u32 = 2;
+/// ...and never longer than this, whatever a slow disk did last time.
+const MAX_GATHER: Duration = Duration::from_millis(2);
 
 struct FlushState {
     /// The last failed flush: the end it tried, and why.
@@ -29,6 +34,12 @@ pub(crate) struct FlushControl {
     flushed: AtomicU64,
     /// Highest CommitLog end a Sync writer waits for.
     requested: AtomicU64,
+    /// Sync writers that started waiting since the flusher last took the count.
+    arrivals: AtomicU64,
+    /// How many writers the last flush served: the flusher gathers this many before the next.
+    gather_target: AtomicU64,
+    /// The flusher sleeps until some writer waits (set under `work_lock`).
+    flusher_idle: AtomicBool,
     /// Set by `stop`; read by the flusher under `work_lock`.
     stop_requested: AtomicBool,
     /// The flusher's own lock, so its wake-up never queues behind writers woken on `state`.
@@ -50,6 +61,9 @@ impl FlushControl {
             }),
             flushed: AtomicU64::new(flushed),
             requested: AtomicU64::new(flushed),
+            arrivals: AtomicU64::new(0),
+            gather_target: AtomicU64::new(0),
+            flusher_idle: AtomicBool::new(false),
             stop_requested: AtomicBool::new(false),
             work_lock: Mutex::new(()),
             work: Condvar::new(),
@@ -67,7 +81,12 @@ impl FlushControl {
         if self.flushed() >= end {
             return Ok(());
         }
-        if self.requested.fetch_max(end, Ordering::AcqRel) < end {
+        // Wake the flusher once per round: when it idles, or when it has gathered enough.
+        let arrived = self.arrivals.fetch_add(1, Ordering::SeqCst) + 1;
+        self.requested.fetch_max(end, Ordering::SeqCst);
+        if self.flusher_idle.load(Ordering::SeqCst)
+            || arrived >= self.gather_target.load(Ordering::SeqCst)
+        {
             let _work = self.work_lock.lock();
             self.work.notify_one();
         }
@@ -118,14 +137,37 @@ impl FlushControl {
         result
     }
 
-    /// Waits for the next reason to flush; `false` once the store stops.
-    pub(crate) fn wait_for_work(&self, mode: FlushMode, deadline: Instant) -> bool {
+    /// Takes the count of writers that arrived since the last call: the ones a flush starting
+    /// now covers. Call before reading the committed end.
+    pub(crate) fn take_arrivals(&self) -> u64 {
+        self.arrivals.swap(0, Ordering::AcqRel)
+    }
+
+    /// Waits for the next reason to flush; `false` once the store stops. In Sync mode, once a
+    /// writer waits, it also waits up to `gather` for as many writers as the last flush served.
+    pub(crate) fn wait_for_work(
+        &self,
+        mode: FlushMode,
+        deadline: Instant,
+        gather: Duration,
+    ) -> bool {
         let stopping = || self.stop_requested.load(Ordering::Acquire);
         let mut work = self.work_lock.lock();
         match mode {
             FlushMode::Sync => {
-                while !stopping() && self.requested.load(Ordering::Acquire) <= self.flushed() {
+                // Idle is raised before `requested` is read: a writer either sees it or is seen.
+                self.flusher_idle.store(true, Ordering::SeqCst);
+                while !stopping() && self.requested.load(Ordering::SeqCst) <= self.flushed() {
                     if self.work.wait_until(&mut work, deadline).timed_out() {
+                        self.flusher_idle.store(false, Ordering::SeqCst);
+                        return !stopping();
+                    }
+                }
+                self.flusher_idle.store(false, Ordering::SeqCst);
+                let target = self.gather_target.load(Ordering::SeqCst);
+                let gathered_by = Instant::now() + gather;
+                while !stopping() && self.arrivals.load(Ordering::SeqCst) < target {
+                    if self.work.wait_until(&mut work, gathered_by).timed_out() {
                         break;
                     }
                 }
@@ -177,10 +219,12 @@ pub(crate) fn run_flusher(
     least_bytes: u64,
 ) {
     let mut last_log_flush = Instant::now();
+    let mut gather = Duration::ZERO;
     loop {
-        if !control.wait_for_work(mode, Instant::now() + interval) {
+        if !control.wait_for_work(mode, Instant::now() + interval, gather) {
             return;
         }
+        let served = control.take_arrivals();
         let committed = target.commit_log_committed();
         let flushed = control.flushed();
         let dirty = committed.saturating_sub(flushed);
@@ -193,7 +237,10 @@ pub(crate) fn run_flusher(
             }
         };
         if due {
+            let started = Instant::now();
             let outcome = target.flush_commit_log(flushed, committed);
+            gather = (started.elapsed() / GATHER_SHARE_OF_FLUSH).min(MAX_GATHER);
+            control.gather_target.store(served, Ordering::Release);
             if control.complete(committed, outcome).is_err() {
                 // Reported to the waiting writers; back off before retrying a failing disk.
                 std::thread::sleep(interval.min(FAILED_FLUSH_BACKOFF));
@@ -219,4 +266,71 @@ pub(crate) fn run_housekeeper(
 
 pub(crate) fn least_bytes(least_pages: u64) -> u64 {
     least_pages.saturating_mul(PAGE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    /// A log whose "fsync" takes a fixed time and is counted.
+    struct SlowDisk {
+        committed: AtomicU64,
+        flushes: AtomicU32,
+    }
+
+    impl FlushTarget for SlowDisk {
+        fn commit_log_committed(&self) -> u64 {
+            self.committed.load(Ordering::Acquire)
+        }
+        fn flush_commit_log(&self, _from: u64, _to: u64) -> std::io::Result<()> {
+            std::thread::sleep(Duration::from_millis(2));
+            self.flushes.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        fn housekeeping(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_flush_serves_many_waiting_writers() {
+        const WRITERS: u64 = 8;
+        const ROUNDS: u64 = 25;
+        let control = FlushControl::new(0);
+        let disk = SlowDisk {
+            committed: AtomicU64::new(0),
+            flushes: AtomicU32::new(0),
+        };
+        std::thread::scope(|scope| {
+            let flusher = scope.spawn(|| {
+                run_flusher(&control, &disk, FlushMode::Sync, Duration::from_secs(1), 0)
+            });
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        for _ in 0..ROUNDS {
+                            let end = disk.committed.fetch_add(100, Ordering::AcqRel) + 100;
+                            control.wait_durable(end).unwrap();
+                            assert!(control.flushed() >= end);
+                        }
+                    })
+                })
+                .collect();
+            for writer in writers {
+                writer.join().unwrap();
+            }
+            // A lone writer after the crowd is still served: gathering gives up in time.
+            let end = disk.committed.fetch_add(100, Ordering::AcqRel) + 100;
+            control.wait_durable(end).unwrap();
+            control.stop();
+            flusher.join().unwrap();
+        });
+        let flushes = u64::from(disk.flushes.load(Ordering::Relaxed));
+        let waits = WRITERS * ROUNDS + 1;
+        assert!(
+            flushes * 2 <= waits,
+            "{flushes} flushes for {waits} durable waits: group commit did not group"
+        );
+    }
 }
