@@ -8,9 +8,10 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 use crate::error::StoreError;
-use crate::mapped_file::{find_segment, MappedSegment, SegmentList};
+use crate::mapped_file::{find_segment, segment_name, MappedSegment, SegmentList};
 use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
+use crate::warm::{self, Warmer};
 
 pub(crate) struct CommitLog {
     dir: PathBuf,
@@ -18,6 +19,8 @@ pub(crate) struct CommitLog {
     segments: RwLock<SegmentList>,
     /// Bytes below this are complete, dispatched records (or blank filler).
     committed: AtomicU64,
+    /// Prepares zero-filled segments ahead of rolls (`FlushMode::Sync` + `warm-segments`).
+    warmer: Option<Warmer>,
 }
 
 /// The writer's side of the CommitLog, owned under the store's write lock.
@@ -37,12 +40,21 @@ impl CommitLog {
         dir: &Path,
         segment_size_bytes: u64,
         segments: Vec<Arc<MappedSegment>>,
+        warm_segments: bool,
     ) -> Self {
         CommitLog {
             dir: dir.to_path_buf(),
             segment_size_bytes,
             segments: RwLock::new(Arc::new(segments)),
             committed: AtomicU64::new(0),
+            warmer: warm_segments.then(|| Warmer::new(dir, segment_size_bytes)),
+        }
+    }
+
+    /// Stops and joins the warming thread, if any. Idempotent.
+    pub(crate) fn stop_warming(&self) {
+        if let Some(warmer) = &self.warmer {
+            warmer.stop();
         }
     }
 
@@ -85,8 +97,14 @@ impl CommitLog {
         let tail = match existing.last() {
             Some(last) if last.contains(write_pos) => Arc::clone(last),
             Some(last) if last.end() == write_pos => self.roll(write_pos)?,
-            // A fresh log, or one whose files were all removed, starts a segment right here.
-            None => self.roll(write_pos)?,
+            // A fresh log, or one whose files were all removed, starts a segment right here,
+            // warm from the start when warming is on.
+            None => {
+                if let Some(warmer) = &self.warmer {
+                    warmer.prepare_now(write_pos);
+                }
+                self.roll(write_pos)?
+            }
             Some(last) => {
                 return Err(StoreError::SegmentGap {
                     path: last.path().to_path_buf(),
@@ -95,12 +113,33 @@ impl CommitLog {
                 })
             }
         };
+        // Only the next segment's preparation is worth keeping.
+        let next = self.warmer.as_ref().map(|_| tail.end());
+        warm::remove_stale(&self.dir, next, self.segment_size_bytes);
         self.publish(write_pos);
+        self.warm_next(&tail);
         Ok(LogWriter { tail, write_pos })
     }
 
+    /// Starts preparing the segment after `tail` in the background (returns at once).
+    fn warm_next(&self, tail: &MappedSegment) {
+        if let Some(warmer) = &self.warmer {
+            warmer.request(tail.end());
+        }
+    }
+
+    /// Adds the segment at `base`: a prepared (zero-filled, fsynced) `.warm` file when one
+    /// is ready, else a new sparse file.
     fn roll(&self, base: u64) -> Result<Arc<MappedSegment>, StoreError> {
-        let segment = MappedSegment::create(&self.dir, base, self.segment_size_bytes)?;
+        let prepared = match &self.warmer {
+            Some(warmer) => warmer.take(base)?,
+            None => false,
+        };
+        let segment = if prepared {
+            MappedSegment::open(&self.dir.join(segment_name(base)), base)?
+        } else {
+            MappedSegment::create(&self.dir, base, self.segment_size_bytes)?
+        };
         let mut segments = self.segments.write();
         let mut next = Vec::with_capacity(segments.len() + 1);
         next.extend(segments.iter().cloned());
@@ -129,6 +168,7 @@ impl CommitLog {
             let next_base = writer.tail.end();
             writer.tail = self.roll(next_base)?;
             writer.write_pos = next_base;
+            self.warm_next(&writer.tail);
             at = 0;
         }
         let offset = CommitLogOffset(writer.write_pos);
@@ -199,5 +239,45 @@ impl CommitLog {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for CommitLog {
+    fn drop(&mut self) {
+        self.stop_warming();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    const LEN: u64 = 256 * 1024;
+
+    /// Bytes the file system allocated for the first segment of a fresh log.
+    fn first_segment_allocated(warm_segments: bool) -> (u64, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = CommitLog::new(dir.path(), LEN, Vec::new(), warm_segments);
+        let writer = log.writer(0).unwrap();
+        assert_eq!(writer.write_pos(), 0);
+        log.stop_warming();
+        let meta = std::fs::metadata(dir.path().join(segment_name(0))).unwrap();
+        (meta.blocks() * 512, meta.len())
+    }
+
+    #[test]
+    fn fresh_warm_log_starts_on_a_fully_allocated_segment() {
+        let (allocated, len) = first_segment_allocated(true);
+        assert_eq!(len, LEN);
+        assert!(allocated >= len, "{allocated} of {len} bytes allocated");
+    }
+
+    #[test]
+    fn fresh_log_without_warming_starts_sparse() {
+        let (allocated, len) = first_segment_allocated(false);
+        assert_eq!(len, LEN);
+        assert!(allocated < len, "{allocated} of {len} bytes allocated");
     }
 }

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::StoreError;
+use crate::warm;
 
 /// Length of a segment file name: the base offset zero-padded to 20 digits.
 pub(crate) const SEGMENT_NAME_DIGITS: usize = 20;
@@ -216,6 +217,14 @@ pub(crate) fn load_segments(dir: &Path) -> Result<Vec<Arc<MappedSegment>>, Store
             .path();
         match parse_segment_name(&path) {
             Some(base) => found.push((base, path)),
+            // A prepared next CommitLog segment: the writer adopts or removes it.
+            None if warm::parse_warm_name(&path).is_some() => {}
+            // A preparation cut short by a crash or a shutdown.
+            None if warm::is_warm_tmp(&path) => {
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove a partial prepared segment");
+                }
+            }
             None if path.is_file() => {
                 tracing::warn!(path = %path.display(), "ignoring a file that is not a segment");
             }

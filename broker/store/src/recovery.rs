@@ -295,7 +295,12 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
     }
     report.queues = all_queues.len();
 
-    let commit_log = CommitLog::new(&log_dir, config.segment_size_bytes, segments);
+    let commit_log = CommitLog::new(
+        &log_dir,
+        config.segment_size_bytes,
+        segments,
+        config.warms_segments(),
+    );
     // Everything recovery kept is made durable before the checkpoint claims it.
     commit_log
         .flush_range(validate_from, log_end)

@@ -680,6 +680,7 @@ impl MessageStore {
     }
 
     fn stop_threads(&self) {
+        self.shared.commit_log.stop_warming();
         self.shared.flush.stop();
         for handle in self.threads.lock().drain(..) {
             if handle.join().is_err() {
