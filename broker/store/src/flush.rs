@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::config::FlushMode;
 use crate::error::StoreError;
@@ -50,7 +50,12 @@ pub(crate) struct FlushControl {
     done: Condvar,
     /// Wakes the housekeeper: the store stops.
     stopped: Condvar,
+    /// Tells non-blocking waiters (see `request`) to look at `durable_status` again.
+    flushed_hook: RwLock<Option<FlushedHook>>,
 }
+
+/// Called on the flusher thread after each flush and at stop; must not block.
+pub type FlushedHook = Arc<dyn Fn() + Send + Sync>;
 
 impl FlushControl {
     pub(crate) fn new(flushed: u64) -> Self {
@@ -69,6 +74,7 @@ impl FlushControl {
             work: Condvar::new(),
             done: Condvar::new(),
             stopped: Condvar::new(),
+            flushed_hook: RwLock::new(None),
         }
     }
 
@@ -76,10 +82,11 @@ impl FlushControl {
         self.flushed.load(Ordering::Acquire)
     }
 
-    /// Blocks until CommitLog bytes below `end` are durable; one fsync serves every waiter.
-    pub(crate) fn wait_durable(&self, end: u64) -> Result<(), StoreError> {
+    /// Registers a writer waiting for `end` with group commit and wakes the flusher when it
+    /// should start; `true` when `end` is already durable (nothing to wait for).
+    pub(crate) fn request(&self, end: u64) -> bool {
         if self.flushed() >= end {
-            return Ok(());
+            return true;
         }
         // Wake the flusher once per round: when it idles, or when it has gathered enough.
         let arrived = self.arrivals.fetch_add(1, Ordering::SeqCst) + 1;
@@ -90,23 +97,51 @@ impl FlushControl {
             let _work = self.work_lock.lock();
             self.work.notify_one();
         }
+        false
+    }
+
+    /// Whether `end` is durable: `None` while a flush may still cover it.
+    pub(crate) fn durable_status(&self, end: u64) -> Option<Result<(), StoreError>> {
+        self.status_locked(&self.state.lock(), end)
+    }
+
+    fn status_locked(&self, state: &FlushState, end: u64) -> Option<Result<(), StoreError>> {
+        if self.flushed() >= end {
+            return Some(Ok(()));
+        }
+        if let Some((attempted, source)) = &state.failure {
+            if *attempted >= end {
+                return Some(Err(StoreError::FlushFailed {
+                    offset: CommitLogOffset(end),
+                    source: Arc::clone(source),
+                }));
+            }
+        }
+        state.stopping.then_some(Err(StoreError::ShutDown))
+    }
+
+    /// Blocks until CommitLog bytes below `end` are durable; one fsync serves every waiter.
+    pub(crate) fn wait_durable(&self, end: u64) -> Result<(), StoreError> {
+        if self.request(end) {
+            return Ok(());
+        }
         let mut state = self.state.lock();
         loop {
-            if self.flushed() >= end {
-                return Ok(());
-            }
-            if let Some((attempted, source)) = &state.failure {
-                if *attempted >= end {
-                    return Err(StoreError::FlushFailed {
-                        offset: CommitLogOffset(end),
-                        source: Arc::clone(source),
-                    });
-                }
-            }
-            if state.stopping {
-                return Err(StoreError::ShutDown);
+            if let Some(status) = self.status_locked(&state, end) {
+                return status;
             }
             self.done.wait(&mut state);
+        }
+    }
+
+    /// Sets what runs after every flush outcome and at stop (after blocked writers are woken).
+    pub(crate) fn set_flushed_hook(&self, hook: FlushedHook) {
+        *self.flushed_hook.write() = Some(hook);
+    }
+
+    fn run_flushed_hook(&self) {
+        if let Some(hook) = self.flushed_hook.read().as_ref() {
+            hook();
         }
     }
 
@@ -134,6 +169,8 @@ impl FlushControl {
             }
         };
         self.done.notify_all();
+        drop(state);
+        self.run_flushed_hook();
         result
     }
 
@@ -190,6 +227,7 @@ impl FlushControl {
         }
         self.done.notify_all();
         self.stopped.notify_all();
+        self.run_flushed_hook();
     }
 
     /// Sleeps up to `interval`; `false` once the store stops.
@@ -303,9 +341,8 @@ mod tests {
             flushes: AtomicU32::new(0),
         };
         std::thread::scope(|scope| {
-            let flusher = scope.spawn(|| {
-                run_flusher(&control, &disk, FlushMode::Sync, Duration::from_secs(1), 0)
-            });
+            let flusher = scope
+                .spawn(|| run_flusher(&control, &disk, FlushMode::Sync, Duration::from_secs(1), 0));
             let writers: Vec<_> = (0..WRITERS)
                 .map(|_| {
                     scope.spawn(|| {

@@ -23,6 +23,7 @@ mod warm;
 
 pub use config::{ConfigError, FlushMode, StoreConfig};
 pub use error::StoreError;
+pub use flush::FlushedHook;
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;
 pub use position::{CommitLogOffset, QueueOffset};
@@ -30,7 +31,8 @@ pub use record::{NewMessage, RecordError};
 pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{
-    DispatchEvent, DispatchHook, GetResult, GetStatus, MessageStore, PutResult, StoreStats,
+    Appended, DispatchEvent, DispatchHook, GetResult, GetStatus, MessageStore, PutResult,
+    StoreStats,
 };
 
 // Callers share these across threads in an `Arc`: the build fails if that ever breaks.

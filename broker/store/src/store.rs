@@ -16,7 +16,7 @@ use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, Unit};
 use crate::dispatch::{is_safe_topic_dir, Dispatcher, QueueRegistry};
 use crate::error::StoreError;
-use crate::flush::{self, FlushControl, FlushTarget};
+use crate::flush::{self, FlushControl, FlushTarget, FlushedHook};
 use crate::mapped_file::sync_dir;
 use crate::position::{CommitLogOffset, QueueOffset};
 use crate::record::{self, NewMessage, Placement, Record};
@@ -30,6 +30,14 @@ pub struct PutResult {
     pub queue_offset: QueueOffset,
     pub size: u32,
     pub store_timestamp_ms: i64,
+}
+
+/// Messages appended by [`MessageStore::append`], not yet known to be durable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub results: Vec<PutResult>,
+    /// The CommitLog end after them: they are durable once bytes below it are.
+    pub end: CommitLogOffset,
 }
 
 /// The outcome of a pull from one queue.
@@ -338,18 +346,9 @@ impl MessageStore {
     /// Appends one message. Sync mode returns once it is durable (group commit); it is
     /// visible to `get` when this returns.
     pub fn put(&self, msg: &NewMessage<'_>, now_ms: i64) -> Result<PutResult, StoreError> {
-        let shared = &*self.shared;
-        let (result, end) = {
-            let mut writer = shared.writer.lock();
-            if shared.shut_down.load(Ordering::Acquire) {
-                return Err(StoreError::ShutDown);
-            }
-            let result = shared.append(&mut writer, msg, now_ms)?;
-            (result, writer.log.write_pos())
-        };
-        shared.notify(msg.topic, msg.queue_id, result.queue_offset.0 + 1);
-        shared.wait_durable(end)?;
-        Ok(result)
+        let appended = self.append(std::slice::from_ref(msg), now_ms)?;
+        self.shared.wait_durable(appended.end.0)?;
+        Ok(appended.results[0])
     }
 
     /// Appends messages under one lock and one durability wait. Sizes are checked before
@@ -359,6 +358,15 @@ impl MessageStore {
         msgs: &[NewMessage<'_>],
         now_ms: i64,
     ) -> Result<Vec<PutResult>, StoreError> {
+        let appended = self.append(msgs, now_ms)?;
+        self.shared.wait_durable(appended.end.0)?;
+        Ok(appended.results)
+    }
+
+    /// Appends messages under one lock without waiting for durability: visible to `get` at
+    /// once; in Sync mode acknowledge them only after `request_durable` / `durable_status`
+    /// say `end` is durable. Never blocks on the disk (page faults aside).
+    pub fn append(&self, msgs: &[NewMessage<'_>], now_ms: i64) -> Result<Appended, StoreError> {
         let shared = &*self.shared;
         for msg in msgs {
             shared.check_size(msg)?;
@@ -382,8 +390,35 @@ impl MessageStore {
                 shared.notify(msg.topic, msg.queue_id, result.queue_offset.0 + 1);
             }
         }
-        shared.wait_durable(end)?;
-        Ok(results)
+        Ok(Appended {
+            results,
+            end: CommitLogOffset(end),
+        })
+    }
+
+    /// Joins group commit for CommitLog bytes below `end` without blocking; `true` when they
+    /// are already durable (always in Async mode). Then wait for the flushed hook and ask
+    /// `durable_status`.
+    pub fn request_durable(&self, end: CommitLogOffset) -> bool {
+        match self.shared.config.flush_mode {
+            FlushMode::Sync => self.shared.flush.request(end.0),
+            FlushMode::Async => true,
+        }
+    }
+
+    /// Whether bytes below `end` are durable: `None` while a flush may still cover them;
+    /// an error when the flush covering them failed or the store stopped.
+    pub fn durable_status(&self, end: CommitLogOffset) -> Option<Result<(), StoreError>> {
+        match self.shared.config.flush_mode {
+            FlushMode::Sync => self.shared.flush.durable_status(end.0),
+            FlushMode::Async => Some(Ok(())),
+        }
+    }
+
+    /// Runs `hook` on the flusher thread after every flush and at shutdown, so non-blocking
+    /// writers know when to look at `durable_status` again. It must not block.
+    pub fn set_flushed_hook(&self, hook: FlushedHook) {
+        self.shared.flush.set_flushed_hook(hook);
     }
 
     /// Reads up to `max_msgs` records (and about `max_bytes`, at least one) from `offset`,
