@@ -4,7 +4,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use quiver_store::{ConsumerOffsets, MessageStore};
+use quiver_store::{CommitLogOffset, ConsumerOffsets, MessageStore, StoreError};
 
 use crate::config::{BrokerConfig, PERM_WRITE_BIT};
 use crate::consumers::ConsumerManager;
@@ -37,6 +37,8 @@ pub struct Broker {
     pub peers: PeerView,
     pub metrics: Metrics,
     permission: AtomicU32,
+    /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
+    flushed: Arc<tokio::sync::Notify>,
     /// Serialises writers of config/brokerRuntime.json.
     runtime_lock: parking_lot::Mutex<()>,
     ready: AtomicBool,
@@ -59,6 +61,9 @@ impl Broker {
         store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
             hook_registry.notify(event.topic, event.queue_id);
         }));
+        let flushed = Arc::new(tokio::sync::Notify::new());
+        let flushed_hook = flushed.clone();
+        store.set_flushed_hook(Arc::new(move || flushed_hook.notify_waiters()));
         let peers = PeerView::new(&config.peers);
         let runtime_path = runtime_settings_path(&config);
         let permission = match persist::read_json::<RuntimeSettings>(&runtime_path)? {
@@ -74,6 +79,7 @@ impl Broker {
         };
         Ok(Broker {
             permission: AtomicU32::new(permission),
+            flushed,
             runtime_lock: parking_lot::Mutex::new(()),
             advertised,
             store_host,
@@ -89,6 +95,24 @@ impl Broker {
             ready: AtomicBool::new(false),
             config,
         })
+    }
+
+    /// Waits, holding no thread, until CommitLog bytes below `end` are durable: at once in
+    /// Async mode; in Sync mode when the group commit covering them has finished.
+    pub async fn wait_durable(&self, end: CommitLogOffset) -> Result<(), StoreError> {
+        if self.store.request_durable(end) {
+            return Ok(());
+        }
+        loop {
+            let flushed = self.flushed.notified();
+            tokio::pin!(flushed);
+            // Registered before the check, so a flush finishing in between still wakes us.
+            flushed.as_mut().enable();
+            if let Some(status) = self.store.durable_status(end) {
+                return status;
+            }
+            flushed.await;
+        }
     }
 
     pub fn is_ready(&self) -> bool {

@@ -126,7 +126,7 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         born_host: record.born_host,
         reconsume_times: record.reconsume_times + 1,
     }];
-    blocking(broker, move |broker| super::store_message(broker, &target)).await??;
+    super::store_message_async(broker, &target).await?;
     Ok(success(req, &[]))
 }
 

@@ -11,7 +11,7 @@ use quiver_store::record::{encode_properties, parse_properties, property};
 use quiver_store::{NewMessage, PutResult, StoreError};
 
 use super::{Ctx, Outcome, Refusal};
-use crate::broker::{blocking, Broker};
+use crate::broker::Broker;
 use crate::schedule;
 use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
 
@@ -29,13 +29,8 @@ pub(crate) struct StoreTarget {
     pub reconsume_times: i32,
 }
 
-/// Appends messages (one store lock, one fsync wait) and counts them. Blocking.
-pub(crate) fn store_message(
-    broker: &Broker,
-    targets: &[StoreTarget],
-) -> Result<Vec<PutResult>, StoreError> {
-    let now = crate::now_ms();
-    let messages: Vec<NewMessage<'_>> = targets
+fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessage<'a>> {
+    targets
         .iter()
         .map(|t| NewMessage {
             topic: &t.topic,
@@ -50,18 +45,41 @@ pub(crate) fn store_message(
             reconsume_times: t.reconsume_times,
             prepared_transaction_offset: 0,
         })
-        .collect();
-    let results = if messages.len() == 1 {
-        vec![broker.store.put(&messages[0], now)?]
-    } else {
-        broker.store.put_batch(&messages, now)?
-    };
+        .collect()
+}
+
+fn record_in(broker: &Broker, targets: &[StoreTarget]) {
     for target in targets {
         broker
             .metrics
             .record_in(&target.topic, 1, target.body.len() as u64);
     }
+}
+
+/// Stores the targets, blocking until they are durable: for callers on a blocking thread.
+pub(crate) fn store_message(
+    broker: &Broker,
+    targets: &[StoreTarget],
+) -> Result<Vec<PutResult>, StoreError> {
+    let results = broker
+        .store
+        .put_batch(&new_messages(broker, targets), crate::now_ms())?;
+    record_in(broker, targets);
     Ok(results)
+}
+
+/// Stores the targets on the calling task and waits for durability holding no thread: an
+/// append is a copy into mapped memory, so the request path skips the blocking pool.
+pub(crate) async fn store_message_async(
+    broker: &Broker,
+    targets: &[StoreTarget],
+) -> Result<Vec<PutResult>, StoreError> {
+    let appended = broker
+        .store
+        .append(&new_messages(broker, targets), crate::now_ms())?;
+    broker.wait_durable(appended.end).await?;
+    record_in(broker, targets);
+    Ok(appended.results)
 }
 
 /// The topic's config, created when auto-creation is on.
@@ -189,7 +207,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         });
     }
     let count = targets.len();
-    let results = blocking(broker, move |broker| store_message(broker, &targets)).await??;
+    let results = store_message_async(broker, &targets).await?;
     let ids: Vec<String> = results
         .iter()
         .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
