@@ -4,6 +4,9 @@
 //! `cargo run --release -p quiver-bench -- peers [--systems quiver,nats,redis,rocketmq-rust]
 //!     [--messages N] [--sizes 1024,128,16384] [--smoke] [--write-benchmarks-md]`
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod ceilings;
 mod measure;
 mod peers;

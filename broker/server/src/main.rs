@@ -1,5 +1,8 @@
 //! `quiver-broker`: parses the config, starts tracing, binds the ports and runs until SIGTERM.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Context as _;
 use quiver_broker::BrokerConfig;
 use tracing_subscriber::EnvFilter;

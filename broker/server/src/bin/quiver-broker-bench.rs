@@ -4,6 +4,9 @@
 //!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,5 +1,8 @@
 //! `quiver`: produce, consume, topics, lag, offset resets and cluster state for Quiver brokers.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod table;
 
 use std::collections::BTreeMap;
