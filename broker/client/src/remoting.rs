@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use quiver_protocol::{code, frame, RemotingCommand};
+use quiver_protocol::{code, frame, RemotingCommand, SerializeType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -160,6 +160,7 @@ pub struct RemotingClient {
     connections: Mutex<HashMap<String, Arc<ConnectionSlot>>>,
     next_opaque: AtomicI32,
     inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
+    serialize_type: SerializeType,
 }
 
 impl RemotingClient {
@@ -178,7 +179,15 @@ impl RemotingClient {
             connections: Mutex::new(HashMap::new()),
             next_opaque: AtomicI32::new(1),
             inbound,
+            serialize_type: SerializeType::RocketMq,
         }
+    }
+
+    /// How request headers are encoded. Default: RocketMQ's binary header, which every 4.x
+    /// broker and name server decodes and which costs far less than JSON; brokers answer in kind.
+    pub fn with_serialize_type(mut self, serialize_type: SerializeType) -> Self {
+        self.serialize_type = serialize_type;
+        self
     }
 
     async fn connection(&self, addr: &str) -> Result<Arc<Connection>> {
@@ -220,6 +229,7 @@ impl RemotingClient {
     ) -> Result<RemotingCommand> {
         let request_code = request.code;
         request.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        request.serialize_type = self.serialize_type;
         let opaque = request.opaque;
         let bytes = Self::encode(addr, &request)?;
         let connection = self.connection(addr).await?;
