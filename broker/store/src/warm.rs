@@ -24,6 +24,8 @@ const WARM_SUFFIX: &str = ".warm";
 const WARM_TMP_SUFFIX: &str = ".warm.tmp";
 /// Zeros are written in chunks of this size; the stop flag is checked between chunks.
 const CHUNK_BYTES: usize = 1024 * 1024;
+/// Fdatasync this often while filling, so at most this much is dirty (and a stop waits less).
+const SYNC_EVERY_BYTES: u64 = 64 * 1024 * 1024;
 
 pub(crate) fn warm_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(format!("{}{WARM_SUFFIX}", segment_name(base)))
@@ -94,6 +96,9 @@ fn write_zeros(path: &Path, len: u64, keep_going: &dyn Fn() -> bool) -> std::io:
         let n = (len - written).min(CHUNK_BYTES as u64) as usize;
         file.write_all(&zeros[..n])?;
         written += n as u64;
+        if written % SYNC_EVERY_BYTES == 0 {
+            file.sync_data()?;
+        }
     }
     file.sync_data()?;
     Ok(true)
