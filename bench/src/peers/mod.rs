@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::measure::Bounds;
 use report::Outcome;
 use systems::Running;
-use workload::{Figure, Plan, System};
+use workload::{Figure, ParkedPullPlan, Plan, System};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SystemKind {
@@ -75,6 +76,9 @@ pub struct Options {
     /// Seconds of the fixed-rate end-to-end run (the first 10% are warm-up, left out).
     #[arg(long, default_value_t = 5.0)]
     e2e_seconds: f64,
+    /// Parked pulls of the wake-latency run (RocketMQ-protocol brokers; at most 10 s).
+    #[arg(long, default_value_t = 2_000)]
+    parked_pulls: u64,
     /// When the RocketMQ-protocol brokers (Quiver, rocketmq-rust) acknowledge a send: once
     /// in the page cache (async) or once flushed (sync, group commit). NATS and Redis keep
     /// their own defaults (JetStream file store; Redis appendfsync everysec).
@@ -112,6 +116,16 @@ impl Options {
                 e2e_body_bytes: 1024,
                 e2e_time: Duration::from_millis(400),
                 e2e_warmup: Duration::from_millis(40),
+                parked_pull: ParkedPullPlan {
+                    repeats: 20,
+                    ..parked_pull_plan(self.parked_pulls)
+                },
+                group_commit: false,
+                fsync_ceiling: Bounds {
+                    duration: Duration::from_millis(300),
+                    max_ops: 200,
+                    max_bytes: u64::MAX,
+                },
             };
         }
         let e2e_time = Duration::from_secs_f64(self.e2e_seconds);
@@ -127,7 +141,26 @@ impl Options {
             e2e_body_bytes: 1024,
             e2e_time,
             e2e_warmup: e2e_time / 10,
+            parked_pull: parked_pull_plan(self.parked_pulls),
+            group_commit: false,
+            fsync_ceiling: Bounds {
+                duration: Duration::from_secs(2),
+                max_ops: 2_000,
+                max_bytes: u64::MAX,
+            },
         }
+    }
+}
+
+/// `repeats` parked pulls of 1 KiB, each long-polling 1 s; the send follows 2 ms after the
+/// pull was issued (time for it to reach the broker and be parked); at most 10 s in all.
+fn parked_pull_plan(repeats: u64) -> ParkedPullPlan {
+    ParkedPullPlan {
+        repeats,
+        time_bound: Duration::from_secs(10),
+        suspend: Duration::from_secs(1),
+        park_pause: Duration::from_millis(2),
+        body_bytes: 1024,
     }
 }
 
@@ -163,6 +196,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     }
     let table = report::table(&outcomes);
     println!("{table}");
+    println!(
+        "Targets (issue 7), this run:\n\n{}",
+        targets(&plan, &outcomes)
+    );
     if options.write_benchmarks_md {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md");
         let load = format!("{load_before} before, {} after", load_average());
@@ -208,6 +245,12 @@ fn run_system(
         }
     };
     let addr = running.addr;
+    // Group commit against the fsync ceiling: only where sends wait for the flush.
+    let plan = &Plan {
+        group_commit: options.flush == systems::Flush::Sync
+            && matches!(kind, SystemKind::Quiver | SystemKind::RocketmqRust),
+        ..plan.clone()
+    };
     let outcome = match kind {
         SystemKind::Quiver | SystemKind::RocketmqRust => {
             let system = rocketmq::RocketMqSystem {
@@ -302,6 +345,38 @@ fn section(
     } else {
         " --release"
     };
+    format!(
+        "Run {date} on {cores} cores ({cpu}), {memory} memory; client and servers on the same \
+         machine (load average {load}: other work on the machine skews the figures); \
+         RocketMQ-protocol brokers with {} flush.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
+         Each system runs alone, in turn, from an empty temp data dir with persistence on. \
+         Per produce run: at most {} messages, 256 MiB or {:?}; consume is a catch-up read of \
+         the 1-producer batch run; end-to-end sends {} msgs/s for {:?} (first 10% left out); \
+         parked pull (RocketMQ-protocol brokers): up to {} pulls (10 s), each long-polling at the \
+         max offset of a one-queue topic, one 1 KiB send {:?} later, answer minus send issued; \
+         with sync flush, 16 producers with one 1 KiB send in flight each, beside write(16 x \
+         1194 B) + fdatasync rounds/s x 16 on the same file system. \
+         Ratios are quiver/peer: above 1 is better for throughput, worse for latency, disk and \
+         RSS.\n\n{table}\n### Targets (issue 7), this run\n\n{}",
+        options.flush.name(),
+        args.join(" "),
+        plan.messages,
+        plan.run_time,
+        plan.e2e_rate_per_sec,
+        plan.e2e_time,
+        plan.parked_pull.repeats,
+        plan.parked_pull.park_pause,
+        targets(plan, outcomes),
+    ) + if options.smoke {
+        "\n(smoke run: figures are meaningless)\n"
+    } else {
+        ""
+    }
+}
+
+/// The issue's targets beside this run's figures (1 KiB rows, the end-to-end p99, the
+/// parked pull p99, group commit against the fsync ceiling).
+fn targets(plan: &Plan, outcomes: &[Outcome]) -> String {
     let size = 1024;
     let produce = format!("produce {size} B, 1 producer(s), batch {}", plan.batch);
     let consume = outcomes
@@ -315,25 +390,5 @@ fn section(
         "end-to-end {} B at {}/s, p99 latency",
         plan.e2e_body_bytes, plan.e2e_rate_per_sec
     );
-    format!(
-        "Run {date} on {cores} cores ({cpu}), {memory} memory; client and servers on the same \
-         machine (load average {load}: other work on the machine skews the figures); \
-         RocketMQ-protocol brokers with {} flush.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
-         Each system runs alone, in turn, from an empty temp data dir with persistence on. \
-         Per produce run: at most {} messages, 256 MiB or {:?}; consume is a catch-up read of \
-         the 1-producer batch run; end-to-end sends {} msgs/s for {:?} (first 10% left out). \
-         Ratios are quiver/peer: above 1 is better for throughput, worse for latency, disk and \
-         RSS.\n\n{table}\n### Targets (issue 7), this run\n\n{}",
-        options.flush.name(),
-        args.join(" "),
-        plan.messages,
-        plan.run_time,
-        plan.e2e_rate_per_sec,
-        plan.e2e_time,
-        report::targets(outcomes, (&produce, &consume), &p99),
-    ) + if options.smoke {
-        "\n(smoke run: figures are meaningless)\n"
-    } else {
-        ""
-    }
+    report::targets(outcomes, (&produce, &consume), &p99)
 }

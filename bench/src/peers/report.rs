@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
-use crate::peers::workload::{Figure, Measure};
+use crate::peers::workload::{Figure, Measure, FSYNC_CEILING, GROUP_COMMIT, PARKED_PULL};
 
 /// What one system's run gave: figures, or why there are none.
 pub struct Outcome {
@@ -133,7 +133,45 @@ pub fn targets(outcomes: &[Outcome], size_1k_workloads: (&str, &str), p99_row: &
         ),
         verdict(p99.map(|v| v <= 1000.0))
     );
+    let quiver_value = |workload: &str| {
+        figures("quiver")
+            .and_then(|f| find(f, workload))
+            .map(|f| f.value)
+    };
+    let parked = quiver_value(&format!("{PARKED_PULL}, p99 latency"));
+    let _ = writeln!(
+        out,
+        "| parked pull p99 <= 1000 µs | {} | {} |",
+        parked.map_or_else(
+            || "not measured".to_owned(),
+            |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
+        ),
+        verdict(parked.map(|v| v <= 1000.0))
+    );
+    let (produced, allowed) = (quiver_value(GROUP_COMMIT), quiver_value(FSYNC_CEILING));
+    let share = group_commit_share(produced, allowed);
+    let _ = writeln!(
+        out,
+        "| sync group commit >= 50% of fsync rate x 16 | {} | {} |",
+        match (share, produced, allowed) {
+            (Some(share), Some(produced), Some(allowed)) => format!(
+                "{:.0}% ({:.1}k of {:.1}k msg/s)",
+                share * 100.0,
+                produced / 1e3,
+                allowed / 1e3
+            ),
+            _ => "not measured (needs --flush sync)".to_owned(),
+        },
+        verdict(share.map(|s| s >= 0.5))
+    );
     out
+}
+
+/// Group-commit throughput as a share of what the fsync ceiling allows (None when either
+/// was not measured or the ceiling is zero).
+fn group_commit_share(produced: Option<f64>, allowed: Option<f64>) -> Option<f64> {
+    let (produced, allowed) = (produced?, allowed?);
+    (allowed > 0.0).then(|| produced / allowed)
 }
 
 fn verdict(met: Option<bool>) -> &'static str {
@@ -231,6 +269,41 @@ mod tests {
         assert!(text.contains("| 1 KiB produce >= 2x nats | 1.50x | no |"));
         assert!(text.contains("| 1 KiB consume >= 2x nats | 5.00x | yes |"));
         assert!(text.contains("| 1 KiB produce >= 5x rocketmq-rust | not measured | — |"));
+        assert!(text.contains("| parked pull p99 <= 1000 µs | not measured | — |"));
+        assert!(text.contains(
+            "| sync group commit >= 50% of fsync rate x 16 | not measured (needs --flush sync) | — |"
+        ));
+    }
+
+    #[test]
+    fn targets_rate_parked_pull_p99_and_group_commit_share() {
+        let latency = |workload: String, value: f64| Figure {
+            workload,
+            value,
+            measure: Measure::LatencyMicros,
+        };
+        let outcomes = [Outcome {
+            system: "quiver",
+            figures: Ok(vec![
+                latency(format!("{PARKED_PULL}, p50 latency"), 2500.0),
+                latency(format!("{PARKED_PULL}, p99 latency"), 640.0),
+                throughput(GROUP_COMMIT, 6_000.0),
+                throughput(FSYNC_CEILING, 16_000.0),
+            ]),
+        }];
+        let text = targets(&outcomes, ("p", "c"), "e2e");
+        assert!(text.contains("| parked pull p99 <= 1000 µs | 640 µs (0.64x the target) | yes |"));
+        assert!(text.contains(
+            "| sync group commit >= 50% of fsync rate x 16 | 38% (6.0k of 16.0k msg/s) | no |"
+        ));
+    }
+
+    #[test]
+    fn group_commit_share_needs_both_figures_and_a_ceiling() {
+        assert_eq!(group_commit_share(Some(8.0), Some(16.0)), Some(0.5));
+        assert_eq!(group_commit_share(Some(8.0), None), None);
+        assert_eq!(group_commit_share(None, Some(16.0)), None);
+        assert_eq!(group_commit_share(Some(8.0), Some(0.0)), None);
     }
 
     #[test]

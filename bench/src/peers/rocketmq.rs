@@ -12,7 +12,9 @@ use quiver_client::{
 };
 use tokio::sync::mpsc;
 
-use crate::peers::workload::{record_arrival, Arrival, ProducerHandle, System};
+use crate::peers::workload::{
+    record_arrival, Arrival, ParkedPullPlan, ParkedPulls, ProducerHandle, System,
+};
 
 /// A broker reached through its name server (for Quiver, the broker itself).
 pub struct RocketMqSystem {
@@ -26,16 +28,11 @@ impl RocketMqSystem {
     fn client_config(&self) -> ClientConfig {
         ClientConfig::new(&self.name_server).with_request_timeout(Duration::from_secs(10))
     }
-}
 
-impl System for RocketMqSystem {
-    type Producer = RocketMqProducer;
-
-    async fn prepare(&self, stream: &str) -> anyhow::Result<()> {
+    /// Creates `stream` with `queues` queues and waits until its route is known.
+    async fn prepare_queues(&self, stream: &str, queues: u32) -> anyhow::Result<()> {
         let admin = Admin::new(self.client_config());
-        let created = admin
-            .create_topic(&TopicSpec::new(stream, self.queues_per_topic))
-            .await;
+        let created = admin.create_topic(&TopicSpec::new(stream, queues)).await;
         // The name server learns the topic from the broker's next registration: wait for it.
         let deadline = Instant::now() + Duration::from_secs(40);
         let outcome = async {
@@ -56,6 +53,14 @@ impl System for RocketMqSystem {
         .await;
         admin.shutdown().await;
         outcome
+    }
+}
+
+impl System for RocketMqSystem {
+    type Producer = RocketMqProducer;
+
+    async fn prepare(&self, stream: &str) -> anyhow::Result<()> {
+        self.prepare_queues(stream, self.queues_per_topic).await
     }
 
     async fn producer(&self) -> anyhow::Result<RocketMqProducer> {
@@ -147,6 +152,96 @@ impl System for RocketMqSystem {
         consumer.shutdown().await;
         outcome
     }
+
+    async fn parked_pulls(
+        &self,
+        stream: &str,
+        plan: ParkedPullPlan,
+    ) -> anyhow::Result<Option<ParkedPulls>> {
+        parked_pulls(self, stream, plan).await.map(Some)
+    }
+}
+
+/// One parked pull after another on a fresh one-queue topic: the pull long-polls at the
+/// queue's max offset, `park_pause` later (time for the broker to park it) one message is
+/// sent; the latency is the pull's answer minus the moment the send was issued.
+async fn parked_pulls(
+    system: &RocketMqSystem,
+    stream: &str,
+    plan: ParkedPullPlan,
+) -> anyhow::Result<ParkedPulls> {
+    system.prepare_queues(stream, 1).await?;
+    let consumer = Arc::new(PullConsumer::new(
+        system.client_config(),
+        "bench_parked_pull",
+    ));
+    let queue = consumer
+        .queues(stream)
+        .await?
+        .into_iter()
+        .next()
+        .with_context(|| format!("topic {stream} has no queue"))?;
+    let producer = system.producer().await?;
+    let subscription = Subscription::new(stream, "*");
+    let body = Bytes::from(vec![0x5a; plan.body_bytes]);
+    // Warm-up, left out: routes and connections of both clients.
+    producer.send_one(stream, body.clone()).await?;
+    consumer
+        .pull(&queue, QueueOffset(0), 1, &subscription, None)
+        .await?;
+    let mut outcome = ParkedPulls::default();
+    let started = Instant::now();
+    let mut round = 0u64;
+    while round < plan.repeats && started.elapsed() < plan.time_bound {
+        round += 1;
+        let offset = consumer.max_offset(&queue).await?;
+        let pull = {
+            let (consumer, queue, subscription) =
+                (consumer.clone(), queue.clone(), subscription.clone());
+            tokio::spawn(async move {
+                let result = consumer
+                    .pull(&queue, offset, 1, &subscription, Some(plan.suspend))
+                    .await;
+                (result, Instant::now())
+            })
+        };
+        tokio::time::sleep(plan.park_pause).await;
+        let answered_before_the_send = pull.is_finished();
+        let sent_at = Instant::now();
+        let sent = producer.send_one(stream, body.clone()).await;
+        let (pulled, answered_at) = pull.await.context("parked pull task panicked")?;
+        let waited = answered_at.saturating_duration_since(sent_at);
+        let failure = match (&sent, &pulled) {
+            (Err(error), _) => Some(format!("round {round}: send failed: {error:#}")),
+            (_, Err(error)) => Some(format!("round {round}: pull at {offset:?} failed: {error}")),
+            (Ok(()), Ok(result)) => match &result.status {
+                PullStatus::Found(messages)
+                    if !messages.is_empty() && !answered_before_the_send =>
+                {
+                    None
+                }
+                status => Some(format!(
+                    "round {round}: pull at {offset:?} answered {} {waited:?} after the send{}",
+                    match status {
+                        PullStatus::Found(messages) => format!("{} message(s)", messages.len()),
+                        other => format!("{other:?}"),
+                    },
+                    if answered_before_the_send {
+                        " (it was answered before the send was issued: not parked)"
+                    } else {
+                        ""
+                    }
+                )),
+            },
+        };
+        match failure {
+            Some(line) => outcome.failures.push(line),
+            None => outcome.latencies_micros.push(waited.as_micros() as u64),
+        }
+    }
+    producer.close().await;
+    consumer.shutdown().await;
+    Ok(outcome)
 }
 
 /// Long-polls one queue from offset 0 until the shared count or the deadline is reached.

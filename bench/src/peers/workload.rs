@@ -10,7 +10,8 @@ use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::measure::Rate;
+use crate::ceilings;
+use crate::measure::{Bounds, Rate};
 use crate::peers::server::disk_usage_bytes;
 
 /// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
@@ -44,7 +45,52 @@ pub trait System: Send + Sync + 'static {
         deadline: Instant,
         arrivals: mpsc::UnboundedSender<Arrival>,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Parked-pull wake latency on a fresh one-queue `stream` (see [`ParkedPullPlan`]);
+    /// `None` for a system without long-polling pulls at an offset.
+    fn parked_pulls(
+        &self,
+        _stream: &str,
+        _plan: ParkedPullPlan,
+    ) -> impl Future<Output = anyhow::Result<Option<ParkedPulls>>> + Send {
+        async { Ok(None) }
+    }
 }
+
+/// The parked-pull run: `repeats` times (at most `time_bound` in all), a pull long-polls
+/// (`suspend`) at the queue's max offset, `park_pause` later one message of `body_bytes` is
+/// sent; each latency is the pull's answer minus the moment the send was issued.
+#[derive(Clone, Copy, Debug)]
+pub struct ParkedPullPlan {
+    pub repeats: u64,
+    pub time_bound: Duration,
+    pub suspend: Duration,
+    pub park_pause: Duration,
+    pub body_bytes: usize,
+}
+
+/// What the parked-pull run measured: one latency per answered pull, one line per failure
+/// (a pull that came back without the message, or answered before the send).
+#[derive(Clone, Debug, Default)]
+pub struct ParkedPulls {
+    pub latencies_micros: Vec<u64>,
+    pub failures: Vec<String>,
+}
+
+/// Name of the parked-pull latency figures (", p50 latency" and so on follow).
+pub const PARKED_PULL: &str = "parked pull answered after the send";
+/// Producers of the group-commit run, each with one single send in flight.
+pub const GROUP_COMMIT_PRODUCERS: u32 = 16;
+/// Body size of the group-commit run.
+pub const GROUP_COMMIT_BODY_BYTES: usize = 1024;
+/// Bytes one stored message takes beside its body (record header and properties), roughly.
+pub const RECORD_OVERHEAD_BYTES: usize = 170;
+/// The group-commit producer figure (sync flush only).
+pub const GROUP_COMMIT: &str =
+    "produce 1024 B, 16 producer(s), 1 in flight each (sync group commit)";
+/// The fsync ceiling beside it: fdatasync rounds per second times 16 messages.
+pub const FSYNC_CEILING: &str =
+    "fsync ceiling: write 16 x (1024 + 170) B + fdatasync per round, x 16 msgs (allowed)";
 
 /// One producer connection; clones share it (a window of in-flight sends).
 pub trait ProducerHandle: Clone + Send + Sync + 'static {
@@ -83,6 +129,11 @@ pub struct Plan {
     pub e2e_time: Duration,
     /// Leading part of the end-to-end run left out of the percentiles.
     pub e2e_warmup: Duration,
+    pub parked_pull: ParkedPullPlan,
+    /// Run the group-commit workload and its fsync ceiling (sync-flush RocketMQ brokers).
+    pub group_commit: bool,
+    /// Bounds of the write + fdatasync ceiling.
+    pub fsync_ceiling: Bounds,
 }
 
 impl Plan {
@@ -228,6 +279,11 @@ pub async fn run_all<S: System>(
         });
     }
     figures.extend(end_to_end(&system, plan, &log).await?);
+    figures.extend(parked_pulls(&system, plan, &log).await?);
+    if plan.group_commit {
+        let scratch = data_dir.parent().unwrap_or(data_dir).to_path_buf();
+        figures.extend(group_commit(&system, plan, scratch, &log).await?);
+    }
     let memory = server_memory();
     for (workload, bytes) in [
         (
@@ -392,31 +448,141 @@ async fn end_to_end<S: System>(
     }
     // Leave out the warm-up: the earliest-sent messages.
     latencies.sort_unstable_by_key(|&(sent_at, _)| sent_at);
-    let mut micros: Vec<u64> = latencies
+    let micros: Vec<u64> = latencies
         .iter()
         .skip((warmup as usize).min(latencies.len().saturating_sub(1)))
         .map(|&(sent_at, arrived_at)| arrived_at.saturating_sub(sent_at) / 1_000)
         .collect();
-    micros.sort_unstable();
-    let percentile = |p: f64| micros[((micros.len() as f64 * p) as usize).min(micros.len() - 1)];
     let name = format!(
         "end-to-end {} B at {}/s",
         plan.e2e_body_bytes, plan.e2e_rate_per_sec
     );
+    Ok(latency_figures(&name, micros, log))
+}
+
+/// The value at quantile `p` of `sorted` (ascending): the element at index floor(len * p),
+/// the last one at most; 0 for no samples.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let index = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(index).copied().unwrap_or(0)
+}
+
+/// p50/p99/p999 figures "{name}, pNN latency" of some latencies in microseconds.
+fn latency_figures(name: &str, mut micros: Vec<u64>, log: &impl Fn(&str)) -> Vec<Figure> {
+    micros.sort_unstable();
+    let quantiles = [("p50", 0.5), ("p99", 0.99), ("p999", 0.999)];
     log(&format!(
-        "  {name}: p50 {} us, p99 {} us, p999 {} us",
-        percentile(0.5),
-        percentile(0.99),
-        percentile(0.999)
+        "  {name}: p50 {} us, p99 {} us, p999 {} us (of {})",
+        percentile(&micros, 0.5),
+        percentile(&micros, 0.99),
+        percentile(&micros, 0.999),
+        micros.len()
     ));
-    Ok([("p50", 0.5), ("p99", 0.99), ("p999", 0.999)]
+    quantiles
         .into_iter()
         .map(|(label, p)| Figure {
             workload: format!("{name}, {label} latency"),
-            value: percentile(p) as f64,
+            value: percentile(&micros, p) as f64,
             measure: Measure::LatencyMicros,
         })
-        .collect())
+        .collect()
+}
+
+/// Failure lines logged one by one before the rest are only counted.
+const FAILURES_LOGGED: usize = 20;
+
+/// Parked-pull wake latency (systems that have it): p50/p99/p999 of the answered pulls;
+/// every failed pull is counted and logged.
+async fn parked_pulls<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    log: &impl Fn(&str),
+) -> anyhow::Result<Vec<Figure>> {
+    let Some(outcome) = system
+        .parked_pulls("bench_parked_pull", plan.parked_pull)
+        .await
+        .context("parked-pull run")?
+    else {
+        return Ok(Vec::new());
+    };
+    let answered = outcome.latencies_micros.len();
+    let failed = outcome.failures.len();
+    for failure in outcome.failures.iter().take(FAILURES_LOGGED) {
+        log(&format!("  parked pull failed: {failure}"));
+    }
+    if failed > 0 {
+        log(&format!(
+            "  parked pull: {failed} of {} pulls failed (left out of the percentiles){}",
+            answered + failed,
+            if failed > FAILURES_LOGGED {
+                format!("; the first {FAILURES_LOGGED} are logged above")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if answered == 0 {
+        log("  parked pull: no pull was answered with its message: no figures");
+        return Ok(Vec::new());
+    }
+    Ok(latency_figures(PARKED_PULL, outcome.latencies_micros, log))
+}
+
+/// Group commit against the fsync ceiling: 16 producers, each with one 1 KiB single send
+/// in flight, for the run time; then, on the data dir's file system (`scratch`, its parent),
+/// one writer doing write(16 records) + fdatasync. The ceiling figure is rounds/s x 16.
+async fn group_commit<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    scratch: std::path::PathBuf,
+    log: &impl Fn(&str),
+) -> anyhow::Result<Vec<Figure>> {
+    let stream = "bench_group_commit";
+    system.prepare(stream).await?;
+    let one_in_flight = Plan {
+        window: 1,
+        ..plan.clone()
+    };
+    let rate = produce(
+        system,
+        stream,
+        GROUP_COMMIT_BODY_BYTES,
+        GROUP_COMMIT_PRODUCERS,
+        SendMode::Single,
+        &one_in_flight,
+    )
+    .await
+    .with_context(|| format!("producing to {stream}"))?;
+    log(&format!(
+        "  {GROUP_COMMIT}: {:.0} msgs/s",
+        rate.ops_per_sec()
+    ));
+    let per_round = GROUP_COMMIT_PRODUCERS as usize;
+    let record = pattern_body(per_round * (GROUP_COMMIT_BODY_BYTES + RECORD_OVERHEAD_BYTES));
+    let bounds = plan.fsync_ceiling;
+    let (fsync, _) =
+        tokio::task::spawn_blocking(move || ceilings::write_fdatasync(&scratch, &record, bounds))
+            .await
+            .context("fsync ceiling task panicked")?
+            .context("fsync ceiling")?;
+    let allowed = Rate {
+        ops: fsync.ops * per_round as u64,
+        bytes: fsync.ops * (per_round * GROUP_COMMIT_BODY_BYTES) as u64,
+        elapsed: fsync.elapsed,
+    };
+    log(&format!(
+        "  fsync ceiling: {:.0} write+fdatasync rounds/s ({} rounds in {:?}) x {per_round} = \
+         {:.0} msgs/s allowed; group commit reached {:.2} of it",
+        fsync.ops_per_sec(),
+        fsync.ops,
+        fsync.elapsed,
+        allowed.ops_per_sec(),
+        rate.ops_per_sec() / allowed.ops_per_sec().max(1e-9)
+    ));
+    Ok(vec![
+        throughput(GROUP_COMMIT.to_owned(), &rate),
+        throughput(FSYNC_CEILING.to_owned(), &allowed),
+    ])
 }
 
 #[cfg(test)]
@@ -451,10 +617,56 @@ mod tests {
             e2e_body_bytes: 1024,
             e2e_time: Duration::from_secs(1),
             e2e_warmup: Duration::ZERO,
+            parked_pull: ParkedPullPlan {
+                repeats: 1,
+                time_bound: Duration::from_secs(1),
+                suspend: Duration::from_secs(1),
+                park_pause: Duration::from_millis(2),
+                body_bytes: 1024,
+            },
+            group_commit: false,
+            fsync_ceiling: Bounds {
+                duration: Duration::from_secs(1),
+                max_ops: 1,
+                max_bytes: u64::MAX,
+            },
         };
         assert_eq!(plan.messages_for(128), 1000);
         assert_eq!(plan.messages_for(16384), 64);
         assert_eq!(plan.messages_for(8 << 20), 1);
+    }
+
+    #[test]
+    fn percentile_picks_floor_of_len_times_p_and_clamps() {
+        let sorted: Vec<u64> = (1..=1000).collect();
+        assert_eq!(percentile(&sorted, 0.5), 501);
+        assert_eq!(percentile(&sorted, 0.99), 991);
+        assert_eq!(percentile(&sorted, 0.999), 1000);
+        assert_eq!(percentile(&sorted, 1.0), 1000);
+        assert_eq!(percentile(&[7], 0.999), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+        // 20 samples (a smoke run): p99 and p999 are the maximum.
+        let twenty: Vec<u64> = (0..20).collect();
+        assert_eq!(percentile(&twenty, 0.99), 19);
+        assert_eq!(percentile(&twenty, 0.5), 10);
+    }
+
+    #[test]
+    fn latency_figures_sort_and_name_three_quantiles() {
+        let figures = latency_figures(PARKED_PULL, vec![300, 100, 200], &|_: &str| {});
+        let named: Vec<(&str, f64)> = figures
+            .iter()
+            .map(|f| (f.workload.as_str(), f.value))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("parked pull answered after the send, p50 latency", 200.0),
+                ("parked pull answered after the send, p99 latency", 300.0),
+                ("parked pull answered after the send, p999 latency", 300.0),
+            ]
+        );
+        assert!(figures.iter().all(|f| f.measure == Measure::LatencyMicros));
     }
 
     #[test]
