@@ -27,6 +27,9 @@ pub(crate) struct CommitLog {
 pub(crate) struct LogWriter {
     tail: Arc<MappedSegment>,
     write_pos: u64,
+    /// Whether the segment after `tail` was asked for: once the writer is half-way through,
+    /// so a preparation never competes with the fsyncs right after open or a roll.
+    next_requested: bool,
 }
 
 impl LogWriter {
@@ -117,14 +120,25 @@ impl CommitLog {
         let next = self.warmer.as_ref().map(|_| tail.end());
         warm::remove_stale(&self.dir, next, self.segment_size_bytes);
         self.publish(write_pos);
-        self.warm_next(&tail);
-        Ok(LogWriter { tail, write_pos })
+        let mut writer = LogWriter {
+            tail,
+            write_pos,
+            next_requested: false,
+        };
+        self.warm_next_when_half_full(&mut writer);
+        Ok(writer)
     }
 
-    /// Starts preparing the segment after `tail` in the background (returns at once).
-    fn warm_next(&self, tail: &MappedSegment) {
-        if let Some(warmer) = &self.warmer {
-            warmer.request(tail.end());
+    /// Starts preparing the segment after the tail in the background (returns at once) once
+    /// the writer is past half of the tail.
+    fn warm_next_when_half_full(&self, writer: &mut LogWriter) {
+        let Some(warmer) = &self.warmer else {
+            return;
+        };
+        if !writer.next_requested && writer.write_pos - writer.tail.base() >= writer.tail.len() / 2
+        {
+            warmer.request(writer.tail.end());
+            writer.next_requested = true;
         }
     }
 
@@ -168,7 +182,7 @@ impl CommitLog {
             let next_base = writer.tail.end();
             writer.tail = self.roll(next_base)?;
             writer.write_pos = next_base;
-            self.warm_next(&writer.tail);
+            writer.next_requested = false;
             at = 0;
         }
         let offset = CommitLogOffset(writer.write_pos);
@@ -176,6 +190,7 @@ impl CommitLog {
         let dst = unsafe { writer.tail.slice_mut(at, size) };
         encode(dst, offset)?;
         writer.write_pos += size as u64;
+        self.warm_next_when_half_full(writer);
         Ok(offset)
     }
 

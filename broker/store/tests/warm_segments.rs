@@ -49,6 +49,16 @@ fn put_until_roll(store: &MessageStore, from: u64, puts: &mut Vec<(u64, PutResul
     tail(store)
 }
 
+/// Puts messages `from..` until the writer is past half of the tail at `tail`, where the
+/// next segment's preparation starts.
+fn put_past_half(store: &MessageStore, tail: u64, from: u64, puts: &mut Vec<(u64, PutResult)>) {
+    let mut n = from;
+    while store.stats().max_physical_offset.0 - tail < SEGMENT_BYTES / 2 {
+        puts.push((n, put(store, n)));
+        n += 1;
+    }
+}
+
 fn assert_all_readable(store: &MessageStore, puts: &[(u64, PutResult)]) {
     for (n, result) in puts {
         let record = store.read_record(result.physical_offset).unwrap();
@@ -140,7 +150,11 @@ fn sync_store_rolls_onto_prepared_segments_and_reopens_intact() {
     for _ in 0..4 {
         let from = puts.len() as u64;
         let tail = put_until_roll(&store, from, &mut puts);
-        // After each roll the next segment is prepared in the background.
+        // Right after a roll nothing competes with the writer's fsyncs...
+        assert!(!warm_path(dir.path(), tail + SEGMENT_BYTES).exists());
+        // ...and half-way through, the next segment is prepared in the background.
+        let from = puts.len() as u64;
+        put_past_half(&store, tail, from, &mut puts);
         wait_for_warm(&warm_path(dir.path(), tail + SEGMENT_BYTES));
     }
     // The next roll adopts the prepared file: the new tail is fully allocated already.
@@ -152,6 +166,8 @@ fn sync_store_rolls_onto_prepared_segments_and_reopens_intact() {
         allocated_bytes(&tail_path) >= SEGMENT_BYTES,
         "adopted segment is sparse"
     );
+    let from = puts.len() as u64;
+    put_past_half(&store, tail, from, &mut puts);
     wait_for_warm(&warm_path(dir.path(), tail + SEGMENT_BYTES));
     assert_all_readable(&store, &puts);
     for (name, len) in segments(dir.path()) {
