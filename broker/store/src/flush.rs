@@ -15,9 +15,10 @@ const PAGE_BYTES: u64 = 4096;
 const FAILED_FLUSH_BACKOFF: Duration = Duration::from_millis(100);
 /// Async mode flushes any dirty bytes at least this many intervals apart.
 const THOROUGH_FLUSH_INTERVALS: u32 = 20;
-/// Sync mode waits at most this share of the last flush's duration for the writers it served
-/// to come back, so one fsync covers them all again (like MySQL's binlog group commit delay).
-const GATHER_SHARE_OF_FLUSH: u32 = 2;
+/// Sync mode waits at most as long as the last flush took for the writers it served to come
+/// back (a round trip to a client included), so one fsync covers them all again, like MySQL's
+/// binlog group commit delay. A lone writer never waits: it is all the last flush served.
+const GATHER_SHARE_OF_FLUSH: u32 = 1;
 /// ...and never longer than this, whatever a slow disk did last time.
 const MAX_GATHER: Duration = Duration::from_millis(2);
 
