@@ -79,6 +79,11 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_FLUSH_MODE", value_enum, default_value_t = FlushMode::Async)]
     pub flush_mode: FlushMode,
 
+    /// Sync mode: zero-fill and fsync each CommitLog segment before it takes writes, so
+    /// group-commit fsyncs never allocate blocks. Default false (see BENCHMARKS.md).
+    #[arg(long, env = "QUIVER_WARM_SEGMENTS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub warm_segments: bool,
+
     /// CommitLog segment file size in bytes. Default 1 GiB; at least 64 KiB.
     #[arg(long, env = "QUIVER_SEGMENT_SIZE", default_value_t = 1 << 30)]
     pub segment_size: u64,
@@ -162,6 +167,7 @@ impl Default for BrokerConfig {
             cluster: "DefaultCluster".into(),
             peers: Vec::new(),
             flush_mode: FlushMode::Async,
+            warm_segments: false,
             segment_size: 1 << 30,
             auto_create_topics: true,
             default_queue_nums: 8,
@@ -326,6 +332,7 @@ impl BrokerConfig {
             data_dir: self.data_dir.clone(),
             segment_size_bytes: self.segment_size,
             flush_mode: self.flush_mode.into(),
+            warm_segments: self.warm_segments,
             file_reserved_hours: self.file_reserved_hours,
             max_message_size_bytes: self.max_message_size,
             disk_high_water_ratio: self.disk_high_water_ratio,
