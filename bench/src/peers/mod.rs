@@ -378,14 +378,17 @@ fn section(
 /// parked pull p99, group commit against the fsync ceiling).
 fn targets(plan: &Plan, outcomes: &[Outcome]) -> String {
     let size = 1024;
-    let produce = format!("produce {size} B, 1 producer(s), batch {}", plan.batch);
-    let consume = outcomes
+    let produce: Vec<String> = plan
+        .producer_counts
         .iter()
-        .filter_map(|o| o.figures.as_ref().ok())
-        .flatten()
-        .find(|f| f.workload.starts_with(&format!("consume {size} B")))
-        .map(|f| f.workload.clone())
-        .unwrap_or_default();
+        .map(|producers| {
+            format!(
+                "produce {size} B, {producers} producer(s), batch {}",
+                plan.batch
+            )
+        })
+        .collect();
+    let consume = format!("consume {size} B (catch-up)");
     let p99 = format!(
         "end-to-end {} B at {}/s, p99 latency",
         plan.e2e_body_bytes, plan.e2e_rate_per_sec

@@ -96,7 +96,13 @@ pub fn table(outcomes: &[Outcome]) -> String {
 }
 
 /// The targets next to what this run measured.
-pub fn targets(outcomes: &[Outcome], size_1k_workloads: (&str, &str), p99_row: &str) -> String {
+/// `size_1k_workloads`: the 1 KiB batched produce workloads (one target row each, labelled by
+/// what follows "produce 1024 B, ") and the catch-up consume workload.
+pub fn targets(
+    outcomes: &[Outcome],
+    size_1k_workloads: (&[String], &str),
+    p99_row: &str,
+) -> String {
     let figures = |system: &str| {
         outcomes
             .iter()
@@ -110,8 +116,23 @@ pub fn targets(outcomes: &[Outcome], size_1k_workloads: (&str, &str), p99_row: &
     };
     let mut out = String::from("| target | measured | met |\n|---|---:|:---:|\n");
     let (produce, consume) = size_1k_workloads;
+    let rows: Vec<(String, &str)> = produce
+        .iter()
+        .map(|workload| {
+            let label = workload
+                .strip_prefix("produce 1024 B, ")
+                .unwrap_or(workload);
+            let label = if produce.len() > 1 {
+                format!("produce ({label})")
+            } else {
+                "produce".to_owned()
+            };
+            (label, workload.as_str())
+        })
+        .chain([("consume".to_owned(), consume)])
+        .collect();
     for (peer, goal) in [("nats", 2.0), ("rocketmq-rust", 5.0)] {
-        for (what, workload) in [("produce", produce), ("consume", consume)] {
+        for (what, workload) in &rows {
             let measured = ratio(peer, workload);
             let _ = writeln!(
                 out,
@@ -265,7 +286,7 @@ mod tests {
                 figures: Ok(vec![throughput("p", 100.0), throughput("c", 100.0)]),
             },
         ];
-        let text = targets(&outcomes, ("p", "c"), "e2e");
+        let text = targets(&outcomes, (&["p".to_owned()], "c"), "e2e");
         assert!(text.contains("| 1 KiB produce >= 2x nats | 1.50x | no |"));
         assert!(text.contains("| 1 KiB consume >= 2x nats | 5.00x | yes |"));
         assert!(text.contains("| 1 KiB produce >= 5x rocketmq-rust | not measured | — |"));
@@ -273,6 +294,29 @@ mod tests {
         assert!(text.contains(
             "| sync group commit >= 50% of fsync rate x 16 | not measured (needs --flush sync) | — |"
         ));
+    }
+
+    #[test]
+    fn targets_have_one_produce_row_per_producer_count() {
+        let one = "produce 1024 B, 1 producer(s), batch 128".to_owned();
+        let four = "produce 1024 B, 4 producer(s), batch 128".to_owned();
+        let outcomes = [
+            Outcome {
+                system: "quiver",
+                figures: Ok(vec![throughput(&one, 300.0), throughput(&four, 300.0)]),
+            },
+            Outcome {
+                system: "nats",
+                figures: Ok(vec![throughput(&one, 100.0), throughput(&four, 200.0)]),
+            },
+        ];
+        let text = targets(&outcomes, (&[one, four], "c"), "e2e");
+        assert!(
+            text.contains("| 1 KiB produce (1 producer(s), batch 128) >= 2x nats | 3.00x | yes |")
+        );
+        assert!(
+            text.contains("| 1 KiB produce (4 producer(s), batch 128) >= 2x nats | 1.50x | no |")
+        );
     }
 
     #[test]
@@ -291,7 +335,7 @@ mod tests {
                 throughput(FSYNC_CEILING, 16_000.0),
             ]),
         }];
-        let text = targets(&outcomes, ("p", "c"), "e2e");
+        let text = targets(&outcomes, (&["p".to_owned()], "c"), "e2e");
         assert!(text.contains("| parked pull p99 <= 1000 µs | 640 µs (0.64x the target) | yes |"));
         assert!(text.contains(
             "| sync group commit >= 50% of fsync rate x 16 | 38% (6.0k of 16.0k msg/s) | no |"
