@@ -64,6 +64,10 @@ pub struct Options {
     /// In-flight single sends per producer.
     #[arg(long, default_value_t = 32)]
     window: usize,
+    /// Worker threads of the load generator's runtime, the same for every system. Default 1:
+    /// on a 2-core box that leaves a core to the server, and every peer measured faster so.
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
     /// Messages asked for per pull / fetch / XRANGE.
     #[arg(long, default_value_t = 256)]
     read_batch: u32,
@@ -173,6 +177,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let may_install = !options.no_install && !options.smoke;
     let parent = options.dir.clone().unwrap_or_else(std::env::temp_dir);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(options.client_threads.max(1))
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;

@@ -106,6 +106,10 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_BROKER_PERMISSION", default_value_t = PERM_READ_WRITE)]
     pub broker_permission: u32,
 
+    /// Worker threads of the async runtime. Default 0: one per CPU core.
+    #[arg(long, env = "QUIVER_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// Open client connections at most; more are closed on accept. Default 4096; >= 1.
     #[arg(long, env = "QUIVER_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
@@ -173,6 +177,7 @@ impl Default for BrokerConfig {
             default_queue_nums: 8,
             max_message_size: 4 * 1024 * 1024,
             broker_permission: PERM_READ_WRITE,
+            worker_threads: 0,
             max_connections: 4096,
             max_parked_pulls: 65536,
             max_inflight_per_connection: 256,
