@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use common::{produce, wait_until, Received, TestBroker};
-use quiver_client::{ConsumeFromWhere, PullConsumer, PushConsumer, QueueOffset};
+use quiver_client::{ConsumeFromWhere, PullConsumer, PushConsumer, QueueOffset, ReceivedMessage};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_consumer_loses_nothing_and_successor_resumes_at_committed_offset() {
@@ -23,7 +23,18 @@ async fn killed_consumer_loses_nothing_and_successor_resumes_at_committed_offset
     // Small pulls so the kill lands mid-stream.
     config.pull_batch_size = 4;
     config.consume_concurrency = 1;
-    let consumer = PushConsumer::start(config.clone(), first.listener())
+    // A fast broker hands out all 400 before the test can react: past 100 the first consumer
+    // slows down, so the kill lands mid-stream whatever the machine's speed.
+    let record = first.listener();
+    let slow_after_100 = first.clone();
+    let listener: quiver_client::Listener =
+        std::sync::Arc::new(move |batch: &[ReceivedMessage]| {
+            if slow_after_100.len() >= 100 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            record(batch)
+        });
+    let consumer = PushConsumer::start(config.clone(), listener)
         .await
         .expect("start first");
     wait_until(
