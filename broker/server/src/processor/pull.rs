@@ -1,6 +1,5 @@
 //! PULL_MESSAGE (11) with long polling and the commitOffset piggy-back.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -157,7 +156,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             format!("broker {} is not readable", broker.config.broker_name),
         ));
     }
-    let pull = Arc::new(PullRequest::parse(ctx, req)?);
+    let pull = PullRequest::parse(ctx, req)?;
     let Some(topic) = broker.topics.get(&pull.topic) else {
         return Err(Refusal::new(
             response::TOPIC_NOT_EXIST,
