@@ -214,6 +214,13 @@ async fn serve_connection(
                         // Answers to our pushes (e.g. 220) carry nothing we act on.
                         continue;
                     }
+                    if processor::answers_at_once(&broker, &command) {
+                        if let Some(response) = processor::dispatch(&ctx, command).await {
+                            let _ = outbound.send(response).await;
+                        }
+                        drop(bytes_permit);
+                        continue;
+                    }
                     let Ok(permit) = inflight.clone().acquire_owned().await else {
                         break 'read;
                     };
