@@ -18,8 +18,7 @@ const THOROUGH_FLUSH_INTERVALS: u32 = 20;
 /// Sync mode waits at most as long as the last flush took for the writers it served to come
 /// back (a round trip to a client included), so one fsync covers them all again, like MySQL's
 /// binlog group commit delay. A lone writer never waits: it is all the last flush served.
-const GATHER_SHARE_OF_FLUSH: u32 = 1;
-/// ...and never longer than this, whatever a slow disk did last time.
+/// Never longer than this, whatever a slow disk did last time.
 const MAX_GATHER: Duration = Duration::from_millis(2);
 
 struct FlushState {
@@ -278,7 +277,7 @@ pub(crate) fn run_flusher(
         if due {
             let started = Instant::now();
             let outcome = target.flush_commit_log(flushed, committed);
-            gather = (started.elapsed() / GATHER_SHARE_OF_FLUSH).min(MAX_GATHER);
+            gather = started.elapsed().min(MAX_GATHER);
             control.gather_target.store(served, Ordering::Release);
             if control.complete(committed, outcome).is_err() {
                 // Reported to the waiting writers; back off before retrying a failing disk.

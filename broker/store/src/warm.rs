@@ -11,7 +11,6 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -124,12 +123,12 @@ struct Shared {
     len: u64,
     state: Mutex<State>,
     wake: Condvar,
-    stop: AtomicBool,
 }
 
 impl Shared {
     fn wanted(&self, base: u64) -> bool {
-        !self.stop.load(Ordering::Acquire) && self.state.lock().target == Some(base)
+        let state = self.state.lock();
+        !state.stopped && state.target == Some(base)
     }
 
     fn finish(&self, base: u64) {
@@ -213,7 +212,6 @@ impl Warmer {
                 len: segment_len,
                 state: Mutex::new(State::default()),
                 wake: Condvar::new(),
-                stop: AtomicBool::new(false),
             }),
             thread: Mutex::new(None),
         }
@@ -278,7 +276,6 @@ impl Warmer {
 
     /// Stops the thread (between two chunks) and joins it. Idempotent.
     pub(crate) fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Release);
         self.shared.state.lock().stopped = true;
         self.shared.wake.notify_all();
         if let Some(handle) = self.thread.lock().take() {
