@@ -10,6 +10,7 @@ use parking_lot::RwLock;
 use crate::error::StoreError;
 use crate::mapped_file::{find_segment, segment_name, MappedSegment, SegmentList};
 use crate::position::CommitLogOffset;
+use crate::prefault::Prefaulter;
 use crate::record::{self, BLANK_FILLER_BYTES};
 use crate::warm::{self, Warmer};
 
@@ -21,6 +22,9 @@ pub(crate) struct CommitLog {
     committed: AtomicU64,
     /// Prepares zero-filled segments ahead of rolls (`FlushMode::Sync` + `warm-segments`).
     warmer: Option<Warmer>,
+    /// Populates pages ahead of the writer (`prefault-window-bytes` > 0).
+    prefaulter: Option<Prefaulter>,
+    prefault_window_bytes: u64,
 }
 
 /// The writer's side of the CommitLog, owned under the store's write lock.
@@ -30,6 +34,8 @@ pub(crate) struct LogWriter {
     /// Whether the segment after `tail` was asked for: once the writer is half-way through,
     /// so a preparation never competes with the fsyncs right after open or a roll.
     next_requested: bool,
+    /// The CommitLog offset up to which prefaulting was asked for.
+    prefault_requested_to: u64,
 }
 
 impl LogWriter {
@@ -44,6 +50,7 @@ impl CommitLog {
         segment_size_bytes: u64,
         segments: Vec<Arc<MappedSegment>>,
         warm_segments: bool,
+        prefault_window_bytes: u64,
     ) -> Self {
         CommitLog {
             dir: dir.to_path_buf(),
@@ -51,13 +58,18 @@ impl CommitLog {
             segments: RwLock::new(Arc::new(segments)),
             committed: AtomicU64::new(0),
             warmer: warm_segments.then(|| Warmer::new(dir, segment_size_bytes)),
+            prefaulter: (prefault_window_bytes > 0).then(Prefaulter::new),
+            prefault_window_bytes,
         }
     }
 
-    /// Stops and joins the warming thread, if any. Idempotent.
-    pub(crate) fn stop_warming(&self) {
+    /// Stops and joins the warming and prefault threads, if any. Idempotent.
+    pub(crate) fn stop_background(&self) {
         if let Some(warmer) = &self.warmer {
             warmer.stop();
+        }
+        if let Some(prefaulter) = &self.prefaulter {
+            prefaulter.stop();
         }
     }
 
@@ -124,9 +136,28 @@ impl CommitLog {
             tail,
             write_pos,
             next_requested: false,
+            prefault_requested_to: write_pos,
         };
         self.warm_next_when_half_full(&mut writer);
+        self.prefault_ahead(&mut writer);
         Ok(writer)
+    }
+
+    /// Keeps the prefault thread about a window ahead of the writer in the tail segment,
+    /// asking again each time the writer moved a step of a window's eighth.
+    fn prefault_ahead(&self, writer: &mut LogWriter) {
+        let Some(prefaulter) = &self.prefaulter else {
+            return;
+        };
+        let tail_end = writer.tail.end();
+        let want = (writer.write_pos + self.prefault_window_bytes).min(tail_end);
+        let asked = writer.prefault_requested_to.max(writer.write_pos);
+        let step = (self.prefault_window_bytes / 8).max(1);
+        if want > asked && (want - asked >= step || want == tail_end) {
+            let base = writer.tail.base();
+            prefaulter.request(&writer.tail, writer.write_pos - base, want - base);
+            writer.prefault_requested_to = want;
+        }
     }
 
     /// Starts preparing the segment after the tail in the background (returns at once) once
@@ -191,6 +222,7 @@ impl CommitLog {
         encode(dst, offset)?;
         writer.write_pos += size as u64;
         self.warm_next_when_half_full(writer);
+        self.prefault_ahead(writer);
         Ok(offset)
     }
 
@@ -259,7 +291,7 @@ impl CommitLog {
 
 impl Drop for CommitLog {
     fn drop(&mut self) {
-        self.stop_warming();
+        self.stop_background();
     }
 }
 
@@ -274,10 +306,10 @@ mod tests {
     /// Bytes the file system allocated for the first segment of a fresh log.
     fn first_segment_allocated(warm_segments: bool) -> (u64, u64) {
         let dir = tempfile::tempdir().unwrap();
-        let log = CommitLog::new(dir.path(), LEN, Vec::new(), warm_segments);
+        let log = CommitLog::new(dir.path(), LEN, Vec::new(), warm_segments, 0);
         let writer = log.writer(0).unwrap();
         assert_eq!(writer.write_pos(), 0);
-        log.stop_warming();
+        log.stop_background();
         let meta = std::fs::metadata(dir.path().join(segment_name(0))).unwrap();
         (meta.blocks() * 512, meta.len())
     }

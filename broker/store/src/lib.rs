@@ -15,6 +15,7 @@ mod json_file;
 mod mapped_file;
 mod offsets;
 mod position;
+mod prefault;
 pub mod record;
 mod recovery;
 mod retention;

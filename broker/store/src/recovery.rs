@@ -300,6 +300,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         config.segment_size_bytes,
         segments,
         config.warms_segments(),
+        config.prefault_window_bytes,
     );
     // Everything recovery kept is made durable before the checkpoint claims it.
     commit_log
