@@ -32,10 +32,6 @@ pub struct Options {
     /// Rounds of the fresh-mmap ceiling and Async append; the best of each is shown.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
-    /// Bytes the store prefaults ahead of the writer (the store's `prefault-window-bytes`);
-    /// 0 for an A/B without it.
-    #[arg(long, default_value_t = StoreConfig::default().prefault_window_bytes)]
-    prefault_window: u64,
     /// Body sizes in bytes, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [128usize, 1024, 16384])]
     sizes: Vec<usize>,
@@ -46,7 +42,6 @@ const QUEUES: u32 = 4;
 const PROPERTIES: &str = "TAGS\u{1}TagA\u{2}KEYS\u{1}bench\u{2}";
 
 struct Plan {
-    prefault_window_bytes: u64,
     bounds: Bounds,
     sync_bounds: Bounds,
     segment_size_bytes: u64,
@@ -62,7 +57,6 @@ impl Plan {
                 max_bytes: 2 << 20,
             };
             return Plan {
-                prefault_window_bytes: options.prefault_window,
                 bounds,
                 sync_bounds: Bounds {
                     max_ops: 50,
@@ -74,7 +68,6 @@ impl Plan {
         }
         let duration = Duration::from_secs_f64(options.seconds);
         Plan {
-            prefault_window_bytes: options.prefault_window,
             bounds: Bounds {
                 duration,
                 max_ops: 20_000_000,
@@ -96,7 +89,6 @@ impl Plan {
             segment_size_bytes: self.segment_size_bytes,
             flush_mode,
             max_message_size_bytes: 64 * 1024,
-            prefault_window_bytes: self.prefault_window_bytes,
             ..StoreConfig::default()
         }
     }
@@ -181,13 +173,12 @@ pub fn run(options: &Options, scratch: &Path) -> anyhow::Result<()> {
         scratch.display()
     );
     println!(
-        "bounds per measurement: {:?} / {} ops / {} MiB; sync: {} ops; {} writers for group commit; prefault window {} MiB{}",
+        "bounds per measurement: {:?} / {} ops / {} MiB; sync: {} ops; {} writers for group commit{}",
         plan.bounds.duration,
         plan.bounds.max_ops,
         plan.bounds.max_bytes >> 20,
         plan.sync_bounds.max_ops,
         options.writers,
-        plan.prefault_window_bytes >> 20,
         if options.smoke { " (SMOKE: figures meaningless)" } else { "" }
     );
     println!();

@@ -84,12 +84,6 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_WARM_SEGMENTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub warm_segments: bool,
 
-    /// Bytes of CommitLog page cache a background thread allocates and zeroes ahead of the
-    /// write position, so sends copy without page faults (page cache only, no disk writes).
-    /// Default 32 MiB; 0 turns it off.
-    #[arg(long, env = "QUIVER_PREFAULT_WINDOW", default_value_t = 32 << 20)]
-    pub prefault_window: u64,
-
     /// CommitLog segment file size in bytes. Default 1 GiB; at least 64 KiB.
     #[arg(long, env = "QUIVER_SEGMENT_SIZE", default_value_t = 1 << 30)]
     pub segment_size: u64,
@@ -178,7 +172,6 @@ impl Default for BrokerConfig {
             peers: Vec::new(),
             flush_mode: FlushMode::Async,
             warm_segments: false,
-            prefault_window: 32 << 20,
             segment_size: 1 << 30,
             auto_create_topics: true,
             default_queue_nums: 8,
@@ -345,7 +338,6 @@ impl BrokerConfig {
             segment_size_bytes: self.segment_size,
             flush_mode: self.flush_mode.into(),
             warm_segments: self.warm_segments,
-            prefault_window_bytes: self.prefault_window,
             file_reserved_hours: self.file_reserved_hours,
             max_message_size_bytes: self.max_message_size,
             disk_high_water_ratio: self.disk_high_water_ratio,

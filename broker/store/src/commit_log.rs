@@ -1,5 +1,7 @@
 //! The CommitLog: fixed-size segment files holding every record, in append order.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -8,9 +10,8 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 use crate::error::StoreError;
-use crate::mapped_file::{find_segment, segment_name, MappedSegment, SegmentList};
+use crate::mapped_file::{find_segment, page_size, segment_name, MappedSegment, SegmentList};
 use crate::position::CommitLogOffset;
-use crate::prefault::Prefaulter;
 use crate::record::{self, BLANK_FILLER_BYTES};
 use crate::warm::{self, Warmer};
 
@@ -22,26 +23,57 @@ pub(crate) struct CommitLog {
     committed: AtomicU64,
     /// Prepares zero-filled segments ahead of rolls (`FlushMode::Sync` + `warm-segments`).
     warmer: Option<Warmer>,
-    /// Populates pages ahead of the writer (`prefault-window-bytes` > 0).
-    prefaulter: Option<Prefaulter>,
-    prefault_window_bytes: u64,
+    /// Async mode: small lone records zero-extend the tail ahead of them (`zero_extend`). Not
+    /// in Sync mode: there an fsync next to the dirty zero pages took twice as long.
+    zero_extend: bool,
 }
 
+/// Async mode: a lone small record about to enter pages the page cache lacks first has this
+/// much of the tail written as zeros (plain writes, no faults), then goes through the mapping.
+const ZERO_EXTEND_BYTES: u64 = 1024 * 1024;
+static ZEROS: [u8; ZERO_EXTEND_BYTES as usize] = [0; ZERO_EXTEND_BYTES as usize];
+
+/// Staged bytes above this are shrunk back after a flush, so one huge batch does not pin
+/// its buffer for the store's lifetime.
+const STAGING_KEPT_BYTES: usize = 8 * 1024 * 1024;
+
 /// The writer's side of the CommitLog, owned under the store's write lock.
+///
+/// Records that start a fresh page are encoded into `staged` and written with one pwrite by
+/// `write_staged`: a first write through the mapping would fault and have the kernel zero
+/// (and read around) each new page first, several times slower on the VMs we measure on
+/// (BENCHMARKS.md). Records that fit in the page already holding data are copied through
+/// the mapping directly.
 pub(crate) struct LogWriter {
     tail: Arc<MappedSegment>,
+    /// The tail segment's file, for pwrite.
+    tail_file: File,
+    /// End of the records appended, staged ones included.
     write_pos: u64,
+    /// Encoded records not yet in the file; they start at `write_pos - staged.len()`.
+    staged: Vec<u8>,
+    /// Pages of the tail below this hold records or zeros we wrote: in the page cache.
+    filled_to: u64,
     /// Whether the segment after `tail` was asked for: once the writer is half-way through,
     /// so a preparation never competes with the fsyncs right after open or a roll.
     next_requested: bool,
-    /// The CommitLog offset up to which prefaulting was asked for.
-    prefault_requested_to: u64,
 }
 
 impl LogWriter {
     pub(crate) fn write_pos(&self) -> u64 {
         self.write_pos
     }
+
+    fn staged_from(&self) -> u64 {
+        self.write_pos - self.staged.len() as u64
+    }
+}
+
+fn open_for_writes(segment: &MappedSegment) -> Result<File, StoreError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment.path())
+        .map_err(|e| StoreError::io("open segment", segment.path(), e))
 }
 
 impl CommitLog {
@@ -50,7 +82,7 @@ impl CommitLog {
         segment_size_bytes: u64,
         segments: Vec<Arc<MappedSegment>>,
         warm_segments: bool,
-        prefault_window_bytes: u64,
+        zero_extend: bool,
     ) -> Self {
         CommitLog {
             dir: dir.to_path_buf(),
@@ -58,18 +90,14 @@ impl CommitLog {
             segments: RwLock::new(Arc::new(segments)),
             committed: AtomicU64::new(0),
             warmer: warm_segments.then(|| Warmer::new(dir, segment_size_bytes)),
-            prefaulter: (prefault_window_bytes > 0).then(Prefaulter::new),
-            prefault_window_bytes,
+            zero_extend,
         }
     }
 
-    /// Stops and joins the warming and prefault threads, if any. Idempotent.
-    pub(crate) fn stop_background(&self) {
+    /// Stops and joins the warming thread, if any. Idempotent.
+    pub(crate) fn stop_warming(&self) {
         if let Some(warmer) = &self.warmer {
             warmer.stop();
-        }
-        if let Some(prefaulter) = &self.prefaulter {
-            prefaulter.stop();
         }
     }
 
@@ -133,31 +161,15 @@ impl CommitLog {
         warm::remove_stale(&self.dir, next, self.segment_size_bytes);
         self.publish(write_pos);
         let mut writer = LogWriter {
+            tail_file: open_for_writes(&tail)?,
             tail,
             write_pos,
+            staged: Vec::new(),
+            filled_to: write_pos.next_multiple_of(page_size()),
             next_requested: false,
-            prefault_requested_to: write_pos,
         };
         self.warm_next_when_half_full(&mut writer);
-        self.prefault_ahead(&mut writer);
         Ok(writer)
-    }
-
-    /// Keeps the prefault thread about a window ahead of the writer in the tail segment,
-    /// asking again each time the writer moved a step of a window's eighth.
-    fn prefault_ahead(&self, writer: &mut LogWriter) {
-        let Some(prefaulter) = &self.prefaulter else {
-            return;
-        };
-        let tail_end = writer.tail.end();
-        let want = (writer.write_pos + self.prefault_window_bytes).min(tail_end);
-        let asked = writer.prefault_requested_to.max(writer.write_pos);
-        let step = (self.prefault_window_bytes / 8).max(1);
-        if want > asked && (want - asked >= step || want == tail_end) {
-            let base = writer.tail.base();
-            prefaulter.request(&writer.tail, writer.write_pos - base, want - base);
-            writer.prefault_requested_to = want;
-        }
     }
 
     /// Starts preparing the segment after the tail in the background (returns at once) once
@@ -193,37 +205,104 @@ impl CommitLog {
         Ok(segment)
     }
 
-    /// Appends a record of `size` bytes written by `encode` into the mapped tail; returns its
-    /// offset. Pads the tail with a blank filler and rolls when the record does not fit.
+    /// Appends a record of `size` bytes written by `encode`; returns its offset. Pads the
+    /// tail with a blank filler and rolls when the record does not fit. A record of a batch
+    /// (`in_batch`) or of a page or more is staged: call `write_staged` before publishing it.
     pub(crate) fn append<E>(
         &self,
         writer: &mut LogWriter,
         size: usize,
+        in_batch: bool,
         encode: impl FnOnce(&mut [u8], CommitLogOffset) -> Result<(), E>,
     ) -> Result<CommitLogOffset, E>
     where
         E: From<StoreError>,
     {
-        let mut at = writer.write_pos - writer.tail.base();
+        let at = writer.write_pos - writer.tail.base();
         let remaining = writer.tail.len() - at;
         if (size + BLANK_FILLER_BYTES) as u64 > remaining {
+            self.write_staged(writer)?;
             // SAFETY: beyond the published end; only the writer touches it.
             let filler = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
             record::encode_blank(filler, remaining as u32);
             let next_base = writer.tail.end();
             writer.tail = self.roll(next_base)?;
+            writer.tail_file = open_for_writes(&writer.tail)?;
             writer.write_pos = next_base;
+            writer.filled_to = next_base;
             writer.next_requested = false;
-            at = 0;
         }
         let offset = CommitLogOffset(writer.write_pos);
-        // SAFETY: beyond the published end; only the writer touches it.
-        let dst = unsafe { writer.tail.slice_mut(at, size) };
-        encode(dst, offset)?;
+        let at = writer.write_pos - writer.tail.base();
+        let end = writer.write_pos + size as u64;
+        let direct = writer.staged.is_empty() && !in_batch && (size as u64) < page_size();
+        if direct {
+            if self.zero_extend && end > writer.filled_to {
+                self.zero_extend(writer, end)?;
+            }
+            // SAFETY: beyond the published end; only the writer touches it.
+            let dst = unsafe { writer.tail.slice_mut(at, size) };
+            encode(dst, offset)?;
+        } else {
+            let start = writer.staged.len();
+            writer.staged.resize(start + size, 0);
+            if let Err(error) = encode(&mut writer.staged[start..], offset) {
+                writer.staged.truncate(start);
+                return Err(error);
+            }
+        }
         writer.write_pos += size as u64;
         self.warm_next_when_half_full(writer);
-        self.prefault_ahead(writer);
         Ok(offset)
+    }
+
+    /// Writes the staged records into the tail file (one pwrite). On failure nothing staged
+    /// counts as appended: the write position goes back to the last record in the file.
+    pub(crate) fn write_staged(&self, writer: &mut LogWriter) -> Result<(), StoreError> {
+        if writer.staged.is_empty() {
+            return Ok(());
+        }
+        let from = writer.staged_from();
+        let at = from - writer.tail.base();
+        assert!(
+            at + writer.staged.len() as u64 <= writer.tail.len(),
+            "staged records past the tail segment"
+        );
+        let written = writer.tail_file.write_all_at(&writer.staged, at);
+        writer.staged.clear();
+        if writer.staged.capacity() > STAGING_KEPT_BYTES {
+            writer.staged.shrink_to(STAGING_KEPT_BYTES / 8);
+        }
+        match written {
+            Ok(()) => {
+                let filled = writer.write_pos.next_multiple_of(page_size());
+                writer.filled_to = writer.filled_to.max(filled);
+                Ok(())
+            }
+            Err(e) => {
+                writer.write_pos = from;
+                Err(StoreError::io("write commitlog", writer.tail.path(), e))
+            }
+        }
+    }
+
+    /// Writes zeros from `filled_to` to at least `end` (a step of `ZERO_EXTEND_BYTES`,
+    /// within the tail), so the next small records find their pages in the page cache.
+    fn zero_extend(&self, writer: &mut LogWriter, end: u64) -> Result<(), StoreError> {
+        let to = (writer.filled_to + ZERO_EXTEND_BYTES)
+            .max(end.next_multiple_of(page_size()))
+            .min(writer.tail.end());
+        let mut at = writer.filled_to;
+        while at < to {
+            let n = (to - at).min(ZERO_EXTEND_BYTES);
+            writer
+                .tail_file
+                .write_all_at(&ZEROS[..n as usize], at - writer.tail.base())
+                .map_err(|e| StoreError::io("write commitlog", writer.tail.path(), e))?;
+            at += n;
+        }
+        writer.filled_to = to;
+        Ok(())
     }
 
     /// A zero-copy view of the `size` bytes at `offset`, if they are published.
@@ -291,7 +370,7 @@ impl CommitLog {
 
 impl Drop for CommitLog {
     fn drop(&mut self) {
-        self.stop_background();
+        self.stop_warming();
     }
 }
 
@@ -306,10 +385,10 @@ mod tests {
     /// Bytes the file system allocated for the first segment of a fresh log.
     fn first_segment_allocated(warm_segments: bool) -> (u64, u64) {
         let dir = tempfile::tempdir().unwrap();
-        let log = CommitLog::new(dir.path(), LEN, Vec::new(), warm_segments, 0);
+        let log = CommitLog::new(dir.path(), LEN, Vec::new(), warm_segments, false);
         let writer = log.writer(0).unwrap();
         assert_eq!(writer.write_pos(), 0);
-        log.stop_background();
+        log.stop_warming();
         let meta = std::fs::metadata(dir.path().join(segment_name(0))).unwrap();
         (meta.blocks() * 512, meta.len())
     }

@@ -48,11 +48,6 @@ pub struct StoreConfig {
     /// the extra writes slowed fsyncs more than skipping block allocation saved (BENCHMARKS.md).
     /// Ignored in `async` mode.
     pub warm_segments: bool,
-    /// How far ahead of the write position a background thread has the kernel allocate and
-    /// zero the CommitLog's page-cache pages (`MADV_POPULATE_WRITE`), so appends copy without
-    /// faulting. Page cache only, nothing extra is written to disk. Default 32 MiB; 0 turns
-    /// it off.
-    pub prefault_window_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -68,7 +63,6 @@ impl Default for StoreConfig {
             disk_high_water_ratio: 0.85,
             max_message_size_bytes: 4 * 1024 * 1024,
             warm_segments: false,
-            prefault_window_bytes: 32 * 1024 * 1024,
         }
     }
 }

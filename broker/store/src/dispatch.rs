@@ -26,9 +26,21 @@ pub(crate) struct QueueWriter {
 impl QueueWriter {
     /// Writes and publishes the unit for the record at `next_offset` (prepared beforehand).
     pub(crate) fn index(&mut self, unit: Unit) {
+        self.stage(unit);
+        self.cq.publish(self.next_offset);
+    }
+
+    /// Writes the unit for the record at `next_offset` (prepared beforehand) without
+    /// publishing it: the caller publishes once the record itself is.
+    pub(crate) fn stage(&mut self, unit: Unit) {
         self.cq.write(&self.tail, self.next_offset, unit);
         self.next_offset += 1;
-        self.cq.publish(self.next_offset);
+    }
+
+    /// Takes back staged units from `offset` on (their records were never written).
+    pub(crate) fn unstage(&mut self, offset: u64) {
+        debug_assert!(offset >= self.cq.max_offset(), "unstaging a published unit");
+        self.next_offset = offset;
     }
 }
 

@@ -15,7 +15,6 @@ mod json_file;
 mod mapped_file;
 mod offsets;
 mod position;
-mod prefault;
 pub mod record;
 mod recovery;
 mod retention;

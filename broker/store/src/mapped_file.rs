@@ -31,10 +31,13 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
 }
 
 /// The kernel's page size (4 KiB on x86-64, up to 64 KiB elsewhere).
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).unwrap_or(4096).max(1)
+pub(crate) fn page_size() -> u64 {
+    static PAGE_SIZE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE_SIZE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(size).unwrap_or(4096).max(1)
+    })
 }
 
 /// Fsyncs a directory so a created, renamed or deleted entry survives a crash.
@@ -154,30 +157,6 @@ impl MappedSegment {
             return Ok(());
         }
         self.map.flush_range(at as usize, len as usize)
-    }
-
-    /// Makes the kernel allocate and map the pages of `[from, to)` for writing
-    /// (`MADV_POPULATE_WRITE`) without changing what they hold, so later writes do not fault.
-    pub(crate) fn populate_for_write(&self, from: u64, to: u64) -> std::io::Result<()> {
-        let page = page_size();
-        let from = from - from % page;
-        let to = to.min(self.len);
-        if from >= to {
-            return Ok(());
-        }
-        // SAFETY: the range lies inside the live mapping; populating never changes its bytes.
-        let rc = unsafe {
-            libc::madvise(
-                self.map.as_mut_ptr().add(from as usize).cast(),
-                (to - from) as usize,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
     }
 
     /// Zeroes `[from, len)`, touching only pages that hold data so sparse files stay sparse.

@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::commit_log::CommitLog;
-use crate::config::StoreConfig;
+use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
@@ -300,7 +300,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         config.segment_size_bytes,
         segments,
         config.warms_segments(),
-        config.prefault_window_bytes,
+        config.flush_mode == FlushMode::Async,
     );
     // Everything recovery kept is made durable before the checkpoint claims it.
     commit_log

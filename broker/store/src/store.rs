@@ -173,43 +173,74 @@ impl Shared {
         }
     }
 
-    /// Appends and dispatches one message; the caller holds the write lock.
+    /// Appends one message and writes its unit, both unpublished until `publish_appended`;
+    /// the caller holds the write lock. Returns the queue for `publish_appended`.
     fn append(
         &self,
         writer: &mut WriterState,
         msg: &NewMessage<'_>,
+        in_batch: bool,
         now_ms: i64,
-    ) -> Result<PutResult, StoreError> {
+    ) -> Result<(PutResult, Arc<ConsumeQueue>), StoreError> {
         let size = self.check_size(msg)?;
         let WriterState { log, dispatcher } = writer;
         let queue = dispatcher.queue(&self.registry, msg.topic, msg.queue_id)?;
         let queue_offset = QueueOffset(queue.next_offset);
         queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
-        let physical_offset = self.commit_log.append(log, size, |dst, physical_offset| {
-            let placement = Placement {
-                queue_offset,
-                physical_offset,
-                store_timestamp_ms: now_ms,
-            };
-            record::encode_into(dst, msg, placement)
-                .map(drop)
-                .map_err(StoreError::InvalidMessage)
-        })?;
-        // The record is published before its unit, so a reader who sees the unit sees the record.
-        self.commit_log.publish(log.write_pos());
+        let physical_offset =
+            self.commit_log
+                .append(log, size, in_batch, |dst, physical_offset| {
+                    let placement = Placement {
+                        queue_offset,
+                        physical_offset,
+                        store_timestamp_ms: now_ms,
+                    };
+                    record::encode_into(dst, msg, placement)
+                        .map(drop)
+                        .map_err(StoreError::InvalidMessage)
+                })?;
         let tags_code =
             record::property(msg.properties, record::TAGS_PROPERTY).map_or(0, record::tags_code);
-        queue.index(Unit {
+        queue.stage(Unit {
             physical_offset: physical_offset.0,
             size: size as u32,
             tags_code,
         });
-        Ok(PutResult {
+        let result = PutResult {
             physical_offset,
             queue_offset,
             size: size as u32,
             store_timestamp_ms: now_ms,
-        })
+        };
+        Ok((result, Arc::clone(&queue.cq)))
+    }
+
+    /// Writes the staged records, then publishes them, then their units: a reader who sees a
+    /// unit sees its record. `queues[i]` holds `results[i]`. Records a failed write left out
+    /// are not published, and their queues hand out the same offsets again.
+    fn publish_appended(
+        &self,
+        writer: &mut WriterState,
+        results: &[PutResult],
+        queues: &[Arc<ConsumeQueue>],
+    ) -> Result<(), StoreError> {
+        let written = self.commit_log.write_staged(&mut writer.log);
+        let log_end = writer.log.write_pos();
+        for (result, queue) in results.iter().zip(queues).rev() {
+            if result.physical_offset.0 >= log_end {
+                writer
+                    .dispatcher
+                    .queue(&self.registry, queue.topic(), queue.queue_id())?
+                    .unstage(result.queue_offset.0);
+            }
+        }
+        self.commit_log.publish(log_end);
+        for (result, queue) in results.iter().zip(queues) {
+            if result.physical_offset.0 < log_end {
+                queue.publish(result.queue_offset.0 + 1);
+            }
+        }
+        written
     }
 
     fn check_size(&self, msg: &NewMessage<'_>) -> Result<usize, StoreError> {
@@ -372,13 +403,29 @@ impl MessageStore {
             shared.check_size(msg)?;
         }
         let mut results = Vec::with_capacity(msgs.len());
+        let mut queues = Vec::with_capacity(msgs.len());
         let end = {
             let mut writer = shared.writer.lock();
             if shared.shut_down.load(Ordering::Acquire) {
                 return Err(StoreError::ShutDown);
             }
+            let mut failure = None;
             for msg in msgs {
-                results.push(shared.append(&mut writer, msg, now_ms)?);
+                match shared.append(&mut writer, msg, msgs.len() > 1, now_ms) {
+                    Ok((result, queue)) => {
+                        results.push(result);
+                        queues.push(queue);
+                    }
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                }
+            }
+            // The messages before a failure stay stored, as before staging.
+            shared.publish_appended(&mut writer, &results, &queues)?;
+            if let Some(error) = failure {
+                return Err(error);
             }
             writer.log.write_pos()
         };
@@ -715,7 +762,7 @@ impl MessageStore {
     }
 
     fn stop_threads(&self) {
-        self.shared.commit_log.stop_background();
+        self.shared.commit_log.stop_warming();
         self.shared.flush.stop();
         for handle in self.threads.lock().drain(..) {
             if handle.join().is_err() {

@@ -18,9 +18,6 @@ fn store_config(dir: &Path, flush_mode: FlushMode, warm_segments: bool) -> Store
     StoreConfig {
         flush_mode,
         warm_segments,
-        // Prefaulted pages count as allocated blocks (delalloc reservations) until written
-        // back; these tests tell warmed segments by their allocated blocks.
-        prefault_window_bytes: 0,
         ..common::config(dir)
     }
 }
