@@ -30,8 +30,12 @@ pub(crate) struct CommitLog {
 
 /// Async mode: a lone small record about to enter pages the page cache lacks first has this
 /// much of the tail written as zeros (plain writes, no faults), then goes through the mapping.
-const ZERO_EXTEND_BYTES: u64 = 1024 * 1024;
+const ZERO_EXTEND_BYTES: u64 = 64 * 1024;
 static ZEROS: [u8; ZERO_EXTEND_BYTES as usize] = [0; ZERO_EXTEND_BYTES as usize];
+
+/// A batch writes its staged records out every this many bytes, so the pwrite copies from
+/// cache-warm memory (the records stay unpublished until the whole batch is written).
+const STAGED_WRITE_BYTES: usize = 256 * 1024;
 
 /// Staged bytes above this are shrunk back after a flush, so one huge batch does not pin
 /// its buffer for the store's lifetime.
@@ -252,6 +256,9 @@ impl CommitLog {
             }
         }
         writer.write_pos += size as u64;
+        if writer.staged.len() >= STAGED_WRITE_BYTES {
+            self.write_staged(writer)?;
+        }
         self.warm_next_when_half_full(writer);
         Ok(offset)
     }

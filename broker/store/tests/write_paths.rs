@@ -119,6 +119,47 @@ fn sync_mixed_batches_and_lone_puts_read_back_and_recover() {
 }
 
 #[test]
+fn a_batch_larger_than_the_staging_step_reads_back_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        segment_size_bytes: 4 * 1024 * 1024,
+        ..config(dir.path(), FlushMode::Async)
+    };
+    let store = MessageStore::open(config.clone()).unwrap();
+    // About 1.5 MiB in one batch: written out in steps, published once.
+    let bodies: Vec<Vec<u8>> = (0..400u64)
+        .map(|n| {
+            let mut body = body(n);
+            body.resize(4000, b'b');
+            body
+        })
+        .collect();
+    let msgs: Vec<NewMessage<'_>> = bodies.iter().zip(0..).map(|(b, n)| msg(b, n)).collect();
+    let results = store.put_batch(&msgs, 1).unwrap();
+    let check = |store: &MessageStore| {
+        for (n, put) in (0u64..).zip(&results) {
+            let got = store
+                .get(
+                    TOPIC,
+                    (n % u64::from(QUEUES)) as u32,
+                    put.queue_offset,
+                    1,
+                    u64::MAX,
+                    &|_| true,
+                )
+                .unwrap();
+            let (record, _) = record::decode(&got.messages[0]).unwrap();
+            assert_eq!(record.body, bodies[n as usize].as_slice(), "message {n}");
+        }
+    };
+    check(&store);
+    drop(store);
+    let store = MessageStore::open(config).unwrap();
+    check(&store);
+    store.shutdown().unwrap();
+}
+
+#[test]
 fn zero_extension_leaves_nothing_past_the_log_end() {
     let dir = tempfile::tempdir().unwrap();
     let store = MessageStore::open(config(dir.path(), FlushMode::Async)).unwrap();
