@@ -10,7 +10,9 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 
 use crate::error::StoreError;
-use crate::mapped_file::{find_segment, page_size, segment_name, MappedSegment, SegmentList};
+use crate::mapped_file::{
+    find_segment, page_size, segment_name, write_zeros, MappedSegment, SegmentList,
+};
 use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
 use crate::warm::{self, Warmer};
@@ -31,7 +33,6 @@ pub(crate) struct CommitLog {
 /// Async mode: a lone small record about to enter pages the page cache lacks first has this
 /// much of the tail written as zeros (plain writes, no faults), then goes through the mapping.
 const ZERO_EXTEND_BYTES: u64 = 64 * 1024;
-static ZEROS: [u8; ZERO_EXTEND_BYTES as usize] = [0; ZERO_EXTEND_BYTES as usize];
 
 /// A batch writes its staged records out every this many bytes, so the pwrite copies from
 /// cache-warm memory (the records stay unpublished until the whole batch is written).
@@ -299,15 +300,9 @@ impl CommitLog {
         let to = (writer.filled_to + ZERO_EXTEND_BYTES)
             .max(end.next_multiple_of(page_size()))
             .min(writer.tail.end());
-        let mut at = writer.filled_to;
-        while at < to {
-            let n = (to - at).min(ZERO_EXTEND_BYTES);
-            writer
-                .tail_file
-                .write_all_at(&ZEROS[..n as usize], at - writer.tail.base())
-                .map_err(|e| StoreError::io("write commitlog", writer.tail.path(), e))?;
-            at += n;
-        }
+        let base = writer.tail.base();
+        write_zeros(&writer.tail_file, writer.filled_to - base, to - base)
+            .map_err(|e| StoreError::io("write commitlog", writer.tail.path(), e))?;
         writer.filled_to = to;
         Ok(())
     }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use crate::error::StoreError;
-use crate::mapped_file::{find_segment, load_segments, sync_dir, MappedSegment, SegmentList};
+use crate::mapped_file::{
+    find_segment, load_segments, page_size, sync_dir, write_zeros, MappedSegment, SegmentList,
+};
 
 pub(crate) const UNIT_BYTES: u64 = 20;
 
@@ -59,9 +61,17 @@ pub(crate) struct ConsumeQueue {
     flushed_units: AtomicU64,
 }
 
+/// Units go into pages zero-filled this far ahead with plain writes (see `write_zeros`): a
+/// fault on the sparse file would zero the whole read-around window, megabytes per queue.
+const ZERO_EXTEND_BYTES: u64 = 64 * 1024;
+
 /// The writer's cached tail file of one queue, so a put needs no lock to find it.
 #[derive(Default)]
-pub(crate) struct QueueTail(Option<Arc<MappedSegment>>);
+pub(crate) struct QueueTail {
+    segment: Option<Arc<MappedSegment>>,
+    /// Queue bytes below this, in `segment`, are in the page cache (units or our zeros).
+    filled_to: u64,
+}
 
 impl ConsumeQueue {
     pub(crate) fn queue_dir(root: &Path, topic: &str, queue_id: u32) -> PathBuf {
@@ -139,11 +149,21 @@ impl ConsumeQueue {
     /// Makes sure a file for unit `index` exists and is cached in `tail` (writer only).
     pub(crate) fn prepare(&self, tail: &mut QueueTail, index: u64) -> Result<(), StoreError> {
         let byte = index * UNIT_BYTES;
-        if tail.0.as_ref().is_some_and(|s| s.contains(byte)) {
-            return Ok(());
+        if !tail.segment.as_ref().is_some_and(|s| s.contains(byte)) {
+            self.find_or_create_tail(tail, byte)?;
         }
+        if byte + UNIT_BYTES > tail.filled_to {
+            self.zero_extend(tail, byte + UNIT_BYTES)?;
+        }
+        Ok(())
+    }
+
+    /// Points `tail` at the file holding queue byte `byte`, creating files up to it.
+    fn find_or_create_tail(&self, tail: &mut QueueTail, byte: u64) -> Result<(), StoreError> {
+        // The page holding `byte` has units already unless `byte` starts it.
+        tail.filled_to = byte.next_multiple_of(page_size());
         if let Some(segment) = find_segment(&self.snapshot(), byte) {
-            tail.0 = Some(Arc::clone(segment));
+            tail.segment = Some(Arc::clone(segment));
             return Ok(());
         }
         let mut segments = self.segments.write();
@@ -168,14 +188,31 @@ impl ConsumeQueue {
             }
             base += self.file_bytes;
         }
-        tail.0 = next.last().cloned();
+        tail.segment = next.last().cloned();
         *segments = Arc::new(next);
+        Ok(())
+    }
+
+    /// Zero-fills the tail file from `filled_to` past `end` (a step, within the file).
+    fn zero_extend(&self, tail: &mut QueueTail, end: u64) -> Result<(), StoreError> {
+        let segment = tail.segment.as_ref().expect("tail found above");
+        let to = (tail.filled_to + ZERO_EXTEND_BYTES)
+            .max(end.next_multiple_of(page_size()))
+            .min(segment.end());
+        let zeroed = std::fs::OpenOptions::new()
+            .write(true)
+            .open(segment.path())
+            .and_then(|file| {
+                write_zeros(&file, tail.filled_to - segment.base(), to - segment.base())
+            });
+        zeroed.map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
+        tail.filled_to = to;
         Ok(())
     }
 
     /// Writes unit `index` into the prepared tail (writer only, before publishing).
     pub(crate) fn write(&self, tail: &QueueTail, index: u64, unit: Unit) {
-        let segment = tail.0.as_ref().expect("prepare() before write()");
+        let segment = tail.segment.as_ref().expect("prepare() before write()");
         let at = index * UNIT_BYTES - segment.base();
         // SAFETY: at or beyond max_offset, so unpublished; only the writer touches it.
         unsafe { segment.slice_mut(at, UNIT_BYTES as usize) }.copy_from_slice(&unit.encode());

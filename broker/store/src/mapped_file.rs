@@ -30,6 +30,24 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     name.parse().ok()
 }
 
+/// Zeros written ahead of a writer come from here (static: no allocation, read-only).
+const ZERO_CHUNK_BYTES: usize = 64 * 1024;
+static ZEROS: [u8; ZERO_CHUNK_BYTES] = [0; ZERO_CHUNK_BYTES];
+
+/// Writes zeros into `[from, to)` of `file` with plain writes. Ahead of a writer that then
+/// writes through its mapping, this puts the pages in the page cache without the page fault
+/// that would zero them (and, with a large `read_ahead_kb`, megabytes around them) first.
+pub(crate) fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(ZERO_CHUNK_BYTES as u64);
+        file.write_all_at(&ZEROS[..n as usize], at)?;
+        at += n;
+    }
+    Ok(())
+}
+
 /// The kernel's page size (4 KiB on x86-64, up to 64 KiB elsewhere).
 pub(crate) fn page_size() -> u64 {
     static PAGE_SIZE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();

@@ -177,3 +177,49 @@ fn zero_extension_leaves_nothing_past_the_log_end() {
     assert_eq!(got.messages.len(), 1);
     store.shutdown().unwrap();
 }
+
+#[test]
+fn consume_queue_zero_extension_leaves_no_units_past_the_max() {
+    let dir = tempfile::tempdir().unwrap();
+    // Queue files of 20,000 bytes: several 4 KiB pages, zero-extended ahead of the units.
+    let config = StoreConfig {
+        consume_queue_units_per_file: 1000,
+        ..config(dir.path(), FlushMode::Async)
+    };
+    let store = MessageStore::open(config.clone()).unwrap();
+    // Three queues of about 233 units: each crosses a page of its file (204 units).
+    let puts = put_mixed(&store, 0, 700);
+    let max: Vec<u64> = (0..QUEUES)
+        .map(|q| {
+            store
+                .get(TOPIC, q, quiver_store::QueueOffset(0), 1, u64::MAX, &|_| {
+                    true
+                })
+                .unwrap()
+                .max_offset
+                .0
+        })
+        .collect();
+    drop(store);
+    for (queue_id, max) in max.iter().enumerate() {
+        let queue_dir = dir
+            .path()
+            .join("consumequeue")
+            .join(TOPIC)
+            .join(queue_id.to_string());
+        let mut files: Vec<_> = std::fs::read_dir(&queue_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let last = files.last().unwrap();
+        let base: u64 = last.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        let bytes = std::fs::read(last).unwrap();
+        let end = (max * 20 - base) as usize;
+        assert!(end <= bytes.len());
+        assert!(bytes[end..].iter().all(|b| *b == 0), "queue {queue_id}");
+    }
+    let store = MessageStore::open(config).unwrap();
+    assert_all_readable(&store, &puts);
+    store.shutdown().unwrap();
+}
