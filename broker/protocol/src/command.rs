@@ -78,6 +78,9 @@ pub struct RemotingCommand {
     /// Custom header fields; values normalised to strings whatever JSON type the peer used.
     pub ext_fields: HashMap<String, String>,
     pub body: Bytes,
+    /// More body bytes after `body`, sent as they are instead of joined first (a pull answer
+    /// carries the stored records here, views of the mapped CommitLog). Decoding never fills it.
+    pub body_chain: Vec<Bytes>,
     pub serialize_type: SerializeType,
 }
 
@@ -93,6 +96,7 @@ impl RemotingCommand {
             remark: None,
             ext_fields,
             body: Bytes::new(),
+            body_chain: Vec::new(),
             serialize_type: SerializeType::Json,
         }
     }
@@ -108,6 +112,7 @@ impl RemotingCommand {
             remark,
             ext_fields: HashMap::new(),
             body: Bytes::new(),
+            body_chain: Vec::new(),
             serialize_type: self.serialize_type,
         }
     }
@@ -129,6 +134,11 @@ impl RemotingCommand {
     pub fn with_body(mut self, body: Bytes) -> Self {
         self.body = body;
         self
+    }
+
+    /// Bytes of the body on the wire: `body` then every part of `body_chain`.
+    pub fn body_len(&self) -> usize {
+        self.body.len() + self.body_chain.iter().map(Bytes::len).sum::<usize>()
     }
 
     pub fn with_opaque(mut self, opaque: i32) -> Self {

@@ -89,6 +89,17 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<RemotingCommand>, FrameError>
 
 /// Appends `cmd` as one frame to `dst`, using the command's own serialize type.
 pub fn encode(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameError> {
+    encode_head(cmd, dst)?;
+    dst.put_slice(&cmd.body);
+    for part in &cmd.body_chain {
+        dst.put_slice(part);
+    }
+    Ok(())
+}
+
+/// Appends the start of `cmd`'s frame to `dst`: everything but the body, which the caller
+/// sends right after (`body`, then `body_chain`), e.g. with a vectored write.
+pub fn encode_head(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameError> {
     let header = match cmd.serialize_type {
         SerializeType::Json => encode_json_header(cmd)?,
         SerializeType::RocketMq => encode_binary_header(cmd)?,
@@ -99,19 +110,18 @@ pub fn encode(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameErro
             max_bytes: MAX_HEADER_BYTES,
         });
     }
-    let total_len = HEADER_WORD_BYTES + header.len() + cmd.body.len();
+    let total_len = HEADER_WORD_BYTES + header.len() + cmd.body_len();
     if total_len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge {
             declared_bytes: total_len as u64,
             max_bytes: MAX_FRAME_BYTES,
         });
     }
-    dst.reserve(LENGTH_PREFIX_BYTES + total_len);
+    dst.reserve(LENGTH_PREFIX_BYTES + HEADER_WORD_BYTES + header.len());
     // Both casts are lossless: total_len <= MAX_FRAME_BYTES and header.len() < 2^24.
     dst.put_u32(total_len as u32);
     dst.put_u32(u32::from(cmd.serialize_type.wire_value()) << 24 | header.len() as u32);
     dst.put_slice(&header);
-    dst.put_slice(&cmd.body);
     Ok(())
 }
 
@@ -347,6 +357,7 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
         remark,
         ext_fields,
         body: Bytes::new(),
+        body_chain: Vec::new(),
         serialize_type: SerializeType::Json,
     })
 }
@@ -504,6 +515,7 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
         remark,
         ext_fields,
         body: Bytes::new(),
+        body_chain: Vec::new(),
         serialize_type: SerializeType::RocketMq,
     })
 }
@@ -511,6 +523,34 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_chain_goes_on_the_wire_as_one_joined_body() {
+        for serialize_type in [SerializeType::Json, SerializeType::RocketMq] {
+            let parts = [&b"first|"[..], b"", b"second|", b"third"];
+            let mut chained = sample(serialize_type).with_body(Bytes::from_static(b"head|"));
+            chained.body_chain = parts.iter().map(|p| Bytes::copy_from_slice(p)).collect();
+            // A clone keeps the header fields' hash order, so the headers encode alike.
+            let mut joined = chained.clone();
+            joined.body = Bytes::from_static(b"head|first|second|third");
+            joined.body_chain.clear();
+            assert_eq!(chained.body_len(), joined.body.len());
+            let expected = encode_to_bytes(&joined).unwrap();
+            assert_eq!(encode_to_bytes(&chained).unwrap(), expected);
+            // The head plus the parts sent one after another make the same frame.
+            let mut head = BytesMut::new();
+            encode_head(&chained, &mut head).unwrap();
+            let mut sent = head.to_vec();
+            sent.extend_from_slice(&chained.body);
+            for part in &chained.body_chain {
+                sent.extend_from_slice(part);
+            }
+            assert_eq!(sent, expected.to_vec());
+            let decoded = decode(&mut BytesMut::from(&sent[..])).unwrap().unwrap();
+            assert_eq!(decoded.body, joined.body);
+            assert!(decoded.body_chain.is_empty());
+        }
+    }
 
     fn sample(serialize_type: SerializeType) -> RemotingCommand {
         let ext = HashMap::from([

@@ -105,6 +105,7 @@ fn command_strategy() -> impl Strategy<Value = RemotingCommand> {
                 remark,
                 ext_fields: ext.into_iter().collect::<HashMap<_, _>>(),
                 body: Bytes::from(body),
+                body_chain: Vec::new(),
                 serialize_type: if binary {
                     SerializeType::RocketMq
                 } else {

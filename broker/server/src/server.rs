@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use quiver_protocol::{frame, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -22,6 +22,11 @@ use crate::processor::{self, Ctx};
 const OUTBOUND_QUEUE: usize = 1024;
 /// Bytes a connection may read beyond the frame it is receiving (or when between frames).
 const READ_AHEAD: usize = 64 * 1024;
+/// Bodies of at least this many bytes (pull answers) are written from where they are,
+/// after their frame head, instead of being copied into the write buffer first.
+const VECTORED_BODY_BYTES: usize = 16 * 1024;
+/// writev takes at most this many buffers (Linux IOV_MAX).
+const MAX_IOVECS: usize = 1024;
 /// How often silent clients are looked for.
 const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
 /// How often expired CommitLog segments (or the oldest, past the disk high-water mark) go.
@@ -159,6 +164,38 @@ async fn accept_loop(
     connections
 }
 
+/// Writes `chunks` in order with vectored writes and empties it.
+async fn write_chunks(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    chunks: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    chunks.retain(|chunk| !chunk.is_empty());
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<std::io::IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(MAX_IOVECS)
+            .map(|chunk| std::io::IoSlice::new(chunk))
+            .collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let len = chunks[first].len();
+            if written >= len {
+                written -= len;
+                first += 1;
+            } else {
+                chunks[first].advance(written);
+                written = 0;
+            }
+        }
+    }
+    chunks.clear();
+    Ok(())
+}
+
 async fn serve_connection(
     stream: TcpStream,
     remote: std::net::SocketAddr,
@@ -171,21 +208,36 @@ async fn serve_connection(
     let (outbound, mut outbound_rx) = mpsc::channel::<RemotingCommand>(OUTBOUND_QUEUE);
     let writer_task = tokio::spawn(async move {
         let mut buf = BytesMut::with_capacity(64 * 1024);
+        let mut chunks: Vec<Bytes> = Vec::new();
         while let Some(command) = outbound_rx.recv().await {
-            buf.clear();
+            let mut queued = 0;
             let mut next = Some(command);
             // Coalesce whatever is queued into one write.
             while let Some(command) = next {
-                if let Err(error) = frame::encode(&command, &mut buf) {
-                    tracing::error!(%error, code = command.code, "cannot encode a response");
+                let body_len = command.body_len();
+                let encoded = if body_len >= VECTORED_BODY_BYTES {
+                    frame::encode_head(&command, &mut buf).map(|()| {
+                        chunks.push(buf.split().freeze());
+                        chunks.push(command.body);
+                        chunks.extend(command.body_chain);
+                    })
+                } else {
+                    frame::encode(&command, &mut buf)
+                };
+                if let Err(error) = encoded {
+                    tracing::error!(%error, "cannot encode a response");
                 }
-                next = if buf.len() < 1024 * 1024 {
+                queued += body_len;
+                next = if queued < 1024 * 1024 {
                     outbound_rx.try_recv().ok()
                 } else {
                     None
                 };
             }
-            if writer.write_all(&buf).await.is_err() {
+            if !buf.is_empty() {
+                chunks.push(buf.split().freeze());
+            }
+            if write_chunks(&mut writer, &mut chunks).await.is_err() {
                 return;
             }
         }

@@ -2,7 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use quiver_protocol::code::response;
 use quiver_protocol::header::{
     PullMessageRequestHeader, PullMessageResponseHeader, PULL_FLAG_SUSPEND,
@@ -235,7 +234,6 @@ fn respond(
     };
     let mut reply = req.response_to(code, None).with_ext_fields(header.to_ext());
     if code == response::SUCCESS {
-        let total: usize = got.messages.iter().map(Bytes::len).sum();
         let body_bytes: u64 = got.messages.iter().map(|m| record_body_len(m)).sum();
         broker.metrics.record_out(
             &pull.topic,
@@ -243,15 +241,8 @@ fn respond(
             got.messages.len() as u64,
             body_bytes,
         );
-        reply.body = if got.messages.len() == 1 {
-            got.messages[0].clone()
-        } else {
-            let mut body = BytesMut::with_capacity(total);
-            for message in &got.messages {
-                body.extend_from_slice(message);
-            }
-            body.freeze()
-        };
+        // The records go out as they are stored (mapped views), never joined into one buffer.
+        reply.body_chain = got.messages;
     }
     reply
 }
