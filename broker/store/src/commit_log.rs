@@ -11,7 +11,7 @@ use parking_lot::RwLock;
 
 use crate::error::StoreError;
 use crate::mapped_file::{
-    find_segment, page_size, segment_name, write_zeros, MappedSegment, SegmentList,
+    find_segment, page_size, segment_name, zero_fill_ahead, MappedSegment, SegmentList,
 };
 use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
@@ -30,10 +30,6 @@ pub(crate) struct CommitLog {
     zero_extend: bool,
 }
 
-/// Async mode: a lone small record about to enter pages the page cache lacks first has this
-/// much of the tail written as zeros (plain writes, no faults), then goes through the mapping.
-const ZERO_EXTEND_BYTES: u64 = 64 * 1024;
-
 /// A batch writes its staged records out every this many bytes, so the pwrite copies from
 /// cache-warm memory (the records stay unpublished until the whole batch is written).
 const STAGED_WRITE_BYTES: usize = 256 * 1024;
@@ -44,11 +40,11 @@ const STAGING_KEPT_BYTES: usize = 8 * 1024 * 1024;
 
 /// The writer's side of the CommitLog, owned under the store's write lock.
 ///
-/// Records that start a fresh page are encoded into `staged` and written with one pwrite by
-/// `write_staged`: a first write through the mapping would fault and have the kernel zero
-/// (and read around) each new page first, several times slower on the VMs we measure on
-/// (BENCHMARKS.md). Records that fit in the page already holding data are copied through
-/// the mapping directly.
+/// The records of a batch, and records of a page or more, are encoded into `staged` and
+/// written with pwrite by `write_staged`: a first write through the mapping would fault and
+/// have the kernel zero (and read around) each new page first, several times slower on the
+/// VMs we measure on (BENCHMARKS.md). A lone small record is copied through the mapping,
+/// into pages Async mode zero-filled ahead (`zero_fill_ahead`).
 pub(crate) struct LogWriter {
     tail: Arc<MappedSegment>,
     /// The tail segment's file, for pwrite.
@@ -294,16 +290,18 @@ impl CommitLog {
         }
     }
 
-    /// Writes zeros from `filled_to` to at least `end` (a step of `ZERO_EXTEND_BYTES`,
-    /// within the tail), so the next small records find their pages in the page cache.
+    /// Zero-fills the tail past `end`, so the next small records find their pages in the
+    /// page cache.
     fn zero_extend(&self, writer: &mut LogWriter, end: u64) -> Result<(), StoreError> {
-        let to = (writer.filled_to + ZERO_EXTEND_BYTES)
-            .max(end.next_multiple_of(page_size()))
-            .min(writer.tail.end());
-        let base = writer.tail.base();
-        write_zeros(&writer.tail_file, writer.filled_to - base, to - base)
-            .map_err(|e| StoreError::io("write commitlog", writer.tail.path(), e))?;
-        writer.filled_to = to;
+        let tail = &writer.tail;
+        writer.filled_to = zero_fill_ahead(
+            &writer.tail_file,
+            tail.base(),
+            tail.end(),
+            writer.filled_to,
+            end,
+        )
+        .map_err(|e| StoreError::io("write commitlog", tail.path(), e))?;
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use parking_lot::RwLock;
 
 use crate::error::StoreError;
 use crate::mapped_file::{
-    find_segment, load_segments, page_size, sync_dir, write_zeros, MappedSegment, SegmentList,
+    find_segment, load_segments, page_size, sync_dir, zero_fill_ahead, MappedSegment, SegmentList,
 };
 
 pub(crate) const UNIT_BYTES: u64 = 20;
@@ -60,10 +60,6 @@ pub(crate) struct ConsumeQueue {
     max_offset: AtomicU64,
     flushed_units: AtomicU64,
 }
-
-/// Units go into pages zero-filled this far ahead with plain writes (see `write_zeros`): a
-/// fault on the sparse file would zero the whole read-around window, megabytes per queue.
-const ZERO_EXTEND_BYTES: u64 = 64 * 1024;
 
 /// The writer's cached tail file of one queue, so a put needs no lock to find it.
 #[derive(Default)]
@@ -193,20 +189,18 @@ impl ConsumeQueue {
         Ok(())
     }
 
-    /// Zero-fills the tail file from `filled_to` past `end` (a step, within the file).
+    /// Zero-fills the tail file past `end` (`zero_fill_ahead`): a fault on the sparse file
+    /// would zero the whole read-around window, megabytes per queue.
     fn zero_extend(&self, tail: &mut QueueTail, end: u64) -> Result<(), StoreError> {
         let segment = tail.segment.as_ref().expect("tail found above");
-        let to = (tail.filled_to + ZERO_EXTEND_BYTES)
-            .max(end.next_multiple_of(page_size()))
-            .min(segment.end());
-        let zeroed = std::fs::OpenOptions::new()
+        let filled_to = std::fs::OpenOptions::new()
             .write(true)
             .open(segment.path())
             .and_then(|file| {
-                write_zeros(&file, tail.filled_to - segment.base(), to - segment.base())
+                zero_fill_ahead(&file, segment.base(), segment.end(), tail.filled_to, end)
             });
-        zeroed.map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
-        tail.filled_to = to;
+        tail.filled_to =
+            filled_to.map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
         Ok(())
     }
 

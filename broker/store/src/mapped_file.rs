@@ -30,22 +30,33 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     name.parse().ok()
 }
 
-/// Zeros written ahead of a writer come from here (static: no allocation, read-only).
-const ZERO_CHUNK_BYTES: usize = 64 * 1024;
-static ZEROS: [u8; ZERO_CHUNK_BYTES] = [0; ZERO_CHUNK_BYTES];
+/// Zero-filling ahead of a writer goes this far per step (and takes its zeros from here).
+const ZERO_AHEAD_BYTES: u64 = 64 * 1024;
+static ZEROS: [u8; ZERO_AHEAD_BYTES as usize] = [0; ZERO_AHEAD_BYTES as usize];
 
-/// Writes zeros into `[from, to)` of `file` with plain writes. Ahead of a writer that then
-/// writes through its mapping, this puts the pages in the page cache without the page fault
-/// that would zero them (and, with a large `read_ahead_kb`, megabytes around them) first.
-pub(crate) fn write_zeros(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+/// Writes zeros with plain writes into the segment file `file` (first byte at `base`, last
+/// before `limit`) from `filled_to` past `end`, a step at least; returns the new `filled_to`.
+/// Ahead of a writer that then writes through the mapping, this puts the pages in the page
+/// cache without the page fault that would zero them (and, with a large `read_ahead_kb`,
+/// megabytes around them) first. Positions are the segment's own (CommitLog or queue bytes).
+pub(crate) fn zero_fill_ahead(
+    file: &File,
+    base: u64,
+    limit: u64,
+    filled_to: u64,
+    end: u64,
+) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
-    let mut at = from;
+    let to = (filled_to + ZERO_AHEAD_BYTES)
+        .max(end.next_multiple_of(page_size()))
+        .min(limit);
+    let mut at = filled_to;
     while at < to {
-        let n = (to - at).min(ZERO_CHUNK_BYTES as u64);
-        file.write_all_at(&ZEROS[..n as usize], at)?;
+        let n = (to - at).min(ZERO_AHEAD_BYTES);
+        file.write_all_at(&ZEROS[..n as usize], at - base)?;
         at += n;
     }
-    Ok(())
+    Ok(to.max(filled_to))
 }
 
 /// The kernel's page size (4 KiB on x86-64, up to 64 KiB elsewhere).
