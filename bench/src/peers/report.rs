@@ -142,32 +142,26 @@ pub fn targets(
             );
         }
     }
-    let p99 = figures("quiver")
-        .and_then(|f| find(f, p99_row))
-        .map(|f| f.value);
-    let _ = writeln!(
-        out,
-        "| {p99_row} <= 1000 µs | {} | {} |",
-        p99.map_or_else(
-            || "not measured".to_owned(),
-            |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
-        ),
-        verdict(p99.map(|v| v <= 1000.0))
-    );
     let quiver_value = |workload: &str| {
         figures("quiver")
             .and_then(|f| find(f, workload))
             .map(|f| f.value)
     };
-    let parked = quiver_value(&format!("{PARKED_PULL}, p99 latency"));
-    let _ = writeln!(
-        out,
-        "| parked pull p99 <= 1000 µs | {} | {} |",
-        parked.map_or_else(
-            || "not measured".to_owned(),
-            |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
-        ),
-        verdict(parked.map(|v| v <= 1000.0))
+    let mut latency_row = |target: &str, value: Option<f64>| {
+        let _ = writeln!(
+            out,
+            "| {target} <= 1000 µs | {} | {} |",
+            value.map_or_else(
+                || "not measured".to_owned(),
+                |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
+            ),
+            verdict(value.map(|v| v <= 1000.0))
+        );
+    };
+    latency_row(p99_row, quiver_value(p99_row));
+    latency_row(
+        "parked pull p99",
+        quiver_value(&format!("{PARKED_PULL}, p99 latency")),
     );
     let (produced, allowed) = (quiver_value(GROUP_COMMIT), quiver_value(FSYNC_CEILING));
     let share = group_commit_share(produced, allowed);
