@@ -9,9 +9,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
+use crate::config::FlushMode;
 use crate::error::StoreError;
 use crate::mapped_file::{
-    find_segment, page_size, segment_name, zero_fill_ahead, MappedSegment, SegmentList,
+    find_segment, page_size, segment_name, start_writeback, zero_fill_ahead, MappedSegment,
+    SegmentList, ZERO_AHEAD_BYTES,
 };
 use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
@@ -25,10 +27,35 @@ pub(crate) struct CommitLog {
     committed: AtomicU64,
     /// Prepares zero-filled segments ahead of rolls (`FlushMode::Sync` + `warm-segments`).
     warmer: Option<Warmer>,
-    /// Async mode: small lone records zero-extend the tail ahead of them (`zero_extend`). Not
-    /// in Sync mode: there an fsync next to the dirty zero pages took twice as long.
-    zero_extend: bool,
+    tail_writes: TailWrites,
 }
+
+/// How records reach the tail segment; the flush mode decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TailWrites {
+    /// Async: a lone small record is copied through the mapping, into pages zero-filled
+    /// 64 KiB ahead; batches and records of a page or more are written with pwrite.
+    Mapped,
+    /// Sync: every record is written with pwrite, into blocks zero-filled and written back
+    /// `SYNC_FILL_BYTES` ahead, so a group commit's fsync writes only the records' pages. A
+    /// page dirtied through the mapping is written back whole, its large folio (up to
+    /// megabytes) with it, and a block allocated since the last fsync makes the fsync write
+    /// the inode too: each doubled the fsync time measured here (BENCHMARKS.md).
+    Written,
+}
+
+impl TailWrites {
+    pub(crate) fn for_mode(mode: FlushMode) -> Self {
+        match mode {
+            FlushMode::Async => TailWrites::Mapped,
+            FlushMode::Sync => TailWrites::Written,
+        }
+    }
+}
+
+/// Sync mode zero-fills (and starts writing back) this much of the tail at a time, once the
+/// records come within half of it.
+const SYNC_FILL_BYTES: u64 = 1024 * 1024;
 
 /// A batch writes its staged records out every this many bytes, so the pwrite copies from
 /// cache-warm memory (the records stay unpublished until the whole batch is written).
@@ -40,11 +67,11 @@ const STAGING_KEPT_BYTES: usize = 8 * 1024 * 1024;
 
 /// The writer's side of the CommitLog, owned under the store's write lock.
 ///
-/// The records of a batch, and records of a page or more, are encoded into `staged` and
-/// written with pwrite by `write_staged`: a first write through the mapping would fault and
-/// have the kernel zero (and read around) each new page first, several times slower on the
-/// VMs we measure on (BENCHMARKS.md). A lone small record is copied through the mapping,
-/// into pages Async mode zero-filled ahead (`zero_fill_ahead`).
+/// The records of a batch, records of a page or more, and every record in Sync mode are
+/// encoded into `staged` and written with pwrite by `write_staged`: a first write through the
+/// mapping would fault and have the kernel zero (and read around) each new page first,
+/// several times slower on the VMs we measure on (BENCHMARKS.md). In Async mode a lone small
+/// record is copied through the mapping, into pages zero-filled ahead (`zero_fill_ahead`).
 pub(crate) struct LogWriter {
     tail: Arc<MappedSegment>,
     /// The tail segment's file, for pwrite.
@@ -83,7 +110,7 @@ impl CommitLog {
         segment_size_bytes: u64,
         segments: Vec<Arc<MappedSegment>>,
         warm_segments: bool,
-        zero_extend: bool,
+        tail_writes: TailWrites,
     ) -> Self {
         CommitLog {
             dir: dir.to_path_buf(),
@@ -91,7 +118,7 @@ impl CommitLog {
             segments: RwLock::new(Arc::new(segments)),
             committed: AtomicU64::new(0),
             warmer: warm_segments.then(|| Warmer::new(dir, segment_size_bytes)),
-            zero_extend,
+            tail_writes,
         }
     }
 
@@ -140,14 +167,14 @@ impl CommitLog {
         let existing = self.snapshot();
         let tail = match existing.last() {
             Some(last) if last.contains(write_pos) => Arc::clone(last),
-            Some(last) if last.end() == write_pos => self.roll(write_pos)?,
+            Some(last) if last.end() == write_pos => self.roll(write_pos)?.0,
             // A fresh log, or one whose files were all removed, starts a segment right here,
             // warm from the start when warming is on.
             None => {
                 if let Some(warmer) = &self.warmer {
                     warmer.prepare_now(write_pos);
                 }
-                self.roll(write_pos)?
+                self.roll(write_pos)?.0
             }
             Some(last) => {
                 return Err(StoreError::SegmentGap {
@@ -187,8 +214,8 @@ impl CommitLog {
     }
 
     /// Adds the segment at `base`: a prepared (zero-filled, fsynced) `.warm` file when one
-    /// is ready, else a new sparse file.
-    fn roll(&self, base: u64) -> Result<Arc<MappedSegment>, StoreError> {
+    /// is ready (`true`), else a new sparse file.
+    fn roll(&self, base: u64) -> Result<(Arc<MappedSegment>, bool), StoreError> {
         let prepared = match &self.warmer {
             Some(warmer) => warmer.take(base)?,
             None => false,
@@ -203,7 +230,7 @@ impl CommitLog {
         next.extend(segments.iter().cloned());
         next.push(Arc::clone(&segment));
         *segments = Arc::new(next);
-        Ok(segment)
+        Ok((segment, prepared))
     }
 
     /// Appends a record of `size` bytes written by `encode`; returns its offset. Pads the
@@ -227,19 +254,23 @@ impl CommitLog {
             let filler = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
             record::encode_blank(filler, remaining as u32);
             let next_base = writer.tail.end();
-            writer.tail = self.roll(next_base)?;
-            writer.tail_file = open_for_writes(&writer.tail)?;
+            let (tail, prepared) = self.roll(next_base)?;
+            writer.tail_file = open_for_writes(&tail)?;
+            writer.filled_to = if prepared { tail.end() } else { next_base };
+            writer.tail = tail;
             writer.write_pos = next_base;
-            writer.filled_to = next_base;
             writer.next_requested = false;
         }
         let offset = CommitLogOffset(writer.write_pos);
         let at = writer.write_pos - writer.tail.base();
         let end = writer.write_pos + size as u64;
-        let direct = writer.staged.is_empty() && !in_batch && (size as u64) < page_size();
+        let direct = self.tail_writes == TailWrites::Mapped
+            && writer.staged.is_empty()
+            && !in_batch
+            && (size as u64) < page_size();
         if direct {
-            if self.zero_extend && end > writer.filled_to {
-                self.zero_extend(writer, end)?;
+            if end > writer.filled_to {
+                self.zero_extend(writer, end, ZERO_AHEAD_BYTES)?;
             }
             // SAFETY: beyond the published end; only the writer touches it.
             let dst = unsafe { writer.tail.slice_mut(at, size) };
@@ -281,6 +312,19 @@ impl CommitLog {
             Ok(()) => {
                 let filled = writer.write_pos.next_multiple_of(page_size());
                 writer.filled_to = writer.filled_to.max(filled);
+                let fill_from = writer.filled_to;
+                if self.tail_writes == TailWrites::Written
+                    && writer.write_pos + SYNC_FILL_BYTES / 2 > fill_from
+                {
+                    self.zero_extend(writer, fill_from, SYNC_FILL_BYTES)?;
+                    let tail = &writer.tail;
+                    start_writeback(
+                        &writer.tail_file,
+                        fill_from - tail.base(),
+                        writer.filled_to - fill_from,
+                    )
+                    .map_err(|e| StoreError::io("write commitlog", tail.path(), e))?;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -290,9 +334,8 @@ impl CommitLog {
         }
     }
 
-    /// Zero-fills the tail past `end`, so the next small records find their pages in the
-    /// page cache.
-    fn zero_extend(&self, writer: &mut LogWriter, end: u64) -> Result<(), StoreError> {
+    /// Zero-fills the tail past `end`, `step` bytes at least (see `TailWrites`).
+    fn zero_extend(&self, writer: &mut LogWriter, end: u64, step: u64) -> Result<(), StoreError> {
         let tail = &writer.tail;
         writer.filled_to = zero_fill_ahead(
             &writer.tail_file,
@@ -300,6 +343,7 @@ impl CommitLog {
             tail.end(),
             writer.filled_to,
             end,
+            step,
         )
         .map_err(|e| StoreError::io("write commitlog", tail.path(), e))?;
         Ok(())
@@ -385,7 +429,13 @@ mod tests {
     /// Bytes the file system allocated for the first segment of a fresh log.
     fn first_segment_allocated(warm_segments: bool) -> (u64, u64) {
         let dir = tempfile::tempdir().unwrap();
-        let log = CommitLog::new(dir.path(), LEN, Vec::new(), warm_segments, false);
+        let log = CommitLog::new(
+            dir.path(),
+            LEN,
+            Vec::new(),
+            warm_segments,
+            TailWrites::Mapped,
+        );
         let writer = log.writer(0).unwrap();
         assert_eq!(writer.write_pos(), 0);
         log.stop_warming();

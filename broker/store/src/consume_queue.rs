@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use crate::error::StoreError;
 use crate::mapped_file::{
     find_segment, load_segments, page_size, sync_dir, zero_fill_ahead, MappedSegment, SegmentList,
+    ZERO_AHEAD_BYTES,
 };
 
 pub(crate) const UNIT_BYTES: u64 = 20;
@@ -197,7 +198,14 @@ impl ConsumeQueue {
             .write(true)
             .open(segment.path())
             .and_then(|file| {
-                zero_fill_ahead(&file, segment.base(), segment.end(), tail.filled_to, end)
+                zero_fill_ahead(
+                    &file,
+                    segment.base(),
+                    segment.end(),
+                    tail.filled_to,
+                    end,
+                    ZERO_AHEAD_BYTES,
+                )
             });
         tail.filled_to =
             filled_to.map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;

@@ -46,8 +46,9 @@ pub(crate) struct FlushControl {
     work_lock: Mutex<()>,
     /// Wakes the flusher (with `work_lock`): a writer waits, or the store stops.
     work: Condvar,
-    /// Wakes writers: a flush finished.
-    done: Condvar,
+    /// Bumped after every flush outcome and at stop; blocked writers park on its address and
+    /// are all woken at once (`wake_writers`), not one after another through a mutex.
+    round: AtomicU64,
     /// Wakes the housekeeper: the store stops.
     stopped: Condvar,
     /// Tells non-blocking waiters (see `request`) to look at `durable_status` again.
@@ -72,7 +73,7 @@ impl FlushControl {
             stop_requested: AtomicBool::new(false),
             work_lock: Mutex::new(()),
             work: Condvar::new(),
-            done: Condvar::new(),
+            round: AtomicU64::new(0),
             stopped: Condvar::new(),
             flushed_hook: RwLock::new(None),
         }
@@ -125,12 +126,40 @@ impl FlushControl {
         if self.request(end) {
             return Ok(());
         }
-        let mut state = self.state.lock();
         loop {
-            if let Some(status) = self.status_locked(&state, end) {
+            let round = self.round.load(Ordering::SeqCst);
+            if self.flushed() >= end {
+                return Ok(());
+            }
+            if let Some(status) = self.durable_status(end) {
                 return status;
             }
-            self.done.wait(&mut state);
+            let key = self.round_key();
+            // SAFETY: the key is this control's own address; the callbacks neither park nor
+            // panic.
+            unsafe {
+                parking_lot_core::park(
+                    key,
+                    || self.round.load(Ordering::SeqCst) == round,
+                    || {},
+                    |_, _| {},
+                    parking_lot_core::DEFAULT_PARK_TOKEN,
+                    None,
+                );
+            }
+        }
+    }
+
+    fn round_key(&self) -> usize {
+        std::ptr::from_ref(&self.round) as usize
+    }
+
+    /// Starts a new round and wakes every blocked writer to look at it.
+    fn wake_writers(&self) {
+        self.round.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: the key is this control's own address, as `wait_durable` parks on.
+        unsafe {
+            parking_lot_core::unpark_all(self.round_key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
         }
     }
 
@@ -168,8 +197,8 @@ impl FlushControl {
                 })
             }
         };
-        self.done.notify_all();
         drop(state);
+        self.wake_writers();
         self.run_flushed_hook();
         result
     }
@@ -225,7 +254,7 @@ impl FlushControl {
             let _work = self.work_lock.lock();
             self.work.notify_all();
         }
-        self.done.notify_all();
+        self.wake_writers();
         self.stopped.notify_all();
         self.run_flushed_hook();
     }

@@ -30,24 +30,26 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     name.parse().ok()
 }
 
-/// Zero-filling ahead of a writer goes this far per step (and takes its zeros from here).
-const ZERO_AHEAD_BYTES: u64 = 64 * 1024;
+/// Zero-filling ahead of a writer goes this far per step by default (and per write).
+pub(crate) const ZERO_AHEAD_BYTES: u64 = 64 * 1024;
 static ZEROS: [u8; ZERO_AHEAD_BYTES as usize] = [0; ZERO_AHEAD_BYTES as usize];
 
 /// Writes zeros with plain writes into the segment file `file` (first byte at `base`, last
-/// before `limit`) from `filled_to` past `end`, a step at least; returns the new `filled_to`.
-/// Ahead of a writer that then writes through the mapping, this puts the pages in the page
-/// cache without the page fault that would zero them (and, with a large `read_ahead_kb`,
-/// megabytes around them) first. Positions are the segment's own (CommitLog or queue bytes).
+/// before `limit`) from `filled_to` past `end`, `step` bytes at least; returns the new
+/// `filled_to`. Ahead of a writer that then writes through the mapping, this puts the pages in
+/// the page cache without the page fault that would zero them (and, with a large
+/// `read_ahead_kb`, megabytes around them) first. Positions are the segment's own (CommitLog
+/// or queue bytes).
 pub(crate) fn zero_fill_ahead(
     file: &File,
     base: u64,
     limit: u64,
     filled_to: u64,
     end: u64,
+    step: u64,
 ) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
-    let to = (filled_to + ZERO_AHEAD_BYTES)
+    let to = (filled_to + step)
         .max(end.next_multiple_of(page_size()))
         .min(limit);
     let mut at = filled_to;
@@ -57,6 +59,30 @@ pub(crate) fn zero_fill_ahead(
         at += n;
     }
     Ok(to.max(filled_to))
+}
+
+/// Starts writing back `len` bytes of `file` at `at` without waiting (sync_file_range), so
+/// the blocks are allocated and on disk before a later fsync needs them.
+#[cfg(target_os = "linux")]
+pub(crate) fn start_writeback(file: &File, at: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(at), Ok(len)) = (i64::try_from(at), i64::try_from(len)) else {
+        return Ok(());
+    };
+    // SAFETY: a valid descriptor; the call only reads its arguments.
+    let rc =
+        unsafe { libc::sync_file_range(file.as_raw_fd(), at, len, libc::SYNC_FILE_RANGE_WRITE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere the next fsync writes the blocks back.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn start_writeback(_file: &File, _at: u64, _len: u64) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The kernel's page size (4 KiB on x86-64, up to 64 KiB elsewhere).

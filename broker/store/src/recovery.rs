@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::commit_log::CommitLog;
-use crate::config::{FlushMode, StoreConfig};
+use crate::commit_log::{CommitLog, TailWrites};
+use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
@@ -300,7 +300,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         config.segment_size_bytes,
         segments,
         config.warms_segments(),
-        config.flush_mode == FlushMode::Async,
+        TailWrites::for_mode(config.flush_mode),
     );
     // Everything recovery kept is made durable before the checkpoint claims it.
     commit_log

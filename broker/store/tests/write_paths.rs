@@ -1,10 +1,12 @@
-//! The CommitLog's two write paths: records of a batch (or of a page or more) are staged and
-//! written with one pwrite per append; a lone small record goes through the mapping, in Async
-//! mode after the tail is zero-extended ahead of it. Both must read back byte-exact, across
-//! pages and segment rolls, and survive a crash.
+//! The CommitLog's two write paths: records of a batch (or of a page or more), and every record
+//! in Sync mode, are staged and written with one pwrite per append; in Async mode a lone small
+//! record goes through the mapping, after the tail is zero-extended ahead of it. Sync mode
+//! zero-fills the blocks ahead of its records. All must read back byte-exact, across pages and
+//! segment rolls, and survive a crash.
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::{message, SEGMENT_BYTES};
@@ -220,6 +222,45 @@ fn consume_queue_zero_extension_leaves_no_units_past_the_max() {
         assert!(bytes[end..].iter().all(|b| *b == 0), "queue {queue_id}");
     }
     let store = MessageStore::open(config).unwrap();
+    assert_all_readable(&store, &puts);
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn sync_mode_keeps_zero_filled_blocks_ahead_of_its_records() {
+    const FILL_AHEAD: u64 = 512 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        segment_size_bytes: 8 * 1024 * 1024,
+        ..config(dir.path(), FlushMode::Sync)
+    };
+    let store = MessageStore::open(config.clone()).unwrap();
+    let segment = common::segment_path(dir.path(), 0);
+    let allocated = || std::fs::metadata(&segment).unwrap().blocks() * 512;
+    let mut puts = Vec::new();
+    let mut n = 0;
+    // Lone puts past the first filled megabyte and a half: each fill stays half a step ahead.
+    while store.stats().max_physical_offset.0 < 1536 * 1024 {
+        let body = body(n);
+        puts.push((n, store.put(&msg(&body, n), n as i64).unwrap()));
+        let end = store.stats().max_physical_offset.0;
+        if n % 50 == 0 {
+            assert!(
+                allocated() >= end + FILL_AHEAD,
+                "{} bytes allocated with the log ending at {end}",
+                allocated()
+            );
+        }
+        n += 1;
+    }
+    assert_all_readable(&store, &puts);
+    let end = store.stats().max_physical_offset.0;
+    // A crash: recovery stops at the zeros past the last record.
+    drop(store);
+    let bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes[end as usize..].iter().all(|b| *b == 0));
+    let store = MessageStore::open(config).unwrap();
+    assert_eq!(store.stats().max_physical_offset.0, end);
     assert_all_readable(&store, &puts);
     store.shutdown().unwrap();
 }
