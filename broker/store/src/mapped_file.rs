@@ -85,6 +85,47 @@ pub(crate) fn start_writeback(_file: &File, _at: u64, _len: u64) -> std::io::Res
     Ok(())
 }
 
+/// The parts of `[from, len)` of the file at `path` that may hold data (SEEK_DATA /
+/// SEEK_HOLE); all of it when the file system cannot tell.
+#[cfg(target_os = "linux")]
+pub(crate) fn data_ranges(path: &Path, from: u64, len: u64) -> Vec<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let everything = vec![(from, len)];
+    let Ok(file) = File::open(path) else {
+        return everything;
+    };
+    let seek = |at: u64, whence: libc::c_int| -> Option<u64> {
+        let at = libc::off_t::try_from(at).ok()?;
+        // SAFETY: a valid descriptor; lseek only reads its arguments.
+        let found = unsafe { libc::lseek(file.as_raw_fd(), at, whence) };
+        u64::try_from(found).ok()
+    };
+    let mut ranges = Vec::new();
+    let mut at = from;
+    while at < len {
+        let Some(data) = seek(at, libc::SEEK_DATA) else {
+            // ENXIO: nothing but holes from `at` on; anything else: scan it all.
+            let no_more_data = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+            return if no_more_data { ranges } else { everything };
+        };
+        let Some(hole) = seek(data, libc::SEEK_HOLE) else {
+            return everything;
+        };
+        if data >= len {
+            break;
+        }
+        ranges.push((data.max(from), hole.min(len)));
+        at = hole;
+    }
+    ranges
+}
+
+/// Elsewhere every byte may hold data.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn data_ranges(_path: &Path, from: u64, len: u64) -> Vec<(u64, u64)> {
+    vec![(from, len)]
+}
+
 /// The kernel's page size (4 KiB on x86-64, up to 64 KiB elsewhere).
 pub(crate) fn page_size() -> u64 {
     static PAGE_SIZE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -215,22 +256,26 @@ impl MappedSegment {
     }
 
     /// Zeroes `[from, len)`, touching only pages that hold data so sparse files stay sparse.
+    /// Holes are skipped without being read: reading them would fill the page cache with up
+    /// to a segment of zeros on every open.
     ///
     /// # Safety
     /// Recovery only: nothing else may access the region.
     pub(crate) unsafe fn zero_from(&self, from: u64) -> u64 {
         const CHUNK: u64 = 4096;
         let mut zeroed = 0;
-        let mut at = from;
-        while at < self.len {
-            let end = ((at / CHUNK + 1) * CHUNK).min(self.len);
-            // SAFETY: exclusive during recovery per the caller.
-            let chunk = unsafe { self.slice_mut(at, (end - at) as usize) };
-            if chunk.iter().any(|b| *b != 0) {
-                chunk.fill(0);
-                zeroed += end - at;
+        for (start, end) in data_ranges(&self.path, from, self.len) {
+            let mut at = start;
+            while at < end {
+                let chunk_end = ((at / CHUNK + 1) * CHUNK).min(end);
+                // SAFETY: exclusive during recovery per the caller.
+                let chunk = unsafe { self.slice_mut(at, (chunk_end - at) as usize) };
+                if chunk.iter().any(|b| *b != 0) {
+                    chunk.fill(0);
+                    zeroed += chunk_end - at;
+                }
+                at = chunk_end;
             }
-            at = end;
         }
         zeroed
     }
@@ -311,4 +356,56 @@ pub(crate) fn load_segments(dir: &Path) -> Result<Vec<Arc<MappedSegment>>, Store
         segments.push(MappedSegment::open(&path, base)?);
     }
     Ok(segments)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+
+    const LEN: u64 = 8 * 1024 * 1024;
+
+    /// An 8 MiB sparse segment with non-zero bytes at `writes`.
+    fn segment_with(dir: &Path, writes: &[(u64, &[u8])]) -> Arc<MappedSegment> {
+        let segment = MappedSegment::create(dir, 0, LEN).unwrap();
+        let file = OpenOptions::new().write(true).open(segment.path()).unwrap();
+        for (at, bytes) in writes {
+            file.write_all_at(bytes, *at).unwrap();
+        }
+        segment
+    }
+
+    #[test]
+    fn data_ranges_cover_every_written_byte_and_skip_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let writes: [(u64, &[u8]); 3] = [(10, b"head"), (5 << 20, b"middle"), (LEN - 3, b"end")];
+        let segment = segment_with(dir.path(), &writes);
+        let ranges = data_ranges(segment.path(), 0, LEN);
+        for (at, bytes) in writes {
+            let last = at + bytes.len() as u64 - 1;
+            assert!(
+                ranges.iter().any(|(s, e)| *s <= at && last < *e),
+                "bytes at {at} outside {ranges:?}"
+            );
+        }
+        let covered: u64 = ranges.iter().map(|(s, e)| e - s).sum();
+        assert!(covered < LEN / 2, "holes not skipped: {ranges:?}");
+        // From past the last data: nothing left to scan.
+        assert!(data_ranges(segment.path(), LEN, LEN).is_empty());
+    }
+
+    #[test]
+    fn zero_from_clears_data_after_a_hole_and_keeps_what_is_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let writes: [(u64, &[u8]); 3] = [(0, b"kept"), (100, b"stale"), (6 << 20, b"far")];
+        let segment = segment_with(dir.path(), &writes);
+        // SAFETY: the test has the segment to itself.
+        let zeroed = unsafe { segment.zero_from(50) };
+        assert!(zeroed >= 8, "{zeroed} bytes zeroed");
+        // SAFETY: as above.
+        let bytes = unsafe { segment.slice(0, LEN as usize) };
+        assert_eq!(&bytes[..4], b"kept");
+        assert!(bytes[50..].iter().all(|b| *b == 0));
+    }
 }
