@@ -312,18 +312,10 @@ impl CommitLog {
             Ok(()) => {
                 let filled = writer.write_pos.next_multiple_of(page_size());
                 writer.filled_to = writer.filled_to.max(filled);
-                let fill_from = writer.filled_to;
                 if self.tail_writes == TailWrites::Written
-                    && writer.write_pos + SYNC_FILL_BYTES / 2 > fill_from
+                    && writer.write_pos + SYNC_FILL_BYTES / 2 > writer.filled_to
                 {
-                    self.zero_extend(writer, fill_from, SYNC_FILL_BYTES)?;
-                    let tail = &writer.tail;
-                    start_writeback(
-                        &writer.tail_file,
-                        fill_from - tail.base(),
-                        writer.filled_to - fill_from,
-                    )
-                    .map_err(|e| StoreError::io("write commitlog", tail.path(), e))?;
+                    self.fill_ahead_for_sync(writer);
                 }
                 Ok(())
             }
@@ -331,6 +323,28 @@ impl CommitLog {
                 writer.write_pos = from;
                 Err(StoreError::io("write commitlog", writer.tail.path(), e))
             }
+        }
+    }
+
+    /// Sync mode: zero-fills the next `SYNC_FILL_BYTES` past the filled end and starts writing
+    /// them back. Only speed depends on it, so a failure (a full disk, say) is logged, and the
+    /// records there allocate their blocks at the fsync, as in a sparse file.
+    fn fill_ahead_for_sync(&self, writer: &mut LogWriter) {
+        let from = writer.filled_to;
+        let filled = self
+            .zero_extend(writer, from, SYNC_FILL_BYTES)
+            .and_then(|()| {
+                let tail = &writer.tail;
+                start_writeback(
+                    &writer.tail_file,
+                    from - tail.base(),
+                    writer.filled_to - from,
+                )
+                .map_err(|e| StoreError::io("write commitlog", tail.path(), e))
+            });
+        if let Err(error) = filled {
+            tracing::warn!(%error, "could not fill CommitLog blocks ahead; fsyncs may be slower");
+            writer.filled_to = (from + SYNC_FILL_BYTES).min(writer.tail.end());
         }
     }
 
