@@ -103,6 +103,10 @@ impl FlushControl {
 
     /// Whether `end` is durable: `None` while a flush may still cover it.
     pub(crate) fn durable_status(&self, end: u64) -> Option<Result<(), StoreError>> {
+        // The common answer needs no lock: every waiter asks at once after a flush.
+        if self.flushed() >= end {
+            return Some(Ok(()));
+        }
         self.status_locked(&self.state.lock(), end)
     }
 
@@ -128,9 +132,6 @@ impl FlushControl {
         }
         loop {
             let round = self.round.load(Ordering::SeqCst);
-            if self.flushed() >= end {
-                return Ok(());
-            }
             if let Some(status) = self.durable_status(end) {
                 return status;
             }
