@@ -97,13 +97,6 @@ impl LogWriter {
     }
 }
 
-fn open_for_writes(segment: &MappedSegment) -> Result<File, StoreError> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(segment.path())
-        .map_err(|e| StoreError::io("open segment", segment.path(), e))
-}
-
 impl CommitLog {
     pub(crate) fn new(
         dir: &Path,
@@ -189,7 +182,7 @@ impl CommitLog {
         warm::remove_stale(&self.dir, next, self.segment_size_bytes);
         self.publish(write_pos);
         let mut writer = LogWriter {
-            tail_file: open_for_writes(&tail)?,
+            tail_file: tail.open_for_writes()?,
             tail,
             write_pos,
             staged: Vec::new(),
@@ -255,7 +248,7 @@ impl CommitLog {
             record::encode_blank(filler, remaining as u32);
             let next_base = writer.tail.end();
             let (tail, prepared) = self.roll(next_base)?;
-            writer.tail_file = open_for_writes(&tail)?;
+            writer.tail_file = tail.open_for_writes()?;
             writer.filled_to = if prepared { tail.end() } else { next_base };
             writer.tail = tail;
             writer.write_pos = next_base;

@@ -194,21 +194,16 @@ impl ConsumeQueue {
     /// would zero the whole read-around window, megabytes per queue.
     fn zero_extend(&self, tail: &mut QueueTail, end: u64) -> Result<(), StoreError> {
         let segment = tail.segment.as_ref().expect("tail found above");
-        let filled_to = std::fs::OpenOptions::new()
-            .write(true)
-            .open(segment.path())
-            .and_then(|file| {
-                zero_fill_ahead(
-                    &file,
-                    segment.base(),
-                    segment.end(),
-                    tail.filled_to,
-                    end,
-                    ZERO_AHEAD_BYTES,
-                )
-            });
-        tail.filled_to =
-            filled_to.map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
+        let file = segment.open_for_writes()?;
+        tail.filled_to = zero_fill_ahead(
+            &file,
+            segment.base(),
+            segment.end(),
+            tail.filled_to,
+            end,
+            ZERO_AHEAD_BYTES,
+        )
+        .map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
         Ok(())
     }
 

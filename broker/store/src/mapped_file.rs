@@ -198,6 +198,14 @@ impl MappedSegment {
         &self.path
     }
 
+    /// The segment's file opened for plain writes (pwrite beside the mapping).
+    pub(crate) fn open_for_writes(&self) -> Result<File, StoreError> {
+        OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| StoreError::io("open segment", &self.path, e))
+    }
+
     /// Offset of the first byte (CommitLog bytes, or ConsumeQueue bytes).
     pub(crate) fn base(&self) -> u64 {
         self.base
