@@ -12,11 +12,11 @@ use parking_lot::RwLock;
 use crate::config::FlushMode;
 use crate::error::StoreError;
 use crate::mapped_file::{
-    find_segment, page_size, segment_name, start_writeback, zero_fill_ahead, MappedSegment,
-    SegmentList, ZERO_AHEAD_BYTES,
+    find_segment, page_size, segment_name, zero_fill_ahead, MappedSegment, SegmentList,
 };
 use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
+use crate::tail_fill::TailFiller;
 use crate::warm::{self, Warmer};
 
 pub(crate) struct CommitLog {
@@ -27,6 +27,8 @@ pub(crate) struct CommitLog {
     committed: AtomicU64,
     /// Prepares zero-filled segments ahead of rolls (`FlushMode::Sync` + `warm-segments`).
     warmer: Option<Warmer>,
+    /// Keeps the tail zero-filled ahead of the writer in the background (`TailWrites::Written`).
+    filler: Option<TailFiller>,
     tail_writes: TailWrites,
 }
 
@@ -37,8 +39,8 @@ pub(crate) enum TailWrites {
     /// 64 KiB ahead; batches and records of a page or more are written with pwrite.
     Mapped,
     /// Sync: every record is written with pwrite, into blocks zero-filled and written back
-    /// `SYNC_FILL_BYTES` ahead, so a group commit's fsync writes only the records' pages. A
-    /// page dirtied through the mapping is written back whole, its large folio (up to
+    /// ahead by a background thread (`tail_fill`), so a group commit's fsync writes only the
+    /// records' pages. A page dirtied through the mapping is written back whole, its large folio (up to
     /// megabytes) with it, and a block allocated since the last fsync makes the fsync write
     /// the inode too: each doubled the fsync time measured here (BENCHMARKS.md).
     Written,
@@ -52,10 +54,6 @@ impl TailWrites {
         }
     }
 }
-
-/// Sync mode zero-fills (and starts writing back) this much of the tail at a time, once the
-/// records come within half of it.
-const SYNC_FILL_BYTES: u64 = 1024 * 1024;
 
 /// A batch writes its staged records out every this many bytes, so the pwrite copies from
 /// cache-warm memory (the records stay unpublished until the whole batch is written).
@@ -111,14 +109,18 @@ impl CommitLog {
             segments: RwLock::new(Arc::new(segments)),
             committed: AtomicU64::new(0),
             warmer: warm_segments.then(|| Warmer::new(dir, segment_size_bytes)),
+            filler: (tail_writes == TailWrites::Written).then(TailFiller::new),
             tail_writes,
         }
     }
 
-    /// Stops and joins the warming thread, if any. Idempotent.
-    pub(crate) fn stop_warming(&self) {
+    /// Stops and joins the warming and fill-ahead threads, if any. Idempotent.
+    pub(crate) fn stop_background(&self) {
         if let Some(warmer) = &self.warmer {
             warmer.stop();
+        }
+        if let Some(filler) = &self.filler {
+            filler.stop();
         }
     }
 
@@ -189,6 +191,9 @@ impl CommitLog {
             filled_to: write_pos.next_multiple_of(page_size()),
             next_requested: false,
         };
+        if let Some(filler) = &self.filler {
+            filler.retarget(&writer.tail, writer.filled_to);
+        }
         self.warm_next_when_half_full(&mut writer);
         Ok(writer)
     }
@@ -243,13 +248,22 @@ impl CommitLog {
         let remaining = writer.tail.len() - at;
         if (size + BLANK_FILLER_BYTES) as u64 > remaining {
             self.write_staged(writer)?;
+            if let Some(filler) = &self.filler {
+                filler.before_write(
+                    writer.write_pos,
+                    writer.write_pos + BLANK_FILLER_BYTES as u64,
+                );
+            }
             // SAFETY: beyond the published end; only the writer touches it.
-            let filler = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
-            record::encode_blank(filler, remaining as u32);
+            let blank = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
+            record::encode_blank(blank, remaining as u32);
             let next_base = writer.tail.end();
             let (tail, prepared) = self.roll(next_base)?;
             writer.tail_file = tail.open_for_writes()?;
             writer.filled_to = if prepared { tail.end() } else { next_base };
+            if let Some(filler) = &self.filler {
+                filler.retarget(&tail, writer.filled_to);
+            }
             writer.tail = tail;
             writer.write_pos = next_base;
             writer.next_requested = false;
@@ -263,7 +277,7 @@ impl CommitLog {
             && (size as u64) < page_size();
         if direct {
             if end > writer.filled_to {
-                self.zero_extend(writer, end, ZERO_AHEAD_BYTES)?;
+                self.zero_extend(writer, end)?;
             }
             // SAFETY: beyond the published end; only the writer touches it.
             let dst = unsafe { writer.tail.slice_mut(at, size) };
@@ -296,6 +310,9 @@ impl CommitLog {
             at + writer.staged.len() as u64 <= writer.tail.len(),
             "staged records past the tail segment"
         );
+        if let Some(filler) = &self.filler {
+            filler.before_write(from, writer.write_pos);
+        }
         let written = writer.tail_file.write_all_at(&writer.staged, at);
         writer.staged.clear();
         if writer.staged.capacity() > STAGING_KEPT_BYTES {
@@ -305,11 +322,6 @@ impl CommitLog {
             Ok(()) => {
                 let filled = writer.write_pos.next_multiple_of(page_size());
                 writer.filled_to = writer.filled_to.max(filled);
-                if self.tail_writes == TailWrites::Written
-                    && writer.write_pos + SYNC_FILL_BYTES / 2 > writer.filled_to
-                {
-                    self.fill_ahead_for_sync(writer);
-                }
                 Ok(())
             }
             Err(e) => {
@@ -319,30 +331,8 @@ impl CommitLog {
         }
     }
 
-    /// Sync mode: zero-fills the next `SYNC_FILL_BYTES` past the filled end and starts writing
-    /// them back. Only speed depends on it, so a failure (a full disk, say) is logged, and the
-    /// records there allocate their blocks at the fsync, as in a sparse file.
-    fn fill_ahead_for_sync(&self, writer: &mut LogWriter) {
-        let from = writer.filled_to;
-        let filled = self
-            .zero_extend(writer, from, SYNC_FILL_BYTES)
-            .and_then(|()| {
-                let tail = &writer.tail;
-                start_writeback(
-                    &writer.tail_file,
-                    from - tail.base(),
-                    writer.filled_to - from,
-                )
-                .map_err(|e| StoreError::io("write commitlog", tail.path(), e))
-            });
-        if let Err(error) = filled {
-            tracing::warn!(%error, "could not fill CommitLog blocks ahead; fsyncs may be slower");
-            writer.filled_to = (from + SYNC_FILL_BYTES).min(writer.tail.end());
-        }
-    }
-
-    /// Zero-fills the tail past `end`, `step` bytes at least (see `TailWrites`).
-    fn zero_extend(&self, writer: &mut LogWriter, end: u64, step: u64) -> Result<(), StoreError> {
+    /// Zero-fills the tail past `end` (see `TailWrites::Mapped`).
+    fn zero_extend(&self, writer: &mut LogWriter, end: u64) -> Result<(), StoreError> {
         let tail = &writer.tail;
         writer.filled_to = zero_fill_ahead(
             &writer.tail_file,
@@ -350,7 +340,6 @@ impl CommitLog {
             tail.end(),
             writer.filled_to,
             end,
-            step,
         )
         .map_err(|e| StoreError::io("write commitlog", tail.path(), e))?;
         Ok(())
@@ -421,7 +410,7 @@ impl CommitLog {
 
 impl Drop for CommitLog {
     fn drop(&mut self) {
-        self.stop_warming();
+        self.stop_background();
     }
 }
 
@@ -445,7 +434,7 @@ mod tests {
         );
         let writer = log.writer(0).unwrap();
         assert_eq!(writer.write_pos(), 0);
-        log.stop_warming();
+        log.stop_background();
         let meta = std::fs::metadata(dir.path().join(segment_name(0))).unwrap();
         (meta.blocks() * 512, meta.len())
     }

@@ -14,7 +14,6 @@ use parking_lot::RwLock;
 use crate::error::StoreError;
 use crate::mapped_file::{
     find_segment, load_segments, page_size, sync_dir, zero_fill_ahead, MappedSegment, SegmentList,
-    ZERO_AHEAD_BYTES,
 };
 
 pub(crate) const UNIT_BYTES: u64 = 20;
@@ -195,15 +194,8 @@ impl ConsumeQueue {
     fn zero_extend(&self, tail: &mut QueueTail, end: u64) -> Result<(), StoreError> {
         let segment = tail.segment.as_ref().expect("tail found above");
         let file = segment.open_for_writes()?;
-        tail.filled_to = zero_fill_ahead(
-            &file,
-            segment.base(),
-            segment.end(),
-            tail.filled_to,
-            end,
-            ZERO_AHEAD_BYTES,
-        )
-        .map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
+        tail.filled_to = zero_fill_ahead(&file, segment.base(), segment.end(), tail.filled_to, end)
+            .map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
         Ok(())
     }
 

@@ -19,6 +19,7 @@ pub mod record;
 mod recovery;
 mod retention;
 mod store;
+mod tail_fill;
 mod warm;
 
 pub use config::{ConfigError, FlushMode, StoreConfig};

@@ -30,12 +30,13 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     name.parse().ok()
 }
 
-/// Zero-filling ahead of a writer goes this far per step by default (and per write).
-pub(crate) const ZERO_AHEAD_BYTES: u64 = 64 * 1024;
-static ZEROS: [u8; ZERO_AHEAD_BYTES as usize] = [0; ZERO_AHEAD_BYTES as usize];
+/// Zero-filling ahead of a writer goes this far per step (and per write).
+const ZERO_AHEAD_BYTES: u64 = 64 * 1024;
+/// Zeros to write from, up to `ZERO_AHEAD_BYTES` at a time.
+pub(crate) static ZEROS: [u8; ZERO_AHEAD_BYTES as usize] = [0; ZERO_AHEAD_BYTES as usize];
 
 /// Writes zeros with plain writes into the segment file `file` (first byte at `base`, last
-/// before `limit`) from `filled_to` past `end`, `step` bytes at least; returns the new
+/// before `limit`) from `filled_to` past `end`, `ZERO_AHEAD_BYTES` at least; returns the new
 /// `filled_to`. Ahead of a writer that then writes through the mapping, this puts the pages in
 /// the page cache without the page fault that would zero them (and, with a large
 /// `read_ahead_kb`, megabytes around them) first. Positions are the segment's own (CommitLog
@@ -46,10 +47,9 @@ pub(crate) fn zero_fill_ahead(
     limit: u64,
     filled_to: u64,
     end: u64,
-    step: u64,
 ) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
-    let to = (filled_to + step)
+    let to = (filled_to + ZERO_AHEAD_BYTES)
         .max(end.next_multiple_of(page_size()))
         .min(limit);
     let mut at = filled_to;

@@ -762,7 +762,7 @@ impl MessageStore {
     }
 
     fn stop_threads(&self) {
-        self.shared.commit_log.stop_warming();
+        self.shared.commit_log.stop_background();
         self.shared.flush.stop();
         for handle in self.threads.lock().drain(..) {
             if handle.join().is_err() {

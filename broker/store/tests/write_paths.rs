@@ -8,6 +8,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::{message, SEGMENT_BYTES};
 use quiver_store::record;
@@ -239,12 +240,17 @@ fn sync_mode_keeps_zero_filled_blocks_ahead_of_its_records() {
     let allocated = || std::fs::metadata(&segment).unwrap().blocks() * 512;
     let mut puts = Vec::new();
     let mut n = 0;
-    // Lone puts past the first filled megabyte and a half: each fill stays half a step ahead.
+    // Lone puts past the first filled megabyte and a half: the background fill keeps at
+    // least half a megabyte ahead once it has caught up (bounded wait: it is a thread).
     while store.stats().max_physical_offset.0 < 1536 * 1024 {
         let body = body(n);
         puts.push((n, store.put(&msg(&body, n), n as i64).unwrap()));
         let end = store.stats().max_physical_offset.0;
         if n % 50 == 0 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while allocated() < end + FILL_AHEAD && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             assert!(
                 allocated() >= end + FILL_AHEAD,
                 "{} bytes allocated with the log ending at {end}",
