@@ -87,3 +87,39 @@ pub fn write_fdatasync(
     std::fs::remove_file(&path)?;
     Ok((rate, p50(latencies)))
 }
+
+/// pwrite(record) + fdatasync into blocks written and fdatasynced beforehand, one writer:
+/// what Sync mode's writes cost, since the store fills its tail ahead (no block allocation
+/// in the fsync). Cycles through a 64 MiB file; also the p50 latency of one round.
+pub fn overwrite_fdatasync(
+    dir: &Path,
+    record: &[u8],
+    bounds: Bounds,
+) -> anyhow::Result<(Rate, Duration)> {
+    use std::os::unix::fs::FileExt;
+    const FILE_BYTES: usize = 64 << 20;
+    let path = dir.join("ceiling-overwrite");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..FILE_BYTES / zeros.len() {
+        file.write_all(&zeros)?;
+    }
+    file.sync_data()?;
+    let slots = (FILE_BYTES / record.len()).max(1) as u64;
+    let mut slot = 0;
+    let mut latencies = Vec::new();
+    let rate = run_bounded(bounds, record.len() as u64, 1, |_| {
+        let started = Instant::now();
+        file.write_all_at(record, slot % slots * record.len() as u64)?;
+        file.sync_data()?;
+        latencies.push(started.elapsed());
+        slot += 1;
+        Ok(())
+    })?;
+    drop(file);
+    std::fs::remove_file(&path)?;
+    Ok((rate, p50(latencies)))
+}

@@ -12,7 +12,7 @@ use quiver_store::{
 };
 
 use crate::ceilings;
-use crate::measure::{run_bounded, Bounds, Rate};
+use crate::measure::{percentile, run_bounded, Bounds, Rate};
 
 #[derive(clap::Args, Debug)]
 pub struct Options {
@@ -126,7 +126,7 @@ fn print_row(row: &Row) {
         .as_ref()
         .map_or(String::new(), |(r, of)| format!("{:.2} of {of}", r));
     println!(
-        "| {:>6} | {:<34} | {:>12.0} | {:>9.1} | {:<22} | {:<36} |",
+        "| {:>6} | {:<34} | {:>12.0} | {:>9.1} | {:<36} | {:<36} |",
         size_label(row.body),
         row.figure,
         row.rate.ops_per_sec(),
@@ -182,8 +182,8 @@ pub fn run(options: &Options, scratch: &Path) -> anyhow::Result<()> {
         if options.smoke { " (SMOKE: figures meaningless)" } else { "" }
     );
     println!();
-    println!("| body   | figure                             |       msgs/s |      MB/s | detail                 | ratio                                |");
-    println!("|--------|------------------------------------|--------------|-----------|------------------------|--------------------------------------|");
+    println!("| body   | figure                             |       msgs/s |      MB/s | detail                               | ratio                                |");
+    println!("|--------|------------------------------------|--------------|-----------|--------------------------------------|--------------------------------------|");
     let mut verdicts = Vec::new();
     for &size in &options.sizes {
         verdicts.extend(bench_size(&plan, options, scratch, size)?);
@@ -238,39 +238,49 @@ fn bench_size(
         None,
     ));
 
-    // What group commit can gain on this disk: one write of `writers` records per fdatasync.
+    // What group commit can gain on this disk, writing as Sync mode does (into blocks filled
+    // ahead): one write of `writers` records per fdatasync against one of a single record.
+    let (overwrite, overwrite_p50) =
+        ceilings::overwrite_fdatasync(scratch, &record, plan.sync_bounds)?;
+    print_row(&row(
+        "ceiling: same, into written blocks",
+        overwrite,
+        format!("p50 {} us", overwrite_p50.as_micros()),
+        None,
+    ));
     let grouped_record = record.repeat(options.writers as usize);
-    let (grouped, _) = ceilings::write_fdatasync(scratch, &grouped_record, plan.sync_bounds)?;
+    let (grouped, _) = ceilings::overwrite_fdatasync(scratch, &grouped_record, plan.sync_bounds)?;
     let grouped = Rate {
         ops: grouped.ops * u64::from(options.writers),
         bytes: grouped.bytes,
         elapsed: grouped.elapsed,
     };
-    let disk_gain = grouped.ops_per_sec() / fdatasync.ops_per_sec();
+    let disk_gain = grouped.ops_per_sec() / overwrite.ops_per_sec();
     print_row(&row(
-        &format!("ceiling: {} records, 1 fdatasync", options.writers),
+        &format!("ceiling: {} records per write, same", options.writers),
         grouped,
         format!("{disk_gain:.1}x one record"),
         None,
     ));
 
     // Sync first: the Async run leaves gigabytes for writeback that would slow fsyncs.
-    let sync_one = sync_append(plan, scratch, &body, record_bytes, 1)?;
+    let (sync_one, one_latency) = sync_append(plan, scratch, &body, record_bytes, 1)?;
     print_row(&row(
         "store: append Sync, 1 writer",
         sync_one,
-        String::new(),
+        one_latency,
         Some((
             sync_one.ops_per_sec() / fdatasync.ops_per_sec(),
             "write+fdatasync msgs/s".into(),
         )),
     ));
-    let sync_many = sync_append(plan, scratch, &body, record_bytes, options.writers)?;
+    let (sync_many, many_latency) =
+        sync_append(plan, scratch, &body, record_bytes, options.writers)?;
     let gain = sync_many.ops_per_sec() / sync_one.ops_per_sec();
     print_row(&row(
         &format!("store: append Sync, {} writers", options.writers),
         sync_many,
-        format!("{gain:.1}x the 1-writer rate"),
+        format!("{gain:.1}x 1 writer; {many_latency}"),
         Some((
             sync_many.ops_per_sec() / fdatasync.ops_per_sec(),
             "write+fdatasync msgs/s".into(),
@@ -366,7 +376,7 @@ fn bench_size(
     }
     verdicts.push(format!(
         "target: {} B Sync with {} writers >= 8x 1 writer: {gain:.1}x -> {} (the disk allows \
-         {disk_gain:.1}x: {} records per write+fdatasync)",
+         {disk_gain:.1}x: {} records per write+fdatasync into written blocks)",
         size,
         options.writers,
         met(gain >= 8.0),
@@ -431,14 +441,15 @@ fn sequential_read(store: &MessageStore, bounds: Bounds) -> anyhow::Result<Rate>
     })
 }
 
-/// `writers` threads appending with Sync flush until the bounds are reached.
+/// `writers` threads appending with Sync flush until the bounds are reached; also the p50 /
+/// p99 latency of a put (until durable), as "p50 N / p99 N us".
 fn sync_append(
     plan: &Plan,
     scratch: &Path,
     body: &[u8],
     record_bytes: u64,
     writers: u32,
-) -> anyhow::Result<Rate> {
+) -> anyhow::Result<(Rate, String)> {
     let dir = scratch.join(format!("sync-{}-{writers}", body.len()));
     let store = MessageStore::open(plan.config(&dir, FlushMode::Sync))?;
     let bounds = plan.sync_bounds;
@@ -446,38 +457,53 @@ fn sync_append(
     let done = AtomicU64::new(0);
     let acked = AtomicU64::new(0);
     let started = Instant::now();
-    std::thread::scope(|scope| -> anyhow::Result<()> {
+    let mut micros = std::thread::scope(|scope| -> anyhow::Result<Vec<u64>> {
         let handles: Vec<_> = (0..writers)
             .map(|writer| {
                 let (store, done, acked) = (&store, &done, &acked);
-                scope.spawn(move || -> anyhow::Result<()> {
+                scope.spawn(move || -> anyhow::Result<Vec<u64>> {
                     let mut n = 0i64;
+                    let mut micros = Vec::new();
                     while started.elapsed() < bounds.duration
                         && done.fetch_add(1, Ordering::Relaxed) < max_ops
                     {
+                        let put_at = Instant::now();
                         store.put(&message(body, writer % QUEUES), n)?;
+                        micros.push(put_at.elapsed().as_micros() as u64);
                         acked.fetch_add(1, Ordering::Relaxed);
                         n += 1;
                     }
-                    Ok(())
+                    Ok(micros)
                 })
             })
             .collect();
+        let mut micros = Vec::new();
         for handle in handles {
-            handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("a writer panicked"))??;
+            micros.extend(
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("a writer panicked"))??,
+            );
         }
-        Ok(())
+        Ok(micros)
     })?;
+    micros.sort_unstable();
+    let latency = format!(
+        "p50 {} / p99 {} us",
+        percentile(&micros, 0.5),
+        percentile(&micros, 0.99)
+    );
     let elapsed = started.elapsed();
     let ops = acked.load(Ordering::Relaxed);
     store.shutdown()?;
     drop(store);
     std::fs::remove_dir_all(&dir)?;
-    Ok(Rate {
-        ops,
-        bytes: ops * record_bytes,
-        elapsed,
-    })
+    Ok((
+        Rate {
+            ops,
+            bytes: ops * record_bytes,
+            elapsed,
+        },
+        latency,
+    ))
 }

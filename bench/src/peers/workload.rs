@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::ceilings;
-use crate::measure::{Bounds, Rate};
+use crate::measure::{percentile, Bounds, Rate};
 use crate::peers::server::disk_usage_bytes;
 
 /// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
@@ -464,13 +464,6 @@ async fn end_to_end<S: System>(
     Ok(latency_figures(&name, micros, log))
 }
 
-/// The value at quantile `p` of `sorted` (ascending): the element at index floor(len * p),
-/// the last one at most; 0 for no samples.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    let index = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(index).copied().unwrap_or(0)
-}
-
 /// p50/p99/p999 figures "{name}, pNN latency" of some latencies in microseconds.
 fn latency_figures(name: &str, mut micros: Vec<u64>, log: &impl Fn(&str)) -> Vec<Figure> {
     micros.sort_unstable();
@@ -638,21 +631,6 @@ mod tests {
         assert_eq!(plan.messages_for(128), 1000);
         assert_eq!(plan.messages_for(16384), 64);
         assert_eq!(plan.messages_for(8 << 20), 1);
-    }
-
-    #[test]
-    fn percentile_picks_floor_of_len_times_p_and_clamps() {
-        let sorted: Vec<u64> = (1..=1000).collect();
-        assert_eq!(percentile(&sorted, 0.5), 501);
-        assert_eq!(percentile(&sorted, 0.99), 991);
-        assert_eq!(percentile(&sorted, 0.999), 1000);
-        assert_eq!(percentile(&sorted, 1.0), 1000);
-        assert_eq!(percentile(&[7], 0.999), 7);
-        assert_eq!(percentile(&[], 0.5), 0);
-        // 20 samples (a smoke run): p99 and p999 are the maximum.
-        let twenty: Vec<u64> = (0..20).collect();
-        assert_eq!(percentile(&twenty, 0.99), 19);
-        assert_eq!(percentile(&twenty, 0.5), 10);
     }
 
     #[test]
