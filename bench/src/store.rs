@@ -257,7 +257,7 @@ fn bench_size(
     };
     let disk_gain = grouped.ops_per_sec() / overwrite.ops_per_sec();
     print_row(&row(
-        &format!("ceiling: {} records per write, same", options.writers),
+        &format!("ceiling: {} records/write, same", options.writers),
         grouped,
         format!("{disk_gain:.1}x one record"),
         None,
