@@ -4,8 +4,9 @@
 //!
 //! The first write into fresh page-cache pages is the slow part (about 2.5 ms per MiB on the
 //! VMs we measure on). Done inline, under the store's write lock, it stalled every Sync writer
-//! behind it for that long once per MiB of records: 12-15% of the 16-writer rate with 1 KiB
-//! records (BENCHMARKS.md). The writer never waits for the filler, except when its next record
+//! behind it for that long once per MiB of records (16 writers of 1 KiB: put p99 1.8-2.7 ms,
+//! against 1.3-1.7 ms with this thread, at the same throughput; BENCHMARKS.md). The writer
+//! never waits for the filler, except when its next record
 //! would overlap a chunk being written at that moment; when the filler falls behind, records
 //! land in unfilled blocks and the fsync allocates them, as in a sparse file.
 
@@ -36,8 +37,6 @@ struct Target {
 
 struct State {
     target: Option<Target>,
-    /// Bumped by `retarget`, so a chunk finished for an old tail is not counted in the new one.
-    generation: u64,
     /// Zeros are written (or records are) below this, from where the filling started.
     filled_to: u64,
     /// The filler fills up to here.
@@ -70,7 +69,6 @@ impl TailFiller {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 target: None,
-                generation: 0,
                 filled_to: 0,
                 wanted_to: 0,
                 writer_end: 0,
@@ -96,7 +94,8 @@ impl TailFiller {
     }
 
     /// Fills `segment` from here on; its bytes below `filled_to` need no filling (records, or
-    /// a prepared segment's zeros). Waits for a chunk in flight in the previous tail.
+    /// a prepared segment's zeros). Waits for a chunk in flight in the previous tail, so no
+    /// chunk ever finishes for a tail that is no longer the target.
     pub(crate) fn retarget(&self, segment: &Arc<MappedSegment>, filled_to: u64) {
         let file = segment
             .open_for_writes()
@@ -108,7 +107,6 @@ impl TailFiller {
         while state.filling.is_some() {
             self.shared.chunk_done.wait(&mut state);
         }
-        state.generation += 1;
         state.target = file.map(|file| Target {
             segment: Arc::clone(segment),
             file: Arc::new(file),
@@ -159,7 +157,6 @@ impl Drop for TailFiller {
 
 /// One chunk to write outside the lock.
 struct Chunk {
-    generation: u64,
     segment: Arc<MappedSegment>,
     file: Arc<File>,
     range: Range<u64>,
@@ -183,7 +180,6 @@ fn next_chunk(shared: &Shared) -> Option<Chunk> {
             let writeback_from = (caught_up || end - state.written_back_to >= WRITEBACK_BYTES)
                 .then_some(state.written_back_to);
             let chunk = Chunk {
-                generation: state.generation,
                 segment: Arc::clone(&target.segment),
                 file: Arc::clone(&target.file),
                 range: start..end,
@@ -209,21 +205,19 @@ fn run(shared: &Shared) {
             });
         let mut state = shared.state.lock();
         state.filling = None;
-        if state.generation == chunk.generation {
-            match written {
-                Ok(()) => {
-                    state.filled_to = end;
-                    if chunk.writeback_from.is_some() {
-                        state.written_back_to = end;
-                    }
+        match written {
+            Ok(()) => {
+                state.filled_to = end;
+                if chunk.writeback_from.is_some() {
+                    state.written_back_to = end;
                 }
-                Err(error) => {
-                    tracing::warn!(%error, path = %chunk.segment.path().display(),
-                        "could not fill CommitLog blocks ahead; fsyncs may be slower");
-                    // Give up on this stretch: its records allocate their blocks at the fsync.
-                    state.filled_to = state.wanted_to;
-                    state.written_back_to = state.wanted_to;
-                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, path = %chunk.segment.path().display(),
+                    "could not fill CommitLog blocks ahead; fsyncs may be slower");
+                // Give up on this stretch: its records allocate their blocks at the fsync.
+                state.filled_to = state.wanted_to;
+                state.written_back_to = state.wanted_to;
             }
         }
         drop(state);
