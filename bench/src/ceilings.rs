@@ -64,59 +64,50 @@ pub fn fresh_mmap(
     Ok(rate)
 }
 
+/// Where `write_fdatasync` writes its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocks {
+    /// Appended to a new file: every fdatasync also allocates blocks.
+    Appended,
+    /// Into a 64 MiB file written and fdatasynced beforehand, cycled through: no allocation,
+    /// as Sync mode's writes into the blocks the store fills ahead.
+    Written,
+}
+
 /// write(record) + fdatasync, one writer; also the p50 latency of one round.
 pub fn write_fdatasync(
     dir: &Path,
     record: &[u8],
     bounds: Bounds,
+    blocks: Blocks,
 ) -> anyhow::Result<(Rate, Duration)> {
+    use std::os::unix::fs::FileExt;
+    const WRITTEN_BYTES: usize = 64 << 20;
     let path = dir.join("ceiling-fdatasync");
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)?;
+    let len = record.len() as u64;
+    let slots = match blocks {
+        Blocks::Appended => u64::MAX,
+        Blocks::Written => {
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..WRITTEN_BYTES / zeros.len() {
+                file.write_all(&zeros)?;
+            }
+            file.sync_data()?;
+            (WRITTEN_BYTES as u64 / len).max(1)
+        }
+    };
+    let mut round = 0;
     let mut latencies = Vec::new();
-    let rate = run_bounded(bounds, record.len() as u64, 1, |_| {
+    let rate = run_bounded(bounds, len, 1, |_| {
         let started = Instant::now();
-        file.write_all(record)?;
+        file.write_all_at(record, round % slots * len)?;
         file.sync_data()?;
         latencies.push(started.elapsed());
-        Ok(())
-    })?;
-    drop(file);
-    std::fs::remove_file(&path)?;
-    Ok((rate, p50(latencies)))
-}
-
-/// pwrite(record) + fdatasync into blocks written and fdatasynced beforehand, one writer:
-/// what Sync mode's writes cost, since the store fills its tail ahead (no block allocation
-/// in the fsync). Cycles through a 64 MiB file; also the p50 latency of one round.
-pub fn overwrite_fdatasync(
-    dir: &Path,
-    record: &[u8],
-    bounds: Bounds,
-) -> anyhow::Result<(Rate, Duration)> {
-    use std::os::unix::fs::FileExt;
-    const FILE_BYTES: usize = 64 << 20;
-    let path = dir.join("ceiling-overwrite");
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    let zeros = vec![0u8; 1 << 20];
-    for _ in 0..FILE_BYTES / zeros.len() {
-        file.write_all(&zeros)?;
-    }
-    file.sync_data()?;
-    let slots = (FILE_BYTES / record.len()).max(1) as u64;
-    let mut slot = 0;
-    let mut latencies = Vec::new();
-    let rate = run_bounded(bounds, record.len() as u64, 1, |_| {
-        let started = Instant::now();
-        file.write_all_at(record, slot % slots * record.len() as u64)?;
-        file.sync_data()?;
-        latencies.push(started.elapsed());
-        slot += 1;
+        round += 1;
         Ok(())
     })?;
     drop(file);

@@ -11,7 +11,7 @@ use quiver_store::{
     CommitLogOffset, FlushMode, GetStatus, MessageStore, NewMessage, QueueOffset, StoreConfig,
 };
 
-use crate::ceilings;
+use crate::ceilings::{self, Blocks};
 use crate::measure::{percentile, run_bounded, Bounds, Rate};
 
 #[derive(clap::Args, Debug)]
@@ -230,7 +230,8 @@ fn bench_size(
         format!("{record_bytes} B records"),
         None,
     ));
-    let (fdatasync, fdatasync_p50) = ceilings::write_fdatasync(scratch, &record, plan.sync_bounds)?;
+    let (fdatasync, fdatasync_p50) =
+        ceilings::write_fdatasync(scratch, &record, plan.sync_bounds, Blocks::Appended)?;
     print_row(&row(
         "ceiling: write+fdatasync, 1 writer",
         fdatasync,
@@ -241,7 +242,7 @@ fn bench_size(
     // What group commit can gain on this disk, writing as Sync mode does (into blocks filled
     // ahead): one write of `writers` records per fdatasync against one of a single record.
     let (overwrite, overwrite_p50) =
-        ceilings::overwrite_fdatasync(scratch, &record, plan.sync_bounds)?;
+        ceilings::write_fdatasync(scratch, &record, plan.sync_bounds, Blocks::Written)?;
     print_row(&row(
         "ceiling: same, into written blocks",
         overwrite,
@@ -249,7 +250,8 @@ fn bench_size(
         None,
     ));
     let grouped_record = record.repeat(options.writers as usize);
-    let (grouped, _) = ceilings::overwrite_fdatasync(scratch, &grouped_record, plan.sync_bounds)?;
+    let (grouped, _) =
+        ceilings::write_fdatasync(scratch, &grouped_record, plan.sync_bounds, Blocks::Written)?;
     let grouped = Rate {
         ops: grouped.ops * u64::from(options.writers),
         bytes: grouped.bytes,

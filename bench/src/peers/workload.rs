@@ -557,11 +557,12 @@ async fn group_commit<S: System>(
     let per_round = GROUP_COMMIT_PRODUCERS as usize;
     let record = pattern_body(per_round * (GROUP_COMMIT_BODY_BYTES + RECORD_OVERHEAD_BYTES));
     let bounds = plan.fsync_ceiling;
-    let (fsync, _) =
-        tokio::task::spawn_blocking(move || ceilings::write_fdatasync(&scratch, &record, bounds))
-            .await
-            .context("fsync ceiling task panicked")?
-            .context("fsync ceiling")?;
+    let (fsync, _) = tokio::task::spawn_blocking(move || {
+        ceilings::write_fdatasync(&scratch, &record, bounds, ceilings::Blocks::Appended)
+    })
+    .await
+    .context("fsync ceiling task panicked")?
+    .context("fsync ceiling")?;
     let allowed = Rate {
         ops: fsync.ops * per_round as u64,
         bytes: fsync.ops * (per_round * GROUP_COMMIT_BODY_BYTES) as u64,

@@ -231,6 +231,20 @@ mod tests {
 
     const LEN: u64 = 4 * 1024 * 1024;
 
+    /// Waits (10 s at most) for the filler to fill up to `at_least`; what it reached.
+    fn wait_filled(filler: &TailFiller, at_least: u64) -> u64 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut state = filler.shared.state.lock();
+        while state.filled_to < at_least
+            && !filler
+                .shared
+                .chunk_done
+                .wait_until(&mut state, deadline)
+                .timed_out()
+        {}
+        state.filled_to
+    }
+
     /// Records written as fast as possible while the filler races ahead: none is overwritten
     /// by zeros, and the bytes past the last one are zeros the filler wrote.
     #[test]
@@ -251,13 +265,8 @@ mod tests {
             n = n.wrapping_add(1);
         }
         let wanted = end + FILL_AHEAD_BYTES / 2;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while filler.shared.state.lock().filled_to < wanted && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        let filled_to = wait_filled(&filler, wanted);
         filler.stop();
-        let filled_to = filler.shared.state.lock().filled_to;
         assert!(
             filled_to >= wanted,
             "filled to {filled_to}, records end at {end}"
@@ -291,12 +300,7 @@ mod tests {
         filler.before_write(0, 100);
         filler.retarget(&second, LEN);
         filler.before_write(LEN, LEN + 100);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while filler.shared.state.lock().filled_to < LEN + FILL_AHEAD_BYTES
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_filled(&filler, LEN + 100 + FILL_AHEAD_BYTES);
         filler.stop();
         let allocated = |s: &MappedSegment| {
             std::os::unix::fs::MetadataExt::blocks(&s.path().metadata().unwrap()) * 512
