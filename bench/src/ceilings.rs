@@ -82,7 +82,7 @@ pub fn write_fdatasync(
     blocks: Blocks,
 ) -> anyhow::Result<(Rate, Duration)> {
     use std::os::unix::fs::FileExt;
-    const WRITTEN_BYTES: usize = 64 << 20;
+    const WRITTEN_BYTES: u64 = 64 << 20;
     let path = dir.join("ceiling-fdatasync");
     let mut file = OpenOptions::new()
         .write(true)
@@ -92,12 +92,15 @@ pub fn write_fdatasync(
     let slots = match blocks {
         Blocks::Appended => u64::MAX,
         Blocks::Written => {
+            // Only as much as the bounds let the loop write, up to 64 MiB.
             let zeros = vec![0u8; 1 << 20];
-            for _ in 0..WRITTEN_BYTES / zeros.len() {
+            let used = bounds.ops_for(len).saturating_mul(len).min(WRITTEN_BYTES);
+            let chunks = used.div_ceil(zeros.len() as u64);
+            for _ in 0..chunks {
                 file.write_all(&zeros)?;
             }
             file.sync_data()?;
-            (WRITTEN_BYTES as u64 / len).max(1)
+            (chunks * zeros.len() as u64 / len).max(1)
         }
     };
     let mut round = 0;
