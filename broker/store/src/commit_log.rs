@@ -40,9 +40,9 @@ pub(crate) enum TailWrites {
     Mapped,
     /// Sync: every record is written with pwrite, into blocks zero-filled and written back
     /// ahead by a background thread (`tail_fill`), so a group commit's fsync writes only the
-    /// records' pages. A page dirtied through the mapping is written back whole, its large folio (up to
-    /// megabytes) with it, and a block allocated since the last fsync makes the fsync write
-    /// the inode too: each doubled the fsync time measured here (BENCHMARKS.md).
+    /// records' pages. A page dirtied through the mapping is written back whole, its large
+    /// folio (up to megabytes) with it, and a block allocated since the last fsync makes the
+    /// fsync write the inode too: each doubled the fsync time measured here (BENCHMARKS.md).
     Written,
 }
 
