@@ -85,6 +85,26 @@ pub(crate) fn start_writeback(_file: &File, _at: u64, _len: u64) -> std::io::Res
     Ok(())
 }
 
+/// Has the kernel bring `len` bytes of `file` at `at` into the page cache (readahead; a hole
+/// reads as zeros without I/O), so a later pwrite there only copies. The pages are allocated
+/// and first touched here, outside the file's write lock (`i_rwsem`), which a pwrite holds
+/// throughout; best effort: on failure the pwrite allocates them itself.
+#[cfg(target_os = "linux")]
+pub(crate) fn load_pages(file: &File, at: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(at), Ok(len)) = (i64::try_from(at), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a valid descriptor; the call only reads its arguments.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), at, len, libc::POSIX_FADV_WILLNEED);
+    }
+}
+
+/// Elsewhere the pwrite allocates the pages.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn load_pages(_file: &File, _at: u64, _len: u64) {}
+
 /// The parts of `[from, len)` of the file at `path` that may hold data (SEEK_DATA /
 /// SEEK_HOLE); all of it when the file system cannot tell.
 #[cfg(target_os = "linux")]
