@@ -7,7 +7,7 @@
 //! behind it for that long once per MiB of records. This thread also keeps it out of the
 //! file's write lock (`i_rwsem`), which every pwrite holds throughout and the writers' record
 //! pwrites queue on: it has the kernel load each chunk's pages first (readahead of a hole:
-//! zeros, no I/O), then writes the zeros into them. 16 writers of 1 KiB, alternating builds:
+//! zeros, no I/O), then writes the zeros into them. 16 writers of 1 KiB, alternating runs:
 //! 52-60k msgs/s and put p99 0.8-1.3 ms, against 39-41k and 3.1-3.9 ms when the zeros' pwrite
 //! allocated the pages (BENCHMARKS.md). The writer never waits for the filler, except when its
 //! next record would overlap a chunk being written at that moment; when the filler falls
