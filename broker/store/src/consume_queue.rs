@@ -17,6 +17,8 @@ use crate::mapped_file::{
 };
 
 pub(crate) const UNIT_BYTES: u64 = 20;
+/// A queue's tail is zero-filled this far ahead (`zero_fill_ahead`): 3,276 units.
+const QUEUE_FILL_STEP_BYTES: u64 = 64 * 1024;
 
 /// One index entry: where a message's record lives and its tags hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,8 +196,15 @@ impl ConsumeQueue {
     fn zero_extend(&self, tail: &mut QueueTail, end: u64) -> Result<(), StoreError> {
         let segment = tail.segment.as_ref().expect("tail found above");
         let file = segment.open_for_writes()?;
-        tail.filled_to = zero_fill_ahead(&file, segment.base(), segment.end(), tail.filled_to, end)
-            .map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
+        tail.filled_to = zero_fill_ahead(
+            &file,
+            segment.base(),
+            segment.end(),
+            tail.filled_to,
+            end,
+            QUEUE_FILL_STEP_BYTES,
+        )
+        .map_err(|e| StoreError::io("write consume queue", segment.path(), e))?;
         Ok(())
     }
 

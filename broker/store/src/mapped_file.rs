@@ -30,35 +30,97 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     name.parse().ok()
 }
 
-/// Zero-filling ahead of a writer goes this far per step (and per write).
-const ZERO_AHEAD_BYTES: u64 = 64 * 1024;
-/// Zeros to write from, up to `ZERO_AHEAD_BYTES` at a time.
-pub(crate) static ZEROS: [u8; ZERO_AHEAD_BYTES as usize] = [0; ZERO_AHEAD_BYTES as usize];
+/// The largest step `zero_fill_ahead` takes, and so the length of `ZEROS`.
+pub(crate) const MAX_FILL_STEP_BYTES: u64 = 1024 * 1024;
+/// Zeros to write from, up to `MAX_FILL_STEP_BYTES` at a time (allocated, not in the binary).
+pub(crate) static ZEROS: std::sync::LazyLock<Box<[u8]>> =
+    std::sync::LazyLock::new(|| vec![0; MAX_FILL_STEP_BYTES as usize].into_boxed_slice());
+
+/// Where filling from `filled_to` past `end` in `step`s stops: at least `step` ahead, at a
+/// multiple of `step` in the segment file (first byte at `base`), never past `limit`.
+pub(crate) fn fill_end(base: u64, limit: u64, filled_to: u64, end: u64, step: u64) -> u64 {
+    debug_assert!(step > 0 && step <= MAX_FILL_STEP_BYTES);
+    (base + (end.max(filled_to + step) - base).next_multiple_of(step))
+        .min(limit)
+        .max(filled_to)
+}
 
 /// Writes zeros with plain writes into the segment file `file` (first byte at `base`, last
-/// before `limit`) from `filled_to` past `end`, `ZERO_AHEAD_BYTES` at least; returns the new
-/// `filled_to`. Ahead of a writer that then writes through the mapping, this puts the pages in
-/// the page cache without the page fault that would zero them (and, with a large
-/// `read_ahead_kb`, megabytes around them) first. Positions are the segment's own (CommitLog
-/// or queue bytes).
+/// before `limit`) from `filled_to` to `fill_end`; returns the new `filled_to`. Ahead of a
+/// writer that then writes through the mapping, this puts the pages in the page cache without
+/// the page fault that would zero them (and, with a large `read_ahead_kb`, megabytes around
+/// them) first. Every write but the first covers one aligned `step`, which the page cache
+/// keeps as one folio of that size when memory allows: reading through the mapping then
+/// faults once per folio. Positions are the segment's own (CommitLog or queue bytes).
 pub(crate) fn zero_fill_ahead(
     file: &File,
     base: u64,
     limit: u64,
     filled_to: u64,
     end: u64,
+    step: u64,
 ) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
-    let to = (filled_to + ZERO_AHEAD_BYTES)
-        .max(end.next_multiple_of(page_size()))
-        .min(limit);
+    let to = fill_end(base, limit, filled_to, end, step);
     let mut at = filled_to;
     while at < to {
-        let n = (to - at).min(ZERO_AHEAD_BYTES);
-        file.write_all_at(&ZEROS[..n as usize], at - base)?;
-        at += n;
+        let next = (base + (at + 1 - base).next_multiple_of(step)).min(to);
+        file.write_all_at(&ZEROS[..(next - at) as usize], at - base)?;
+        at = next;
     }
-    Ok(to.max(filled_to))
+    Ok(to)
+}
+
+/// Writes `data` at file offset `at`, followed by `zeros` zero bytes, with one `pwritev`: the
+/// page cache sizes the folios it creates by the length of the write, so records and the zeros
+/// after them land in folios as large as the whole, and no byte is copied twice.
+pub(crate) fn write_with_zeros_at(
+    file: &File,
+    data: &[u8],
+    at: u64,
+    zeros: u64,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let mut parts = vec![data];
+    let mut left = zeros;
+    while left > 0 {
+        let n = left.min(MAX_FILL_STEP_BYTES);
+        parts.push(&ZEROS[..n as usize]);
+        left -= n;
+    }
+    let iov: Vec<libc::iovec> = parts
+        .iter()
+        .map(|part| libc::iovec {
+            iov_base: part.as_ptr() as *mut libc::c_void,
+            iov_len: part.len(),
+        })
+        .collect();
+    let offset = libc::off_t::try_from(at)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: every iovec points into a live slice of its length; the call only reads them.
+    let written =
+        unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as i32, offset) };
+    let mut done = if written < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+        0
+    } else {
+        written as u64
+    };
+    // A short write (a signal, a full disk) finishes part by part, or reports why not.
+    let mut part_at = at;
+    for part in parts {
+        let len = part.len() as u64;
+        if done < len {
+            file.write_all_at(&part[done as usize..], part_at + done)?;
+        }
+        done = done.saturating_sub(len);
+        part_at += len;
+    }
+    Ok(())
 }
 
 /// Starts writing back `len` bytes of `file` at `at` without waiting (sync_file_range), so
@@ -402,6 +464,73 @@ mod tests {
             file.write_all_at(bytes, *at).unwrap();
         }
         segment
+    }
+
+    #[test]
+    fn fill_end_is_a_step_boundary_at_least_a_step_ahead_within_the_segment() {
+        const STEP: u64 = 1 << 20;
+        let base = 3 * LEN;
+        // From a boundary: one step; from inside a step: on to the boundary a step further.
+        assert_eq!(
+            fill_end(base, base + LEN, base, base + 10, STEP),
+            base + STEP
+        );
+        assert_eq!(
+            fill_end(base, base + LEN, base + 4096, base + 5000, STEP),
+            base + 2 * STEP
+        );
+        // An end past a step ahead: the boundary after it.
+        assert_eq!(
+            fill_end(base, base + LEN, base, base + 3 * STEP + 1, STEP),
+            base + 4 * STEP
+        );
+        // Never past the segment, never below what is filled.
+        let limit = base + LEN;
+        assert_eq!(
+            fill_end(base, limit, limit - 4096, limit - 100, STEP),
+            limit
+        );
+        assert_eq!(fill_end(base, limit, limit, limit, STEP), limit);
+    }
+
+    #[test]
+    fn zero_fill_ahead_writes_zeros_from_filled_to_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = LEN;
+        let segment = MappedSegment::create(dir.path(), base, LEN).unwrap();
+        let file = segment.open_for_writes().unwrap();
+        file.write_all_at(&[7; 1000], 0).unwrap();
+        file.write_all_at(&[3; 100], 1 << 20).unwrap();
+        file.write_all_at(&[9; 8192], 3 << 20).unwrap();
+        let to =
+            zero_fill_ahead(&file, base, base + LEN, base + 4096, base + 5000, 1 << 20).unwrap();
+        assert_eq!(to, base + (2 << 20));
+        let bytes = std::fs::read(segment.path()).unwrap();
+        assert!(
+            bytes[..1000].iter().all(|b| *b == 7),
+            "records below filled_to kept"
+        );
+        // Past the fill, earlier bytes stay: the fill stops where it says.
+        assert!(bytes[3 << 20..(3 << 20) + 8192].iter().all(|b| *b == 9));
+    }
+
+    #[test]
+    fn write_with_zeros_at_writes_the_data_then_exactly_the_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = MappedSegment::create(dir.path(), 0, LEN).unwrap();
+        let file = segment.open_for_writes().unwrap();
+        file.write_all_at(&[5; 4 << 20], 0).unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|n| (n % 251) as u8 + 1).collect();
+        // More zeros than one `ZEROS` slice holds: the write spans several of them.
+        let zeros = MAX_FILL_STEP_BYTES + 12_345;
+        write_with_zeros_at(&file, &data, 1000, zeros).unwrap();
+        let bytes = std::fs::read(segment.path()).unwrap();
+        let end = 1000 + data.len();
+        assert!(bytes[..1000].iter().all(|b| *b == 5));
+        assert_eq!(&bytes[1000..end], data.as_slice());
+        let zeros_end = end + zeros as usize;
+        assert!(bytes[end..zeros_end].iter().all(|b| *b == 0));
+        assert!(bytes[zeros_end..4 << 20].iter().all(|b| *b == 5));
     }
 
     #[test]

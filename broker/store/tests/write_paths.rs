@@ -1,8 +1,8 @@
 //! The CommitLog's two write paths: records of a batch (or of a page or more), and every record
 //! in Sync mode, are staged and written with one pwrite per append; in Async mode a lone small
 //! record goes through the mapping, after the tail is zero-extended ahead of it. Sync mode
-//! zero-fills the blocks ahead of its records. All must read back byte-exact, across pages and
-//! segment rolls, and survive a crash.
+//! zero-fills the blocks ahead of its records; Async mode zero-fills whole megabytes ahead of
+//! a batch. All must read back byte-exact, across pages and segment rolls, and survive a crash.
 
 mod common;
 
@@ -223,6 +223,50 @@ fn consume_queue_zero_extension_leaves_no_units_past_the_max() {
         assert!(bytes[end..].iter().all(|b| *b == 0), "queue {queue_id}");
     }
     let store = MessageStore::open(config).unwrap();
+    assert_all_readable(&store, &puts);
+    store.shutdown().unwrap();
+}
+
+#[test]
+fn async_batches_land_in_megabytes_zero_filled_ahead() {
+    const STEP: u64 = 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        segment_size_bytes: 8 * 1024 * 1024,
+        ..config(dir.path(), FlushMode::Async)
+    };
+    let store = MessageStore::open(config.clone()).unwrap();
+    let segment = common::segment_path(dir.path(), 0);
+    let allocated = || std::fs::metadata(&segment).unwrap().blocks() * 512;
+    let mut puts = Vec::new();
+    let mut n = 0;
+    // Batches of 7 (about 18 KiB) past two and a half megabytes: every pwrite lands in zeros
+    // written up to a megabyte boundary, at least a megabyte ahead, never further.
+    while store.stats().max_physical_offset.0 < 2560 * 1024 {
+        let bodies: Vec<Vec<u8>> = (n..n + 7).map(body).collect();
+        let msgs: Vec<NewMessage<'_>> = bodies.iter().zip(n..).map(|(b, k)| msg(b, k)).collect();
+        let results = store.put_batch(&msgs, n as i64).unwrap();
+        puts.extend((n..).zip(results));
+        n += 7;
+        let end = store.stats().max_physical_offset.0;
+        let filled = allocated();
+        assert!(
+            filled >= end.next_multiple_of(STEP) && filled % STEP == 0,
+            "{filled} bytes allocated with the log ending at {end}"
+        );
+        assert!(
+            filled <= end.next_multiple_of(STEP) + STEP,
+            "{filled} past {end}"
+        );
+    }
+    assert_all_readable(&store, &puts);
+    let end = store.stats().max_physical_offset.0;
+    // A crash: recovery stops at the zeros past the last record.
+    drop(store);
+    let bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes[end as usize..].iter().all(|b| *b == 0));
+    let store = MessageStore::open(config).unwrap();
+    assert_eq!(store.stats().max_physical_offset.0, end);
     assert_all_readable(&store, &puts);
     store.shutdown().unwrap();
 }
