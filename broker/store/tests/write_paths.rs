@@ -7,7 +7,7 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{message, SEGMENT_BYTES};
@@ -86,6 +86,42 @@ fn config(dir: &Path, flush_mode: FlushMode) -> StoreConfig {
         flush_mode,
         ..common::config(dir)
     }
+}
+
+/// A store with 8 MiB segments in `dir` and the path of its first segment.
+fn store_with_8_mib_segments(
+    dir: &Path,
+    flush_mode: FlushMode,
+) -> (StoreConfig, MessageStore, PathBuf) {
+    let config = StoreConfig {
+        segment_size_bytes: 8 * 1024 * 1024,
+        ..config(dir, flush_mode)
+    };
+    let store = MessageStore::open(config.clone()).unwrap();
+    (config, store, common::segment_path(dir, 0))
+}
+
+/// Bytes of disk the file at `path` holds (blocks allocated or reserved).
+fn allocated(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// A crash (no shutdown): `segment` holds zeros past the log end, and recovery ends the log
+/// there with every put readable.
+fn crash_and_recover_at_the_zeros(
+    store: MessageStore,
+    config: StoreConfig,
+    segment: &Path,
+    puts: &[(u64, PutResult)],
+) {
+    let end = store.stats().max_physical_offset.0;
+    drop(store);
+    let bytes = std::fs::read(segment).unwrap();
+    assert!(bytes[end as usize..].iter().all(|b| *b == 0));
+    let store = MessageStore::open(config).unwrap();
+    assert_eq!(store.stats().max_physical_offset.0, end);
+    assert_all_readable(&store, puts);
+    store.shutdown().unwrap();
 }
 
 fn round_trip_and_crash(flush_mode: FlushMode) {
@@ -231,13 +267,7 @@ fn consume_queue_zero_extension_leaves_no_units_past_the_max() {
 fn async_batches_land_in_megabytes_zero_filled_ahead() {
     const STEP: u64 = 1024 * 1024;
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig {
-        segment_size_bytes: 8 * 1024 * 1024,
-        ..config(dir.path(), FlushMode::Async)
-    };
-    let store = MessageStore::open(config.clone()).unwrap();
-    let segment = common::segment_path(dir.path(), 0);
-    let allocated = || std::fs::metadata(&segment).unwrap().blocks() * 512;
+    let (config, store, segment) = store_with_8_mib_segments(dir.path(), FlushMode::Async);
     let mut puts = Vec::new();
     let mut n = 0;
     // Batches of 7 (about 18 KiB) past two and a half megabytes: every pwrite lands in zeros
@@ -249,7 +279,7 @@ fn async_batches_land_in_megabytes_zero_filled_ahead() {
         puts.extend((n..).zip(results));
         n += 7;
         let end = store.stats().max_physical_offset.0;
-        let filled = allocated();
+        let filled = allocated(&segment);
         assert!(
             filled >= end.next_multiple_of(STEP) && filled % STEP == 0,
             "{filled} bytes allocated with the log ending at {end}"
@@ -260,28 +290,14 @@ fn async_batches_land_in_megabytes_zero_filled_ahead() {
         );
     }
     assert_all_readable(&store, &puts);
-    let end = store.stats().max_physical_offset.0;
-    // A crash: recovery stops at the zeros past the last record.
-    drop(store);
-    let bytes = std::fs::read(&segment).unwrap();
-    assert!(bytes[end as usize..].iter().all(|b| *b == 0));
-    let store = MessageStore::open(config).unwrap();
-    assert_eq!(store.stats().max_physical_offset.0, end);
-    assert_all_readable(&store, &puts);
-    store.shutdown().unwrap();
+    crash_and_recover_at_the_zeros(store, config, &segment, &puts);
 }
 
 #[test]
 fn sync_mode_keeps_zero_filled_blocks_ahead_of_its_records() {
     const FILL_AHEAD: u64 = 512 * 1024;
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig {
-        segment_size_bytes: 8 * 1024 * 1024,
-        ..config(dir.path(), FlushMode::Sync)
-    };
-    let store = MessageStore::open(config.clone()).unwrap();
-    let segment = common::segment_path(dir.path(), 0);
-    let allocated = || std::fs::metadata(&segment).unwrap().blocks() * 512;
+    let (config, store, segment) = store_with_8_mib_segments(dir.path(), FlushMode::Sync);
     let mut puts = Vec::new();
     let mut n = 0;
     // Lone puts past the first filled megabyte and a half: the background fill keeps at
@@ -292,25 +308,17 @@ fn sync_mode_keeps_zero_filled_blocks_ahead_of_its_records() {
         let end = store.stats().max_physical_offset.0;
         if n % 50 == 0 {
             let deadline = Instant::now() + Duration::from_secs(10);
-            while allocated() < end + FILL_AHEAD && Instant::now() < deadline {
+            while allocated(&segment) < end + FILL_AHEAD && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
             assert!(
-                allocated() >= end + FILL_AHEAD,
+                allocated(&segment) >= end + FILL_AHEAD,
                 "{} bytes allocated with the log ending at {end}",
-                allocated()
+                allocated(&segment)
             );
         }
         n += 1;
     }
     assert_all_readable(&store, &puts);
-    let end = store.stats().max_physical_offset.0;
-    // A crash: recovery stops at the zeros past the last record.
-    drop(store);
-    let bytes = std::fs::read(&segment).unwrap();
-    assert!(bytes[end as usize..].iter().all(|b| *b == 0));
-    let store = MessageStore::open(config).unwrap();
-    assert_eq!(store.stats().max_physical_offset.0, end);
-    assert_all_readable(&store, &puts);
-    store.shutdown().unwrap();
+    crash_and_recover_at_the_zeros(store, config, &segment, &puts);
 }
