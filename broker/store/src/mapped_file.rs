@@ -36,11 +36,16 @@ pub(crate) const MAX_FILL_STEP_BYTES: u64 = 1024 * 1024;
 pub(crate) static ZEROS: std::sync::LazyLock<Box<[u8]>> =
     std::sync::LazyLock::new(|| vec![0; MAX_FILL_STEP_BYTES as usize].into_boxed_slice());
 
+/// The first multiple of `step` in the segment file (first byte at `base`) at or after `at`.
+fn step_boundary(base: u64, at: u64, step: u64) -> u64 {
+    base + (at - base).next_multiple_of(step)
+}
+
 /// Where filling from `filled_to` past `end` in `step`s stops: at least `step` ahead, at a
 /// multiple of `step` in the segment file (first byte at `base`), never past `limit`.
 pub(crate) fn fill_end(base: u64, limit: u64, filled_to: u64, end: u64, step: u64) -> u64 {
     debug_assert!(step > 0 && step <= MAX_FILL_STEP_BYTES);
-    (base + (end.max(filled_to + step) - base).next_multiple_of(step))
+    step_boundary(base, end.max(filled_to + step), step)
         .min(limit)
         .max(filled_to)
 }
@@ -50,8 +55,8 @@ pub(crate) fn fill_end(base: u64, limit: u64, filled_to: u64, end: u64, step: u6
 /// writer that then writes through the mapping, this puts the pages in the page cache without
 /// the page fault that would zero them (and, with a large `read_ahead_kb`, megabytes around
 /// them) first. Every write but the first covers one aligned `step`, which the page cache
-/// keeps as one folio of that size when memory allows: reading through the mapping then
-/// faults once per folio. Positions are the segment's own (CommitLog or queue bytes).
+/// keeps as one folio of that size when memory allows, and a read through the mapping faults
+/// in a folio at a time. Positions are the segment's own (CommitLog or queue bytes).
 pub(crate) fn zero_fill_ahead(
     file: &File,
     base: u64,
@@ -64,7 +69,7 @@ pub(crate) fn zero_fill_ahead(
     let to = fill_end(base, limit, filled_to, end, step);
     let mut at = filled_to;
     while at < to {
-        let next = (base + (at + 1 - base).next_multiple_of(step)).min(to);
+        let next = step_boundary(base, at + 1, step).min(to);
         file.write_all_at(&ZEROS[..(next - at) as usize], at - base)?;
         at = next;
     }
@@ -82,6 +87,9 @@ pub(crate) fn write_with_zeros_at(
 ) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
+    if zeros == 0 {
+        return file.write_all_at(data, at);
+    }
     let mut parts = vec![data];
     let mut left = zeros;
     while left > 0 {
