@@ -88,6 +88,12 @@ impl Connection {
         let reader_task = tokio::spawn(async move {
             let mut buffer = BytesMut::with_capacity(64 * 1024);
             'read: loop {
+                // A frame's length prefix says how big it is: room for all of it at once, so a
+                // large answer (a pull's messages) is read into one allocation, not a doubling
+                // series of copies. A bad prefix is reported by `decode` below.
+                if let Ok(Some(frame_bytes)) = frame::frame_len(&buffer) {
+                    buffer.reserve(frame_bytes.saturating_sub(buffer.len()));
+                }
                 match reader.read_buf(&mut buffer).await {
                     Ok(0) => break,
                     Ok(_) => {}
