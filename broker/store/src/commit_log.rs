@@ -287,7 +287,7 @@ impl CommitLog {
             && (size as u64) < page_size();
         if direct {
             if end > writer.filled_to {
-                self.zero_extend(writer, end, MAPPED_FILL_STEP_BYTES)?;
+                self.zero_extend(writer, end)?;
             }
             // SAFETY: beyond the published end; only the writer touches it.
             let dst = unsafe { writer.tail.slice_mut(at, size) };
@@ -355,8 +355,9 @@ impl CommitLog {
         }
     }
 
-    /// Zero-fills the tail past `end` in `step`s (see `TailWrites::Mapped`).
-    fn zero_extend(&self, writer: &mut LogWriter, end: u64, step: u64) -> Result<(), StoreError> {
+    /// Zero-fills the tail past `end`, `MAPPED_FILL_STEP_BYTES` at a time (see
+    /// `TailWrites::Mapped`).
+    fn zero_extend(&self, writer: &mut LogWriter, end: u64) -> Result<(), StoreError> {
         let tail = &writer.tail;
         writer.filled_to = zero_fill_ahead(
             &writer.tail_file,
@@ -364,7 +365,7 @@ impl CommitLog {
             tail.end(),
             writer.filled_to,
             end,
-            step,
+            MAPPED_FILL_STEP_BYTES,
         )
         .map_err(|e| StoreError::io("write commitlog", tail.path(), e))?;
         Ok(())
