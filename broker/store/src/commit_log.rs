@@ -16,7 +16,7 @@ use crate::mapped_file::{
 };
 use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
-use crate::tail_fill::TailFiller;
+use crate::tail_fill::{FillPlan, TailFiller};
 use crate::warm::{self, Warmer};
 
 pub(crate) struct CommitLog {
@@ -27,16 +27,17 @@ pub(crate) struct CommitLog {
     committed: AtomicU64,
     /// Prepares zero-filled segments ahead of rolls (`FlushMode::Sync` + `warm-segments`).
     warmer: Option<Warmer>,
-    /// Keeps the tail zero-filled ahead of the writer in the background (`TailWrites::Written`).
-    filler: Option<TailFiller>,
+    /// Keeps the tail zero-filled ahead of the writer in the background (`tail_fill`).
+    filler: TailFiller,
     tail_writes: TailWrites,
 }
 
 /// How records reach the tail segment; the flush mode decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TailWrites {
-    /// Async: a lone small record is copied through the mapping, into pages zero-filled
-    /// 64 KiB ahead; batches and records of a page or more are written with pwrite.
+    /// Async: a lone small record is copied through the mapping, into pages a background
+    /// thread zero-fills ahead (`tail_fill`; the writer fills 64 KiB itself when the thread
+    /// is behind); batches and records of a page or more are written with pwrite.
     Mapped,
     /// Sync: every record is written with pwrite, into blocks zero-filled and written back
     /// ahead by a background thread (`tail_fill`), so a group commit's fsync writes only the
@@ -53,14 +54,21 @@ impl TailWrites {
             FlushMode::Sync => TailWrites::Written,
         }
     }
+
+    fn fill_plan(self) -> FillPlan {
+        match self {
+            TailWrites::Mapped => FillPlan::FOR_MAPPING,
+            TailWrites::Written => FillPlan::FOR_FSYNC,
+        }
+    }
 }
 
 /// A batch writes its staged records out every this many bytes, so the pwrite copies from
 /// cache-warm memory (the records stay unpublished until the whole batch is written).
 const STAGED_WRITE_BYTES: usize = 256 * 1024;
 
-/// Async mode zero-fills this far ahead of a lone record copied through the mapping: a short
-/// stall for the writer who meets the end of the filled pages.
+/// Async mode's writer zero-fills this far ahead of a lone record copied through the mapping
+/// when the fill-ahead thread has not got there yet: a short stall.
 const MAPPED_FILL_STEP_BYTES: u64 = 64 * 1024;
 /// ...and to a multiple of this, at least this far ahead, in the same pwritev as a staged
 /// write (a batch, a record of a page or more). The page cache sizes the folios a write
@@ -93,6 +101,8 @@ pub(crate) struct LogWriter {
     /// Whether the segment after `tail` was asked for: once the writer is half-way through,
     /// so a preparation never competes with the fsyncs right after open or a roll.
     next_requested: bool,
+    /// Times an Async writer zero-filled pages itself because the thread was behind.
+    inline_fills: u64,
 }
 
 impl LogWriter {
@@ -119,7 +129,7 @@ impl CommitLog {
             segments: RwLock::new(Arc::new(segments)),
             committed: AtomicU64::new(0),
             warmer: warm_segments.then(|| Warmer::new(dir, segment_size_bytes)),
-            filler: (tail_writes == TailWrites::Written).then(TailFiller::new),
+            filler: TailFiller::new(tail_writes.fill_plan()),
             tail_writes,
         }
     }
@@ -129,9 +139,7 @@ impl CommitLog {
         if let Some(warmer) = &self.warmer {
             warmer.stop();
         }
-        if let Some(filler) = &self.filler {
-            filler.stop();
-        }
+        self.filler.stop();
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -200,10 +208,9 @@ impl CommitLog {
             staged: Vec::new(),
             filled_to: write_pos.next_multiple_of(page_size()),
             next_requested: false,
+            inline_fills: 0,
         };
-        if let Some(filler) = &self.filler {
-            filler.retarget(&writer.tail, writer.filled_to);
-        }
+        self.filler.retarget(&writer.tail, writer.filled_to);
         self.warm_next_when_half_full(&mut writer);
         Ok(writer)
     }
@@ -258,12 +265,9 @@ impl CommitLog {
         let remaining = writer.tail.len() - at;
         if (size + BLANK_FILLER_BYTES) as u64 > remaining {
             self.write_staged(writer)?;
-            if let Some(filler) = &self.filler {
-                filler.before_write(
-                    writer.write_pos,
-                    writer.write_pos + BLANK_FILLER_BYTES as u64,
-                );
-            }
+            let blank_end = writer.write_pos + BLANK_FILLER_BYTES as u64;
+            self.filler
+                .before_write(writer.write_pos, blank_end, writer.filled_to, false);
             // SAFETY: beyond the published end; only the writer touches it.
             let blank = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
             record::encode_blank(blank, remaining as u32);
@@ -271,9 +275,7 @@ impl CommitLog {
             let (tail, prepared) = self.roll(next_base)?;
             writer.tail_file = tail.open_for_writes()?;
             writer.filled_to = if prepared { tail.end() } else { next_base };
-            if let Some(filler) = &self.filler {
-                filler.retarget(&tail, writer.filled_to);
-            }
+            self.filler.retarget(&tail, writer.filled_to);
             writer.tail = tail;
             writer.write_pos = next_base;
             writer.next_requested = false;
@@ -286,9 +288,7 @@ impl CommitLog {
             && !in_batch
             && (size as u64) < page_size();
         if direct {
-            if end > writer.filled_to {
-                self.zero_extend(writer, end)?;
-            }
+            self.fill_before_copy(writer, end)?;
             // SAFETY: beyond the published end; only the writer touches it.
             let dst = unsafe { writer.tail.slice_mut(at, size) };
             encode(dst, offset)?;
@@ -320,10 +320,13 @@ impl CommitLog {
             at + writer.staged.len() as u64 <= writer.tail.len(),
             "staged records past the tail segment"
         );
-        if let Some(filler) = &self.filler {
-            filler.before_write(from, writer.write_pos);
-        }
         let end = writer.write_pos;
+        // Sync asks for zeros ahead of every write; Async batches bring their own.
+        let ask_ahead = self.tail_writes == TailWrites::Written;
+        let filled = self
+            .filler
+            .before_write(from, end, writer.filled_to, ask_ahead);
+        writer.filled_to = writer.filled_to.max(filled);
         // Async: a write that goes past the filled pages zero-fills on to a step boundary.
         let zeros_to = if self.tail_writes == TailWrites::Mapped && end > writer.filled_to {
             fill_end(
@@ -353,6 +356,20 @@ impl CommitLog {
                 Err(error)
             }
         }
+    }
+
+    /// Makes sure the pages of a lone record about to be copied through the mapping, up to
+    /// `end`, are in the page cache: filled ahead by the thread, or else here.
+    fn fill_before_copy(&self, writer: &mut LogWriter, end: u64) -> Result<(), StoreError> {
+        let filled = self
+            .filler
+            .before_write(writer.write_pos, end, writer.filled_to, true);
+        writer.filled_to = writer.filled_to.max(filled);
+        if end > writer.filled_to {
+            self.zero_extend(writer, end)?;
+            writer.inline_fills += 1;
+        }
+        Ok(())
     }
 
     /// Zero-fills the tail past `end`, `MAPPED_FILL_STEP_BYTES` at a time (see
@@ -443,6 +460,7 @@ impl Drop for CommitLog {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
+    use std::time::Duration;
 
     use super::*;
 
@@ -470,6 +488,49 @@ mod tests {
         let (allocated, len) = first_segment_allocated(true);
         assert_eq!(len, LEN);
         assert!(allocated >= len, "{allocated} of {len} bytes allocated");
+    }
+
+    /// Async lone records copied through the mapping, at a pace the fill-ahead thread keeps
+    /// up with: the writer fills pages itself once, for the first record (nothing was asked
+    /// of the thread before it), and every record reads back.
+    #[test]
+    fn async_lone_records_find_their_pages_filled_by_the_thread() {
+        const SEGMENT: u64 = 8 * 1024 * 1024;
+        const RECORD: usize = 1000;
+        let dir = tempfile::tempdir().unwrap();
+        let log = CommitLog::new(dir.path(), SEGMENT, Vec::new(), false, TailWrites::Mapped);
+        let mut writer = log.writer(0).unwrap();
+        let ahead = FillPlan::FOR_MAPPING.ahead;
+        let mut n = 0u32;
+        while writer.write_pos() + (RECORD as u64) < SEGMENT - ahead {
+            let at = log
+                .append(&mut writer, RECORD, false, |dst, _| {
+                    dst.fill(n as u8 | 1);
+                    Ok::<(), StoreError>(())
+                })
+                .unwrap();
+            assert_eq!(at.0, u64::from(n) * RECORD as u64);
+            n += 1;
+            if n % 64 == 0 {
+                let wanted = writer.write_pos() + ahead / 2;
+                let filled = log.filler.wait_filled(wanted, Duration::from_secs(10));
+                assert!(filled >= wanted, "filled to {filled}, wanted {wanted}");
+            }
+        }
+        log.stop_background();
+        assert_eq!(writer.inline_fills, 1, "fills by the writer itself");
+        let bytes = std::fs::read(dir.path().join(segment_name(0))).unwrap();
+        for (i, record) in bytes[..writer.write_pos() as usize]
+            .chunks(RECORD)
+            .enumerate()
+        {
+            assert!(
+                record.iter().all(|b| *b == i as u8 | 1),
+                "record {i} damaged"
+            );
+        }
+        let meta = std::fs::metadata(dir.path().join(segment_name(0))).unwrap();
+        assert!(meta.blocks() * 512 >= writer.write_pos() + ahead / 2);
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub(crate) static ZEROS: std::sync::LazyLock<Box<[u8]>> =
     std::sync::LazyLock::new(|| vec![0; MAX_FILL_STEP_BYTES as usize].into_boxed_slice());
 
 /// The first multiple of `step` in the segment file (first byte at `base`) at or after `at`.
-fn step_boundary(base: u64, at: u64, step: u64) -> u64 {
+pub(crate) fn step_boundary(base: u64, at: u64, step: u64) -> u64 {
     base + (at - base).next_multiple_of(step)
 }
 

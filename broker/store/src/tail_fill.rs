@@ -1,17 +1,28 @@
-//! Sync mode's fill-ahead: a background thread keeps the CommitLog tail zero-filled and
-//! written back ahead of the writer, so a group commit's fsync writes only the records' pages
-//! (see `TailWrites::Written`).
+//! The CommitLog tail's fill-ahead: a background thread keeps the tail's pages zero-filled
+//! ahead of the writer, so the writer does not meet fresh pages itself.
 //!
 //! The first write into fresh page-cache pages is the slow part (about 2.5 ms per MiB on the
-//! VMs we measure on). Done inline, under the store's write lock, it stalled every Sync writer
-//! behind it for that long once per MiB of records. This thread also keeps it out of the
-//! file's write lock (`i_rwsem`), which every pwrite holds throughout and the writers' record
-//! pwrites queue on: it has the kernel load each chunk's pages first (readahead of a hole:
-//! zeros, no I/O), then writes the zeros into them. 16 writers of 1 KiB, alternating runs:
-//! 52-60k msgs/s and put p99 0.8-1.3 ms, against 39-41k and 3.1-3.9 ms when the zeros' pwrite
-//! allocated the pages (BENCHMARKS.md). The writer never waits for the filler, except when its
-//! next record would overlap a chunk being written at that moment; when the filler falls
-//! behind, records land in unfilled blocks and the fsync allocates them, as in a sparse file.
+//! VMs we measure on), and a writer that did it inline stalled everyone behind the store's
+//! write lock for that long. How the thread fills depends on the flush mode (`FillPlan`):
+//!
+//! - **Sync** (`FillPlan::FOR_FSYNC`): zeros a little ahead in 16 KiB writes, then written
+//!   back, so a group commit's fsync writes only the records' pages (see
+//!   `TailWrites::Written`). The thread has the kernel load each chunk's pages first
+//!   (readahead of a hole: zeros, no I/O), then writes the zeros into them, which keeps the
+//!   allocation out of the file's write lock (`i_rwsem`) that the writers' record pwrites
+//!   queue on. 16 writers of 1 KiB, alternating runs: 52-60k msgs/s and put p99 0.8-1.3 ms,
+//!   against 39-41k and 3.1-3.9 ms when the zeros' pwrite allocated the pages (BENCHMARKS.md).
+//! - **Async** (`FillPlan::FOR_MAPPING`): zeros in aligned 1 MiB writes, up to 2 MiB ahead of
+//!   the lone records the writer copies through the mapping (see `TailWrites::Mapped`), which
+//!   then never take the file's write lock and never wait. Inline, the writer met the end of
+//!   its 64 KiB of zeros once per ~55 records of 1 KiB and spent 150-400 us filling the next;
+//!   that was the slowest send of the fixed-rate end-to-end run (BENCHMARKS.md). The 1 MiB
+//!   writes also leave those records in 1 MiB folios, as batches are.
+//!
+//! The writer never waits for the filler, except when its next write would overlap a chunk
+//! being written at that moment. When the filler falls behind, a Sync writer's records land
+//! in unfilled blocks (the fsync allocates them, as in a sparse file) and an Async writer
+//! fills 64 KiB itself, as before the thread.
 
 use std::fs::File;
 use std::ops::Range;
@@ -21,14 +32,39 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::mapped_file::{load_pages, page_size, start_writeback, MappedSegment, ZEROS};
+use crate::mapped_file::{
+    load_pages, page_size, start_writeback, step_boundary, MappedSegment, ZEROS,
+};
 
-/// The filler keeps this much zero-filled past the writer's end, once the writer comes
-/// within half of it.
-pub(crate) const FILL_AHEAD_BYTES: u64 = 1024 * 1024;
-/// Zeros go out in writes this small: each holds the file's write lock (`i_rwsem`), which
-/// the writer's pwrite of a record then waits for.
-const FILL_WRITE_BYTES: u64 = 16 * 1024;
+/// How the filler fills: how far ahead, in what writes, and for whom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FillPlan {
+    /// Zero-filled bytes kept past the writer's end, once the writer comes within half.
+    pub(crate) ahead: u64,
+    /// Each zeros' write ends at a multiple of this in the segment file.
+    pub(crate) chunk: u64,
+    /// Load each chunk's pages before writing its zeros, and start their writeback: for
+    /// fsyncs that should find the blocks written (Sync mode).
+    pub(crate) for_fsync: bool,
+}
+
+impl FillPlan {
+    /// Sync mode: zeros go out in writes this small because each holds the file's write lock
+    /// (`i_rwsem`), which the writer's pwrite of a record then waits for.
+    pub(crate) const FOR_FSYNC: FillPlan = FillPlan {
+        ahead: 1024 * 1024,
+        chunk: 16 * 1024,
+        for_fsync: true,
+    };
+    /// Async mode: records copied through the mapping take no file lock, so the writes can be
+    /// large, and the page cache keeps each as one 1 MiB folio.
+    pub(crate) const FOR_MAPPING: FillPlan = FillPlan {
+        ahead: 2 * 1024 * 1024,
+        chunk: 1024 * 1024,
+        for_fsync: false,
+    };
+}
+
 /// Writeback is started every this many filled bytes, and when the filler catches up.
 const WRITEBACK_BYTES: u64 = 256 * 1024;
 
@@ -54,6 +90,7 @@ struct State {
 }
 
 struct Shared {
+    plan: FillPlan,
     state: Mutex<State>,
     /// Wakes the filler: more is wanted, a new tail, or stop.
     work: Condvar,
@@ -61,15 +98,16 @@ struct Shared {
     chunk_done: Condvar,
 }
 
-/// Owns the fill-ahead thread of a Sync-mode CommitLog; stopped by `stop` or on drop.
+/// Owns the CommitLog's fill-ahead thread; stopped by `stop` or on drop.
 pub(crate) struct TailFiller {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl TailFiller {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(plan: FillPlan) -> Self {
         let shared = Arc::new(Shared {
+            plan,
             state: Mutex::new(State {
                 target: None,
                 filled_to: 0,
@@ -87,7 +125,7 @@ impl TailFiller {
             .name("quiver-tail-fill".into())
             .spawn(move || run(&worker))
             .map_err(|error| {
-                tracing::warn!(%error, "cannot start the CommitLog fill-ahead thread; fsyncs may be slower");
+                tracing::warn!(%error, "cannot start the CommitLog fill-ahead thread; writes may be slower");
             })
             .ok();
         TailFiller {
@@ -103,7 +141,7 @@ impl TailFiller {
         let file = segment
             .open_for_writes()
             .map_err(|error| {
-                tracing::warn!(%error, "cannot open the CommitLog tail to fill it ahead; fsyncs may be slower");
+                tracing::warn!(%error, "cannot open the CommitLog tail to fill it ahead; writes may be slower");
             })
             .ok();
         let mut state = self.shared.state.lock();
@@ -120,10 +158,17 @@ impl TailFiller {
         state.written_back_to = filled_to;
     }
 
-    /// Call before the writer writes `[from, to)` of the tail: waits if the filler is writing
-    /// zeros there right now, keeps it above `to`, and asks for more zeros once `to` comes
-    /// within half of `FILL_AHEAD_BYTES` of the wanted end.
-    pub(crate) fn before_write(&self, from: u64, to: u64) {
+    /// Call before the writer writes `[from, to)` of the tail, having filled the pages below
+    /// `writer_filled` itself: waits if the filler is writing zeros there right now and keeps
+    /// it above both. With `ask_ahead`, asks for zeros up to `FillPlan::ahead` past `to` once
+    /// `to` comes within half of that of the wanted end. Returns the end of the filled pages.
+    pub(crate) fn before_write(
+        &self,
+        from: u64,
+        to: u64,
+        writer_filled: u64,
+        ask_ahead: bool,
+    ) -> u64 {
         let mut state = self.shared.state.lock();
         while state
             .filling
@@ -133,13 +178,34 @@ impl TailFiller {
             self.shared.chunk_done.wait(&mut state);
         }
         state.writer_end = state.writer_end.max(to);
-        let Some(limit) = state.target.as_ref().map(|t| t.segment.end()) else {
-            return;
+        let Some(target) = state.target.as_ref() else {
+            return state.filled_to;
         };
-        if to + FILL_AHEAD_BYTES / 2 > state.wanted_to && state.wanted_to < limit {
-            state.wanted_to = (to + FILL_AHEAD_BYTES).min(limit);
+        let (base, limit) = (target.segment.base(), target.segment.end());
+        if writer_filled > state.filled_to && writer_filled <= limit {
+            state.filled_to = writer_filled;
+        }
+        let ahead = self.shared.plan.ahead;
+        if ask_ahead && to + ahead / 2 > state.wanted_to && state.wanted_to < limit {
+            state.wanted_to = step_boundary(base, to + ahead, self.shared.plan.chunk).min(limit);
             self.shared.work.notify_one();
         }
+        state.filled_to
+    }
+
+    /// Waits (`timeout` at most) for the filled pages to reach `at_least`; where they end.
+    #[cfg(test)]
+    pub(crate) fn wait_filled(&self, at_least: u64, timeout: std::time::Duration) -> u64 {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut state = self.shared.state.lock();
+        while state.filled_to < at_least
+            && !self
+                .shared
+                .chunk_done
+                .wait_until(&mut state, deadline)
+                .timed_out()
+        {}
+        state.filled_to
     }
 
     /// Stops and joins the thread; idempotent. A chunk in flight is finished first.
@@ -169,6 +235,7 @@ struct Chunk {
 
 /// Waits for the next chunk to fill; `None` once stopped.
 fn next_chunk(shared: &Shared) -> Option<Chunk> {
+    let plan = shared.plan;
     let mut state = shared.state.lock();
     loop {
         if state.stopped {
@@ -178,9 +245,11 @@ fn next_chunk(shared: &Shared) -> Option<Chunk> {
             .filled_to
             .max(state.writer_end.next_multiple_of(page_size()));
         if let Some(target) = state.target.as_ref().filter(|_| start < state.wanted_to) {
-            let end = (start + FILL_WRITE_BYTES).min(state.wanted_to);
+            let end =
+                step_boundary(target.segment.base(), start + 1, plan.chunk).min(state.wanted_to);
             let caught_up = end == state.wanted_to;
-            let writeback_from = (caught_up || end - state.written_back_to >= WRITEBACK_BYTES)
+            let writeback_from = (plan.for_fsync
+                && (caught_up || end - state.written_back_to >= WRITEBACK_BYTES))
                 .then_some(state.written_back_to);
             let chunk = Chunk {
                 segment: Arc::clone(&target.segment),
@@ -199,9 +268,11 @@ fn run(shared: &Shared) {
     while let Some(chunk) = next_chunk(shared) {
         let base = chunk.segment.base();
         let Range { start, end } = chunk.range;
-        // Fresh pages are slow to allocate here; doing it first keeps the zeros' pwrite short,
-        // and with it the writers' pwrites that wait for the same file lock.
-        load_pages(&chunk.file, start - base, end - start);
+        if shared.plan.for_fsync {
+            // Fresh pages are slow to allocate here; doing it first keeps the zeros' pwrite
+            // short, and with it the writers' pwrites that wait for the same file lock.
+            load_pages(&chunk.file, start - base, end - start);
+        }
         let written = chunk
             .file
             .write_all_at(&ZEROS[..(end - start) as usize], start - base)
@@ -220,8 +291,9 @@ fn run(shared: &Shared) {
             }
             Err(error) => {
                 tracing::warn!(%error, path = %chunk.segment.path().display(),
-                    "could not fill CommitLog blocks ahead; fsyncs may be slower");
-                // Give up on this stretch: its records allocate their blocks at the fsync.
+                    "could not fill CommitLog blocks ahead; writes may be slower");
+                // Give up on this stretch: Sync writers' records allocate their blocks at the
+                // fsync; Async writers' copies fault their pages in through the mapping.
                 state.filled_to = state.wanted_to;
                 state.written_back_to = state.wanted_to;
             }
@@ -235,42 +307,46 @@ fn run(shared: &Shared) {
 mod tests {
     use super::*;
 
-    const LEN: u64 = 4 * 1024 * 1024;
+    const LEN: u64 = 8 * 1024 * 1024;
 
     /// Waits (10 s at most) for the filler to fill up to `at_least`; what it reached.
     fn wait_filled(filler: &TailFiller, at_least: u64) -> u64 {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut state = filler.shared.state.lock();
-        while state.filled_to < at_least
-            && !filler
-                .shared
-                .chunk_done
-                .wait_until(&mut state, deadline)
-                .timed_out()
-        {}
-        state.filled_to
+        filler.wait_filled(at_least, std::time::Duration::from_secs(10))
     }
 
-    /// Records written as fast as possible while the filler races ahead: none is overwritten
-    /// by zeros, and the bytes past the last one are zeros the filler wrote.
-    #[test]
-    fn filling_ahead_never_overwrites_records() {
+    fn allocated(segment: &MappedSegment) -> u64 {
+        std::os::unix::fs::MetadataExt::blocks(&segment.path().metadata().unwrap()) * 512
+    }
+
+    /// Odd sizes, so records and chunks meet inside pages.
+    fn record_size(n: u8) -> u64 {
+        700 + u64::from(n) * 7 % 2300
+    }
+
+    /// Records written as fast as possible while the filler races ahead, with pwrite (Sync)
+    /// or through the mapping (Async): none is overwritten by zeros, and the bytes past the
+    /// last one are zeros the filler wrote.
+    fn filling_ahead_never_overwrites_records(plan: FillPlan) {
         let dir = tempfile::tempdir().unwrap();
         let segment = MappedSegment::create(dir.path(), 0, LEN).unwrap();
         let file = segment.open_for_writes().unwrap();
-        let filler = TailFiller::new();
+        let filler = TailFiller::new(plan);
         filler.retarget(&segment, 0);
-        let mut end = 0u64;
-        let mut n = 0u8;
-        // Odd sizes, so records and chunks meet inside pages.
-        while end + 3000 < LEN - FILL_AHEAD_BYTES {
-            let size = 700 + u64::from(n) * 7 % 2300;
-            filler.before_write(end, end + size);
-            file.write_all_at(&vec![n | 1; size as usize], end).unwrap();
+        let (mut end, mut filled, mut n) = (0u64, 0u64, 0u8);
+        while end + 3000 < LEN - plan.ahead {
+            let size = record_size(n);
+            filled = filled.max(filler.before_write(end, end + size, filled, true));
+            if plan.for_fsync {
+                file.write_all_at(&vec![n | 1; size as usize], end).unwrap();
+            } else {
+                // SAFETY: only this thread writes records, and the filler keeps off them.
+                let dst = unsafe { segment.slice_mut(end, size as usize) };
+                dst.fill(n | 1);
+            }
             end += size;
             n = n.wrapping_add(1);
         }
-        let wanted = end + FILL_AHEAD_BYTES / 2;
+        let wanted = end + plan.ahead / 2;
         let filled_to = wait_filled(&filler, wanted);
         filler.stop();
         assert!(
@@ -280,40 +356,75 @@ mod tests {
         let bytes = std::fs::read(segment.path()).unwrap();
         let (mut at, mut n) = (0u64, 0u8);
         while at < end {
-            let size = 700 + u64::from(n) * 7 % 2300;
+            let size = record_size(n);
             let record = &bytes[at as usize..(at + size) as usize];
             assert!(record.iter().all(|b| *b == n | 1), "record at {at} damaged");
             at += size;
             n = n.wrapping_add(1);
         }
         assert!(bytes[end as usize..].iter().all(|b| *b == 0));
-        let allocated =
-            std::os::unix::fs::MetadataExt::blocks(&segment.path().metadata().unwrap()) * 512;
         assert!(
-            allocated >= filled_to,
-            "{allocated} bytes allocated, filled to {filled_to}"
+            allocated(&segment) >= filled_to,
+            "{} bytes allocated, filled to {filled_to}",
+            allocated(&segment)
+        );
+    }
+
+    #[test]
+    fn filling_ahead_of_pwrites_never_overwrites_records() {
+        filling_ahead_never_overwrites_records(FillPlan::FOR_FSYNC);
+    }
+
+    #[test]
+    fn filling_ahead_of_mapped_copies_never_overwrites_records() {
+        filling_ahead_never_overwrites_records(FillPlan::FOR_MAPPING);
+    }
+
+    /// The filler writes zeros up to the wanted end in chunks that end on chunk boundaries,
+    /// starting above what the writer said it filled itself, and only when asked.
+    #[test]
+    fn fills_on_request_from_above_the_writers_own_zeros() {
+        let plan = FillPlan::FOR_MAPPING;
+        let dir = tempfile::tempdir().unwrap();
+        let segment = MappedSegment::create(dir.path(), 0, LEN).unwrap();
+        let filler = TailFiller::new(plan);
+        filler.retarget(&segment, 0);
+        // A batch that zero-filled its own MiB: no request, nothing filled by the thread.
+        assert_eq!(filler.before_write(0, 5000, plan.chunk, false), plan.chunk);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(filler.shared.state.lock().filled_to, plan.chunk);
+        assert_eq!(allocated(&segment), 0, "nothing written by the test itself");
+        // A lone record asks: the thread fills from the writer's MiB on to 2 MiB past it.
+        filler.before_write(5000, 6000, plan.chunk, true);
+        let wanted = step_boundary(0, 6000 + plan.ahead, plan.chunk);
+        assert_eq!(wait_filled(&filler, wanted), wanted);
+        filler.stop();
+        let data = crate::mapped_file::data_ranges(segment.path(), 0, LEN);
+        assert_eq!(
+            data,
+            vec![(plan.chunk, wanted)],
+            "only the thread's zeros are in the file"
         );
     }
 
     /// After a roll the filler works on the new tail only.
     #[test]
     fn retarget_moves_the_filling_to_the_new_tail() {
+        let plan = FillPlan::FOR_FSYNC;
         let dir = tempfile::tempdir().unwrap();
         let first = MappedSegment::create(dir.path(), 0, LEN).unwrap();
         let second = MappedSegment::create(dir.path(), LEN, LEN).unwrap();
-        let filler = TailFiller::new();
+        let filler = TailFiller::new(plan);
         filler.retarget(&first, 0);
-        filler.before_write(0, 100);
+        filler.before_write(0, 100, 0, true);
         filler.retarget(&second, LEN);
-        filler.before_write(LEN, LEN + 100);
-        wait_filled(&filler, LEN + 100 + FILL_AHEAD_BYTES);
+        filler.before_write(LEN, LEN + 100, LEN, true);
+        let wanted = LEN + 100 + plan.ahead;
+        wait_filled(&filler, wanted);
         filler.stop();
-        let allocated = |s: &MappedSegment| {
-            std::os::unix::fs::MetadataExt::blocks(&s.path().metadata().unwrap()) * 512
-        };
-        assert!(allocated(&second) >= FILL_AHEAD_BYTES - page_size());
-        assert!(allocated(&first) <= FILL_AHEAD_BYTES + page_size());
+        assert!(allocated(&second) >= plan.ahead - page_size());
+        assert!(allocated(&first) <= plan.ahead + page_size());
         let filled_to = filler.shared.state.lock().filled_to;
-        assert_eq!(filled_to, LEN + 100 + FILL_AHEAD_BYTES);
+        assert_eq!(filled_to, step_boundary(LEN, wanted, plan.chunk));
     }
 }
