@@ -64,8 +64,9 @@ pub struct Options {
     /// In-flight single sends per producer.
     #[arg(long, default_value_t = 32)]
     window: usize,
-    /// Worker threads of the load generator's runtime, the same for every system. Default 1:
-    /// on a 2-core box that leaves a core to the server, and every peer measured faster so.
+    /// Threads of the load generator, the same for every system. Default 1 (one thread runs
+    /// everything): on a 2-core box that leaves a core to the server, and every peer measured
+    /// faster so.
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
     /// Messages asked for per pull / fetch / XRANGE.
@@ -176,8 +177,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let plan = options.plan();
     let may_install = !options.no_install && !options.smoke;
     let parent = options.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(options.client_threads.max(1))
+    // One client thread means one: a multi-thread runtime with one worker still drives the
+    // workload on this thread and hands every task it spawns across to that worker.
+    let mut builder = if options.client_threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(options.client_threads);
+        builder
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
