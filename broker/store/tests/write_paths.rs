@@ -303,23 +303,29 @@ fn wait_allocated(segment: &Path, at_least: u64) -> u64 {
     allocated(segment)
 }
 
-#[test]
-fn async_lone_puts_find_megabytes_filled_ahead_by_the_thread() {
-    const MIB: u64 = 1024 * 1024;
+/// Lone puts until the log passes `past`; every `every` puts, once the fill thread has caught
+/// up (bounded wait: it is a thread), at least `ahead` bytes are allocated past the log end,
+/// in whole `in_multiples_of` when given. Then every put reads back and a crash recovers at
+/// the zeros.
+fn lone_puts_find_blocks_filled_ahead(
+    flush_mode: FlushMode,
+    past: u64,
+    every: u64,
+    ahead: u64,
+    in_multiples_of: Option<u64>,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let (config, store, segment) = store_with_8_mib_segments(dir.path(), FlushMode::Async);
+    let (config, store, segment) = store_with_8_mib_segments(dir.path(), flush_mode);
     let mut puts = Vec::new();
     let mut n = 0;
-    // Lone puts past three megabytes, most copied through the mapping (those under a page):
-    // once the thread has caught up, at least a megabyte is filled past the log end, in MiB.
-    while store.stats().max_physical_offset.0 < 3 * MIB {
+    while store.stats().max_physical_offset.0 < past {
         let body = body(n);
         puts.push((n, store.put(&msg(&body, n), n as i64).unwrap()));
-        if n % 100 == 0 {
+        if n % every == 0 {
             let end = store.stats().max_physical_offset.0;
-            let filled = wait_allocated(&segment, end + MIB);
+            let filled = wait_allocated(&segment, end + ahead);
             assert!(
-                filled >= end + MIB && filled % MIB == 0,
+                filled >= end + ahead && in_multiples_of.is_none_or(|unit| filled % unit == 0),
                 "{filled} bytes allocated with the log ending at {end}"
             );
         }
@@ -330,27 +336,15 @@ fn async_lone_puts_find_megabytes_filled_ahead_by_the_thread() {
 }
 
 #[test]
+fn async_lone_puts_find_megabytes_filled_ahead_by_the_thread() {
+    const MIB: u64 = 1024 * 1024;
+    // Past three megabytes, most copied through the mapping (those under a page): at least a
+    // megabyte filled past the log end, in whole megabytes.
+    lone_puts_find_blocks_filled_ahead(FlushMode::Async, 3 * MIB, 100, MIB, Some(MIB));
+}
+
+#[test]
 fn sync_mode_keeps_zero_filled_blocks_ahead_of_its_records() {
-    const FILL_AHEAD: u64 = 512 * 1024;
-    let dir = tempfile::tempdir().unwrap();
-    let (config, store, segment) = store_with_8_mib_segments(dir.path(), FlushMode::Sync);
-    let mut puts = Vec::new();
-    let mut n = 0;
-    // Lone puts past the first filled megabyte and a half: the background fill keeps at
-    // least half a megabyte ahead once it has caught up (bounded wait: it is a thread).
-    while store.stats().max_physical_offset.0 < 1536 * 1024 {
-        let body = body(n);
-        puts.push((n, store.put(&msg(&body, n), n as i64).unwrap()));
-        let end = store.stats().max_physical_offset.0;
-        if n % 50 == 0 {
-            let filled = wait_allocated(&segment, end + FILL_AHEAD);
-            assert!(
-                filled >= end + FILL_AHEAD,
-                "{filled} bytes allocated with the log ending at {end}"
-            );
-        }
-        n += 1;
-    }
-    assert_all_readable(&store, &puts);
-    crash_and_recover_at_the_zeros(store, config, &segment, &puts);
+    // Past the first filled megabyte and a half: at least half a megabyte filled ahead.
+    lone_puts_find_blocks_filled_ahead(FlushMode::Sync, 1536 * 1024, 50, 512 * 1024, None);
 }
