@@ -294,18 +294,19 @@ fn async_batches_land_in_megabytes_zero_filled_ahead() {
     crash_and_recover_at_the_zeros(store, config, &segment, &puts);
 }
 
-/// Waits (10 s at most) for `segment` to hold `at_least` bytes of blocks; how many it holds.
-fn wait_allocated(segment: &Path, at_least: u64) -> u64 {
+/// Waits (10 s at most) until the bytes of blocks `segment` holds satisfy `settled` (a thread
+/// fills them, and its write in progress is seen part-way); how many it holds.
+fn wait_allocated(segment: &Path, settled: impl Fn(u64) -> bool) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while allocated(segment) < at_least && Instant::now() < deadline {
+    while !settled(allocated(segment)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
     allocated(segment)
 }
 
 /// Lone puts until the log passes `past`; every `every` puts, once the fill thread has caught
-/// up (bounded wait: it is a thread), at least `ahead` bytes are allocated past the log end,
-/// in whole `in_multiples_of` when given. Then every put reads back and a crash recovers at
+/// up (bounded wait: it is a thread, and a chunk it is writing shows part-way), at least
+/// `ahead` bytes are allocated past the log end, in whole `in_multiples_of` when given. Then every put reads back and a crash recovers at
 /// the zeros.
 fn lone_puts_find_blocks_filled_ahead(
     flush_mode: FlushMode,
@@ -323,9 +324,12 @@ fn lone_puts_find_blocks_filled_ahead(
         puts.push((n, store.put(&msg(&body, n), n as i64).unwrap()));
         if n % every == 0 {
             let end = store.stats().max_physical_offset.0;
-            let filled = wait_allocated(&segment, end + ahead);
+            let settled = |filled: u64| {
+                filled >= end + ahead && in_multiples_of.is_none_or(|unit| filled % unit == 0)
+            };
+            let filled = wait_allocated(&segment, settled);
             assert!(
-                filled >= end + ahead && in_multiples_of.is_none_or(|unit| filled % unit == 0),
+                settled(filled),
                 "{filled} bytes allocated with the log ending at {end}"
             );
         }
