@@ -10,8 +10,8 @@ use bytes::BytesMut;
 use futures::future::{BoxFuture, FutureExt};
 use quiver_protocol::body::{self, SubscriptionGroupConfig};
 use quiver_protocol::code::{request, response};
-use quiver_protocol::{frame, RemotingCommand};
-use std::collections::{BTreeMap, HashMap};
+use quiver_protocol::{frame, ExtFields, RemotingCommand};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,7 +34,7 @@ impl Default for RemotingAdmin {
     }
 }
 
-fn ext<const N: usize>(fields: [(&str, String); N]) -> HashMap<String, String> {
+fn ext<const N: usize>(fields: [(&str, String); N]) -> ExtFields {
     fields
         .into_iter()
         .map(|(key, value)| (key.to_string(), value))
@@ -310,8 +310,10 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
         async move {
-            let command =
-                RemotingCommand::request(request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG, HashMap::new());
+            let command = RemotingCommand::request(
+                request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+                ExtFields::default(),
+            );
             let reply = self
                 .invoke_ok(addr, command, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
                 .await?;
@@ -338,8 +340,9 @@ impl BrokerAdmin for RemotingAdmin {
                 "brokerPermission".to_string(),
                 permission.wire_value().to_string(),
             )]);
-            let command = RemotingCommand::request(request::UPDATE_BROKER_CONFIG, HashMap::new())
-                .with_body(body::encode_properties_text(&properties));
+            let command =
+                RemotingCommand::request(request::UPDATE_BROKER_CONFIG, ExtFields::default())
+                    .with_body(body::encode_properties_text(&properties));
             self.invoke_ok(addr, command, "UPDATE_BROKER_CONFIG")
                 .await
                 .map(drop)
@@ -386,7 +389,7 @@ impl BrokerAdmin for RemotingAdmin {
             };
             let command = RemotingCommand::request(
                 request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                HashMap::new(),
+                ExtFields::default(),
             )
             .with_body(config.encode());
             self.invoke_ok(addr, command, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP")

@@ -6,8 +6,7 @@ use quiver_operator::admin::{
 };
 use quiver_operator::remoting_admin::RemotingAdmin;
 use quiver_protocol::code::{request, response};
-use quiver_protocol::RemotingCommand;
-use std::collections::HashMap;
+use quiver_protocol::{ExtFields, RemotingCommand};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 
@@ -53,7 +52,7 @@ async fn start_broker() -> RunningBroker {
 
 /// One SEND_MESSAGE to an explicit queue, the way a RocketMQ 4.x producer sends it.
 async fn send(admin: &RemotingAdmin, addr: &BrokerAddr, queue_id: i32, body: &str) {
-    let fields: HashMap<String, String> = [
+    let fields: ExtFields = [
         ("producerGroup", "test-producer".to_string()),
         ("topic", "orders".to_string()),
         ("defaultTopic", "TBW102".to_string()),
@@ -98,7 +97,7 @@ async fn heartbeat(addr: &BrokerAddr, group: &str, client_id: &str) -> tokio::ne
             ..ConsumerData::default()
         }],
     };
-    let command = RemotingCommand::request(request::HEART_BEAT, HashMap::new())
+    let command = RemotingCommand::request(request::HEART_BEAT, ExtFields::default())
         .with_body(data.encode())
         .with_opaque(7);
     let mut stream = tokio::net::TcpStream::connect(&addr.0)
@@ -129,7 +128,7 @@ async fn heartbeat(addr: &BrokerAddr, group: &str, client_id: &str) -> tokio::ne
 
 /// `brokerPermission` as GET_BROKER_CONFIG reports it.
 async fn broker_permission(admin: &RemotingAdmin, addr: &BrokerAddr) -> String {
-    let command = RemotingCommand::request(request::GET_BROKER_CONFIG, HashMap::new());
+    let command = RemotingCommand::request(request::GET_BROKER_CONFIG, ExtFields::default());
     let reply = admin
         .call(addr, command, "GET_BROKER_CONFIG")
         .await

@@ -1,12 +1,12 @@
 //! Admin operations: topics, routes, cluster, consume stats and lag, offset resets.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use quiver_protocol::body;
 use quiver_protocol::header as h;
-use quiver_protocol::{code, RemotingCommand};
+use quiver_protocol::{code, ExtFields, RemotingCommand};
 use quiver_store::QueueOffset;
 
 use crate::client::{ClientConfig, ClientCore, TopicRoute};
@@ -101,7 +101,7 @@ impl Admin {
 
     pub async fn cluster_info(&self) -> Result<body::ClusterInfo> {
         let request =
-            RemotingCommand::request(code::request::GET_BROKER_CLUSTER_INFO, HashMap::new());
+            RemotingCommand::request(code::request::GET_BROKER_CLUSTER_INFO, ExtFields::default());
         let (addr, response) = self.core.invoke_name_server(request).await?;
         let response = expect_success(&addr, code::request::GET_BROKER_CLUSTER_INFO, response)?;
         body::ClusterInfo::decode(&response.body).map_err(|source| ClientError::Body {
@@ -142,7 +142,7 @@ impl Admin {
         for (cluster, broker_name, addr) in self.brokers_of(&info) {
             let started = Instant::now();
             let request =
-                RemotingCommand::request(code::request::GET_BROKER_CONFIG, HashMap::new());
+                RemotingCommand::request(code::request::GET_BROKER_CONFIG, ExtFields::default());
             let state = match self
                 .core
                 .invoke(&addr, request)
@@ -198,8 +198,9 @@ impl Admin {
     /// Changes a broker's permission at run time: 6 read-write, 4 read-only (draining).
     pub async fn set_broker_permission(&self, addr: &str, permission: i32) -> Result<()> {
         let settings = BTreeMap::from([("brokerPermission".to_owned(), permission.to_string())]);
-        let request = RemotingCommand::request(code::request::UPDATE_BROKER_CONFIG, HashMap::new())
-            .with_body(body::encode_properties_text(&settings));
+        let request =
+            RemotingCommand::request(code::request::UPDATE_BROKER_CONFIG, ExtFields::default())
+                .with_body(body::encode_properties_text(&settings));
         let response = self.core.invoke(addr, request).await?;
         expect_success(addr, code::request::UPDATE_BROKER_CONFIG, response)?;
         Ok(())
@@ -210,7 +211,7 @@ impl Admin {
         let mut topics: BTreeMap<String, TopicSpec> = BTreeMap::new();
         for addr in self.broker_addrs().await? {
             let request =
-                RemotingCommand::request(code::request::GET_ALL_TOPIC_CONFIG, HashMap::new());
+                RemotingCommand::request(code::request::GET_ALL_TOPIC_CONFIG, ExtFields::default());
             let response = self.core.invoke(&addr, request).await?;
             let response = expect_success(&addr, code::request::GET_ALL_TOPIC_CONFIG, response)?;
             let wrapper =
@@ -243,7 +244,7 @@ impl Admin {
         for addr in self.broker_addrs().await? {
             let request = RemotingCommand::request(
                 code::request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-                HashMap::new(),
+                ExtFields::default(),
             );
             let response = self.core.invoke(&addr, request).await?;
             let response = expect_success(

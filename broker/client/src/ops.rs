@@ -1,7 +1,6 @@
 //! Single broker requests shared by the consumers and the admin: pull, offsets, send-back,
 //! member lists and queue locks.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use quiver_protocol::header::{
@@ -10,7 +9,7 @@ use quiver_protocol::header::{
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
     UpdateConsumerOffsetRequestHeader,
 };
-use quiver_protocol::{code, RemotingCommand};
+use quiver_protocol::{code, ExtFields, RemotingCommand};
 use quiver_store::QueueOffset;
 
 use crate::client::ClientCore;
@@ -258,7 +257,7 @@ impl ClientCore {
         &self,
         request_code: i32,
         queue: &MessageQueue,
-        ext: HashMap<String, String>,
+        ext: ExtFields,
     ) -> Result<H> {
         let addr = self.broker_addr(&queue.broker_name)?;
         let response = self
@@ -333,7 +332,7 @@ impl ClientCore {
             mq_set: queues.to_vec(),
             ..Default::default()
         };
-        let request = RemotingCommand::request(code::request::LOCK_BATCH_MQ, HashMap::new())
+        let request = RemotingCommand::request(code::request::LOCK_BATCH_MQ, ExtFields::default())
             .with_body(body.encode());
         let response = self.invoke(addr, request).await?;
         let response = expect_success(addr, code::request::LOCK_BATCH_MQ, response)?;
@@ -359,8 +358,9 @@ impl ClientCore {
             mq_set: queues.to_vec(),
             ..Default::default()
         };
-        let request = RemotingCommand::request(code::request::UNLOCK_BATCH_MQ, HashMap::new())
-            .with_body(body.encode());
+        let request =
+            RemotingCommand::request(code::request::UNLOCK_BATCH_MQ, ExtFields::default())
+                .with_body(body.encode());
         let response = self.invoke(addr, request).await?;
         if response.code != code::response::SUCCESS {
             return Err(response_error(

@@ -1,7 +1,7 @@
 //! The push consumer (clustering mode): heartbeats, rebalance, one pull loop per assigned
 //! queue, concurrent or orderly consumption, send-back of failures, offset commits.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quiver_protocol::header::UnregisterClientRequestHeader;
-use quiver_protocol::{code, RemotingCommand};
+use quiver_protocol::{code, ExtFields, RemotingCommand};
 use quiver_store::QueueOffset;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
@@ -426,7 +426,7 @@ impl Inner {
         let mut last_error = None;
         let mut any_ok = false;
         for addr in brokers {
-            let request = RemotingCommand::request(code::request::HEART_BEAT, HashMap::new())
+            let request = RemotingCommand::request(code::request::HEART_BEAT, ExtFields::default())
                 .with_body(body.clone());
             match self
                 .core

@@ -1,12 +1,11 @@
 //! Answers far larger than the read buffer (a pull's messages), arriving in small pieces with
 //! the next answer right behind them, reach their callers byte-exact.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use quiver_client::remoting::RemotingClient;
-use quiver_protocol::{code, frame, RemotingCommand};
+use quiver_protocol::{code, frame, ExtFields, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -52,7 +51,7 @@ async fn a_large_answer_read_in_small_pieces_arrives_whole_and_the_next_after_it
     });
 
     let client = RemotingClient::new();
-    let request = |code| RemotingCommand::request(code, HashMap::new());
+    let request = |code| RemotingCommand::request(code, ExtFields::default());
     let (big, small) = tokio::join!(
         client.invoke(
             &addr,

@@ -1,17 +1,16 @@
 //! The connection layer against peers that misbehave: one that never answers (timeout) and
 //! one that hangs up (connection closed), then reconnects on the next request.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use quiver_client::remoting::RemotingClient;
 use quiver_client::ClientError;
-use quiver_protocol::{code, RemotingCommand};
+use quiver_protocol::{code, ExtFields, RemotingCommand};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
 fn ping() -> RemotingCommand {
-    RemotingCommand::request(code::request::GET_BROKER_CONFIG, HashMap::new())
+    RemotingCommand::request(code::request::GET_BROKER_CONFIG, ExtFields::default())
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use quiver_protocol::body::HeartbeatData;
 use quiver_protocol::code::request;
-use quiver_protocol::header::SendMessageRequestHeader;
+use quiver_protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
 use quiver_protocol::message::{decode_batch_shared, encode_batch, BatchMessage};
 use quiver_protocol::{frame, RemotingCommand, SerializeType};
 
@@ -31,8 +31,8 @@ fn report(name: &str, ops_per_sec: f64, bytes_per_op: usize) {
     println!("{name:<44} {ops_per_sec:>12.0} ops/s {mib_per_sec:>9.1} MiB/s");
 }
 
-fn send_command(serialize_type: SerializeType) -> RemotingCommand {
-    let header = SendMessageRequestHeader {
+fn send_header() -> SendMessageRequestHeader {
+    SendMessageRequestHeader {
         producer_group: "bench-producer".into(),
         topic: "BenchTopic".into(),
         default_topic: "TBW102".into(),
@@ -46,8 +46,11 @@ fn send_command(serialize_type: SerializeType) -> RemotingCommand {
         unit_mode: Some(false),
         batch: Some(false),
         max_reconsume_times: None,
-    };
-    RemotingCommand::request(request::SEND_MESSAGE_V2, header.to_v2_ext())
+    }
+}
+
+fn send_command(serialize_type: SerializeType) -> RemotingCommand {
+    RemotingCommand::request(request::SEND_MESSAGE_V2, send_header().to_v2_ext())
         .with_opaque(1)
         .with_body(Bytes::from(vec![b'x'; 1024]))
         .with_serialize_type(serialize_type)
@@ -86,6 +89,60 @@ fn main() {
             encoded.len(),
         );
     }
+
+    // What one single send costs each side beyond the body: the header's extFields built
+    // and framed, then read back into the typed header (binary headers, as the clients send).
+    let header = send_header();
+    let body = Bytes::from(vec![b'x'; 1024]);
+    let mut out = BytesMut::with_capacity(4096);
+    let client_send = measure(budget, || {
+        out.clear();
+        let command =
+            RemotingCommand::request(request::SEND_MESSAGE_V2, black_box(&header).to_v2_ext())
+                .with_opaque(1)
+                .with_body(body.clone())
+                .with_serialize_type(SerializeType::RocketMq);
+        frame::encode(&command, &mut out).expect("encodable");
+    });
+    report(
+        "client: build + encode SEND_MESSAGE_V2",
+        client_send,
+        out.len(),
+    );
+    let request = send_command(SerializeType::RocketMq);
+    let answer_header = SendMessageResponseHeader {
+        msg_id: "7F00000100002A9F0000000000A3C5E0".into(),
+        queue_id: 1,
+        queue_offset: 123_456,
+    };
+    let broker_answer = measure(budget, || {
+        out.clear();
+        let answer = request
+            .response_to(0, None)
+            .with_ext_fields(black_box(&answer_header).to_ext());
+        frame::encode(&answer, &mut out).expect("encodable");
+    });
+    report(
+        "broker: build + encode the send's answer",
+        broker_answer,
+        out.len(),
+    );
+    let answer = frame::encode_to_bytes(
+        &request
+            .response_to(0, None)
+            .with_ext_fields(answer_header.to_ext()),
+    )
+    .expect("encodable");
+    let client_read = measure(budget, || {
+        let mut buf = BytesMut::from(&answer[..]);
+        let decoded = frame::decode(&mut buf).expect("valid").expect("whole");
+        black_box(SendMessageResponseHeader::from_command(&decoded).expect("typed"));
+    });
+    report(
+        "client: decode + read the send's answer",
+        client_read,
+        answer.len(),
+    );
 
     let heartbeat = br#"{"clientID":"13246-127.0.0.1@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,"groupName":"GroupCapture","messageModel":1,"subscriptionDataSet":[{"subString":"*","subVersion":"1795952784668","topic":"%RETRY%GroupCapture"},{"codeSet":[0,0],"subString":"TagA || TagB","subVersion":"1795952784668","tagsSet":["TagA","TagB"],"topic":"TopicTest"}]}],"producerDataSet":[{"groupName":"GroupCaptureProducer"}]}"#;
     let decode = measure(budget, || {

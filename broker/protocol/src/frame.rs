@@ -8,12 +8,10 @@
 //! ```
 //! Every length is checked against the bytes actually present before anything is allocated.
 
-use std::collections::HashMap;
-
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde_json::Value;
 
-use crate::command::{language_code, language_name, RemotingCommand, SerializeType};
+use crate::command::{language_code, language_name, ExtFields, RemotingCommand, SerializeType};
 use crate::error::FrameError;
 use crate::MAX_FRAME_BYTES;
 
@@ -142,7 +140,7 @@ struct JsonHeaderOut<'a> {
     flag: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     remark: Option<&'a str>,
-    ext_fields: &'a HashMap<String, String>,
+    ext_fields: &'a ExtFields,
     serialize_type_current_rpc: &'static str,
 }
 
@@ -182,7 +180,7 @@ struct JsonHeaderIn {
 
 /// extFields: an object whose values peers send as strings, numbers or booleans.
 enum ExtFieldsIn {
-    Fields(HashMap<String, String>),
+    Fields(ExtFields),
     /// Not an object: kept (as JSON text) to name it in the error.
     Invalid(String),
 }
@@ -204,7 +202,10 @@ impl<'de> serde::de::Visitor<'de> for ExtFieldsVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ExtFieldsIn, A::Error> {
-        let mut fields = HashMap::with_capacity(map.size_hint().unwrap_or(8).min(64));
+        let mut fields = ExtFields::with_capacity_and_hasher(
+            map.size_hint().unwrap_or(8).min(64),
+            Default::default(),
+        );
         while let Some(key) = map.next_key::<String>()? {
             if let ExtValueIn(Some(value)) = map.next_value()? {
                 fields.insert(key, value);
@@ -242,7 +243,7 @@ impl<'de> serde::de::Visitor<'de> for ExtFieldsVisitor {
     }
 
     fn visit_unit<E: serde::de::Error>(self) -> Result<ExtFieldsIn, E> {
-        Ok(ExtFieldsIn::Fields(HashMap::new()))
+        Ok(ExtFieldsIn::Fields(ExtFields::default()))
     }
 }
 
@@ -339,7 +340,7 @@ fn decode_json_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
         Some(other) => Some(other.to_string()),
     };
     let ext_fields = match parsed.ext_fields {
-        None => HashMap::new(),
+        None => ExtFields::default(),
         Some(ExtFieldsIn::Fields(fields)) => fields,
         Some(ExtFieldsIn::Invalid(text)) => {
             return Err(FrameError::InvalidHeaderField {
@@ -478,6 +479,42 @@ impl<'a> BinaryReader<'a> {
     }
 }
 
+/// A map presized for more fields than this grows as fields arrive instead.
+const MAX_PRESIZED_EXT_FIELDS: usize = 64;
+
+/// How many key/value pairs binary extFields hold, so the map is sized once; a malformed
+/// tail stops the count (the decode that follows reports it).
+fn count_binary_ext_fields(mut rest: &[u8]) -> usize {
+    let mut count = 0;
+    while rest.len() >= 2 {
+        let key_len = i16::from_be_bytes([rest[0], rest[1]]);
+        let Ok(key_len) = usize::try_from(key_len) else {
+            break;
+        };
+        let Some(value_at) = (2 + key_len).checked_add(4).filter(|at| *at <= rest.len()) else {
+            break;
+        };
+        let len_bytes = [
+            rest[value_at - 4],
+            rest[value_at - 3],
+            rest[value_at - 2],
+            rest[value_at - 1],
+        ];
+        let Ok(value_len) = usize::try_from(i32::from_be_bytes(len_bytes)) else {
+            break;
+        };
+        let Some(next) = value_at
+            .checked_add(value_len)
+            .filter(|at| *at <= rest.len())
+        else {
+            break;
+        };
+        count += 1;
+        rest = &rest[next..];
+    }
+    count
+}
+
 fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
     let mut reader = BinaryReader { rest: header };
     let code = reader.i16("code")?;
@@ -496,7 +533,8 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
     let mut ext_reader = BinaryReader {
         rest: reader.take("extFields", ext_len)?,
     };
-    let mut ext_fields = HashMap::new();
+    let capacity = count_binary_ext_fields(ext_reader.rest).min(MAX_PRESIZED_EXT_FIELDS);
+    let mut ext_fields = ExtFields::with_capacity_and_hasher(capacity, Default::default());
     while !ext_reader.rest.is_empty() {
         let key_len = ext_reader.i16("extFields key length")?;
         let key_len = ext_reader.length("extFields key length", i64::from(key_len))?;
@@ -523,6 +561,26 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_ext_fields_are_counted_up_to_a_malformed_tail() {
+        let command = RemotingCommand::request(
+            10,
+            ExtFields::from_iter([
+                ("a".into(), "1".into()),
+                ("bb".into(), String::new()),
+                ("ccc".into(), "x".repeat(300)),
+            ]),
+        )
+        .with_serialize_type(SerializeType::RocketMq);
+        let header = encode_binary_header(&command).unwrap();
+        // code, language, version, opaque, flag, remark length (0), extFields length.
+        let ext = &header[2 + 1 + 2 + 4 + 4 + 4 + 4..];
+        assert_eq!(count_binary_ext_fields(ext), 3);
+        assert_eq!(count_binary_ext_fields(&ext[..ext.len() - 1]), 2);
+        assert_eq!(count_binary_ext_fields(&[0xff, 0xff, 0, 0, 0, 0]), 0);
+        assert_eq!(count_binary_ext_fields(&[]), 0);
+    }
 
     #[test]
     fn a_body_chain_goes_on_the_wire_as_one_joined_body() {
@@ -553,7 +611,7 @@ mod tests {
     }
 
     fn sample(serialize_type: SerializeType) -> RemotingCommand {
-        let ext = HashMap::from([
+        let ext = ExtFields::from_iter([
             ("topic".to_owned(), "TopicTest".to_owned()),
             ("queueId".to_owned(), "3".to_owned()),
         ]);
@@ -657,9 +715,10 @@ mod tests {
 
     #[test]
     fn binary_header_layout_matches_rocketmq_serializable() {
-        let command = RemotingCommand::request(105, HashMap::from([("k".into(), "vv".into())]))
-            .with_opaque(7)
-            .with_serialize_type(SerializeType::RocketMq);
+        let command =
+            RemotingCommand::request(105, ExtFields::from_iter([("k".into(), "vv".into())]))
+                .with_opaque(7)
+                .with_serialize_type(SerializeType::RocketMq);
         let header = encode_binary_header(&command).unwrap();
         let expected: Vec<u8> = [
             &[0, 105][..], // code

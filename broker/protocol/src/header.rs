@@ -1,14 +1,12 @@
 //! Typed per-code headers, read from and written to a command's extFields.
 //!
-//! Every header has `from_ext(&HashMap) -> Result<Self, HeaderError>` and `to_ext()`. Values
+//! Every header has `from_ext(&ExtFields) -> Result<Self, HeaderError>` and `to_ext()`. Values
 //! are parsed leniently: surrounding whitespace is ignored, booleans accept `true`/`false` and
 //! `1`/`0` (the C++ client sends `"batch":"0"`), and an empty string counts as absent for
 //! optional text. Unknown keys (signatures, `AccessKey`, `OnsChannel`, ...) are ignored.
 
-use std::collections::HashMap;
-
 use crate::error::HeaderError;
-use crate::RemotingCommand;
+use crate::{ExtFields, RemotingCommand};
 
 /// A value type that can travel in extFields.
 pub trait ExtValue: Sized {
@@ -56,11 +54,17 @@ impl ExtValue for String {
 }
 
 /// Reads a required field.
-pub fn required<T: ExtValue>(
-    ext: &HashMap<String, String>,
+pub fn required<T: ExtValue>(ext: &ExtFields, field: &'static str) -> Result<T, HeaderError> {
+    required_at(ext, field, field)
+}
+
+/// Reads a required field stored under `key` (V2's short names); errors name `field`.
+fn required_at<T: ExtValue>(
+    ext: &ExtFields,
+    key: &str,
     field: &'static str,
 ) -> Result<T, HeaderError> {
-    match ext.get(field) {
+    match ext.get(key) {
         Some(raw) => T::parse_ext(field, raw),
         None => Err(HeaderError::Missing { field }),
     }
@@ -68,40 +72,50 @@ pub fn required<T: ExtValue>(
 
 /// Reads an optional field; absent, empty and "null" all read as `None`.
 pub fn optional<T: ExtValue>(
-    ext: &HashMap<String, String>,
+    ext: &ExtFields,
     field: &'static str,
 ) -> Result<Option<T>, HeaderError> {
-    match ext.get(field).map(String::as_str) {
+    optional_at(ext, field, field)
+}
+
+/// Reads an optional field stored under `key`; errors name `field`.
+fn optional_at<T: ExtValue>(
+    ext: &ExtFields,
+    key: &str,
+    field: &'static str,
+) -> Result<Option<T>, HeaderError> {
+    match ext.get(key).map(String::as_str) {
         None | Some("") | Some("null") => Ok(None),
         Some(raw) => T::parse_ext(field, raw).map(Some),
     }
 }
 
 /// How a field is read: `Required` fails when absent, `Optional` yields `Option<T>`.
+/// Fields are read from and written under `key`; errors name the long `field` name.
 trait FieldKind<T> {
-    fn read(ext: &HashMap<String, String>, field: &'static str) -> Result<T, HeaderError>;
-    fn write(value: &T, field: &'static str, ext: &mut HashMap<String, String>);
+    fn read(ext: &ExtFields, key: &str, field: &'static str) -> Result<T, HeaderError>;
+    fn write(value: &T, key: &str, ext: &mut ExtFields);
 }
 
 struct Required;
 struct Optional;
 
 impl<T: ExtValue> FieldKind<T> for Required {
-    fn read(ext: &HashMap<String, String>, field: &'static str) -> Result<T, HeaderError> {
-        required(ext, field)
+    fn read(ext: &ExtFields, key: &str, field: &'static str) -> Result<T, HeaderError> {
+        required_at(ext, key, field)
     }
-    fn write(value: &T, field: &'static str, ext: &mut HashMap<String, String>) {
-        ext.insert(field.to_owned(), value.render_ext());
+    fn write(value: &T, key: &str, ext: &mut ExtFields) {
+        ext.insert(key.to_owned(), value.render_ext());
     }
 }
 
 impl<T: ExtValue> FieldKind<Option<T>> for Optional {
-    fn read(ext: &HashMap<String, String>, field: &'static str) -> Result<Option<T>, HeaderError> {
-        optional(ext, field)
+    fn read(ext: &ExtFields, key: &str, field: &'static str) -> Result<Option<T>, HeaderError> {
+        optional_at(ext, key, field)
     }
-    fn write(value: &Option<T>, field: &'static str, ext: &mut HashMap<String, String>) {
+    fn write(value: &Option<T>, key: &str, ext: &mut ExtFields) {
         if let Some(value) = value {
-            ext.insert(field.to_owned(), value.render_ext());
+            ext.insert(key.to_owned(), value.render_ext());
         }
     }
 }
@@ -123,17 +137,31 @@ macro_rules! header {
 
         impl $name {
             /// Reads the header from a request's extFields.
-            pub fn from_ext(ext: &HashMap<String, String>) -> Result<Self, HeaderError> {
+            pub fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError> {
+                Self::from_ext_keyed(ext, |field| field)
+            }
+
+            /// Reads the header with each field under `key(wire name)` (V2's short names);
+            /// errors still name the wire name.
+            pub fn from_ext_keyed(
+                ext: &ExtFields,
+                key: impl Fn(&'static str) -> &'static str,
+            ) -> Result<Self, HeaderError> {
                 Ok($name {
-                    $( $field: <header!(@kind $kind) as FieldKind<$ty>>::read(ext, $wire)?, )*
+                    $( $field: <header!(@kind $kind) as FieldKind<$ty>>::read(ext, key($wire), $wire)?, )*
                 })
             }
 
             /// The extFields carrying this header.
-            pub fn to_ext(&self) -> HashMap<String, String> {
-                #[allow(unused_mut)]
-                let mut ext = HashMap::new();
-                $( <header!(@kind $kind) as FieldKind<$ty>>::write(&self.$field, $wire, &mut ext); )*
+            pub fn to_ext(&self) -> ExtFields {
+                self.to_ext_keyed(|field| field)
+            }
+
+            /// The extFields carrying this header, each field under `key(wire name)`.
+            pub fn to_ext_keyed(&self, key: impl Fn(&'static str) -> &'static str) -> ExtFields {
+                const FIELDS: usize = [$($wire),*].len();
+                let mut ext = ExtFields::with_capacity_and_hasher(FIELDS, Default::default());
+                $( <header!(@kind $kind) as FieldKind<$ty>>::write(&self.$field, key($wire), &mut ext); )*
                 ext
             }
 
@@ -144,10 +172,10 @@ macro_rules! header {
         }
 
         impl CommandHeader for $name {
-            fn from_ext(ext: &HashMap<String, String>) -> Result<Self, HeaderError> {
+            fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError> {
                 $name::from_ext(ext)
             }
-            fn to_ext(&self) -> HashMap<String, String> {
+            fn to_ext(&self) -> ExtFields {
                 $name::to_ext(self)
             }
         }
@@ -158,8 +186,8 @@ macro_rules! header {
 
 /// Every typed header: generic code (tests, dispatch tables) can use this trait.
 pub trait CommandHeader: Sized {
-    fn from_ext(ext: &HashMap<String, String>) -> Result<Self, HeaderError>;
-    fn to_ext(&self) -> HashMap<String, String>;
+    fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError>;
+    fn to_ext(&self) -> ExtFields;
 }
 
 /// SEND_MESSAGE (10) long names, SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) short names.
@@ -178,6 +206,14 @@ const SEND_V2_NAMES: [(&str, &str); 13] = [
     ("maxReconsumeTimes", "l"),
     ("batch", "m"),
 ];
+
+/// The V2 short name of a SEND_MESSAGE long name.
+fn v2_name(long_name: &'static str) -> &'static str {
+    SEND_V2_NAMES
+        .iter()
+        .find(|(long, _)| *long == long_name)
+        .map_or(long_name, |(_, short)| short)
+}
 
 header! {
     /// SEND_MESSAGE (10); also SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) via the
@@ -205,26 +241,13 @@ header! {
 
 impl SendMessageRequestHeader {
     /// Reads the V2 short names (a..m) of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.
-    pub fn from_v2_ext(ext: &HashMap<String, String>) -> Result<Self, HeaderError> {
-        let mut long = HashMap::with_capacity(SEND_V2_NAMES.len());
-        for (long_name, short_name) in SEND_V2_NAMES {
-            if let Some(value) = ext.get(short_name) {
-                long.insert(long_name.to_owned(), value.clone());
-            }
-        }
-        Self::from_ext(&long)
+    pub fn from_v2_ext(ext: &ExtFields) -> Result<Self, HeaderError> {
+        Self::from_ext_keyed(ext, v2_name)
     }
 
     /// The V2 short-name extFields (a..m).
-    pub fn to_v2_ext(&self) -> HashMap<String, String> {
-        let mut long = self.to_ext();
-        SEND_V2_NAMES
-            .iter()
-            .filter_map(|(long_name, short_name)| {
-                long.remove(*long_name)
-                    .map(|value| ((*short_name).to_owned(), value))
-            })
-            .collect()
+    pub fn to_v2_ext(&self) -> ExtFields {
+        self.to_ext_keyed(v2_name)
     }
 
     /// Reads the header in the form the command's code implies (V1 names for 10, V2 for
@@ -664,7 +687,7 @@ header! {
 mod tests {
     use super::*;
 
-    fn ext(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn ext(pairs: &[(&str, &str)]) -> ExtFields {
         pairs
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
@@ -751,6 +774,27 @@ mod tests {
         assert!(header.is_batch());
         assert_eq!(header.max_reconsume_times, Some(16));
         assert_eq!(header.to_v2_ext(), v2);
+    }
+
+    #[test]
+    fn send_header_v2_errors_name_the_long_field() {
+        let missing_topic = ext(&[("a", "PG"), ("c", "TBW102"), ("d", "4")]);
+        assert!(matches!(
+            SendMessageRequestHeader::from_v2_ext(&missing_topic),
+            Err(HeaderError::Missing { field: "topic" })
+        ));
+        let mut bad_queue = SendMessageRequestHeader::default().to_v2_ext();
+        bad_queue.insert("e".into(), "two".into());
+        assert!(matches!(
+            SendMessageRequestHeader::from_v2_ext(&bad_queue),
+            Err(HeaderError::Invalid {
+                field: "queueId",
+                ..
+            })
+        ));
+        // The long names are not read as V2.
+        let long = SendMessageRequestHeader::default().to_ext();
+        assert!(SendMessageRequestHeader::from_v2_ext(&long).is_err());
     }
 
     #[test]

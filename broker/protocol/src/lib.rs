@@ -40,8 +40,8 @@ pub mod header;
 pub mod message;
 
 pub use command::{
-    language_code, language_name, RemotingCommand, SerializeType, FLAG_ONEWAY, FLAG_RESPONSE,
-    LANGUAGE_RUST, PROTOCOL_VERSION,
+    language_code, language_name, ExtFields, RemotingCommand, SerializeType, FLAG_ONEWAY,
+    FLAG_RESPONSE, LANGUAGE_RUST, PROTOCOL_VERSION,
 };
 pub use error::{BodyError, FrameError, HeaderError, MessageError};
 

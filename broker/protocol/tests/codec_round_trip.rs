@@ -10,7 +10,7 @@ use quiver_protocol::body::*;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::header::*;
 use quiver_protocol::message::{decode_batch, encode_batch, BatchMessage};
-use quiver_protocol::{frame, RemotingCommand, SerializeType};
+use quiver_protocol::{frame, ExtFields, RemotingCommand, SerializeType};
 
 const BOTH: [SerializeType; 2] = [SerializeType::Json, SerializeType::RocketMq];
 
@@ -55,7 +55,7 @@ impl Coverage {
         self.0.insert(code);
         BOTH.iter()
             .map(|&serialize_type| {
-                let command = RemotingCommand::request(code, HashMap::new())
+                let command = RemotingCommand::request(code, ExtFields::default())
                     .with_opaque(code)
                     .with_body(body.clone())
                     .with_serialize_type(serialize_type);
@@ -72,7 +72,7 @@ where
 {
     BOTH.iter()
         .map(|&serialize_type| {
-            let request = RemotingCommand::request(request::PULL_MESSAGE, HashMap::new())
+            let request = RemotingCommand::request(request::PULL_MESSAGE, ExtFields::default())
                 .with_opaque(41)
                 .with_serialize_type(serialize_type);
             let command = request
@@ -692,18 +692,18 @@ fn every_code_round_trips() {
 struct NoHeader;
 
 impl CommandHeader for NoHeader {
-    fn from_ext(ext: &HashMap<String, String>) -> Result<Self, quiver_protocol::HeaderError> {
+    fn from_ext(ext: &ExtFields) -> Result<Self, quiver_protocol::HeaderError> {
         assert!(ext.is_empty());
         Ok(NoHeader)
     }
-    fn to_ext(&self) -> HashMap<String, String> {
-        HashMap::new()
+    fn to_ext(&self) -> ExtFields {
+        ExtFields::default()
     }
 }
 
 #[test]
 fn request_code_not_supported_response_names_the_code() {
-    let request = RemotingCommand::request(9999, HashMap::new()).with_opaque(5);
+    let request = RemotingCommand::request(9999, ExtFields::default()).with_opaque(5);
     let name = request::name(request.code).unwrap_or("unknown");
     let response = request.response_to(
         response::REQUEST_CODE_NOT_SUPPORTED,

@@ -3,11 +3,10 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
-use quiver_protocol::{frame, RemotingCommand, SerializeType, MAX_FRAME_BYTES};
+use quiver_protocol::{frame, ExtFields, RemotingCommand, SerializeType, MAX_FRAME_BYTES};
 
 /// Counts live heap bytes per thread so a test can see the peak during one call.
 struct CountingAllocator;
@@ -103,7 +102,7 @@ fn command_strategy() -> impl Strategy<Value = RemotingCommand> {
                 opaque,
                 flag,
                 remark,
-                ext_fields: ext.into_iter().collect::<HashMap<_, _>>(),
+                ext_fields: ext.into_iter().collect::<ExtFields>(),
                 body: Bytes::from(body),
                 body_chain: Vec::new(),
                 serialize_type: if binary {

@@ -1,10 +1,10 @@
 //! Malformed input yields a typed FrameError, never a panic, and never waits for (or
 //! allocates) the bytes of a frame whose declared length is out of bounds.
 
-use std::collections::HashMap;
-
 use bytes::{BufMut, Bytes, BytesMut};
-use quiver_protocol::{frame, FrameError, RemotingCommand, SerializeType, MAX_FRAME_BYTES};
+use quiver_protocol::{
+    frame, ExtFields, FrameError, RemotingCommand, SerializeType, MAX_FRAME_BYTES,
+};
 
 /// A frame with the given header-word fields and raw header bytes.
 fn raw_frame(serialize_type: u8, header: &[u8], body: &[u8]) -> BytesMut {
@@ -95,7 +95,7 @@ fn unknown_serialize_type() {
 #[test]
 fn invalid_json_header_is_an_error_and_the_stream_stays_in_sync() {
     let mut buf = raw_frame(0, b"{\"code\":10,", b"body");
-    let good = RemotingCommand::request(34, HashMap::new()).with_opaque(3);
+    let good = RemotingCommand::request(34, ExtFields::default()).with_opaque(3);
     frame::encode(&good, &mut buf).unwrap();
     assert!(matches!(
         frame::decode(&mut buf),
@@ -217,7 +217,7 @@ fn binary_header_length_errors() {
 
 #[test]
 fn encoding_more_than_16_mib_is_refused() {
-    let command = RemotingCommand::request(10, HashMap::new())
+    let command = RemotingCommand::request(10, ExtFields::default())
         .with_body(Bytes::from(vec![0u8; MAX_FRAME_BYTES]));
     let mut buf = BytesMut::new();
     assert!(matches!(
@@ -225,12 +225,13 @@ fn encoding_more_than_16_mib_is_refused() {
         Err(FrameError::TooLarge { .. })
     ));
     assert!(buf.is_empty());
-    let huge_remark = RemotingCommand::request(10, HashMap::new()).with_remark("r".repeat(1 << 24));
+    let huge_remark =
+        RemotingCommand::request(10, ExtFields::default()).with_remark("r".repeat(1 << 24));
     assert!(matches!(
         frame::encode(&huge_remark, &mut buf),
         Err(FrameError::HeaderTooLarge { .. })
     ));
-    let binary = RemotingCommand::request(40_000, HashMap::new())
+    let binary = RemotingCommand::request(40_000, ExtFields::default())
         .with_serialize_type(SerializeType::RocketMq);
     assert!(matches!(
         frame::encode(&binary, &mut buf),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use parking_lot::RwLock;
 use quiver_protocol::code::{request, response};
-use quiver_protocol::{frame, RemotingCommand};
+use quiver_protocol::{frame, ExtFields, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -178,7 +178,7 @@ async fn call(
         source,
     };
     let mut out = BytesMut::new();
-    let request = RemotingCommand::request(code, HashMap::new()).with_opaque(opaque);
+    let request = RemotingCommand::request(code, ExtFields::default()).with_opaque(opaque);
     frame::encode(&request, &mut out).map_err(frame_error)?;
     stream.write_all(&out).await.map_err(io)?;
     let mut buf = BytesMut::with_capacity(8 * 1024);

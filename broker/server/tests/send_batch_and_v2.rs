@@ -7,11 +7,7 @@ use common::{ext, pulled_bodies, test_config, TestBroker};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
 
-fn v2_fields(
-    topic: &str,
-    queue_id: &str,
-    batch: bool,
-) -> std::collections::HashMap<String, String> {
+fn v2_fields(topic: &str, queue_id: &str, batch: bool) -> quiver_protocol::ExtFields {
     let born = quiver_broker::now_ms().to_string();
     let batch = batch.to_string();
     ext(&[

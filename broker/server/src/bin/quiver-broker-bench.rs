@@ -7,7 +7,6 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -19,7 +18,7 @@ use clap::Parser;
 use quiver_broker::{BrokerConfig, FlushMode};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
-use quiver_protocol::{frame, RemotingCommand};
+use quiver_protocol::{frame, ExtFields, RemotingCommand};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -80,7 +79,7 @@ impl Conn {
     async fn call(
         &mut self,
         code: i32,
-        ext: HashMap<String, String>,
+        ext: ExtFields,
         body: Bytes,
     ) -> anyhow::Result<RemotingCommand> {
         self.opaque += 1;
@@ -104,7 +103,7 @@ impl Conn {
     }
 }
 
-fn send_ext(queue_id: u32, batch: bool) -> HashMap<String, String> {
+fn send_ext(queue_id: u32, batch: bool) -> ExtFields {
     [
         ("a", "BenchProducer".to_string()),
         ("b", TOPIC.to_string()),
@@ -180,7 +179,7 @@ async fn consume(
     let mut offset = 0u64;
     let mut latencies = Vec::new();
     while received.load(Ordering::Acquire) < total {
-        let ext: HashMap<String, String> = [
+        let ext: ExtFields = [
             ("consumerGroup", "BenchGroup".to_string()),
             ("topic", TOPIC.to_string()),
             ("queueId", queue_id.to_string()),

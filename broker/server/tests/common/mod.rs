@@ -1,7 +1,6 @@
 //! Shared test harness: an in-process broker on free loopback ports and a minimal client.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -9,7 +8,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use quiver_broker::{BrokerConfig, BrokerError};
 use quiver_protocol::code::request;
-use quiver_protocol::{frame, RemotingCommand};
+use quiver_protocol::{frame, ExtFields, RemotingCommand};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -154,7 +153,7 @@ pub struct Client {
     pub pushed: Vec<RemotingCommand>,
 }
 
-pub fn ext(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+pub fn ext(pairs: &[(&str, &str)]) -> ExtFields {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
@@ -194,12 +193,7 @@ impl Client {
     }
 
     /// Sends a request and returns its response.
-    pub async fn call(
-        &mut self,
-        code: i32,
-        fields: HashMap<String, String>,
-        body: Bytes,
-    ) -> RemotingCommand {
+    pub async fn call(&mut self, code: i32, fields: ExtFields, body: Bytes) -> RemotingCommand {
         let opaque = self.next_opaque;
         self.next_opaque += 1;
         let request = RemotingCommand::request(code, fields)
