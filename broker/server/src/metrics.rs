@@ -26,7 +26,11 @@ pub struct Metrics {
 impl Metrics {
     pub fn record_in(&self, topic: &str, messages: u64, body_bytes: u64) {
         let mut inbound = self.inbound.lock();
-        let flow = inbound.entry(topic.to_string()).or_default();
+        // A topic's key is allocated once, on its first message, not on every send.
+        let flow = match inbound.get_mut(topic) {
+            Some(flow) => flow,
+            None => inbound.entry(topic.to_owned()).or_default(),
+        };
         flow.messages += messages;
         flow.body_bytes += body_bytes;
     }

@@ -72,5 +72,18 @@ async fn v2_and_batch_sends() {
         )
         .await;
     assert_eq!(garbage.code, response::MESSAGE_ILLEGAL);
+
+    // The batch counts as its three messages, the refused one not at all.
+    let metrics = broker.metrics().await;
+    let series = |name: &str| format!("{name}{{cluster=\"DefaultCluster\",topic=\"Bat\"}}");
+    assert!(
+        metrics.contains(&format!("{} 4\n", series("rocketmq_messages_in_total"))),
+        "{metrics}"
+    );
+    // "solo" plus "b0", "b1", "b2".
+    assert!(
+        metrics.contains(&format!("{} 10\n", series("rocketmq_throughput_in_total"))),
+        "{metrics}"
+    );
     broker.stop().await;
 }

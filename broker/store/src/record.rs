@@ -560,10 +560,21 @@ pub fn store_timestamp_of(record: &[u8]) -> Option<i64> {
 
 /// Finds one property's value without allocating.
 pub fn property<'p>(properties: &'p str, key: &str) -> Option<&'p str> {
-    properties
-        .split(PROPERTY_SEPARATOR)
-        .filter_map(|pair| pair.split_once(NAME_VALUE_SEPARATOR))
-        .find_map(|(k, v)| (k == key).then_some(v))
+    // Byte scan: both separators are ASCII, and every send looks up TAGS and DELAY.
+    let (pairs, key) = (properties.as_bytes(), key.as_bytes());
+    let mut start = 0;
+    while start < pairs.len() {
+        let end = pairs[start..]
+            .iter()
+            .position(|&b| b == PROPERTY_SEPARATOR as u8)
+            .map_or(pairs.len(), |at| start + at);
+        let pair = &pairs[start..end];
+        if pair.starts_with(key) && pair.get(key.len()) == Some(&(NAME_VALUE_SEPARATOR as u8)) {
+            return Some(&properties[start + key.len() + 1..end]);
+        }
+        start = end + 1;
+    }
+    None
 }
 
 /// Parses `k\u{1}v\u{2}...`; a pair without a separator is ignored, as RocketMQ does.
@@ -706,6 +717,27 @@ mod tests {
         assert_eq!(map["KEYS"], "k1 k2");
         assert_eq!(property(&encoded, "TAGS"), Some("A"));
         assert_eq!(property(&encoded, "NONE"), None);
+    }
+
+    #[test]
+    fn property_lookup_matches_whole_names_only() {
+        let text = "TAGSX\u{1}no\u{2}TAG\u{1}no\u{2}TAGS\u{1}a\u{1}b\u{2}EMPTY\u{1}\u{2}BARE\u{2}LAST\u{1}end";
+        assert_eq!(property(text, "TAGS"), Some("a\u{1}b"));
+        assert_eq!(property(text, "EMPTY"), Some(""));
+        assert_eq!(property(text, "LAST"), Some("end"));
+        assert_eq!(property(text, "BARE"), None);
+        assert_eq!(property(text, "TA"), None);
+        assert_eq!(property("", "TAGS"), None);
+        assert_eq!(property("\u{2}\u{2}", "TAGS"), None);
+        // The same answers as the map every pair parses into.
+        let map = parse_properties(text);
+        for key in ["TAGSX", "TAG", "TAGS", "EMPTY", "LAST", "BARE"] {
+            assert_eq!(
+                property(text, key),
+                map.get(key).map(String::as_str),
+                "{key}"
+            );
+        }
     }
 
     #[test]

@@ -48,11 +48,14 @@ fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessa
         .collect()
 }
 
+/// Counts the stored messages per topic: one metrics update per run of the same topic (a
+/// batch's messages share theirs), not one per message.
 fn record_in(broker: &Broker, targets: &[StoreTarget]) {
-    for target in targets {
+    for run in targets.chunk_by(|a, b| a.topic == b.topic) {
+        let bytes = run.iter().map(|target| target.body.len() as u64).sum();
         broker
             .metrics
-            .record_in(&target.topic, 1, target.body.len() as u64);
+            .record_in(&run[0].topic, run.len() as u64, bytes);
     }
 }
 
