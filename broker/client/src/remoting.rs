@@ -217,7 +217,7 @@ impl RemotingClient {
     }
 
     fn encode(addr: &str, command: &RemotingCommand) -> Result<Bytes> {
-        let mut out = BytesMut::with_capacity(256 + command.body.len());
+        let mut out = BytesMut::new();
         frame::encode(command, &mut out).map_err(|source| ClientError::Encode {
             addr: addr.to_owned(),
             code: command.code,

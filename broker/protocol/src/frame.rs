@@ -87,7 +87,10 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<RemotingCommand>, FrameError>
 
 /// Appends `cmd` as one frame to `dst`, using the command's own serialize type.
 pub fn encode(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameError> {
-    encode_head(cmd, dst)?;
+    let (header, total_len) = checked_header(cmd)?;
+    // The whole frame at once, so the body's copy never moves the head.
+    dst.reserve(LENGTH_PREFIX_BYTES + total_len);
+    put_head(cmd, &header, total_len, dst);
     dst.put_slice(&cmd.body);
     for part in &cmd.body_chain {
         dst.put_slice(part);
@@ -98,6 +101,14 @@ pub fn encode(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameErro
 /// Appends the start of `cmd`'s frame to `dst`: everything but the body, which the caller
 /// sends right after (`body`, then `body_chain`), e.g. with a vectored write.
 pub fn encode_head(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), FrameError> {
+    let (header, total_len) = checked_header(cmd)?;
+    dst.reserve(LENGTH_PREFIX_BYTES + HEADER_WORD_BYTES + header.len());
+    put_head(cmd, &header, total_len, dst);
+    Ok(())
+}
+
+/// The encoded header and the frame's length after its length prefix, both within limits.
+fn checked_header(cmd: &RemotingCommand) -> Result<(Vec<u8>, usize), FrameError> {
     let header = match cmd.serialize_type {
         SerializeType::Json => encode_json_header(cmd)?,
         SerializeType::RocketMq => encode_binary_header(cmd)?,
@@ -115,12 +126,14 @@ pub fn encode_head(cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), Fram
             max_bytes: MAX_FRAME_BYTES,
         });
     }
-    dst.reserve(LENGTH_PREFIX_BYTES + HEADER_WORD_BYTES + header.len());
+    Ok((header, total_len))
+}
+
+fn put_head(cmd: &RemotingCommand, header: &[u8], total_len: usize, dst: &mut BytesMut) {
     // Both casts are lossless: total_len <= MAX_FRAME_BYTES and header.len() < 2^24.
     dst.put_u32(total_len as u32);
     dst.put_u32(u32::from(cmd.serialize_type.wire_value()) << 24 | header.len() as u32);
-    dst.put_slice(&header);
-    Ok(())
+    dst.put_slice(header);
 }
 
 /// Encodes `cmd` into a fresh buffer holding exactly one frame.
@@ -398,30 +411,28 @@ fn encode_binary_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
         value: cmd.version.to_string(),
     })?;
     let remark = cmd.remark.as_deref().unwrap_or("").as_bytes();
-    let mut ext = Vec::new();
+    // Sized first, so the header is written into one allocation.
+    let mut ext_len = 0usize;
     for (key, value) in &cmd.ext_fields {
-        let key_len = i16::try_from(key.len()).map_err(|_| FrameError::FieldTooLong {
+        i16::try_from(key.len()).map_err(|_| FrameError::FieldTooLong {
             field: "extFields key",
             len: key.len(),
         })?;
-        let value_len = i32::try_from(value.len()).map_err(|_| FrameError::FieldTooLong {
+        i32::try_from(value.len()).map_err(|_| FrameError::FieldTooLong {
             field: "extFields value",
             len: value.len(),
         })?;
-        ext.put_i16(key_len);
-        ext.put_slice(key.as_bytes());
-        ext.put_i32(value_len);
-        ext.put_slice(value.as_bytes());
+        ext_len += 2 + key.len() + 4 + value.len();
     }
     let remark_len = i32::try_from(remark.len()).map_err(|_| FrameError::FieldTooLong {
         field: "remark",
         len: remark.len(),
     })?;
-    let ext_len = i32::try_from(ext.len()).map_err(|_| FrameError::FieldTooLong {
+    let ext_len_field = i32::try_from(ext_len).map_err(|_| FrameError::FieldTooLong {
         field: "extFields",
-        len: ext.len(),
+        len: ext_len,
     })?;
-    let mut out = Vec::with_capacity(2 + 1 + 2 + 4 + 4 + 4 + remark.len() + 4 + ext.len());
+    let mut out = Vec::with_capacity(2 + 1 + 2 + 4 + 4 + 4 + remark.len() + 4 + ext_len);
     out.put_i16(code);
     out.put_u8(language_code(&cmd.language));
     out.put_i16(version);
@@ -429,8 +440,14 @@ fn encode_binary_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
     out.put_i32(cmd.flag);
     out.put_i32(remark_len);
     out.put_slice(remark);
-    out.put_i32(ext_len);
-    out.put_slice(&ext);
+    out.put_i32(ext_len_field);
+    for (key, value) in &cmd.ext_fields {
+        // Both lengths were checked above.
+        out.put_i16(key.len() as i16);
+        out.put_slice(key.as_bytes());
+        out.put_i32(value.len() as i32);
+        out.put_slice(value.as_bytes());
+    }
     Ok(out)
 }
 
