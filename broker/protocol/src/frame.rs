@@ -488,48 +488,14 @@ impl<'a> BinaryReader<'a> {
         usize::try_from(value).map_err(|_| FrameError::NegativeLength { field, value })
     }
 
-    fn string(&mut self, field: &'static str, len: usize) -> Result<String, FrameError> {
+    fn str(&mut self, field: &'static str, len: usize) -> Result<&'a str, FrameError> {
         let bytes = self.take(field, len)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|source| FrameError::InvalidUtf8 { field, source })
+        std::str::from_utf8(bytes).map_err(|source| FrameError::InvalidUtf8 { field, source })
     }
-}
 
-/// A map presized for more fields than this grows as fields arrive instead.
-const MAX_PRESIZED_EXT_FIELDS: usize = 64;
-
-/// How many key/value pairs binary extFields hold, so the map is sized once; a malformed
-/// tail stops the count (the decode that follows reports it).
-fn count_binary_ext_fields(mut rest: &[u8]) -> usize {
-    let mut count = 0;
-    while rest.len() >= 2 {
-        let key_len = i16::from_be_bytes([rest[0], rest[1]]);
-        let Ok(key_len) = usize::try_from(key_len) else {
-            break;
-        };
-        let Some(value_at) = (2 + key_len).checked_add(4).filter(|at| *at <= rest.len()) else {
-            break;
-        };
-        let len_bytes = [
-            rest[value_at - 4],
-            rest[value_at - 3],
-            rest[value_at - 2],
-            rest[value_at - 1],
-        ];
-        let Ok(value_len) = usize::try_from(i32::from_be_bytes(len_bytes)) else {
-            break;
-        };
-        let Some(next) = value_at
-            .checked_add(value_len)
-            .filter(|at| *at <= rest.len())
-        else {
-            break;
-        };
-        count += 1;
-        rest = &rest[next..];
+    fn string(&mut self, field: &'static str, len: usize) -> Result<String, FrameError> {
+        self.str(field, len).map(str::to_owned)
     }
-    count
 }
 
 fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
@@ -550,17 +516,23 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
     let mut ext_reader = BinaryReader {
         rest: reader.take("extFields", ext_len)?,
     };
-    let capacity = count_binary_ext_fields(ext_reader.rest).min(MAX_PRESIZED_EXT_FIELDS);
-    let mut ext_fields = ExtFields::with_capacity_and_hasher(capacity, Default::default());
+    // Borrowed first, so the map is sized once for the pairs actually there.
+    let mut pairs = Vec::new();
     while !ext_reader.rest.is_empty() {
         let key_len = ext_reader.i16("extFields key length")?;
         let key_len = ext_reader.length("extFields key length", i64::from(key_len))?;
-        let key = ext_reader.string("extFields key", key_len)?;
+        let key = ext_reader.str("extFields key", key_len)?;
         let value_len = ext_reader.i32("extFields value length")?;
         let value_len = ext_reader.length("extFields value length", i64::from(value_len))?;
-        let value = ext_reader.string("extFields value", value_len)?;
-        ext_fields.insert(key, value);
+        let value = ext_reader.str("extFields value", value_len)?;
+        pairs.push((key, value));
     }
+    let mut ext_fields = ExtFields::with_capacity_and_hasher(pairs.len(), Default::default());
+    ext_fields.extend(
+        pairs
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value.to_owned())),
+    );
     Ok(RemotingCommand {
         code: i32::from(code),
         language: language_name(language).to_owned(),
@@ -580,7 +552,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn binary_ext_fields_are_counted_up_to_a_malformed_tail() {
+    fn binary_ext_fields_are_read_whole_and_a_malformed_tail_refused() {
         let command = RemotingCommand::request(
             10,
             ExtFields::from_iter([
@@ -591,12 +563,23 @@ mod tests {
         )
         .with_serialize_type(SerializeType::RocketMq);
         let header = encode_binary_header(&command).unwrap();
-        // code, language, version, opaque, flag, remark length (0), extFields length.
-        let ext = &header[2 + 1 + 2 + 4 + 4 + 4 + 4..];
-        assert_eq!(count_binary_ext_fields(ext), 3);
-        assert_eq!(count_binary_ext_fields(&ext[..ext.len() - 1]), 2);
-        assert_eq!(count_binary_ext_fields(&[0xff, 0xff, 0, 0, 0, 0]), 0);
-        assert_eq!(count_binary_ext_fields(&[]), 0);
+        assert_eq!(
+            decode_binary_header(&header).unwrap().ext_fields,
+            command.ext_fields
+        );
+        // The extFields length still claims the last byte, which is gone.
+        assert!(matches!(
+            decode_binary_header(&header[..header.len() - 1]),
+            Err(FrameError::BinaryHeaderTruncated { .. })
+        ));
+        // A negative key length is refused, not read as a huge one.
+        let mut negative = header[..2 + 1 + 2 + 4 + 4 + 4].to_vec();
+        negative.extend_from_slice(&6i32.to_be_bytes());
+        negative.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        assert!(matches!(
+            decode_binary_header(&negative),
+            Err(FrameError::NegativeLength { .. })
+        ));
     }
 
     #[test]
