@@ -6,12 +6,14 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two free ports, held together until both are known so they never coincide.
+fn two_free_ports() -> (u16, u16) {
+    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        first.local_addr().unwrap().port(),
+        second.local_addr().unwrap().port(),
+    )
 }
 
 #[test]
@@ -53,7 +55,10 @@ fn invalid_config_names_the_field() {
 #[test]
 fn sigterm_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
-    let (port, http_port) = (free_port(), free_port());
+    let (port, http_port) = two_free_ports();
+    // Beside the data dir, not in it: what the broker said if it exits early.
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("broker.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_quiver-broker"))
         .env("QUIVER_DATA_DIR", dir.path())
         .env("QUIVER_SEGMENT_SIZE", "1048576")
@@ -61,7 +66,7 @@ fn sigterm_exits_zero() {
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--http-listen", &format!("127.0.0.1:{http_port}")])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -74,7 +79,11 @@ fn sigterm_exits_zero() {
         .block_on(common::http_get(http, "/readyz"))
         .is_none_or(|(status, _)| status != 200)
     {
-        assert!(child.try_wait().unwrap().is_none(), "broker exited early");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "broker exited early: {}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
         assert!(Instant::now() < deadline, "broker not ready");
         std::thread::sleep(Duration::from_millis(20));
     }
