@@ -38,14 +38,13 @@ pub(crate) struct FlushControl {
     arrivals: AtomicU64,
     /// How many writers the last flush served: the flusher gathers this many before the next.
     gather_target: AtomicU64,
-    /// The flusher sleeps until some writer waits (set under `work_lock`).
+    /// The flusher sleeps until some writer waits.
     flusher_idle: AtomicBool,
-    /// Set by `stop`; read by the flusher under `work_lock`.
+    /// Set by `stop`; the flusher looks at it before and while it parks.
     stop_requested: AtomicBool,
-    /// The flusher's own lock, so its wake-up never queues behind writers woken on `state`.
-    work_lock: Mutex<()>,
-    /// Wakes the flusher (with `work_lock`): a writer waits, or the store stops.
-    work: Condvar,
+    /// Only its address is used: the flusher parks there (`park_flusher`), so waking it takes
+    /// no mutex and a writer never spins on a lock the flusher has just re-taken.
+    flusher_park_key: u8,
     /// Bumped after every flush outcome and at stop; blocked writers park on its address and
     /// are all woken at once (`wake_writers`), not one after another through a mutex.
     round: AtomicU64,
@@ -71,8 +70,7 @@ impl FlushControl {
             gather_target: AtomicU64::new(0),
             flusher_idle: AtomicBool::new(false),
             stop_requested: AtomicBool::new(false),
-            work_lock: Mutex::new(()),
-            work: Condvar::new(),
+            flusher_park_key: 0,
             round: AtomicU64::new(0),
             stopped: Condvar::new(),
             flushed_hook: RwLock::new(None),
@@ -95,8 +93,7 @@ impl FlushControl {
         if self.flusher_idle.load(Ordering::SeqCst)
             || arrived >= self.gather_target.load(Ordering::SeqCst)
         {
-            let _work = self.work_lock.lock();
-            self.work.notify_one();
+            self.wake_flusher();
         }
         false
     }
@@ -218,43 +215,74 @@ impl FlushControl {
         deadline: Instant,
         gather: Duration,
     ) -> bool {
-        let stopping = || self.stop_requested.load(Ordering::Acquire);
-        let mut work = self.work_lock.lock();
+        let stopping = || self.stop_requested.load(Ordering::SeqCst);
         match mode {
             FlushMode::Sync => {
                 // Idle is raised before `requested` is read: a writer either sees it or is seen.
                 self.flusher_idle.store(true, Ordering::SeqCst);
-                while !stopping() && self.requested.load(Ordering::SeqCst) <= self.flushed() {
-                    if self.work.wait_until(&mut work, deadline).timed_out() {
-                        self.flusher_idle.store(false, Ordering::SeqCst);
-                        return !stopping();
-                    }
-                }
+                let asked = self.park_flusher(
+                    || stopping() || self.requested.load(Ordering::SeqCst) > self.flushed(),
+                    deadline,
+                );
                 self.flusher_idle.store(false, Ordering::SeqCst);
-                let target = self.gather_target.load(Ordering::SeqCst);
-                let gathered_by = Instant::now() + gather;
-                while !stopping() && self.arrivals.load(Ordering::SeqCst) < target {
-                    if self.work.wait_until(&mut work, gathered_by).timed_out() {
-                        break;
-                    }
+                if asked {
+                    let target = self.gather_target.load(Ordering::SeqCst);
+                    self.park_flusher(
+                        || stopping() || self.arrivals.load(Ordering::SeqCst) >= target,
+                        Instant::now() + gather,
+                    );
                 }
             }
             FlushMode::Async => {
-                if !stopping() {
-                    self.work.wait_until(&mut work, deadline);
-                }
+                self.park_flusher(stopping, deadline);
             }
         }
         !stopping()
     }
 
+    fn flusher_key(&self) -> usize {
+        std::ptr::from_ref(&self.flusher_park_key) as usize
+    }
+
+    /// Parks the flusher until `ready` holds (`true`) or `deadline` passes (`false`).
+    /// Writers change what `ready` reads before `wake_flusher`, and `ready` is checked again
+    /// under the park queue's lock, so no wake-up falls between the check and the sleep.
+    fn park_flusher(&self, ready: impl Fn() -> bool, deadline: Instant) -> bool {
+        loop {
+            if ready() {
+                return true;
+            }
+            // SAFETY: the key is this control's own address; the callbacks neither park nor
+            // panic.
+            let parked = unsafe {
+                parking_lot_core::park(
+                    self.flusher_key(),
+                    || !ready(),
+                    || {},
+                    |_, _| {},
+                    parking_lot_core::DEFAULT_PARK_TOKEN,
+                    Some(deadline),
+                )
+            };
+            if parked == parking_lot_core::ParkResult::TimedOut {
+                return ready();
+            }
+        }
+    }
+
+    fn wake_flusher(&self) {
+        // SAFETY: the key is this control's own address, as `park_flusher` parks on.
+        unsafe {
+            parking_lot_core::unpark_one(self.flusher_key(), |_| {
+                parking_lot_core::DEFAULT_UNPARK_TOKEN
+            });
+        }
+    }
+
     pub(crate) fn stop(&self) {
         self.state.lock().stopping = true;
-        self.stop_requested.store(true, Ordering::Release);
-        {
-            let _work = self.work_lock.lock();
-            self.work.notify_all();
-        }
+        self.stop_requested.store(true, Ordering::SeqCst);
+        self.wake_flusher();
         self.wake_writers();
         self.stopped.notify_all();
         self.run_flushed_hook();
@@ -345,6 +373,7 @@ mod tests {
     struct SlowDisk {
         committed: AtomicU64,
         flushes: AtomicU32,
+        delay: Duration,
     }
 
     impl FlushTarget for SlowDisk {
@@ -352,13 +381,65 @@ mod tests {
             self.committed.load(Ordering::Acquire)
         }
         fn flush_commit_log(&self, _from: u64, _to: u64) -> std::io::Result<()> {
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(self.delay);
             self.flushes.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
         fn housekeeping(&self) -> Result<(), StoreError> {
             Ok(())
         }
+    }
+
+    /// With an interval of an hour only wake-ups move the flusher: a lost one hangs a writer.
+    #[test]
+    fn every_wake_up_reaches_the_flusher() {
+        const ROUNDS: u64 = 300;
+        let control = Arc::new(FlushControl::new(0));
+        let disk = Arc::new(SlowDisk {
+            committed: AtomicU64::new(0),
+            flushes: AtomicU32::new(0),
+            delay: Duration::ZERO,
+        });
+        let flusher = {
+            let (control, disk) = (control.clone(), disk.clone());
+            std::thread::spawn(move || {
+                run_flusher(
+                    &control,
+                    &*disk,
+                    FlushMode::Sync,
+                    Duration::from_secs(3600),
+                    0,
+                )
+            })
+        };
+        let (done, finished) = std::sync::mpsc::channel();
+        for writer in 0..2 {
+            let (control, disk, done) = (control.clone(), disk.clone(), done.clone());
+            std::thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    let end = disk.committed.fetch_add(100, Ordering::AcqRel) + 100;
+                    control.wait_durable(end).unwrap();
+                    // One writer pauses now and then, so rounds of one and two both happen.
+                    if writer == 0 && round % 7 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                done.send(()).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            finished
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a writer waited out a wake-up that never came");
+        }
+        control.stop();
+        let (stopped, joined) = std::sync::mpsc::channel();
+        std::thread::spawn(move || stopped.send(flusher.join().is_ok()).unwrap());
+        assert!(
+            joined.recv_timeout(Duration::from_secs(60)).unwrap(),
+            "the flusher panicked"
+        );
+        assert_eq!(control.flushed(), disk.committed.load(Ordering::Acquire));
     }
 
     #[test]
@@ -369,6 +450,7 @@ mod tests {
         let disk = SlowDisk {
             committed: AtomicU64::new(0),
             flushes: AtomicU32::new(0),
+            delay: Duration::from_millis(2),
         };
         std::thread::scope(|scope| {
             let flusher = scope
