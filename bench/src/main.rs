@@ -9,6 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod ceilings;
 mod measure;
+mod minimal_server;
 mod peers;
 mod store;
 

@@ -5,7 +5,9 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
-use crate::peers::workload::{Figure, Measure, FSYNC_CEILING, GROUP_COMMIT, PARKED_PULL};
+use crate::peers::workload::{
+    Figure, Measure, FSYNC_CEILING, GROUP_COMMIT, MINIMAL_SERVER, PARKED_PULL,
+};
 
 /// What one system's run gave: figures, or why there are none.
 pub struct Outcome {
@@ -165,12 +167,15 @@ pub fn targets(
     );
     let (produced, allowed) = (quiver_value(GROUP_COMMIT), quiver_value(FSYNC_CEILING));
     let share = group_commit_share(produced, allowed);
+    let simplest = group_commit_share(quiver_value(MINIMAL_SERVER), allowed)
+        .map(|share| format!("; the simplest server {:.0}%", share * 100.0))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
         "| sync group commit >= 50% of fsync rate x 16 | {} | {} |",
         match (share, produced, allowed) {
             (Some(share), Some(produced), Some(allowed)) => format!(
-                "{:.0}% ({:.1}k of {:.1}k msg/s)",
+                "{:.0}% ({:.1}k of {:.1}k msg/s{simplest})",
                 share * 100.0,
                 produced / 1e3,
                 allowed / 1e3
@@ -333,6 +338,15 @@ mod tests {
         assert!(text.contains("| parked pull p99 <= 1000 µs | 640 µs (0.64x the target) | yes |"));
         assert!(text.contains(
             "| sync group commit >= 50% of fsync rate x 16 | 38% (6.0k of 16.0k msg/s) | no |"
+        ));
+        // With the simplest server measured beside it, its share is shown too.
+        let mut with_simplest = outcomes;
+        if let Ok(figures) = &mut with_simplest[0].figures {
+            figures.push(throughput(MINIMAL_SERVER, 12_000.0));
+        }
+        let text = targets(&with_simplest, (&["p".to_owned()], "c"), "e2e");
+        assert!(text.contains(
+            "| sync group commit >= 50% of fsync rate x 16 | 38% (6.0k of 16.0k msg/s; the simplest server 75%) | no |"
         ));
     }
 

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::ceilings;
 use crate::measure::{percentile, Bounds, Rate};
+use crate::minimal_server;
 use crate::peers::server::disk_usage_bytes;
 
 /// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
@@ -92,6 +93,10 @@ pub const GROUP_COMMIT: &str =
 /// just before and just after the producers' run (the disk's rate moves from second to second).
 pub const FSYNC_CEILING: &str =
     "fsync ceiling: write 16 x (1024 + 170) B + fdatasync per round, x 16 msgs (allowed; before + after)";
+/// What the simplest server reaches with the same 16 one-in-flight clients (`minimal_server`):
+/// the bound this machine puts on group commit over loopback, protocol and index aside.
+pub const MINIMAL_SERVER: &str =
+    "group commit, simplest server: thread per connection, pwrite + shared fdatasync, 16 x 1 in flight";
 
 /// One producer connection; clones share it (a window of in-flight sends).
 pub trait ProducerHandle: Clone + Send + Sync + 'static {
@@ -579,9 +584,27 @@ async fn group_commit<S: System>(
         allowed.ops_per_sec(),
         rate.ops_per_sec() / allowed.ops_per_sec().max(1e-9)
     ));
+    let duration = plan.fsync_ceiling.duration;
+    let simplest = tokio::task::spawn_blocking(move || {
+        minimal_server::group_commit(
+            &scratch,
+            GROUP_COMMIT_BODY_BYTES + RECORD_OVERHEAD_BYTES,
+            per_round,
+            duration,
+        )
+    })
+    .await
+    .context("minimal server panicked")?
+    .context("minimal server")?;
+    log(&format!(
+        "  {MINIMAL_SERVER}: {:.0} msgs/s = {:.2} of the fsync ceiling",
+        simplest.ops_per_sec(),
+        simplest.ops_per_sec() / allowed.ops_per_sec().max(1e-9)
+    ));
     Ok(vec![
         throughput(GROUP_COMMIT.to_owned(), &rate),
         throughput(FSYNC_CEILING.to_owned(), &allowed),
+        throughput(MINIMAL_SERVER.to_owned(), &simplest),
     ])
 }
 
