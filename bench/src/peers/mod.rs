@@ -369,7 +369,9 @@ fn section(
          parked pull (RocketMQ-protocol brokers): up to {} pulls (10 s), each long-polling at the \
          max offset of a one-queue topic, one 1 KiB send {:?} later, answer minus send issued; \
          with sync flush, 16 producers with one 1 KiB send in flight each, beside write(16 x \
-         1194 B) + fdatasync rounds/s x 16 on the same file system. \
+         1194 B) + fdatasync rounds/s x 16 on the same file system just before and just after, \
+         and the simplest group-commit server (bench/src/minimal_server.rs) with the same \
+         clients. \
          Ratios are quiver/peer: above 1 is better for throughput, worse for latency, disk and \
          RSS.\n\n{table}\n### Targets (issue 7), this run\n\n{}",
         options.flush.name(),
