@@ -72,10 +72,11 @@ const STAGED_WRITE_BYTES: usize = 256 * 1024;
 const MAPPED_FILL_STEP_BYTES: u64 = 64 * 1024;
 /// ...and to a multiple of this, at least this far ahead, in the same pwritev as a staged
 /// write (a batch, a record of a page or more). The page cache sizes the folios a write
-/// creates by its length, so those records sit in 1 MiB folios, which reads through the
-/// mapping fault in and miss the TLB on far less often than 64 KiB ones: catch-up consume
-/// about 40% faster (BENCHMARKS.md).
-const STAGED_FILL_STEP_BYTES: u64 = 1024 * 1024;
+/// creates by its length, so those records sit in 256 KiB folios, which reads through the
+/// mapping fault in far less often than 64 KiB ones (catch-up consume about 40% faster).
+/// Not 1 MiB: on a VM that reports free memory to its host, order-8 folios come from cold
+/// blocks once recently freed ones run out, and writes fell to a third (BENCHMARKS.md).
+const STAGED_FILL_STEP_BYTES: u64 = 256 * 1024;
 
 /// Staged bytes above this are shrunk back after a flush, so one huge batch does not pin
 /// its buffer for the store's lifetime.

@@ -17,7 +17,7 @@
 //!   then never take the file's write lock and never wait. Inline, the writer met the end of
 //!   its 64 KiB of zeros once per ~55 records of 1 KiB and spent 150-400 us filling the next;
 //!   that was the slowest send of the fixed-rate end-to-end run (BENCHMARKS.md). The 1 MiB
-//!   writes also leave those records in 1 MiB folios, as batches are.
+//!   writes also leave those records in 1 MiB folios (batches' are 256 KiB: commit_log.rs).
 //!
 //! The writer never waits for the filler, except when its next write would overlap a chunk
 //! being written at that moment. When the filler falls behind, a Sync writer's records land

@@ -265,14 +265,15 @@ fn consume_queue_zero_extension_leaves_no_units_past_the_max() {
 }
 
 #[test]
-fn async_batches_land_in_megabytes_zero_filled_ahead() {
-    const STEP: u64 = 1024 * 1024;
+fn async_batches_land_in_steps_zero_filled_ahead() {
+    // commit_log.rs's STAGED_FILL_STEP_BYTES.
+    const STEP: u64 = 256 * 1024;
     let dir = tempfile::tempdir().unwrap();
     let (config, store, segment) = store_with_8_mib_segments(dir.path(), FlushMode::Async);
     let mut puts = Vec::new();
     let mut n = 0;
     // Batches of 7 (about 18 KiB) past two and a half megabytes: every pwrite lands in zeros
-    // written up to a megabyte boundary, at least a megabyte ahead, never further.
+    // written up to a step boundary, at least a step ahead, never further.
     while store.stats().max_physical_offset.0 < 2560 * 1024 {
         let bodies: Vec<Vec<u8>> = (n..n + 7).map(body).collect();
         let msgs: Vec<NewMessage<'_>> = bodies.iter().zip(n..).map(|(b, k)| msg(b, k)).collect();
