@@ -103,6 +103,13 @@ fn run(
             .spawn(move || accept_loop(&listener, &log, request_bytes, clients))?
     };
     let driven = drive(addr, request_bytes, clients, duration);
+    // A load that failed before opening all its connections leaves the acceptor waiting:
+    // connections that close at once release it (refused once it has stopped listening).
+    if driven.is_err() {
+        for _ in 0..clients {
+            let _ = TcpStream::connect(addr);
+        }
+    }
     {
         let mut state = log.state.lock().expect("flush state");
         state.stopping = true;
