@@ -54,6 +54,28 @@ pub(crate) struct FlushControl {
     flushed_hook: RwLock<Option<FlushedHook>>,
 }
 
+/// Parks the calling thread on `key` (an address inside a `FlushControl`) while
+/// `keep_waiting` holds; it is checked again under the park queue's lock, so a waker that
+/// changes what it reads and then unparks `key` is never missed.
+fn park_on(
+    key: usize,
+    keep_waiting: impl Fn() -> bool,
+    deadline: Option<Instant>,
+) -> parking_lot_core::ParkResult {
+    // SAFETY: the key is an address of a live `FlushControl`, used for nothing else; the
+    // callbacks neither park nor panic.
+    unsafe {
+        parking_lot_core::park(
+            key,
+            keep_waiting,
+            || {},
+            |_, _| {},
+            parking_lot_core::DEFAULT_PARK_TOKEN,
+            deadline,
+        )
+    }
+}
+
 /// Called on the flusher thread after each flush and at stop; must not block.
 pub type FlushedHook = Arc<dyn Fn() + Send + Sync>;
 
@@ -132,19 +154,11 @@ impl FlushControl {
             if let Some(status) = self.durable_status(end) {
                 return status;
             }
-            let key = self.round_key();
-            // SAFETY: the key is this control's own address; the callbacks neither park nor
-            // panic.
-            unsafe {
-                parking_lot_core::park(
-                    key,
-                    || self.round.load(Ordering::SeqCst) == round,
-                    || {},
-                    |_, _| {},
-                    parking_lot_core::DEFAULT_PARK_TOKEN,
-                    None,
-                );
-            }
+            park_on(
+                self.round_key(),
+                || self.round.load(Ordering::SeqCst) == round,
+                None,
+            );
         }
     }
 
@@ -252,19 +266,9 @@ impl FlushControl {
             if ready() {
                 return true;
             }
-            // SAFETY: the key is this control's own address; the callbacks neither park nor
-            // panic.
-            let parked = unsafe {
-                parking_lot_core::park(
-                    self.flusher_key(),
-                    || !ready(),
-                    || {},
-                    |_, _| {},
-                    parking_lot_core::DEFAULT_PARK_TOKEN,
-                    Some(deadline),
-                )
-            };
-            if parked == parking_lot_core::ParkResult::TimedOut {
+            if park_on(self.flusher_key(), || !ready(), Some(deadline))
+                == parking_lot_core::ParkResult::TimedOut
+            {
                 return ready();
             }
         }
