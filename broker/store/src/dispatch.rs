@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 
 use crate::consume_queue::{ConsumeQueue, QueueTail, Unit};
 use crate::error::StoreError;
-use crate::record::RecordHeader;
+use crate::record::{RecordHeader, FIXED_OVERHEAD_BYTES};
 
 /// Every ConsumeQueue, as readers see it.
 pub(crate) type QueueRegistry = RwLock<HashMap<String, HashMap<u32, Arc<ConsumeQueue>>>>;
@@ -137,8 +137,18 @@ impl Dispatcher {
         registry: &QueueRegistry,
         record: &RecordHeader<'_>,
     ) -> Result<Redispatch, StoreError> {
-        let writer = self.queue(registry, record.topic, record.queue_id)?;
         let offset = record.queue_offset.0;
+        // Every earlier record of the queue lies before this one, each at least a bare record
+        // long: a larger offset is a flipped header bit (the CRC covers the body only).
+        if offset > record.physical_offset.0 / FIXED_OVERHEAD_BYTES as u64 {
+            return Err(StoreError::ImpossibleQueueOffset {
+                offset: record.physical_offset,
+                topic: record.topic.to_owned(),
+                queue_id: record.queue_id,
+                queue_offset: offset,
+            });
+        }
+        let writer = self.queue(registry, record.topic, record.queue_id)?;
         let unit = Unit {
             physical_offset: record.physical_offset.0,
             size: record.size,

@@ -36,6 +36,17 @@ pub enum StoreError {
         source: RecordError,
     },
 
+    #[error(
+        "record at commitlog offset {offset} claims queue offset {queue_offset} of {topic}/{queue_id}: \
+         more records than the log holds before it (a damaged header)"
+    )]
+    ImpossibleQueueOffset {
+        offset: CommitLogOffset,
+        topic: String,
+        queue_id: u32,
+        queue_offset: u64,
+    },
+
     #[error("commitlog offset {offset} is outside the readable range [{min}, {max})")]
     OffsetOutOfRange {
         offset: CommitLogOffset,
