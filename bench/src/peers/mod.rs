@@ -84,6 +84,10 @@ pub struct Options {
     /// Parked pulls of the wake-latency run (RocketMQ-protocol brokers; at most 10 s).
     #[arg(long, default_value_t = 2_000)]
     parked_pulls: u64,
+    /// 1 KiB messages each system holds before its memory is read: batches (at most 60 s) top
+    /// up what the produce runs stored. The broker's anonymous RSS is rated against them.
+    #[arg(long, default_value_t = 1_000_000)]
+    stored_before_memory: u64,
     /// When the RocketMQ-protocol brokers (Quiver, rocketmq-rust) acknowledge a send: once
     /// in the page cache (async) or once flushed (sync, group commit). NATS and Redis keep
     /// their own defaults (JetStream file store; Redis appendfsync everysec).
@@ -131,6 +135,8 @@ impl Options {
                     max_ops: 200,
                     max_bytes: u64::MAX,
                 },
+                stored_before_memory: 1_000,
+                top_up_time: Duration::from_secs(2),
             };
         }
         let e2e_time = Duration::from_secs_f64(self.e2e_seconds);
@@ -153,9 +159,14 @@ impl Options {
                 max_ops: 2_000,
                 max_bytes: u64::MAX,
             },
+            stored_before_memory: self.stored_before_memory,
+            top_up_time: TOP_UP_TIME,
         }
     }
 }
+
+/// Time bound of the top-up to `--stored-before-memory` (rocketmq-rust needs about 10 s).
+const TOP_UP_TIME: Duration = Duration::from_secs(60);
 
 /// `repeats` parked pulls of 1 KiB, each long-polling 1 s; the send follows 2 ms after the
 /// pull was issued (time for it to reach the broker and be parked); at most 10 s in all.
@@ -371,7 +382,8 @@ fn section(
          with sync flush, 16 producers with one 1 KiB send in flight each, beside write(16 x \
          1194 B) + fdatasync rounds/s x 16 on the same file system just before and just after, \
          and the simplest group-commit server (bench/src/minimal_server.rs) with the same \
-         clients. \
+         clients; then 1 KiB batches until {} 1 KiB messages are stored (at most {:?}), and the \
+         server's memory is read. \
          Ratios are quiver/peer: above 1 is better for throughput, worse for latency, disk and \
          RSS.\n\n{table}\n### Targets (issue 7), this run\n\n{}",
         options.flush.name(),
@@ -382,6 +394,8 @@ fn section(
         plan.e2e_time,
         plan.parked_pull.repeats,
         plan.parked_pull.park_pause,
+        plan.stored_before_memory,
+        plan.top_up_time,
         targets(plan, outcomes),
     ) + if options.smoke {
         "\n(smoke run: figures are meaningless)\n"
@@ -391,7 +405,7 @@ fn section(
 }
 
 /// The issue's targets beside this run's figures (1 KiB rows, the end-to-end p99, the
-/// parked pull p99, group commit against the fsync ceiling).
+/// parked pull p99, group commit against the fsync ceiling, anonymous RSS against the data).
 fn targets(plan: &Plan, outcomes: &[Outcome]) -> String {
     let size = 1024;
     let produce: Vec<String> = plan
@@ -409,5 +423,10 @@ fn targets(plan: &Plan, outcomes: &[Outcome]) -> String {
         "end-to-end {} B at {}/s, p99 latency",
         plan.e2e_body_bytes, plan.e2e_rate_per_sec
     );
-    report::targets(outcomes, (&produce, &consume), &p99)
+    report::targets(
+        outcomes,
+        (&produce, &consume),
+        &p99,
+        plan.stored_before_memory,
+    )
 }

@@ -6,8 +6,12 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use crate::peers::workload::{
-    Figure, Measure, FSYNC_CEILING, GROUP_COMMIT, MINIMAL_SERVER, PARKED_PULL,
+    Figure, Measure, ANON_RSS, FSYNC_CEILING, GROUP_COMMIT, MINIMAL_SERVER, PARKED_PULL, STORED_1K,
+    STORED_BODY_BYTES,
 };
+
+/// "Well under the data size": anonymous RSS at most this share of the 1 KiB bodies stored.
+const RSS_SHARE_OF_DATA: f64 = 0.1;
 
 /// What one system's run gave: figures, or why there are none.
 pub struct Outcome {
@@ -22,9 +26,12 @@ fn cell(figure: &Figure) -> String {
         }
         Measure::LatencyMicros => format!("{:.0} µs", figure.value),
         Measure::BytesPerMessage => format!("{:.0} B", figure.value),
-        Measure::MemoryBytes => format!("{:.0} MiB", figure.value / (1024.0 * 1024.0)),
+        Measure::MemoryBytes => format!("{:.0} MiB", figure.value / MIB),
+        Measure::Count => format!("{:.0}", figure.value),
     }
 }
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 fn find<'a>(figures: &'a [Figure], workload: &str) -> Option<&'a Figure> {
     figures.iter().find(|figure| figure.workload == workload)
@@ -99,11 +106,13 @@ pub fn table(outcomes: &[Outcome]) -> String {
 
 /// The issue's targets next to what this run measured.
 /// `size_1k_workloads`: the 1 KiB batched produce workloads (one target row each, labelled by
-/// what follows "produce 1024 B, ") and the catch-up consume workload.
+/// what follows "produce 1024 B, ") and the catch-up consume workload. `stored_goal`: the
+/// 1 KiB messages to have stored before the broker's memory counts (1M in a full run).
 pub fn targets(
     outcomes: &[Outcome],
     size_1k_workloads: (&[String], &str),
     p99_row: &str,
+    stored_goal: u64,
 ) -> String {
     let figures = |system: &str| {
         outcomes
@@ -184,7 +193,48 @@ pub fn targets(
         },
         verdict(share.map(|s| s >= 0.5))
     );
+    let (stored, anon) = (quiver_value(STORED_1K), quiver_value(ANON_RSS));
+    let _ = writeln!(
+        out,
+        "| broker anonymous RSS with {} 1 KiB messages stored <= {:.0}% of their bodies | {} | {} |",
+        count_label(stored_goal),
+        RSS_SHARE_OF_DATA * 100.0,
+        match (stored, anon) {
+            (Some(stored), Some(anon)) => {
+                let data = stored * STORED_BODY_BYTES as f64;
+                let short = if stored < stored_goal as f64 {
+                    ", fewer than the goal"
+                } else {
+                    ""
+                };
+                format!(
+                    "{:.0} MiB = {:.1}% of {:.0} MiB ({} stored{short})",
+                    anon / MIB,
+                    anon / data * 100.0,
+                    data / MIB,
+                    count_label(stored as u64)
+                )
+            }
+            _ => "not measured".to_owned(),
+        },
+        verdict(match (stored, anon) {
+            (Some(stored), Some(anon)) if stored >= stored_goal as f64 => {
+                Some(anon <= stored * STORED_BODY_BYTES as f64 * RSS_SHARE_OF_DATA)
+            }
+            _ => None,
+        })
+    );
     out
+}
+
+/// A message count as people write it: 1M, 250k, 812.
+fn count_label(count: u64) -> String {
+    match count {
+        n if n >= 1_000_000 && n % 10_000 == 0 => format!("{}M", n as f64 / 1e6),
+        n if n >= 1_000_000 => format!("{:.2}M", n as f64 / 1e6),
+        n if n >= 10_000 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
 }
 
 /// Group-commit throughput as a share of what the fsync ceiling allows (None when either
@@ -285,7 +335,7 @@ mod tests {
                 figures: Ok(vec![throughput("p", 100.0), throughput("c", 100.0)]),
             },
         ];
-        let text = targets(&outcomes, (&["p".to_owned()], "c"), "e2e");
+        let text = targets(&outcomes, (&["p".to_owned()], "c"), "e2e", 1_000_000);
         assert!(text.contains("| 1 KiB produce >= 2x nats | 1.50x | no |"));
         assert!(text.contains("| 1 KiB consume >= 2x nats | 5.00x | yes |"));
         assert!(text.contains("| 1 KiB produce >= 5x rocketmq-rust | not measured | — |"));
@@ -309,7 +359,7 @@ mod tests {
                 figures: Ok(vec![throughput(&one, 100.0), throughput(&four, 200.0)]),
             },
         ];
-        let text = targets(&outcomes, (&[one, four], "c"), "e2e");
+        let text = targets(&outcomes, (&[one, four], "c"), "e2e", 1_000_000);
         assert!(
             text.contains("| 1 KiB produce (1 producer(s), batch 128) >= 2x nats | 3.00x | yes |")
         );
@@ -334,7 +384,7 @@ mod tests {
                 throughput(FSYNC_CEILING, 16_000.0),
             ]),
         }];
-        let text = targets(&outcomes, (&["p".to_owned()], "c"), "e2e");
+        let text = targets(&outcomes, (&["p".to_owned()], "c"), "e2e", 1_000_000);
         assert!(text.contains("| parked pull p99 <= 1000 µs | 640 µs (0.64x the target) | yes |"));
         assert!(text.contains(
             "| sync group commit >= 50% of fsync rate x 16 | 38% (6.0k of 16.0k msg/s) | no |"
@@ -344,10 +394,54 @@ mod tests {
         if let Ok(figures) = &mut with_simplest[0].figures {
             figures.push(throughput(MINIMAL_SERVER, 12_000.0));
         }
-        let text = targets(&with_simplest, (&["p".to_owned()], "c"), "e2e");
+        let text = targets(&with_simplest, (&["p".to_owned()], "c"), "e2e", 1_000_000);
         assert!(text.contains(
             "| sync group commit >= 50% of fsync rate x 16 | 38% (6.0k of 16.0k msg/s; the simplest server 75%) | no |"
         ));
+    }
+
+    #[test]
+    fn targets_rate_anonymous_rss_against_the_stored_bodies() {
+        let figure = |workload: &str, value: f64, measure| Figure {
+            workload: workload.into(),
+            value,
+            measure,
+        };
+        let outcomes = |stored: f64, anon_mib: f64| {
+            [Outcome {
+                system: "quiver",
+                figures: Ok(vec![
+                    figure(STORED_1K, stored, Measure::Count),
+                    figure(ANON_RSS, anon_mib * MIB, Measure::MemoryBytes),
+                ]),
+            }]
+        };
+        let row = |outcomes: &[Outcome], goal| {
+            targets(outcomes, (&["p".to_owned()], "c"), "e2e", goal)
+                .lines()
+                .find(|line| line.contains("anonymous RSS"))
+                .expect("an RSS row")
+                .to_owned()
+        };
+        assert_eq!(
+            row(&outcomes(1_024_000.0, 16.0), 1_000_000),
+            "| broker anonymous RSS with 1M 1 KiB messages stored <= 10% of their bodies \
+             | 16 MiB = 1.6% of 1000 MiB (1.02M stored) | yes |"
+        );
+        assert!(row(&outcomes(1_024_000.0, 120.0), 1_000_000).ends_with("| no |"));
+        // Fewer stored than the goal (a slow system, a short run): measured, not judged.
+        assert!(row(&outcomes(512_000.0, 16.0), 1_000_000)
+            .ends_with("(512k stored, fewer than the goal) | — |"));
+        assert!(row(&[], 1_000_000).ends_with("| not measured | — |"));
+    }
+
+    #[test]
+    fn count_labels_read_as_people_write_them() {
+        assert_eq!(count_label(1_000_000), "1M");
+        assert_eq!(count_label(1_200_000), "1.2M");
+        assert_eq!(count_label(1_234_567), "1.23M");
+        assert_eq!(count_label(250_000), "250k");
+        assert_eq!(count_label(812), "812");
     }
 
     #[test]

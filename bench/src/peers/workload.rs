@@ -80,6 +80,14 @@ pub struct ParkedPulls {
 
 /// Name of the parked-pull latency figures (", p50 latency" and so on follow).
 pub const PARKED_PULL: &str = "parked pull answered after the send";
+/// Body size of the messages counted before the memory figures are read (issue 7: broker RSS
+/// for 1M stored 1 KiB messages).
+pub const STORED_BODY_BYTES: usize = 1024;
+/// How many 1 KiB messages the produce runs and the top-up stored before the memory was read
+/// (the end-to-end, parked-pull and group-commit runs store more, uncounted).
+pub const STORED_1K: &str = "1 KiB messages stored before the memory was read";
+/// The anonymous-memory figure: heap and stacks, not the page cache holding the data.
+pub const ANON_RSS: &str = "server anonymous RSS at the end";
 /// Producers of the group-commit run, each with one single send in flight.
 pub const GROUP_COMMIT_PRODUCERS: u32 = 16;
 /// Body size of the group-commit run.
@@ -140,6 +148,10 @@ pub struct Plan {
     pub group_commit: bool,
     /// Bounds of the write + fdatasync ceiling.
     pub fsync_ceiling: Bounds,
+    /// 1 KiB messages stored before the memory figures: batches top the workloads' count up.
+    pub stored_before_memory: u64,
+    /// Time bound of that top-up.
+    pub top_up_time: Duration,
 }
 
 impl Plan {
@@ -163,6 +175,7 @@ pub enum Measure {
     LatencyMicros,
     BytesPerMessage,
     MemoryBytes,
+    Count,
 }
 
 /// One measured figure of one system.
@@ -229,6 +242,7 @@ pub async fn run_all<S: System>(
     log: impl Fn(&str),
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
+    let mut stored_1k = 0;
     for &size in &plan.sizes {
         let disk_before = disk_usage_bytes(data_dir);
         let mut stored = 0;
@@ -250,6 +264,9 @@ pub async fn run_all<S: System>(
                 let workload = format!("produce {size} B, {producers} producer(s), {mode_name}");
                 log(&format!("  {workload}: {:.0} msgs/s", rate.ops_per_sec()));
                 stored += rate.ops;
+                if size == STORED_BODY_BYTES {
+                    stored_1k += rate.ops;
+                }
                 if catch_up_stream.is_none() {
                     catch_up_stream = Some((stream, rate.ops));
                 }
@@ -294,13 +311,19 @@ pub async fn run_all<S: System>(
         let scratch = data_dir.parent().unwrap_or(data_dir).to_path_buf();
         figures.extend(group_commit(&system, plan, scratch, &log).await?);
     }
+    stored_1k += top_up(&system, plan, stored_1k, &log).await?;
+    figures.push(Figure {
+        workload: STORED_1K.into(),
+        value: stored_1k as f64,
+        measure: Measure::Count,
+    });
     let memory = server_memory();
     for (workload, bytes) in [
         (
             "server peak RSS (VmHWM, mapped files included)",
             memory.peak_rss_bytes,
         ),
-        ("server anonymous RSS at the end", memory.anon_rss_bytes),
+        (ANON_RSS, memory.anon_rss_bytes),
     ] {
         if let Some(bytes) = bytes {
             figures.push(Figure {
@@ -311,6 +334,46 @@ pub async fn run_all<S: System>(
         }
     }
     Ok(figures)
+}
+
+/// Stores batches of 1 KiB until `stored` reaches `plan.stored_before_memory` (or its time
+/// bound passes), with the most producers of the plan; returns how many it stored.
+async fn top_up<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    stored: u64,
+    log: &impl Fn(&str),
+) -> anyhow::Result<u64> {
+    let missing = plan.stored_before_memory.saturating_sub(stored);
+    if missing == 0 {
+        return Ok(0);
+    }
+    let stream = "bench_1024_top_up";
+    system.prepare(stream).await?;
+    let producers = plan.producer_counts.iter().copied().max().unwrap_or(1);
+    let top_up_plan = Plan {
+        messages: missing,
+        max_bytes_per_run: u64::MAX,
+        run_time: plan.top_up_time,
+        ..plan.clone()
+    };
+    let rate = produce(
+        system,
+        stream,
+        STORED_BODY_BYTES,
+        producers,
+        SendMode::Batch,
+        &top_up_plan,
+    )
+    .await
+    .with_context(|| format!("topping up {stream}"))?;
+    log(&format!(
+        "  topped up with {} 1 KiB messages in {:.1} s: {} stored",
+        rate.ops,
+        rate.elapsed.as_secs_f64(),
+        stored + rate.ops
+    ));
+    Ok(rate.ops)
 }
 
 /// Produce run: `producers` connections, each sending batches one at a time or single
@@ -674,6 +737,8 @@ mod tests {
                 max_ops: 1,
                 max_bytes: u64::MAX,
             },
+            stored_before_memory: 0,
+            top_up_time: Duration::from_secs(1),
         };
         assert_eq!(plan.messages_for(128), 1000);
         assert_eq!(plan.messages_for(16384), 64);
