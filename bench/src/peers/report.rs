@@ -193,19 +193,22 @@ pub fn targets(
         },
         verdict(share.map(|s| s >= 0.5))
     );
-    let (stored, anon) = (quiver_value(STORED_1K), quiver_value(ANON_RSS));
+    // (1 KiB messages stored, anonymous RSS in bytes), judged only once the goal is stored.
+    let rss = quiver_value(STORED_1K).zip(quiver_value(ANON_RSS));
+    let reached = |stored: f64| stored >= stored_goal as f64;
     let _ = writeln!(
         out,
         "| broker anonymous RSS with {} 1 KiB messages stored <= {:.0}% of their bodies | {} | {} |",
         count_label(stored_goal),
         RSS_SHARE_OF_DATA * 100.0,
-        match (stored, anon) {
-            (Some(stored), Some(anon)) => {
+        rss.map_or_else(
+            || "not measured".to_owned(),
+            |(stored, anon)| {
                 let data = stored * STORED_BODY_BYTES as f64;
-                let short = if stored < stored_goal as f64 {
-                    ", fewer than the goal"
-                } else {
+                let short = if reached(stored) {
                     ""
+                } else {
+                    ", fewer than the goal"
                 };
                 format!(
                     "{:.0} MiB = {:.1}% of {:.0} MiB ({} stored{short})",
@@ -215,14 +218,11 @@ pub fn targets(
                     count_label(stored as u64)
                 )
             }
-            _ => "not measured".to_owned(),
-        },
-        verdict(match (stored, anon) {
-            (Some(stored), Some(anon)) if stored >= stored_goal as f64 => {
-                Some(anon <= stored * STORED_BODY_BYTES as f64 * RSS_SHARE_OF_DATA)
-            }
-            _ => None,
-        })
+        ),
+        verdict(
+            rss.filter(|(stored, _)| reached(*stored))
+                .map(|(stored, anon)| anon <= stored * STORED_BODY_BYTES as f64 * RSS_SHARE_OF_DATA)
+        )
     );
     out
 }
