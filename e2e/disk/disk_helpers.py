@@ -317,4 +317,18 @@ def start_reader(namesrv, group, topic):
     return reader, consumer
 
 
+def poll(attempt, timeout, what):
+    """Calls `attempt` (returning (done, detail)) until done; fails after `timeout` seconds
+    showing the last detail. Returns (seconds taken, last detail)."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        done, detail = attempt()
+        if done:
+            return time.monotonic() - started, detail
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {detail!r}")
+        time.sleep(0.1)
+
+
 PERCENT = re.compile(r"\d+(\.\d+)?\s*%")

@@ -20,6 +20,7 @@ from disk_helpers import (
     SERVICE_NOT_AVAILABLE,
     commit_offsets,
     fill,
+    poll,
     raw_send,
     start_reader,
     stored_count,
@@ -86,16 +87,12 @@ def _metrics(broker, prefix):
 
 def wait_send_accepted(broker, key, within):
     """Sends (raw) until the broker accepts; returns seconds taken."""
-    started = time.monotonic()
-    last = []
-
-    def accepted():
+    def attempt():
         code, remark = raw_send(broker.addr, TOPIC, key, f"body of {key}")
-        last[:] = [code, remark]
-        return code == 0
+        return code == 0, (code, remark)
 
-    wait_until(accepted, within, f"a send to be accepted again (last answer: {last})")
-    return time.monotonic() - started
+    took, _ = poll(attempt, within, f"a send to be accepted again within {within}s")
+    return took
 
 
 def send_more(broker, disk, name, first, count):
@@ -213,15 +210,12 @@ def test_data_directory_deleted_while_running(make_broker, disk):
     assert len(before.acked) == 200, before.summary()
 
     shutil.rmtree(disk.data_dir)
-    last = []
 
-    def refused():
+    def attempt():
         code, remark = raw_send(broker.addr, TOPIC, "probe-deleted", "x")
-        last[:] = [code, remark]
-        return code != 0
+        return code != 0, (code, remark)
 
-    wait_until(refused, 10, f"a send to be refused after rm -rf of the data directory (last answer: {last})")
-    code, remark = last
+    _, (code, remark) = poll(attempt, 10, "a send to be refused after rm -rf of the data directory")
     assert "deleted" in remark.lower(), f"refused with code {code}, remark {remark!r}: does not say deleted"
     assert code == SERVICE_NOT_AVAILABLE, f"refused with code {code} (expected 14), remark {remark!r}"
     time.sleep(2)  # some disk checks and flushes later
