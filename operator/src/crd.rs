@@ -17,6 +17,12 @@ pub const GROUP: &str = "quiver.io";
 pub const PAUSE_ANNOTATION: &str = "quiver.io/paused";
 /// Default broker image, used when `spec.image` is empty.
 pub const DEFAULT_IMAGE: &str = "ghcr.io/quiver-mq/quiver-broker:latest";
+/// The broker's default `disk-high-water-ratio`, as a percentage.
+pub const BROKER_DISK_HIGH_WATER_PERCENT: u8 = 90;
+/// The broker's default `disk-clean-ratio`, as a percentage (also in the CEL rule below).
+pub const BROKER_DISK_CLEAN_PERCENT: u8 = 75;
+/// The broker's default `disk-force-clean-ratio`, as a percentage (also in the CEL rule below).
+pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
 
 /// A cluster of Quiver brokers: one StatefulSet pod per broker, each with its own store volume.
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
@@ -60,7 +66,7 @@ pub struct BrokerSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1024))]
     pub topics: Vec<TopicSpec>,
-    /// CommitLog retention.
+    /// CommitLog retention, and the disk usage at which the brokers delete early and refuse sends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
     /// Scheduling overrides for the broker pods.
@@ -130,16 +136,31 @@ fn default_queues() -> i32 {
     8
 }
 
-/// CommitLog retention.
+/// CommitLog retention and the broker's disk thresholds. The thresholds are percentages of the
+/// store's file system in use; from lowest to highest: clean, force-clean, high water.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.diskCleanPercent) ? self.diskCleanPercent : 75) <= (has(self.diskForceCleanPercent) ? self.diskForceCleanPercent : 85)").message("diskCleanPercent (broker default 75) must not exceed diskForceCleanPercent (broker default 85)"))]
 pub struct RetentionSpec {
     /// Hours a CommitLog segment is kept after its last write (RocketMQ fileReservedTime).
     pub file_reserved_hours: u32,
-    /// Disk usage percentage above which old segments are deleted early (1-100; broker default 85).
+    /// Disk usage percentage above which the broker refuses sends (RocketMQ code 14,
+    /// SERVICE_NOT_AVAILABLE) while it keeps serving reads, and starts read-only
+    /// (1-100; broker default 90).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("diskHighWaterPercent must be between 1 and 100"))]
     pub disk_high_water_percent: Option<u8>,
+    /// Disk usage percentage above which retention deletes unexpired CommitLog segments early,
+    /// oldest first, but only those no subscribed consumer group still needs
+    /// (1-100, at most diskForceCleanPercent; broker default 75).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("diskCleanPercent must be between 1 and 100"))]
+    pub disk_clean_percent: Option<u8>,
+    /// Disk usage percentage above which retention deletes the oldest CommitLog segment even if
+    /// it holds messages a consumer group has not consumed yet (1-100; broker default 85).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("diskForceCleanPercent must be between 1 and 100"))]
+    pub disk_force_clean_percent: Option<u8>,
 }
 
 /// Scheduling overrides for the broker pods; defaults spread brokers across nodes.
@@ -556,6 +577,45 @@ mod tests {
     }
 
     #[test]
+    fn disk_clean_percentages_are_percentages_and_ordered() {
+        let retention = |clean: Option<u8>, force: Option<u8>| {
+            let mut retention = serde_json::json!({"fileReservedHours": 72});
+            if let Some(clean) = clean {
+                retention["diskCleanPercent"] = clean.into();
+            }
+            if let Some(force) = force {
+                retention["diskForceCleanPercent"] = force.into();
+            }
+            broker(serde_json::json!({ "retention": retention }))
+        };
+        validate_cel(&retention(Some(75), Some(85))).expect("75 <= 85 is valid");
+        validate_cel(&retention(Some(85), Some(85))).expect("equal is valid");
+        validate_cel(&retention(Some(60), None)).expect("clean alone below 85 is valid");
+        validate_cel(&retention(None, Some(90))).expect("force-clean alone above 75 is valid");
+        validate_cel(&retention(Some(95), Some(100))).expect("both high is valid");
+        // An absent one counts at the broker's default, which would stop the broker starting.
+        for (clean, force) in [(Some(90), Some(80)), (Some(90), None), (None, Some(70))] {
+            let errors = validate_cel(&retention(clean, force)).unwrap_err();
+            assert!(
+                format!("{errors:?}").contains("must not exceed diskForceCleanPercent"),
+                "{clean:?} {force:?}: {errors:?}"
+            );
+        }
+        for bad in [0, 101, 255] {
+            let errors = validate_cel(&retention(Some(bad), Some(100))).unwrap_err();
+            assert!(
+                format!("{errors:?}").contains("diskCleanPercent must be between 1 and 100"),
+                "{bad}: {errors:?}"
+            );
+            let errors = validate_cel(&retention(Some(1), Some(bad))).unwrap_err();
+            assert!(
+                format!("{errors:?}").contains("diskForceCleanPercent must be between 1 and 100"),
+                "{bad}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
     fn storage_size_must_be_a_quantity() {
         let errors =
             validate_cel(&broker(serde_json::json!({"storage": {"size": "lots"}}))).unwrap_err();
@@ -613,6 +673,22 @@ mod tests {
             serde_json::json!({"brokerRef": "qb", "offsetReset": {"id": "1", "to": "Timestamp", "timestampMillis": 1}}),
         );
         validate_cel(&timestamp_given).expect("valid reset");
+    }
+
+    #[test]
+    fn the_chart_examples_pass_every_rule() {
+        for text in [
+            include_str!("../../charts/quiver-operator/examples/broker-minimal.yaml"),
+            include_str!("../../charts/quiver-operator/examples/broker-production.yaml"),
+        ] {
+            let broker: Broker = serde_yaml::from_str(text).expect("example parses");
+            validate_cel(&broker).expect("example passes the CEL rules");
+        }
+        let group: ConsumerGroup = serde_yaml::from_str(include_str!(
+            "../../charts/quiver-operator/examples/consumergroup.yaml"
+        ))
+        .expect("example parses");
+        validate_cel(&group).expect("example passes the CEL rules");
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! Nothing here touches a client.
 
 use crate::admin::BrokerPermission;
-use crate::crd::{Broker, FlushDiskType, VolumeRetentionPolicy};
+use crate::crd::{
+    Broker, FlushDiskType, VolumeRetentionPolicy, BROKER_DISK_CLEAN_PERCENT,
+    BROKER_DISK_FORCE_CLEAN_PERCENT,
+};
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -161,12 +164,30 @@ pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json
     });
     if let Some(retention) = &broker.spec.retention {
         config["file-reserved-hours"] = retention.file_reserved_hours.into();
-        // The CRD allows 0..=255; the broker takes a ratio in (0, 1], so others keep its default.
-        if let Some(percent) = retention
-            .disk_high_water_percent
-            .filter(|p| (1..=100).contains(p))
-        {
-            config["disk-high-water-ratio"] = (f64::from(percent) / 100.0).into();
+        // The CEL rules allow 1..=100 but the schema type allows 0..=255; the broker takes a
+        // ratio in (0, 1], so a percentage outside 1..=100 keeps the broker's default.
+        let ratio = |percent: Option<u8>| {
+            percent
+                .filter(|p| (1..=100).contains(p))
+                .map(|p| f64::from(p) / 100.0)
+        };
+        if let Some(high_water) = ratio(retention.disk_high_water_percent) {
+            config["disk-high-water-ratio"] = high_water.into();
+        }
+        let clean = ratio(retention.disk_clean_percent);
+        let force_clean = ratio(retention.disk_force_clean_percent);
+        // A broker whose clean ratio exceeds its force-clean ratio does not start; CEL rejects
+        // such a spec (counting an absent one at the broker's default), so this is only a guard.
+        let effective_clean = clean.unwrap_or(f64::from(BROKER_DISK_CLEAN_PERCENT) / 100.0);
+        let effective_force_clean =
+            force_clean.unwrap_or(f64::from(BROKER_DISK_FORCE_CLEAN_PERCENT) / 100.0);
+        if effective_clean <= effective_force_clean {
+            if let Some(clean) = clean {
+                config["disk-clean-ratio"] = clean.into();
+            }
+            if let Some(force_clean) = force_clean {
+                config["disk-force-clean-ratio"] = force_clean.into();
+            }
         }
     }
     config
@@ -662,6 +683,8 @@ mod tests {
         assert_eq!(config["flush-mode"], "sync");
         assert_eq!(config["file-reserved-hours"], 48);
         assert_eq!(config["disk-high-water-ratio"], 0.7);
+        assert_eq!(config["disk-clean-ratio"], 0.55);
+        assert_eq!(config["disk-force-clean-ratio"], 0.65);
         assert_eq!(config["cluster"], "qb");
         assert_eq!(config["broker-name"], "qb-1");
         assert_eq!(config["advertise"], "qb-1.qb-headless.ns.svc:10911");
@@ -693,6 +716,11 @@ mod tests {
             assert_eq!(config.file_reserved_hours, 48);
             assert_eq!(config.disk_high_water_ratio, 0.7);
             assert_eq!(config.store_config().disk_high_water_ratio, 0.7);
+            // Read through the broker's own config keys, so this holds whatever the fields
+            // are called in Rust.
+            let parsed = serde_json::to_value(&config).expect("config serializes");
+            assert_eq!(parsed["disk-clean-ratio"], 0.55, "{parsed}");
+            assert_eq!(parsed["disk-force-clean-ratio"], 0.65, "{parsed}");
             assert_eq!(config.data_dir, std::path::PathBuf::from(DATA_DIR));
             let read_only = config.broker_name == "qb-2";
             assert_eq!(config.broker_permission, if read_only { 4 } else { 6 });
@@ -715,6 +743,71 @@ mod tests {
             retention.disk_high_water_percent = Some(100);
         }
         assert_eq!(broker_config(&broker, 0, 1)["disk-high-water-ratio"], 1.0);
+    }
+
+    #[test]
+    fn disk_clean_percentages_become_ratios_unless_out_of_range_or_disordered() {
+        let config_with = |clean: Option<u8>, force_clean: Option<u8>| {
+            let mut broker = Broker::test().full_spec();
+            if let Some(retention) = broker.spec.retention.as_mut() {
+                retention.disk_clean_percent = clean;
+                retention.disk_force_clean_percent = force_clean;
+            }
+            broker_config(&broker, 0, 1)
+        };
+        let both = config_with(Some(60), Some(80));
+        assert_eq!(
+            (&both["disk-clean-ratio"], &both["disk-force-clean-ratio"]),
+            (&0.6.into(), &0.8.into())
+        );
+        let neither = config_with(None, None);
+        assert!(neither.get("disk-clean-ratio").is_none());
+        assert!(neither.get("disk-force-clean-ratio").is_none());
+        assert_eq!(
+            neither["disk-high-water-ratio"], 0.7,
+            "high water is independent"
+        );
+        let clean_only = config_with(Some(50), None);
+        assert_eq!(clean_only["disk-clean-ratio"], 0.5);
+        assert!(clean_only.get("disk-force-clean-ratio").is_none());
+        for out_of_range in [0, 101, 255] {
+            let config = config_with(Some(out_of_range), Some(out_of_range));
+            assert!(config.get("disk-clean-ratio").is_none(), "{out_of_range}");
+            assert!(
+                config.get("disk-force-clean-ratio").is_none(),
+                "{out_of_range}"
+            );
+        }
+        // clean above force-clean (given, or the broker's default 85) would stop the broker:
+        // neither is passed on and the broker's consistent defaults apply.
+        for (clean, force_clean) in [(Some(90), Some(80)), (Some(90), None), (None, Some(70))] {
+            let config = config_with(clean, force_clean);
+            assert!(config.get("disk-clean-ratio").is_none(), "{clean:?}");
+            assert!(
+                config.get("disk-force-clean-ratio").is_none(),
+                "{force_clean:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_operator_knows_the_broker_default_disk_ratios() {
+        let defaults = serde_json::to_value(quiver_broker::BrokerConfig::default())
+            .expect("config serializes");
+        for (key, percent) in [
+            (
+                "disk-high-water-ratio",
+                crate::crd::BROKER_DISK_HIGH_WATER_PERCENT,
+            ),
+            ("disk-clean-ratio", BROKER_DISK_CLEAN_PERCENT),
+            ("disk-force-clean-ratio", BROKER_DISK_FORCE_CLEAN_PERCENT),
+        ] {
+            assert_eq!(
+                defaults[key].as_f64(),
+                Some(f64::from(percent) / 100.0),
+                "{key}: {defaults}"
+            );
+        }
     }
 
     #[test]

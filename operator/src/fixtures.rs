@@ -106,6 +106,8 @@ impl BrokerFixture for Broker {
         self.spec.retention = Some(RetentionSpec {
             file_reserved_hours: 48,
             disk_high_water_percent: Some(70),
+            disk_clean_percent: Some(55),
+            disk_force_clean_percent: Some(65),
         });
         self.spec.pod_template = Some(PodOverrides {
             tolerations: vec![Toleration {
