@@ -4,6 +4,7 @@
 //! fake the controller tests use.
 
 use futures::future::BoxFuture;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// A broker's remoting address, `host:port`.
@@ -120,6 +121,63 @@ pub enum ResetTarget {
     Timestamp(i64),
 }
 
+/// A broker's store and disk state, from GET_BROKER_RUNTIME_INFO (Apache's `KVTable`). Every
+/// field is optional: Apache brokers send only the `commitLogDisk*` keys, and a key a broker did
+/// not send (or sent empty or unparsable) is `None`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuntimeInfo {
+    /// Used share of the store's file system, 0..=1 (`commitLogDiskRatio`).
+    pub disk_used_ratio: Option<f64>,
+    /// The broker's own size line, e.g. `Total : 48.0 MiB, Free : 3.1 MiB.`
+    /// (`commitLogDirCapacity`).
+    pub disk_capacity: Option<String>,
+    /// The broker's `disk-high-water-ratio`, above which it refuses sends
+    /// (`quiverDiskHighWaterRatio`).
+    pub high_water_ratio: Option<f64>,
+    /// Whether the store takes writes (`quiverWritable`).
+    pub writable: Option<bool>,
+    /// Why the store refuses writes (`quiverWriteRefusal`): `disk-high-water`, `no-space`,
+    /// `fsync-failed`, `read-only-fs` or `data-dir-gone`; `None` while writable.
+    pub write_refusal: Option<String>,
+    /// The broker's sentence about the refusal (`quiverWriteRefusalMessage`).
+    pub write_refusal_message: Option<String>,
+}
+
+/// `quiverWriteRefusal` of a broker refusing sends because its disk is above high water.
+pub const REFUSAL_DISK_HIGH_WATER: &str = "disk-high-water";
+/// `quiverWriteRefusal` of a broker whose file system ran out of space.
+pub const REFUSAL_NO_SPACE: &str = "no-space";
+
+impl RuntimeInfo {
+    /// Reads the keys the operator uses from a GET_BROKER_RUNTIME_INFO table.
+    pub fn from_table(table: &BTreeMap<String, String>) -> RuntimeInfo {
+        let text = |key: &str| {
+            table
+                .get(key)
+                .map(|value| value.trim())
+                .filter(|value| !value.is_empty())
+                .map(str::to_string)
+        };
+        let ratio = |key: &str| {
+            text(key)
+                .and_then(|value| value.parse::<f64>().ok())
+                .filter(|ratio| ratio.is_finite() && *ratio >= 0.0)
+        };
+        RuntimeInfo {
+            disk_used_ratio: ratio("commitLogDiskRatio"),
+            disk_capacity: text("commitLogDirCapacity"),
+            high_water_ratio: ratio("quiverDiskHighWaterRatio"),
+            writable: text("quiverWritable").and_then(|value| match value.as_str() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => None,
+            }),
+            write_refusal: text("quiverWriteRefusal"),
+            write_refusal_message: text("quiverWriteRefusalMessage"),
+        }
+    }
+}
+
 /// Failures talking to a broker.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -146,6 +204,18 @@ pub enum AdminError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+impl AdminError {
+    /// Whether the broker answered that it does not know the request (REQUEST_CODE_NOT_SUPPORTED,
+    /// an older broker).
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            AdminError::Rejected { code, .. }
+                if *code == quiver_protocol::code::response::REQUEST_CODE_NOT_SUPPORTED
+        )
+    }
 }
 
 /// Administration calls against one broker at a time.
@@ -203,4 +273,94 @@ pub trait BrokerAdmin: Send + Sync {
         addr: &'a BrokerAddr,
         group: &'a str,
     ) -> BoxFuture<'a, Result<(), AdminError>>;
+    /// The broker's disk usage and whether it takes writes (GET_BROKER_RUNTIME_INFO). A broker
+    /// that predates the request answers [`AdminError::Rejected`] with
+    /// [`AdminError::is_unsupported`].
+    fn runtime_info<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<RuntimeInfo, AdminError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn runtime_info_reads_the_quiver_keys() {
+        let info = RuntimeInfo::from_table(&table(&[
+            ("commitLogDiskRatio", "0.93"),
+            ("commitLogDirCapacity", "Total : 48.0 MiB, Free : 3.1 MiB."),
+            ("quiverDiskHighWaterRatio", "0.9"),
+            ("quiverWritable", "false"),
+            ("quiverWriteRefusal", "disk-high-water"),
+            (
+                "quiverWriteRefusalMessage",
+                "disk 93% used, above the 90% high water",
+            ),
+            ("bootTimestamp", "1700000000000"),
+        ]));
+        assert_eq!(
+            info,
+            RuntimeInfo {
+                disk_used_ratio: Some(0.93),
+                disk_capacity: Some("Total : 48.0 MiB, Free : 3.1 MiB.".into()),
+                high_water_ratio: Some(0.9),
+                writable: Some(false),
+                write_refusal: Some(REFUSAL_DISK_HIGH_WATER.into()),
+                write_refusal_message: Some("disk 93% used, above the 90% high water".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn runtime_info_of_a_writable_broker_has_no_refusal() {
+        let info = RuntimeInfo::from_table(&table(&[
+            ("commitLogDiskRatio", "0.4"),
+            ("quiverDiskHighWaterRatio", "0.9"),
+            ("quiverWritable", "true"),
+            ("quiverWriteRefusal", ""),
+            ("quiverWriteRefusalMessage", ""),
+        ]));
+        assert_eq!(info.writable, Some(true));
+        assert_eq!(info.write_refusal, None);
+        assert_eq!(info.write_refusal_message, None);
+    }
+
+    #[test]
+    fn runtime_info_of_an_apache_broker_or_garbage_is_partial() {
+        let apache = RuntimeInfo::from_table(&table(&[("commitLogDiskRatio", "0.5123")]));
+        assert_eq!(apache.disk_used_ratio, Some(0.5123));
+        assert_eq!((apache.high_water_ratio, apache.writable), (None, None));
+        let garbage = RuntimeInfo::from_table(&table(&[
+            ("commitLogDiskRatio", "NaN"),
+            ("quiverDiskHighWaterRatio", "-1"),
+            ("quiverWritable", "yes"),
+        ]));
+        assert_eq!(garbage, RuntimeInfo::default());
+    }
+
+    #[test]
+    fn only_request_code_not_supported_is_unsupported() {
+        let rejected = |code| AdminError::Rejected {
+            addr: BrokerAddr("b:1".into()),
+            request: "GET_BROKER_RUNTIME_INFO",
+            code,
+            remark: String::new(),
+        };
+        assert!(rejected(3).is_unsupported());
+        assert!(!rejected(1).is_unsupported());
+        let unreachable = AdminError::Unreachable {
+            addr: BrokerAddr("b:1".into()),
+            source: "refused".into(),
+        };
+        assert!(!unreachable.is_unsupported());
+    }
 }

@@ -3,7 +3,8 @@
 
 use crate::admin::{
     AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats, QueueConsumeStats,
-    QueueOffset, QueueTopicStats, ResetTarget, SubscriptionGroup, TopicConfig, TopicStats,
+    QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig,
+    TopicStats,
 };
 use crate::crd::{
     Broker, BrokerSpec, BrokerStatus, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec,
@@ -183,6 +184,7 @@ struct FakeBrokers {
     deleted: Vec<(BrokerAddr, String)>,
     unreachable: HashSet<BrokerAddr>,
     members: BTreeMap<(BrokerAddr, String), Vec<String>>,
+    runtime: BTreeMap<BrokerAddr, Option<RuntimeInfo>>,
     upserts: usize,
     topic_creates: usize,
 }
@@ -314,6 +316,12 @@ impl FakeAdmin {
     /// Groups deleted, in order.
     pub fn deleted(&self) -> Vec<(BrokerAddr, String)> {
         self.with_state(|state| state.deleted.clone())
+    }
+
+    /// What `addr` answers to GET_BROKER_RUNTIME_INFO from now on; `None`: REQUEST_CODE_NOT_SUPPORTED,
+    /// as a broker older than the request. Until set, a broker reports [`disk_report`]`(0.25, None)`.
+    pub fn set_runtime_info(&self, addr: &str, info: Option<RuntimeInfo>) {
+        self.with_state(|state| state.runtime.insert(BrokerAddr(addr.to_string()), info));
     }
 
     /// Makes every call to `addr` fail as unreachable.
@@ -505,6 +513,43 @@ impl BrokerAdmin for FakeAdmin {
             state.queues.remove(&(addr.clone(), group.to_string()));
             state.deleted.push((addr.clone(), group.to_string()));
         })
+    }
+
+    fn runtime_info<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<RuntimeInfo, AdminError>> {
+        async move {
+            let reply = self
+                .call(addr, move |state| match state.runtime.get(addr) {
+                    Some(reply) => reply.clone(),
+                    None => Some(disk_report(0.25, None)),
+                })
+                .await?;
+            reply.ok_or_else(|| AdminError::Rejected {
+                addr: addr.clone(),
+                request: "GET_BROKER_RUNTIME_INFO",
+                code: quiver_protocol::code::response::REQUEST_CODE_NOT_SUPPORTED,
+                remark: "request type 28 not supported".to_string(),
+            })
+        }
+        .boxed()
+    }
+}
+
+/// What a broker with `used` of its disk in use and the default 90% high water reports; with a
+/// `refusal` reason it refuses writes.
+pub fn disk_report(used: f64, refusal: Option<&str>) -> RuntimeInfo {
+    RuntimeInfo {
+        disk_used_ratio: Some(used),
+        disk_capacity: Some(format!(
+            "Total : 10.0 GiB, Free : {:.1} GiB.",
+            10.0 * (1.0 - used)
+        )),
+        high_water_ratio: Some(0.9),
+        writable: Some(refusal.is_none()),
+        write_refusal: refusal.map(str::to_string),
+        write_refusal_message: refusal.map(|reason| format!("sends refused: {reason}")),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crd;
 pub mod crdgen;
 pub mod desired;
+pub mod disk;
 pub mod http;
 pub mod lag;
 pub mod leader;

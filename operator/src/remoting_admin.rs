@@ -4,7 +4,8 @@
 
 use crate::admin::{
     AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats, QueueConsumeStats,
-    QueueOffset, QueueTopicStats, ResetTarget, SubscriptionGroup, TopicConfig, TopicStats,
+    QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig,
+    TopicStats,
 };
 use bytes::BytesMut;
 use futures::future::{BoxFuture, FutureExt};
@@ -443,5 +444,101 @@ impl BrokerAdmin for RemotingAdmin {
                 .map(drop)
         }
         .boxed()
+    }
+
+    fn runtime_info<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<RuntimeInfo, AdminError>> {
+        async move {
+            let command =
+                RemotingCommand::request(request::GET_BROKER_RUNTIME_INFO, ExtFields::default());
+            // An older broker answers REQUEST_CODE_NOT_SUPPORTED: a Rejected error the caller
+            // recognises with `is_unsupported`.
+            let reply = self
+                .invoke_ok(addr, command, "GET_BROKER_RUNTIME_INFO")
+                .await?;
+            let table =
+                body::KvTable::decode(&reply.body).map_err(|source| AdminError::Malformed {
+                    addr: addr.clone(),
+                    request: "GET_BROKER_RUNTIME_INFO",
+                    source: Box::new(source),
+                })?;
+            Ok(RuntimeInfo::from_table(&table.table))
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A broker stand-in on loopback that answers one request with `answer(request)`.
+    async fn one_answer(
+        answer: impl FnOnce(&RemotingCommand) -> RemotingCommand + Send + 'static,
+    ) -> BrokerAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = BrokerAddr(listener.local_addr().expect("addr").to_string());
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut buffer = BytesMut::new();
+            let request = loop {
+                if let Some(request) = frame::decode(&mut buffer).expect("frame") {
+                    break request;
+                }
+                assert!(stream.read_buf(&mut buffer).await.expect("read") > 0);
+            };
+            let reply = frame::encode_to_bytes(&answer(&request)).expect("encode");
+            stream.write_all(&reply).await.expect("write");
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn runtime_info_decodes_the_kv_table() {
+        let addr = one_answer(|request| {
+            assert_eq!(request.code, request::GET_BROKER_RUNTIME_INFO);
+            let table = body::KvTable {
+                table: BTreeMap::from([
+                    ("commitLogDiskRatio".to_string(), "0.93".to_string()),
+                    ("quiverDiskHighWaterRatio".to_string(), "0.9".to_string()),
+                    ("quiverWritable".to_string(), "false".to_string()),
+                    (
+                        "quiverWriteRefusal".to_string(),
+                        "disk-high-water".to_string(),
+                    ),
+                ]),
+            };
+            request
+                .response_to(response::SUCCESS, None)
+                .with_body(table.encode())
+        })
+        .await;
+        let info = RemotingAdmin::default()
+            .runtime_info(&addr)
+            .await
+            .expect("answered");
+        assert_eq!(info.disk_used_ratio, Some(0.93));
+        assert_eq!(info.high_water_ratio, Some(0.9));
+        assert_eq!(info.writable, Some(false));
+        assert_eq!(info.write_refusal.as_deref(), Some("disk-high-water"));
+    }
+
+    #[tokio::test]
+    async fn an_older_broker_is_recognised_as_unsupported() {
+        let addr = one_answer(|request| {
+            request.response_to(
+                response::REQUEST_CODE_NOT_SUPPORTED,
+                Some("request type 28 not supported".to_string()),
+            )
+        })
+        .await;
+        let error = RemotingAdmin::default()
+            .runtime_info(&addr)
+            .await
+            .expect_err("refused");
+        assert!(error.is_unsupported(), "{error:?}");
     }
 }

@@ -18,13 +18,17 @@ struct RunningBroker {
 }
 
 async fn start_broker() -> RunningBroker {
+    start_broker_with(|_| {}).await
+}
+
+async fn start_broker_with(adjust: impl FnOnce(&mut quiver_broker::BrokerConfig)) -> RunningBroker {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind remoting");
     let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
     let addr = listener.local_addr().expect("addr").to_string();
     let data = tempfile::tempdir().expect("temp dir");
-    let config = quiver_broker::BrokerConfig {
+    let mut config = quiver_broker::BrokerConfig {
         data_dir: data.path().to_path_buf(),
         listen: addr.clone(),
         http_listen: http.local_addr().expect("http addr").to_string(),
@@ -33,6 +37,7 @@ async fn start_broker() -> RunningBroker {
         segment_size: 8 * 1024 * 1024,
         ..quiver_broker::BrokerConfig::default()
     };
+    adjust(&mut config);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(quiver_broker::run(
         config,
@@ -295,6 +300,88 @@ async fn every_admin_call_works_against_a_real_broker() {
         .expect("broker stops within 15 s")
         .expect("broker task joins")
         .expect("broker exits cleanly");
+}
+
+/// The raw GET_BROKER_RUNTIME_INFO table.
+async fn runtime_table(
+    admin: &RemotingAdmin,
+    addr: &BrokerAddr,
+) -> std::collections::BTreeMap<String, String> {
+    let command = RemotingCommand::request(request::GET_BROKER_RUNTIME_INFO, ExtFields::default());
+    let reply = admin
+        .call(addr, command, "GET_BROKER_RUNTIME_INFO")
+        .await
+        .expect("runtime info answered");
+    assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
+    quiver_protocol::body::KvTable::decode(&reply.body)
+        .expect("a KVTable body")
+        .table
+}
+
+async fn stop(broker: RunningBroker) {
+    broker.stop.send(()).ok();
+    tokio::time::timeout(Duration::from_secs(15), broker.task)
+        .await
+        .expect("broker stops within 15 s")
+        .expect("broker task joins")
+        .expect("broker exits cleanly");
+}
+
+const RUNTIME_KEYS: [&str; 6] = [
+    "commitLogDiskRatio",
+    "commitLogDirCapacity",
+    "quiverDiskHighWaterRatio",
+    "quiverWritable",
+    "quiverWriteRefusal",
+    "quiverWriteRefusalMessage",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_info_reports_the_disk_of_a_writable_broker() {
+    let broker = start_broker_with(|config| config.disk_high_water_ratio = 1.0).await;
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    let table = runtime_table(&admin, &broker.addr).await;
+    for key in RUNTIME_KEYS {
+        assert!(table.contains_key(key), "{key} missing from {table:?}");
+    }
+    assert_eq!(table["quiverWritable"], "true", "{table:?}");
+    assert_eq!(table["quiverWriteRefusal"], "", "{table:?}");
+    assert_eq!(table["quiverWriteRefusalMessage"], "", "{table:?}");
+    assert!(
+        table["commitLogDirCapacity"].starts_with("Total : "),
+        "{table:?}"
+    );
+
+    let info = admin
+        .runtime_info(&broker.addr)
+        .await
+        .expect("runtime info");
+    let used = info.disk_used_ratio.expect("commitLogDiskRatio");
+    assert!(used > 0.0 && used <= 1.0, "{info:?}");
+    assert_eq!(info.high_water_ratio, Some(1.0), "{info:?}");
+    assert_eq!(info.writable, Some(true));
+    assert_eq!(info.write_refusal, None);
+    stop(broker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_info_reports_why_a_broker_above_high_water_refuses_sends() {
+    // Any file system holding a temp dir is more than 1% used: the broker starts read-only.
+    let broker = start_broker_with(|config| config.disk_high_water_ratio = 0.01).await;
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    let info = admin
+        .runtime_info(&broker.addr)
+        .await
+        .expect("runtime info");
+    assert!(
+        info.disk_used_ratio.is_some_and(|used| used >= 0.01),
+        "{info:?}"
+    );
+    assert_eq!(info.high_water_ratio, Some(0.01), "{info:?}");
+    assert_eq!(info.writable, Some(false), "{info:?}");
+    assert_eq!(info.write_refusal.as_deref(), Some("disk-high-water"));
+    assert!(info.write_refusal_message.is_some(), "{info:?}");
+    stop(broker).await;
 }
 
 #[tokio::test]

@@ -1,10 +1,14 @@
 //! Broker reconciler: fetch, plan (drain, rollout), apply with server-side apply, write status.
 
-use super::conditions::{self, is_true, Desired};
+use super::conditions::{self, is_true, Desired, Status};
 use super::{object_key, patch_status, publish, Context, Error};
 use crate::admin::{BrokerAddr, BrokerPermission, TopicConfig};
-use crate::crd::{Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, StorageStatus};
+use crate::crd::{
+    Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, StorageStatus,
+    BROKER_DISK_HIGH_WATER_PERCENT,
+};
 use crate::desired::{self, RolloutPlan, FIELD_MANAGER, TEMPLATE_HASH_ANNOTATION};
+use crate::disk::{self, BrokerDisk, DiskProbe};
 use crate::lag::DrainProgress;
 use crate::quantity::quantity_bytes;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -26,6 +30,8 @@ use tracing::instrument;
 pub const PROGRESS_REQUEUE: Duration = Duration::from_secs(10);
 /// Requeue delay of a settled Broker (watches wake it earlier on changes).
 pub const IDLE_REQUEUE: Duration = Duration::from_secs(300);
+/// Requeue delay while DiskPressure is True, so the condition clears soon after the fix.
+pub const DISK_PRESSURE_REQUEUE: Duration = Duration::from_secs(30);
 
 /// Entry point of the Broker controller.
 pub async fn reconcile(broker: Arc<Broker>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -324,6 +330,46 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         ensure_topics(broker, plan.replicas, ctx).await?;
     }
 
+    let disks = if existing.is_some() {
+        probe_disks(broker, plan.replicas, ctx).await
+    } else {
+        Vec::new()
+    };
+    let disk_condition = disk::disk_pressure(
+        &disks,
+        default_high_water(broker),
+        &broker.spec.storage.size,
+    );
+    let disk_pressure = disk_condition.status == Status::True;
+    match (
+        is_true(&previous.conditions, disk::CONDITION),
+        disk_pressure,
+    ) {
+        (false, true) => {
+            publish(
+                ctx,
+                broker,
+                EventType::Warning,
+                disk::CONDITION,
+                "DiskCheck",
+                &disk_condition.message,
+            )
+            .await;
+        }
+        (true, false) if disk_condition.status == Status::False => {
+            publish(
+                ctx,
+                broker,
+                EventType::Normal,
+                "DiskPressureRelieved",
+                "DiskCheck",
+                &disk_condition.message,
+            )
+            .await;
+        }
+        _ => {}
+    }
+
     let draining = drain_status.is_some();
     let rolling = plan.partition > 0;
     let expanding = storage
@@ -397,6 +443,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
                 ready_message,
             ),
             Desired::new("Paused", false, "NotPaused", "reconciling"),
+            disk_condition,
         ],
         broker.metadata.generation,
         now,
@@ -422,9 +469,40 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
     patch_status(&brokers, &name, &status).await?;
     Ok(Action::requeue(if progressing {
         PROGRESS_REQUEUE
+    } else if disk_pressure {
+        DISK_PRESSURE_REQUEUE
     } else {
         IDLE_REQUEUE
     }))
+}
+
+/// Asks every broker for its disk state, all at once; never fails (a broker that does not
+/// answer is reported as such, for the DiskPressure condition to say).
+async fn probe_disks(broker: &Broker, replicas: i32, ctx: &Context) -> Vec<BrokerDisk> {
+    let probes = (0..replicas).map(|ordinal| async move {
+        let addr = BrokerAddr(desired::broker_address(broker, ordinal));
+        let result = ctx.admin.runtime_info(&addr).await;
+        if let Err(error) = &result {
+            tracing::debug!(broker = %addr, %error, "no runtime info");
+        }
+        BrokerDisk {
+            broker: desired::pod_name(broker, ordinal),
+            probe: DiskProbe::from_result(result),
+        }
+    });
+    futures::future::join_all(probes).await
+}
+
+/// The high water the brokers run with, for a broker that does not report its own.
+fn default_high_water(broker: &Broker) -> f64 {
+    let percent = broker
+        .spec
+        .retention
+        .as_ref()
+        .and_then(|retention| retention.disk_high_water_percent)
+        .filter(|percent| (1..=100).contains(percent))
+        .unwrap_or(BROKER_DISK_HIGH_WATER_PERCENT);
+    f64::from(percent) / 100.0
 }
 
 /// Makes the leaving brokers read-only and measures what consumers still have to read there.

@@ -3,13 +3,45 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+/// A condition's status: True, False, or Unknown when it cannot be determined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// Nothing to tell either way (e.g. no broker answered).
+    Unknown,
+}
+
+impl Status {
+    /// The `metav1.Condition` status string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(holds: bool) -> Status {
+        if holds {
+            Status::True
+        } else {
+            Status::False
+        }
+    }
+}
+
 /// A condition to set; `observed_generation` is filled in by [`merge`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
     /// Condition type, e.g. Ready.
     pub type_: &'static str,
-    /// True or False.
-    pub status: bool,
+    /// True, False or Unknown.
+    pub status: Status,
     /// CamelCase reason.
     pub reason: &'static str,
     /// Human-readable message.
@@ -20,13 +52,13 @@ impl Desired {
     /// A condition of `type_` with its status, reason and message.
     pub fn new(
         type_: &'static str,
-        status: bool,
+        status: impl Into<Status>,
         reason: &'static str,
         message: impl Into<String>,
     ) -> Desired {
         Desired {
             type_,
-            status,
+            status: status.into(),
             reason,
             message: message.into(),
         }
@@ -43,7 +75,7 @@ pub fn merge(
     desired
         .iter()
         .map(|want| {
-            let status = if want.status { "True" } else { "False" }.to_string();
+            let status = want.status.as_str().to_string();
             let last_transition_time = previous
                 .iter()
                 .find(|existing| existing.type_ == want.type_ && existing.status == status)
@@ -99,5 +131,14 @@ mod tests {
         assert_eq!(flipped[0].last_transition_time, Time(t1));
         assert_eq!(flipped[0].observed_generation, Some(2));
         assert!(is_true(&flipped, "Ready"));
+        let unknown = merge(
+            &flipped,
+            &[Desired::new("Ready", Status::Unknown, "NoAnswer", "?")],
+            Some(2),
+            t0,
+        );
+        assert_eq!(unknown[0].status, "Unknown");
+        assert_eq!(unknown[0].last_transition_time, Time(t0));
+        assert!(!is_true(&unknown, "Ready"));
     }
 }

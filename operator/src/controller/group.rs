@@ -519,7 +519,7 @@ mod tests {
             .iter()
             .find(|c| c.type_ == "Lagging")
             .expect("Lagging");
-        (found.status, found.reason)
+        (found.status == conditions::Status::True, found.reason)
     }
 
     #[test]
@@ -552,7 +552,7 @@ mod tests {
             .iter()
             .find(|c| c.type_ == "Stalled")
             .expect("Stalled");
-        assert!(stalled.status);
+        assert_eq!(stalled.status, conditions::Status::True);
         assert!(stalled.message.contains("4 polls"), "{}", stalled.message);
     }
 }

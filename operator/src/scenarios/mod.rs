@@ -3,6 +3,7 @@
 
 mod api_errors;
 mod broker_create;
+mod broker_disk_pressure;
 mod broker_pause;
 mod broker_rollout;
 mod broker_scale_down;
@@ -68,7 +69,7 @@ pub fn settle_statefulset(api: &FakeApiServer, ready: i32, updated: i32) {
     );
 }
 
-/// A condition's status ("True"/"False") and reason.
+/// A condition's status ("True"/"False"/"Unknown") and reason.
 pub fn condition(
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     type_: &str,
