@@ -25,6 +25,8 @@ REQUIRED_ALERTS = {
     "QuiverBrokerDown",
     "QuiverBrokerNotReady",
     "QuiverStoreDiskNearlyFull",
+    "QuiverBrokerDiskAboveHighWater",
+    "QuiverBrokerWritesRefused",
     "QuiverOperatorReconcileErrors",
     "QuiverOperatorDown",
 }
@@ -62,6 +64,7 @@ PROMQL_NON_METRICS = {
     "job",
     "queue_id",
     "broker",
+    "reason",
 }
 PROMETHEUS_BUILTIN_METRICS = {"up"}
 
@@ -163,7 +166,9 @@ def test_dashboard_queries_use_only_documented_metrics_and_cover_the_essentials(
         "rocketmq_messages_in_total",
         "rocketmq_messages_out_total",
         "quiver_store_commitlog_bytes",
-        "quiver_store_disk_used_bytes",
+        "quiver_store_disk_used_ratio",
+        "quiver_store_disk_high_water_ratio",
+        "quiver_store_writable",
         "quiver_reconcile_total",
         "quiver_reconcile_errors_total",
         "quiver_reconcile_duration_seconds_bucket",
@@ -184,3 +189,29 @@ def test_dashboard_is_well_formed():
         assert panel["targets"] and panel["title"] and panel["description"]
         grid = panel["gridPos"]
         assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24
+
+
+def test_disk_alert_values_reach_the_rules():
+    rules = {r["alert"]: r for r in all_rules(rendered_alert_groups(load_values(ALL_FEATURES_VALUES)))}
+    nearly_full = rules["QuiverStoreDiskNearlyFull"]
+    assert "quiver_store_disk_used_ratio > 0.7" in nearly_full["expr"]
+    assert "more than 0.7 full" in nearly_full["annotations"]["description"]
+    assert rules["QuiverBrokerDiskAboveHighWater"]["for"] == "10m"
+    assert rules["QuiverBrokerDiskAboveHighWater"]["labels"]["severity"] == "critical"
+    assert (rules["QuiverBrokerWritesRefused"]["for"], rules["QuiverBrokerWritesRefused"]["labels"]["severity"]) == (
+        "2m",
+        "warning",
+    )
+
+
+def test_disk_alerts_follow_the_broker_thresholds():
+    """The early warning sits below the broker's default high water (0.90), and the high-water
+    alert compares against the broker's own setting, never a copy of it."""
+    rules = {r["alert"]: r for r in all_rules(yaml.safe_load(RULES_FILE.read_text()))}
+    defaults = load_values(CHART_DIR / "values.yaml")["prometheusRule"]
+    assert 0.75 <= defaults["storeDiskFull"]["thresholdRatio"] < 0.90
+    assert "unless" in rules["QuiverStoreDiskNearlyFull"]["expr"]
+    assert (
+        rules["QuiverBrokerDiskAboveHighWater"]["expr"]
+        == "quiver_store_disk_used_ratio >= quiver_store_disk_high_water_ratio"
+    )

@@ -28,6 +28,14 @@ def test_default_values_satisfy_the_schema():
             "at '/prometheusRule/storeDiskFull/thresholdRatio'",
         ),
         ({"prometheusRule": {"consumerLag": {"severity": "page"}}}, "at '/prometheusRule/consumerLag/severity'"),
+        (
+            {"prometheusRule": {"brokerDiskAboveHighWater": {"for": "five minutes"}}},
+            "at '/prometheusRule/brokerDiskAboveHighWater/for'",
+        ),
+        (
+            {"prometheusRule": {"brokerWritesRefused": {"severity": "page"}}},
+            "at '/prometheusRule/brokerWritesRefused/severity'",
+        ),
         ({"watchNamespace": "Bad_NS"}, "at '/watchNamespace'"),
         ({"metrics": {"service": {"port": 70000}}}, "at '/metrics/service/port'"),
         (

@@ -56,7 +56,7 @@ class Process:
 
 
 class Broker(Process):
-    def __init__(self, binary: str, work_dir: pathlib.Path, cluster: str):
+    def __init__(self, binary: str, work_dir: pathlib.Path, cluster: str, extra_args: tuple[str, ...] = ()):
         self.port = free_port()
         self.http_port = free_port()
         data_dir = work_dir / "broker-data"
@@ -77,6 +77,7 @@ class Broker(Process):
                 "broker-0",
                 "--cluster",
                 cluster,
+                *extra_args,
             ],
             work_dir / "broker.log",
         )

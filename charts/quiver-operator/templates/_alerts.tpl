@@ -61,15 +61,45 @@ groups:
           summary: {{`Broker {{ $labels.instance }} of cluster {{ $labels.cluster }} is not ready`}}
           description: {{ printf "%s%s%s" `Broker {{ $labels.instance }} of cluster {{ $labels.cluster }} has reported not ready for ` $r.brokerNotReady.for `: store recovery has not finished or the broker does not serve.` | quote }}
           runbook_url: {{ printf "%s#quiverbrokernotready" $runbook }}
+      # The three disk alerts follow the broker's thresholds: retention deletes consumed
+      # segments early from disk-clean-ratio (75%) and unconsumed ones from
+      # disk-force-clean-ratio (85%); from disk-high-water-ratio (90%) sends are refused.
       - alert: QuiverStoreDiskNearlyFull
-        expr: (quiver_store_disk_used_bytes / quiver_store_disk_total_bytes > {{ $r.storeDiskFull.thresholdRatio }}) and quiver_store_disk_total_bytes > 0
+        # The early warning; silent once QuiverBrokerDiskAboveHighWater takes over.
+        expr: |-
+          quiver_store_disk_used_ratio > {{ $r.storeDiskFull.thresholdRatio }}
+          unless
+          quiver_store_disk_used_ratio >= quiver_store_disk_high_water_ratio
         for: {{ $r.storeDiskFull.for }}
         labels:
           severity: {{ $r.storeDiskFull.severity }}
         annotations:
           summary: {{`Store of broker {{ $labels.instance }} is {{ $value | humanizePercentage }} full`}}
-          description: {{ printf "%s%v%s%s%s" `The file system holding the store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been more than ` $r.storeDiskFull.thresholdRatio ` full for ` $r.storeDiskFull.for `. When it fills up the broker can no longer accept messages.` | quote }}
+          description: {{ printf "%s%v%s%s%s" `The file system holding the store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been more than ` $r.storeDiskFull.thresholdRatio ` full for ` $r.storeDiskFull.for `, so retention cannot free enough space: consumer groups still need the old segments, or the volume is too small for the retention. Above disk-force-clean-ratio retention deletes unconsumed messages; at disk-high-water-ratio the broker refuses sends.` | quote }}
           runbook_url: {{ printf "%s#quiverstoredisknearlyfull" $runbook }}
+      - alert: QuiverBrokerDiskAboveHighWater
+        expr: quiver_store_disk_used_ratio >= quiver_store_disk_high_water_ratio
+        for: {{ $r.brokerDiskAboveHighWater.for }}
+        labels:
+          severity: {{ $r.brokerDiskAboveHighWater.severity }}
+        annotations:
+          summary: {{`Broker {{ $labels.instance }} refuses sends, its store is {{ $value | humanizePercentage }} full (above its high water)`}}
+          description: {{ printf "%s%s%s" `The store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been at or above its disk-high-water-ratio for ` $r.brokerDiskAboveHighWater.for `. The broker refuses sends (SERVICE_NOT_AVAILABLE) and still serves reads; producers fail over to other brokers if they have any. Expand the volume (spec.storage.size).` | quote }}
+          runbook_url: {{ printf "%s#quiverbrokerdiskabovehighwater" $runbook }}
+      - alert: QuiverBrokerWritesRefused
+        # The reason label comes from quiver_store_write_refusal; without that series the
+        # alert still fires, without a reason.
+        expr: |-
+          (quiver_store_writable == 0) * ignoring (reason) group_left (reason) (quiver_store_write_refusal == 1)
+          or ignoring (reason)
+          quiver_store_writable == 0
+        for: {{ $r.brokerWritesRefused.for }}
+        labels:
+          severity: {{ $r.brokerWritesRefused.severity }}
+        annotations:
+          summary: {{`Broker {{ $labels.instance }} refuses sends ({{ or $labels.reason "no reason given" }})`}}
+          description: {{ printf "%s%s%s" `The store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has refused writes for ` $r.brokerWritesRefused.for ` (reason: {{ or $labels.reason "not reported" }}). Sends to it fail with SERVICE_NOT_AVAILABLE; reads are still served. The Broker's DiskPressure condition names the cause.` | quote }}
+          runbook_url: {{ printf "%s#quiverbrokerwritesrefused" $runbook }}
   - name: quiver-operator
     rules:
       - alert: QuiverOperatorReconcileErrors
