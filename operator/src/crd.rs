@@ -25,6 +25,8 @@ pub const BROKER_DISK_CLEAN_PERCENT: u8 = 75;
 pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
 
 /// A cluster of Quiver brokers: one StatefulSet pod per broker, each with its own store volume.
+// Several printcolumn(type_ = ..) entries are distinct columns, not duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "quiver.io",
@@ -40,6 +42,11 @@ pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(
+        name = "Disk Pressure",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"DiskPressure\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -200,7 +207,8 @@ pub struct BrokerStatus {
     /// Remoting address of each broker, by ordinal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerAddress>,
-    /// Ready, Progressing, Degraded and Paused.
+    /// Ready, Progressing, Degraded, Paused and DiskPressure (a broker's disk is above its high
+    /// water or it refuses writes; Unknown when no broker reported).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// Scale-down in progress: the brokers being drained.
