@@ -101,7 +101,7 @@ pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size
         };
         let usage = usage(info, high_water);
         match standing {
-            Standing::Fine => fine.push(format!("{} {usage}", disk.broker)),
+            Standing::Fine => fine.push(format!("{}: {usage}", disk.broker)),
             Standing::AboveHighWater | Standing::Refused => {
                 if matches!(standing, Standing::Refused) {
                     any_refused_otherwise = true;
@@ -121,7 +121,7 @@ pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size
                 } else {
                     "is at or above its high water, so it refuses sends".to_string()
                 };
-                pressed.push(format!("{} {usage} {what}", disk.broker));
+                pressed.push(format!("{}: {usage}, {what}", disk.broker));
             }
         }
     }
@@ -160,7 +160,7 @@ pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size
             REASON_OK,
             format!(
                 "below high water and writable: {}{silent_note}",
-                fine.join(", ")
+                fine.join("; ")
             ),
         );
     }
@@ -239,8 +239,8 @@ mod tests {
         assert!(
             condition
                 .message
-                .contains("qb-0 disk 42% used of 90% high water")
-                && condition.message.contains("qb-1 disk 89.9% used"),
+                .contains("qb-0: disk 42% used of 90% high water")
+                && condition.message.contains("qb-1: disk 89.9% used"),
             "{}",
             condition.message
         );
@@ -258,7 +258,7 @@ mod tests {
         );
         let message = &condition.message;
         for part in [
-            "qb-1 disk 93% used of 90% high water (Total : 48.0 MiB, Free : 3.1 MiB.)",
+            "qb-1: disk 93% used of 90% high water (Total : 48.0 MiB, Free : 3.1 MiB.)",
             "refuses sends (disk-high-water: sends refused: disk-high-water)",
             "still serves reads",
             "raise spec.storage.size (now 10Gi)",
@@ -267,6 +267,14 @@ mod tests {
             assert!(message.contains(part), "{part:?} not in {message}");
         }
         assert!(!message.contains("qb-0"), "{message}");
+        assert_eq!(
+            message,
+            "qb-1: disk 93% used of 90% high water (Total : 48.0 MiB, Free : 3.1 MiB.), refuses \
+             sends (disk-high-water: sends refused: disk-high-water), still serves reads. To fix: \
+             raise spec.storage.size (now 10Gi): the operator expands each broker's volume claim \
+             in place if the storage class allows volume expansion; or free space with shorter \
+             retention (spec.retention)"
+        );
     }
 
     #[test]
@@ -293,7 +301,7 @@ mod tests {
                 "{reason}"
             );
             assert!(
-                condition.message.contains("qb-1 disk 30% used"),
+                condition.message.contains("qb-1: disk 30% used"),
                 "{}",
                 condition.message
             );

@@ -69,7 +69,7 @@ async fn a_full_disk_sets_disk_pressure_until_the_broker_has_room_again() {
     );
     let message = disk_message(&api);
     for part in [
-        "qb-1 disk 93% used of 90% high water",
+        "qb-1: disk 93% used of 90% high water",
         "refuses sends (disk-high-water",
         "raise spec.storage.size (now 10Gi)",
     ] {
@@ -109,7 +109,7 @@ async fn a_full_disk_sets_disk_pressure_until_the_broker_has_room_again() {
         condition(&status.conditions, "DiskPressure"),
         ("False".into(), "DiskOK".into())
     );
-    assert!(disk_message(&api).contains("qb-1 disk 47% used"));
+    assert!(disk_message(&api).contains("qb-1: disk 47% used"));
     assert!(api
         .event_reasons()
         .contains(&"DiskPressureRelieved".to_string()));
@@ -184,7 +184,7 @@ async fn a_refusal_that_more_space_cannot_fix_is_writes_refused() {
     );
     let message = disk_message(&api);
     assert!(
-        message.contains("qb-0 disk 20% used") && message.contains("read-only-fs"),
+        message.contains("qb-0: disk 20% used") && message.contains("read-only-fs"),
         "{message}"
     );
     assert!(message.contains("more space will not help"), "{message}");
