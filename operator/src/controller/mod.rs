@@ -198,6 +198,21 @@ where
     Ok(())
 }
 
+/// Longest event note the API server accepts (events.k8s.io/v1: under 1 kB).
+const MAX_EVENT_NOTE_BYTES: usize = 1000;
+
+/// `note` cut to fit an event, on a character boundary, marked with an ellipsis when cut.
+fn event_note(note: &str) -> String {
+    if note.len() <= MAX_EVENT_NOTE_BYTES {
+        return note.to_string();
+    }
+    let mut end = MAX_EVENT_NOTE_BYTES - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
 /// Events are best effort: a failure is logged, never fails the reconcile.
 pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
     ctx: &Context,
@@ -210,7 +225,7 @@ pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
     let event = Event {
         type_,
         reason: reason.to_string(),
-        note: Some(note.to_string()),
+        note: Some(event_note(note)),
         action: action.to_string(),
         secondary: None,
     };
@@ -320,6 +335,18 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::fixtures::{BrokerFixture, FakeAdmin, FakeApiServer};
+
+    #[test]
+    fn long_event_notes_are_cut_to_fit() {
+        assert_eq!(event_note("short"), "short");
+        let exact = "x".repeat(MAX_EVENT_NOTE_BYTES);
+        assert_eq!(event_note(&exact), exact);
+        // Multi-byte characters are never split.
+        let long = "é".repeat(MAX_EVENT_NOTE_BYTES);
+        let cut = event_note(&long);
+        assert!(cut.len() <= MAX_EVENT_NOTE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with('…') && cut.starts_with("éé"));
+    }
 
     #[tokio::test]
     async fn backoff_doubles_and_is_capped_then_resets() {
