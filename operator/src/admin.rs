@@ -1,4 +1,4 @@
-//! The narrow slice of broker administration the operator needs (lag, drain, groups).
+//! The narrow slice of broker administration the operator needs (lag, drain, groups, disk).
 //!
 //! Two implementations exist: the remoting one in [`crate::remoting_admin`] and the in-memory
 //! fake the controller tests use.

@@ -106,7 +106,7 @@ pub fn system_clock() -> i64 {
 pub struct Context {
     /// Kubernetes client.
     pub client: Client,
-    /// Broker administration (lag, drain, groups).
+    /// Broker administration (lag, drain, groups, disk).
     pub admin: Arc<dyn BrokerAdmin>,
     /// Metrics registry.
     pub metrics: Arc<Metrics>,
