@@ -630,6 +630,14 @@ pub struct GroupList {
     pub group_list: Vec<String>,
 }
 
+/// GET_BROKER_RUNTIME_INFO (28) response body: Apache's `KVTable`, string keys to string
+/// values (`commitLogDiskRatio`, `commitLogDirCapacity`, ...), as `mqadmin brokerStatus` reads.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KvTable {
+    pub table: BTreeMap<String, String>,
+}
+
 /// CHECK_CLIENT_CONFIG (46) request body: a subscription the broker is asked to validate.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -642,6 +650,7 @@ pub struct CheckClientRequestBody {
 }
 
 json_body!(
+    KvTable,
     GroupList,
     CheckClientRequestBody,
     HeartbeatData,

@@ -274,3 +274,11 @@ fn reset_offset_body_for_the_cpp_client_is_an_array_with_offsets() {
         .offset_table
         .is_empty());
 }
+
+#[test]
+fn kv_table_reads_apache_runtime_info_and_round_trips() {
+    let java = br#"{"table":{"commitLogDiskRatio":"0.93","commitLogDirCapacity":"Total : 48.0 MiB, Free : 3.1 MiB."}}"#;
+    let table = KvTable::decode(java).unwrap();
+    assert_eq!(table.table["commitLogDiskRatio"], "0.93");
+    assert_eq!(KvTable::decode(&table.encode()).unwrap(), table);
+}
