@@ -148,8 +148,31 @@ impl Broker {
         persist::write_json(&runtime_settings_path(&self.config), &settings)
     }
 
-    /// Persists offsets, topics and groups (atomic writes). Blocking.
+    /// The lowest CommitLog offset a consumer group with committed offsets has yet to read:
+    /// retention under disk pressure deletes nothing from there on. Blocking.
+    pub fn lowest_unread(&self) -> Option<CommitLogOffset> {
+        let mut lowest: Option<CommitLogOffset> = None;
+        for group in self.offsets.groups() {
+            for topic in self.offsets.topics_of(&group) {
+                for (queue_id, committed) in self.offsets.table(&group, &topic) {
+                    let first = committed.max(self.store.min_offset(&topic, queue_id));
+                    if let Some(at) = self.store.physical_offset_at(&topic, queue_id, first) {
+                        lowest = Some(lowest.map_or(at, |l| l.min(at)));
+                    }
+                }
+            }
+        }
+        lowest
+    }
+
+    /// Persists offsets, topics and groups (atomic writes). Blocking. Nothing is written once
+    /// the data directory is gone: a write would create a new, empty one.
     pub fn persist_all(&self) -> Result<(), BrokerError> {
+        let gone = self.store.disk_status().refusal.map(|r| r.reason)
+            == Some(quiver_store::RefusalReason::DataDirGone);
+        if gone {
+            return Ok(());
+        }
         self.offsets
             .persist()
             .map_err(|source| BrokerError::Persist {

@@ -150,10 +150,28 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_FILE_RESERVED_HOURS", default_value_t = 72)]
     pub file_reserved_hours: u64,
 
-    /// Share of the data disk in use above which retention deletes the oldest CommitLog
-    /// segments even before `file-reserved-hours`. Default 0.85; in (0, 1].
-    #[arg(long, env = "QUIVER_DISK_HIGH_WATER_RATIO", default_value_t = 0.85)]
+    /// Share of the data disk in use above which sends are refused (SERVICE_NOT_AVAILABLE),
+    /// while pulls, offset commits and admin reads go on; sends resume once usage drops.
+    /// Default 0.90; in (0, 1].
+    #[arg(long, env = "QUIVER_DISK_HIGH_WATER_RATIO", default_value_t = 0.90)]
     pub disk_high_water_ratio: f64,
+
+    /// Share of the data disk in use above which retention deletes CommitLog segments before
+    /// `file-reserved-hours`, oldest first, but only those every consumer group has read.
+    /// Default 0.75; in (0, 1].
+    #[arg(long, env = "QUIVER_DISK_CLEAN_RATIO", default_value_t = 0.75)]
+    pub disk_clean_ratio: f64,
+
+    /// Share of the data disk in use above which retention deletes the oldest CommitLog
+    /// segment even if a group has not read it (logged and counted). Default 0.85; in (0, 1],
+    /// at least `disk-clean-ratio`.
+    #[arg(long, env = "QUIVER_DISK_FORCE_CLEAN_RATIO", default_value_t = 0.85)]
+    pub disk_force_clean_ratio: f64,
+
+    /// How often the data disk's usage is read to refuse or resume sends, in ms. Default
+    /// 1000; >= 10.
+    #[arg(long, env = "QUIVER_DISK_CHECK_INTERVAL_MS", default_value_t = 1000)]
+    pub disk_check_interval_ms: u64,
 
     /// Bound on the graceful part of shutdown, in ms. Default 10000; >= 100.
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
@@ -186,7 +204,10 @@ impl Default for BrokerConfig {
             persist_interval_ms: 5_000,
             max_reconsume_times: 16,
             file_reserved_hours: 72,
-            disk_high_water_ratio: 0.85,
+            disk_high_water_ratio: 0.90,
+            disk_clean_ratio: 0.75,
+            disk_force_clean_ratio: 0.85,
+            disk_check_interval_ms: 1000,
             shutdown_timeout_ms: 10_000,
         }
     }
@@ -312,10 +333,10 @@ impl BrokerConfig {
         if self.file_reserved_hours == 0 {
             return Err(invalid("file-reserved-hours", "must be at least 1"));
         }
-        // Written so that NaN fails too.
-        if !(self.disk_high_water_ratio > 0.0 && self.disk_high_water_ratio <= 1.0) {
-            return Err(invalid("disk-high-water-ratio", "must be in (0, 1]"));
-        }
+        // The disk settings are the store's: its check names the field at fault.
+        self.store_config()
+            .validate()
+            .map_err(|error| invalid(error.field, error.reason))?;
         if self.shutdown_timeout_ms < 100 {
             return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
         }
@@ -341,6 +362,9 @@ impl BrokerConfig {
             file_reserved_hours: self.file_reserved_hours,
             max_message_size_bytes: self.max_message_size,
             disk_high_water_ratio: self.disk_high_water_ratio,
+            disk_clean_ratio: self.disk_clean_ratio,
+            disk_force_clean_ratio: self.disk_force_clean_ratio,
+            disk_check_interval_ms: self.disk_check_interval_ms,
             ..quiver_store::StoreConfig::default()
         }
     }
@@ -486,8 +510,34 @@ mod tests {
         );
         assert_eq!(
             BrokerConfig::default().store_config().disk_high_water_ratio,
-            0.85
+            0.90
         );
+        let both = BrokerConfig::from_args([
+            "quiver-broker",
+            "--disk-clean-ratio",
+            "0.6",
+            "--disk-force-clean-ratio",
+            "0.7",
+            "--disk-check-interval-ms",
+            "200",
+        ])
+        .unwrap()
+        .store_config();
+        assert_eq!(
+            (both.disk_clean_ratio, both.disk_force_clean_ratio),
+            (0.6, 0.7)
+        );
+        assert_eq!(both.disk_check_interval_ms, 200);
+        let err = BrokerConfig::from_args([
+            "quiver-broker",
+            "--disk-clean-ratio",
+            "0.9",
+            "--disk-force-clean-ratio",
+            "0.8",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("disk-force-clean-ratio"), "{err}");
     }
 
     #[test]

@@ -48,3 +48,24 @@ pub fn chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+/// Logs a failure that repeats every round (a full disk) when it starts, changes and ends,
+/// not every round.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    last: Option<String>,
+}
+
+impl FailureLog {
+    /// Records one round of `what`: `None` when it worked, else the error's text.
+    pub fn record(&mut self, what: &str, failure: Option<String>) {
+        if failure == self.last {
+            return;
+        }
+        match &failure {
+            Some(error) => tracing::error!(%error, "{what} failed"),
+            None => tracing::info!("{what} works again"),
+        }
+        self.last = failure;
+    }
+}

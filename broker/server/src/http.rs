@@ -80,7 +80,7 @@ async fn answer(mut stream: TcpStream, slot: BrokerSlot, cluster: Arc<str>) {
             }
         }
         ("GET", "/healthz") => ("200 OK", "text/plain", "ok\n".to_string()),
-        ("GET", "/readyz") if ready => ("200 OK", "text/plain", "ready\n".to_string()),
+        ("GET", "/readyz") if ready => ("200 OK", "text/plain", ready_text(broker.as_deref())),
         ("GET", "/readyz") => (
             "503 Service Unavailable",
             "text/plain",
@@ -99,6 +99,19 @@ async fn answer(mut stream: TcpStream, slot: BrokerSlot, cluster: Arc<str>) {
     );
     let _ = stream.write_all(response.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// The /readyz body of a serving broker: "ready", and why it is read-only if it is. Still
+/// 200 then, so consumers can drain it.
+fn ready_text(broker: Option<&Broker>) -> String {
+    match broker.and_then(|b| b.store.disk_status().refusal) {
+        Some(refusal) => format!(
+            "ready, read-only ({}): {}\n",
+            refusal.reason.as_str(),
+            refusal.message
+        ),
+        None => "ready\n".to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -261,5 +261,77 @@ pub fn render(broker: &Broker, now_ms: i64) -> String {
         header(&mut out, name, "gauge", help);
         let _ = writeln!(out, "{name}{{cluster=\"{cluster}\"}} {value}");
     }
+    render_disk(broker, &cluster, &mut out);
     out
+}
+
+/// The data disk, the write gate and retention's deletions.
+fn render_disk(broker: &Broker, cluster: &str, out: &mut String) {
+    let store = &broker.store;
+    let disk = store.disk_status();
+    let gauges: [(&str, &str, f64); 4] = [
+        (
+            "quiver_store_disk_used_ratio",
+            "Used share of the store's file system.",
+            disk.used_ratio,
+        ),
+        (
+            "quiver_store_disk_free_bytes",
+            "Bytes of the store's file system the broker may still use.",
+            disk.available_bytes as f64,
+        ),
+        (
+            "quiver_store_disk_high_water_ratio",
+            "disk-high-water-ratio: above it sends are refused.",
+            disk.high_water_ratio,
+        ),
+        (
+            "quiver_store_writable",
+            "1 while the store takes writes; 0 while a full or failed disk refuses them.",
+            if disk.refusal.is_none() { 1.0 } else { 0.0 },
+        ),
+    ];
+    for (name, help, value) in gauges {
+        header(out, name, "gauge", help);
+        let _ = writeln!(out, "{name}{{cluster=\"{cluster}\"}} {value}");
+    }
+    header(
+        out,
+        "quiver_store_write_refusal",
+        "gauge",
+        "1 for the reason the store refuses writes now; absent while it takes them.",
+    );
+    if let Some(refusal) = &disk.refusal {
+        let _ = writeln!(
+            out,
+            "quiver_store_write_refusal{{cluster=\"{cluster}\",reason=\"{}\"}} 1",
+            refusal.reason.as_str()
+        );
+    }
+    header(
+        out,
+        "quiver_store_write_refusals_total",
+        "counter",
+        "Writes (sends, retries, scheduled deliveries) refused by the store, by reason.",
+    );
+    for (reason, count) in store.write_refusals() {
+        let _ = writeln!(
+            out,
+            "quiver_store_write_refusals_total{{cluster=\"{cluster}\",reason=\"{}\"}} {count}",
+            reason.as_str()
+        );
+    }
+    header(
+        out,
+        "quiver_store_segments_deleted_total",
+        "counter",
+        "CommitLog files deleted by retention, by reason.",
+    );
+    for (reason, count) in store.deleted_segments() {
+        let _ = writeln!(
+            out,
+            "quiver_store_segments_deleted_total{{cluster=\"{cluster}\",reason=\"{}\"}} {count}",
+            reason.as_str()
+        );
+    }
 }

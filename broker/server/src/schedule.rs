@@ -78,6 +78,8 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     };
     let mut tick = tokio::time::interval(SCAN_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A full disk refuses every round: due messages wait in place until there is room.
+    let mut failures = crate::error::FailureLog::default();
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -85,10 +87,13 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         }
         let table = std::mem::take(&mut offsets.offset_table);
         match blocking(&broker, move |broker| deliver_due(broker, table)).await {
-            Ok(Ok(table)) => offsets.offset_table = table,
+            Ok(Ok(table)) => {
+                offsets.offset_table = table;
+                failures.record("delivering scheduled messages", None);
+            }
             Ok(Err((table, error))) => {
                 offsets.offset_table = table;
-                tracing::error!(error = %chain(&error), "delivering scheduled messages failed");
+                failures.record("delivering scheduled messages", Some(chain(&error)));
             }
             Err(error) => {
                 tracing::error!(error = %chain(&error), "schedule task failed");

@@ -29,8 +29,9 @@ const VECTORED_BODY_BYTES: usize = 16 * 1024;
 const MAX_IOVECS: usize = 1024;
 /// How often silent clients are looked for.
 const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
-/// How often expired CommitLog segments (or the oldest, past the disk high-water mark) go.
-const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+/// How often retention looks for expired CommitLog segments, and for read ones to delete
+/// early under disk pressure (Apache cleans every 10 s too).
+const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs a broker on `listener` (remoting + name server) and `http_listener` (metrics, health)
 /// until `shutdown` resolves; then stops accepting, answers parked pulls, persists and flushes.
@@ -413,14 +414,17 @@ impl ReadBudget {
 async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(broker.config.persist_interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // On a full disk the offsets stay in memory and are written once there is room.
+    let mut failures = crate::error::FailureLog::default();
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {
-                match blocking(&broker, |broker| broker.persist_all()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) | Err(error) => tracing::error!(error = %crate::error::chain(&error), "periodic persist failed"),
-                }
+                let failure = match blocking(&broker, |broker| broker.persist_all()).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(error)) | Err(error) => Some(crate::error::chain(&error)),
+                };
+                failures.record("periodic persist of offsets, topics and groups", failure);
             }
         }
     }
@@ -435,7 +439,9 @@ async fn retention_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {}
         }
         let ran = blocking(&broker, |broker| {
-            broker.store.run_retention(crate::now_ms())
+            broker
+                .store
+                .run_retention(crate::now_ms(), broker.lowest_unread())
         })
         .await;
         match ran {

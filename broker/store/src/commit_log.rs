@@ -181,7 +181,9 @@ impl CommitLog {
         let existing = self.snapshot();
         let tail = match existing.last() {
             Some(last) if last.contains(write_pos) => Arc::clone(last),
-            Some(last) if last.end() == write_pos => self.roll(write_pos)?.0,
+            // A full last segment: the first append rolls, so opening needs no new file (a
+            // full disk opens read-only instead of failing).
+            Some(last) if last.end() == write_pos => Arc::clone(last),
             // A fresh log, or one whose files were all removed, starts a segment right here,
             // warm from the start when warming is on.
             None => {
@@ -207,7 +209,10 @@ impl CommitLog {
             tail,
             write_pos,
             staged: Vec::new(),
-            filled_to: write_pos.next_multiple_of(page_size()),
+            // Not rounded up to the page: on file systems with blocks smaller than a page,
+            // the rest of the page may have no blocks, and a copy through the mapping there
+            // would meet a full disk as SIGBUS instead of an error.
+            filled_to: write_pos,
             next_requested: false,
             inline_fills: 0,
         };
@@ -266,12 +271,9 @@ impl CommitLog {
         let remaining = writer.tail.len() - at;
         if (size + BLANK_FILLER_BYTES) as u64 > remaining {
             self.write_staged(writer)?;
-            let blank_end = writer.write_pos + BLANK_FILLER_BYTES as u64;
-            self.filler
-                .before_write(writer.write_pos, blank_end, writer.filled_to, false);
-            // SAFETY: beyond the published end; only the writer touches it.
-            let blank = unsafe { writer.tail.slice_mut(at, BLANK_FILLER_BYTES) };
-            record::encode_blank(blank, remaining as u32);
+            if remaining > 0 {
+                self.write_blank(writer, at, remaining)?;
+            }
             let next_base = writer.tail.end();
             let (tail, prepared) = self.roll(next_base)?;
             writer.tail_file = tail.open_for_writes()?;
@@ -307,6 +309,18 @@ impl CommitLog {
         }
         self.warm_next_when_half_full(writer);
         Ok(offset)
+    }
+
+    /// Writes the blank filler that closes the tail (`remaining` bytes from `at`) with pwrite,
+    /// so a full disk is an error here, never a fault on an unbacked page of the mapping.
+    fn write_blank(&self, writer: &LogWriter, at: u64, remaining: u64) -> Result<(), StoreError> {
+        let blank_end = writer.write_pos + BLANK_FILLER_BYTES as u64;
+        self.filler
+            .before_write(writer.write_pos, blank_end, writer.filled_to, false);
+        let mut blank = [0u8; BLANK_FILLER_BYTES];
+        record::encode_blank(&mut blank, remaining as u32);
+        std::os::unix::fs::FileExt::write_all_at(&writer.tail_file, &blank, at)
+            .map_err(|e| StoreError::io("write commitlog", writer.tail.path(), e))
     }
 
     /// Writes the staged records into the tail file (one pwrite). On failure nothing staged
@@ -348,8 +362,7 @@ impl CommitLog {
         }
         match written {
             Ok(()) => {
-                let filled = writer.write_pos.next_multiple_of(page_size());
-                writer.filled_to = writer.filled_to.max(filled).max(zeros_to);
+                writer.filled_to = writer.filled_to.max(writer.write_pos).max(zeros_to);
                 Ok(())
             }
             Err(error) => {

@@ -36,9 +36,18 @@ pub struct StoreConfig {
     pub flush_least_pages: u64,
     /// Retention: CommitLog files older than this are deleted. Default 72 hours.
     pub file_reserved_hours: u64,
-    /// Retention: above this used/total ratio of the data file system, delete the oldest
-    /// file sooner. Default 0.85; in (0, 1].
+    /// Above this used/total ratio of the data file system, sends are refused (reads, offset
+    /// commits and admin reads keep working) until usage drops. Default 0.90; in (0, 1].
     pub disk_high_water_ratio: f64,
+    /// Retention: above this ratio, CommitLog files are deleted before `file_reserved_hours`,
+    /// oldest first, but only those no subscribed group still has to read. Default 0.75.
+    pub disk_clean_ratio: f64,
+    /// Retention: above this ratio, the oldest CommitLog file is deleted even if a group has
+    /// not read it yet (logged and counted). Default 0.85; at least `disk_clean_ratio`.
+    pub disk_force_clean_ratio: f64,
+    /// How often the data file system's usage is read to refuse or resume writes. Default
+    /// 1000 ms; at least 10.
+    pub disk_check_interval_ms: u64,
     /// Largest accepted encoded record. Default 4 MiB; at most half a segment.
     pub max_message_size_bytes: u32,
     /// Sync mode only: each CommitLog segment is zero-filled and fsynced before it takes
@@ -60,7 +69,10 @@ impl Default for StoreConfig {
             flush_interval_ms: 500,
             flush_least_pages: 4,
             file_reserved_hours: 72,
-            disk_high_water_ratio: 0.85,
+            disk_high_water_ratio: 0.90,
+            disk_clean_ratio: 0.75,
+            disk_force_clean_ratio: 0.85,
+            disk_check_interval_ms: 1000,
             max_message_size_bytes: 4 * 1024 * 1024,
             warm_segments: false,
         }
@@ -113,11 +125,26 @@ impl StoreConfig {
         if self.flush_interval_ms == 0 {
             return bad("flush-interval-ms", "must be at least 1".into());
         }
-        if !(self.disk_high_water_ratio > 0.0 && self.disk_high_water_ratio <= 1.0) {
+        for (field, ratio) in [
+            ("disk-high-water-ratio", self.disk_high_water_ratio),
+            ("disk-clean-ratio", self.disk_clean_ratio),
+            ("disk-force-clean-ratio", self.disk_force_clean_ratio),
+        ] {
+            if !(ratio > 0.0 && ratio <= 1.0) {
+                return bad(field, format!("{ratio} is not in (0, 1]"));
+            }
+        }
+        if self.disk_force_clean_ratio < self.disk_clean_ratio {
             return bad(
-                "disk-high-water-ratio",
-                format!("{} is not in (0, 1]", self.disk_high_water_ratio),
+                "disk-force-clean-ratio",
+                format!(
+                    "{} is below disk-clean-ratio {}",
+                    self.disk_force_clean_ratio, self.disk_clean_ratio
+                ),
             );
+        }
+        if self.disk_check_interval_ms < 10 {
+            return bad("disk-check-interval-ms", "must be at least 10".into());
         }
         if self.max_message_size_bytes < 128 {
             return bad("max-message-size-bytes", "must be at least 128".into());
@@ -171,6 +198,15 @@ mod tests {
         assert_eq!(
             config.validate().unwrap_err().field,
             "disk-high-water-ratio"
+        );
+        let config = StoreConfig {
+            disk_clean_ratio: 0.9,
+            disk_force_clean_ratio: 0.8,
+            ..StoreConfig::default()
+        };
+        assert_eq!(
+            config.validate().unwrap_err().field,
+            "disk-force-clean-ratio"
         );
     }
 }

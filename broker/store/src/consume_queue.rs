@@ -13,7 +13,7 @@ use parking_lot::RwLock;
 
 use crate::error::StoreError;
 use crate::mapped_file::{
-    find_segment, load_segments, page_size, sync_dir, zero_fill_ahead, MappedSegment, SegmentList,
+    data_ranges, find_segment, load_segments, sync_dir, zero_fill_ahead, MappedSegment, SegmentList,
 };
 
 pub(crate) const UNIT_BYTES: u64 = 20;
@@ -48,6 +48,40 @@ impl Unit {
     /// Never written (a zero unit: every real record has a size).
     pub(crate) fn is_empty(&self) -> bool {
         self.size == 0
+    }
+}
+
+/// The parts of a queue's files that hold data (absolute queue bytes), so recovery reads
+/// units there only: on tmpfs, reading a hole through the mapping allocates a page, and on
+/// a full disk that is a SIGBUS. A unit in a hole was never written.
+struct WrittenUnits(Vec<(u64, u64)>);
+
+impl WrittenUnits {
+    fn of(segments: &SegmentList) -> WrittenUnits {
+        WrittenUnits(
+            segments
+                .iter()
+                .flat_map(|s| {
+                    data_ranges(s.path(), 0, s.len())
+                        .into_iter()
+                        .map(|(start, end)| (s.base() + start, s.base() + end))
+                })
+                .collect(),
+        )
+    }
+
+    /// The unit at `index`, or an empty one where the files hold no data.
+    fn unit(&self, queue: &ConsumeQueue, segments: &SegmentList, index: u64) -> Unit {
+        let (start, end) = (index * UNIT_BYTES, (index + 1) * UNIT_BYTES);
+        let never_written = Unit {
+            physical_offset: 0,
+            size: 0,
+            tags_code: 0,
+        };
+        if !self.0.iter().any(|(s, e)| *s <= start && end <= *e) {
+            return never_written;
+        }
+        queue.unit(segments, index).unwrap_or(never_written)
     }
 }
 
@@ -158,8 +192,10 @@ impl ConsumeQueue {
 
     /// Points `tail` at the file holding queue byte `byte`, creating files up to it.
     fn find_or_create_tail(&self, tail: &mut QueueTail, byte: u64) -> Result<(), StoreError> {
-        // The page holding `byte` has units already unless `byte` starts it.
-        tail.filled_to = byte.next_multiple_of(page_size());
+        // Not rounded up to the page: past the last unit the page may have no blocks (file
+        // systems with blocks smaller than a page), and a full disk must fail the zero fill,
+        // not fault the unit's copy through the mapping.
+        tail.filled_to = byte;
         if let Some(segment) = find_segment(&self.snapshot(), byte) {
             tail.segment = Some(Arc::clone(segment));
             return Ok(());
@@ -251,51 +287,55 @@ impl ConsumeQueue {
         let first_unit = segments[0].base() / UNIT_BYTES;
         let mut max = last.base() / UNIT_BYTES;
         let last_end = last.end() / UNIT_BYTES;
-        while max < last_end && self.unit(&segments, max).is_some_and(|u| !u.is_empty()) {
+        let written = WrittenUnits::of(&segments);
+        let unit = |index| written.unit(self, &segments, index);
+        while max < last_end && !unit(max).is_empty() {
             max += 1;
         }
         let mut dropped = 0;
-        let mut touched: Vec<Arc<MappedSegment>> = Vec::new();
+        let written_end = max;
         while max > first_unit {
-            let unit = self
-                .unit(&segments, max - 1)
-                .expect("unit inside the files");
+            let unit = unit(max - 1);
             if !unit.is_empty()
                 && unit.physical_offset.saturating_add(u64::from(unit.size)) <= log_end
             {
                 break;
             }
             max -= 1;
-            if unit.is_empty() {
-                continue;
+            if !unit.is_empty() {
+                dropped += 1;
             }
-            let byte = max * UNIT_BYTES;
-            let segment = find_segment(&segments, byte).expect("unit inside the files");
-            // SAFETY: recovery runs before anything is served.
-            unsafe { segment.slice_mut(byte - segment.base(), UNIT_BYTES as usize) }.fill(0);
-            if !touched.iter().any(|s| Arc::ptr_eq(s, segment)) {
-                touched.push(Arc::clone(segment));
-            }
-            dropped += 1;
         }
-        for segment in &touched {
-            // Dropped units must not come back after another crash.
-            segment
-                .flush_range(0, segment.len())
-                .map_err(|e| StoreError::io("flush consume queue", segment.path(), e))?;
+        if dropped > 0 {
+            self.clear_units(&segments, max, written_end)?;
         }
         let mut min = first_unit;
-        while min < max
-            && self
-                .unit(&segments, min)
-                .is_some_and(|u| u.is_empty() || u.physical_offset < log_min)
-        {
+        while min < max && {
+            let u = unit(min);
+            u.is_empty() || u.physical_offset < log_min
+        } {
             min += 1;
         }
         self.min_offset.store(min, Ordering::Release);
         self.max_offset.store(max, Ordering::Release);
         self.flushed_units.store(max, Ordering::Release);
         Ok(dropped)
+    }
+
+    /// Recovery: zeroes units `[from, to)` on disk with pwrite (a full disk fails cleanly
+    /// there) and flushes them, so dropped units do not come back after another crash.
+    fn clear_units(&self, segments: &SegmentList, from: u64, to: u64) -> Result<(), StoreError> {
+        let (start, end) = (from * UNIT_BYTES, to * UNIT_BYTES);
+        for segment in segments.iter() {
+            let (s, e) = (start.max(segment.base()), end.min(segment.end()));
+            if s < e {
+                segment.zero_range(s - segment.base(), e - s)?;
+                segment
+                    .flush_range(0, segment.len())
+                    .map_err(|err| StoreError::io("flush consume queue", segment.path(), err))?;
+            }
+        }
+        Ok(())
     }
 
     /// Recovery: an empty queue whose first message has queue offset `offset`.

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::ConfigError;
+use crate::disk::WriteRefusal;
 use crate::position::CommitLogOffset;
 use crate::record::RecordError;
 
@@ -90,9 +91,21 @@ pub enum StoreError {
 
     #[error("the store is shut down")]
     ShutDown,
+
+    #[error("writes refused: {0}")]
+    WritesRefused(#[source] WriteRefusal),
 }
 
 impl StoreError {
+    /// The I/O error behind this one, if it is one.
+    pub(crate) fn io_source(&self) -> Option<&std::io::Error> {
+        match self {
+            StoreError::Io { source, .. } => Some(source),
+            StoreError::FlushFailed { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         StoreError::Io {
             op,
@@ -100,4 +113,16 @@ impl StoreError {
             source,
         }
     }
+}
+
+/// An error and its sources on one line, for logs.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -133,13 +133,13 @@ impl FlushControl {
         if self.flushed() >= end {
             return Some(Ok(()));
         }
-        if let Some((attempted, source)) = &state.failure {
-            if *attempted >= end {
-                return Some(Err(StoreError::FlushFailed {
-                    offset: CommitLogOffset(end),
-                    source: Arc::clone(source),
-                }));
-            }
+        // After a failed flush nothing past `flushed` is ever called durable: the kernel may
+        // have dropped the failed pages, so a later flush "succeeding" proves nothing.
+        if let Some((_, source)) = &state.failure {
+            return Some(Err(StoreError::FlushFailed {
+                offset: CommitLogOffset(end),
+                source: Arc::clone(source),
+            }));
         }
         state.stopping.then_some(Err(StoreError::ShutDown))
     }
@@ -194,13 +194,19 @@ impl FlushControl {
     ) -> Result<(), StoreError> {
         let mut state = self.state.lock();
         let result = match outcome {
-            Ok(()) => {
+            Ok(()) if state.failure.is_none() => {
                 self.flushed.fetch_max(end, Ordering::AcqRel);
-                state.failure = None;
                 Ok(())
             }
+            Ok(()) => {
+                let (_, source) = state.failure.as_ref().expect("checked above");
+                Err(StoreError::FlushFailed {
+                    offset: CommitLogOffset(end),
+                    source: Arc::clone(source),
+                })
+            }
             Err(error) => {
-                tracing::error!(%error, end, "commitlog flush failed");
+                tracing::error!(%error, end, "commitlog flush failed; nothing more is acknowledged until a restart");
                 let source = Arc::new(error);
                 state.failure = Some((end, Arc::clone(&source)));
                 Err(StoreError::FlushFailed {
@@ -213,6 +219,15 @@ impl FlushControl {
         self.wake_writers();
         self.run_flushed_hook();
         result
+    }
+
+    /// The error of the first failed CommitLog flush, if one failed: it stays until restart.
+    pub(crate) fn failure(&self) -> Option<Arc<std::io::Error>> {
+        self.state
+            .lock()
+            .failure
+            .as_ref()
+            .map(|(_, source)| Arc::clone(source))
     }
 
     /// Takes the count of writers that arrived since the last call: the ones a flush starting
@@ -293,7 +308,7 @@ impl FlushControl {
     }
 
     /// Sleeps up to `interval`; `false` once the store stops.
-    fn wait_while_running(&self, interval: Duration) -> bool {
+    pub(crate) fn wait_while_running(&self, interval: Duration) -> bool {
         let mut state = self.state.lock();
         if !state.stopping {
             self.stopped.wait_for(&mut state, interval);
@@ -357,9 +372,17 @@ pub(crate) fn run_housekeeper(
     target: &dyn FlushTarget,
     interval: Duration,
 ) {
+    let mut last_failure = None;
     while control.wait_while_running(interval) {
-        if let Err(error) = target.housekeeping() {
-            tracing::error!(error = %error, "consume queue flush or checkpoint failed");
+        let outcome = target.housekeeping();
+        let text = outcome.as_ref().err().map(|e| crate::error::chain(e));
+        // A full disk fails every round the same way: say it when it starts and when it ends.
+        if text != last_failure {
+            match &text {
+                Some(error) => tracing::error!(%error, "consume queue flush or checkpoint failed"),
+                None => tracing::info!("consume queue flush and checkpoint work again"),
+            }
+            last_failure = text;
         }
     }
 }
@@ -485,5 +508,79 @@ mod tests {
             flushes * 2 <= waits,
             "{flushes} flushes for {waits} durable waits: group commit did not group"
         );
+    }
+
+    /// A disk whose first flush fails with EIO, as a real one does once it dropped pages;
+    /// later flushes "succeed".
+    struct DiskThatFailedOnce {
+        committed: AtomicU64,
+        flushes: AtomicU32,
+    }
+
+    impl FlushTarget for DiskThatFailedOnce {
+        fn commit_log_committed(&self) -> u64 {
+            self.committed.load(Ordering::Acquire)
+        }
+        fn flush_commit_log(&self, _from: u64, _to: u64) -> std::io::Result<()> {
+            if self.flushes.fetch_add(1, Ordering::AcqRel) == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            Ok(())
+        }
+        fn housekeeping(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// After a failed fsync nothing is acknowledged again, not even bytes a later flush
+    /// "succeeded" for: the failed pages may be gone (PostgreSQL's fsyncgate).
+    #[test]
+    fn after_a_failed_flush_nothing_is_ever_called_durable() {
+        let control = FlushControl::new(0);
+        let disk = DiskThatFailedOnce {
+            committed: AtomicU64::new(100),
+            flushes: AtomicU32::new(0),
+        };
+        let (first, later) = std::thread::scope(|scope| {
+            let flusher = scope.spawn(|| {
+                run_flusher(
+                    &control,
+                    &disk,
+                    FlushMode::Sync,
+                    Duration::from_millis(5),
+                    0,
+                )
+            });
+            let first = control.wait_durable(100);
+            // Let the flusher's retry "succeed" (bounded), then ask for more.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while disk.flushes.load(Ordering::Acquire) < 2 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            disk.committed.store(200, Ordering::Release);
+            let later = control.wait_durable(200);
+            control.stop();
+            flusher.join().unwrap();
+            (first, later)
+        });
+        assert!(
+            matches!(first, Err(StoreError::FlushFailed { .. })),
+            "{first:?}"
+        );
+        assert!(
+            matches!(later, Err(StoreError::FlushFailed { .. })),
+            "{later:?}"
+        );
+        assert!(
+            disk.flushes.load(Ordering::Acquire) >= 2,
+            "the flusher retried"
+        );
+        assert_eq!(
+            control.flushed(),
+            0,
+            "the failed bytes never count as durable"
+        );
+        let error = control.failure().expect("the failure is kept");
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
     }
 }

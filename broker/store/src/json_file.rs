@@ -43,18 +43,11 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreErr
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create directory", dir, e))?;
     let tmp = with_suffix(path, ".tmp");
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(|e| StoreError::io("create", &tmp, e))?;
-    file.write_all(bytes)
-        .map_err(|e| StoreError::io("write", &tmp, e))?;
-    // The content must be on disk before the rename makes it the current version.
-    file.sync_all()
-        .map_err(|e| StoreError::io("fsync", &tmp, e))?;
-    drop(file);
+    if let Err(error) = write_synced(&tmp, bytes) {
+        // A full disk: the old file stays as it was, and the partial copy frees its blocks.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(error);
+    }
     if path.exists() {
         let bak = backup_path(path);
         std::fs::rename(path, &bak).map_err(|e| StoreError::io("rename to backup", path, e))?;
@@ -62,6 +55,21 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreErr
     std::fs::rename(&tmp, path).map_err(|e| StoreError::io("rename", &tmp, e))?;
     // The renames are directory entries: fsync the directory so they survive a crash.
     sync_dir(dir)
+}
+
+/// Creates (or truncates) `path` with `bytes` and fsyncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| StoreError::io("create", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| StoreError::io("write", path, e))?;
+    // The content must be on disk before the rename makes it the current version.
+    file.sync_all()
+        .map_err(|e| StoreError::io("fsync", path, e))
 }
 
 /// Reads `path`, falling back to `.bak` when the main file is missing or unparsable.
@@ -100,7 +108,7 @@ pub(crate) fn read_with_backup<T>(
             })?;
             match &main_error {
                 Some(error) => tracing::warn!(
-                    path = %path.display(), error = %error_chain(error),
+                    path = %path.display(), error = %crate::error::chain(error),
                     "main file is corrupt, loaded the backup"
                 ),
                 None => {
@@ -111,17 +119,6 @@ pub(crate) fn read_with_backup<T>(
         }
         None => main_error.map_or(Ok(None), Err),
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -2,12 +2,13 @@
 //!
 //! A CommitLog of memory-mapped segment files holds every message in RocketMQ 4.x's record
 //! layout; one ConsumeQueue per (topic, queueId) indexes it with 20-byte units. The store is
-//! synchronous and knows files only: no sockets, no async runtime. See DESIGN.md §2.
+//! synchronous and knows files only: no sockets, no async runtime.
 
 mod checkpoint;
 mod commit_log;
 mod config;
 mod consume_queue;
+mod disk;
 mod dispatch;
 mod error;
 mod flush;
@@ -23,6 +24,7 @@ mod tail_fill;
 mod warm;
 
 pub use config::{ConfigError, FlushMode, StoreConfig};
+pub use disk::{DiskStatus, RefusalReason, WriteRefusal};
 pub use error::StoreError;
 pub use flush::FlushedHook;
 pub use json_file::{read_json_with_backup, write_json_atomically};

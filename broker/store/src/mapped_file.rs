@@ -226,6 +226,33 @@ pub(crate) fn page_size() -> u64 {
     })
 }
 
+/// Zeroes `len` bytes of `file` at `at`: by punching a hole when `whole_pages` (no space
+/// needed), else (or where holes are not supported) by writing zeros.
+fn zero_on_disk(file: &File, at: u64, len: u64, whole_pages: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    if whole_pages && len % page_size() == 0 {
+        if let (Ok(offset), Ok(length)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) {
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            // SAFETY: a valid descriptor; the call only reads its arguments.
+            if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, length) } == 0 {
+                return Ok(());
+            }
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(error);
+            }
+        }
+    }
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(MAX_FILL_STEP_BYTES);
+        file.write_all_at(&ZEROS[..n as usize], at + done)?;
+        done += n;
+    }
+    Ok(())
+}
+
 /// Fsyncs a directory so a created, renamed or deleted entry survives a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)
@@ -353,29 +380,41 @@ impl MappedSegment {
         self.map.flush_range(at as usize, len as usize)
     }
 
-    /// Zeroes `[from, len)`, touching only pages that hold data so sparse files stay sparse.
-    /// Holes are skipped without being read: reading them would fill the page cache with up
-    /// to a segment of zeros on every open.
-    ///
-    /// # Safety
-    /// Recovery only: nothing else may access the region.
-    pub(crate) unsafe fn zero_from(&self, from: u64) -> u64 {
-        const CHUNK: u64 = 4096;
-        let mut zeroed = 0;
+    /// Zeroes `[from, len)` on disk, looking only at pages that hold data so sparse files stay
+    /// sparse (reading holes would fill the page cache with up to a segment of zeros). Whole
+    /// pages are punched out, which needs no free space; a partial page is overwritten with
+    /// pwrite, which fails with an error on a full disk where a write through the mapping
+    /// would fault. Returns the bytes of the pages that held data.
+    pub(crate) fn clear_from(&self, from: u64) -> Result<u64, StoreError> {
+        let page = page_size();
+        let mut file = None;
+        let mut cleared = 0;
         for (start, end) in data_ranges(&self.path, from, self.len) {
             let mut at = start;
             while at < end {
-                let chunk_end = ((at / CHUNK + 1) * CHUNK).min(end);
-                // SAFETY: exclusive during recovery per the caller.
-                let chunk = unsafe { self.slice_mut(at, (chunk_end - at) as usize) };
+                let chunk_end = ((at / page + 1) * page).min(end);
+                // SAFETY: only read; recovery has the file to itself.
+                let chunk = unsafe { self.slice(at, (chunk_end - at) as usize) };
                 if chunk.iter().any(|b| *b != 0) {
-                    chunk.fill(0);
-                    zeroed += chunk_end - at;
+                    let file = match &mut file {
+                        Some(file) => file,
+                        None => file.insert(self.open_for_writes()?),
+                    };
+                    zero_on_disk(file, at, chunk_end - at, at % page == 0)
+                        .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
+                    cleared += chunk_end - at;
                 }
                 at = chunk_end;
             }
         }
-        zeroed
+        Ok(cleared)
+    }
+
+    /// Zeroes `len` bytes at `at` on disk with pwrite (never through the mapping).
+    pub(crate) fn zero_range(&self, at: u64, len: u64) -> Result<(), StoreError> {
+        let file = self.open_for_writes()?;
+        zero_on_disk(&file, at, len, false)
+            .map_err(|e| StoreError::io("truncate segment", &self.path, e))
     }
 
     /// Removes the file; live views keep their pages until dropped.
@@ -463,6 +502,10 @@ mod tests {
     use super::*;
 
     const LEN: u64 = 8 * 1024 * 1024;
+
+    fn allocated(segment: &MappedSegment) -> u64 {
+        std::os::unix::fs::MetadataExt::blocks(&segment.path().metadata().unwrap()) * 512
+    }
 
     /// An 8 MiB sparse segment with non-zero bytes at `writes`.
     fn segment_with(dir: &Path, writes: &[(u64, &[u8])]) -> Arc<MappedSegment> {
@@ -561,13 +604,15 @@ mod tests {
     }
 
     #[test]
-    fn zero_from_clears_data_after_a_hole_and_keeps_what_is_before() {
+    fn clear_from_clears_data_after_a_hole_and_keeps_what_is_before() {
         let dir = tempfile::tempdir().unwrap();
         let writes: [(u64, &[u8]); 3] = [(0, b"kept"), (100, b"stale"), (6 << 20, b"far")];
         let segment = segment_with(dir.path(), &writes);
-        // SAFETY: the test has the segment to itself.
-        let zeroed = unsafe { segment.zero_from(50) };
+        let allocated_before = allocated(&segment);
+        let zeroed = segment.clear_from(50).unwrap();
         assert!(zeroed >= 8, "{zeroed} bytes zeroed");
+        // The far page was punched out, not overwritten: it holds no blocks any more.
+        assert!(allocated(&segment) < allocated_before, "no blocks freed");
         // SAFETY: as above.
         let bytes = unsafe { segment.slice(0, LEN as usize) };
         assert_eq!(&bytes[..4], b"kept");

@@ -15,9 +15,9 @@ use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
-use crate::mapped_file::{load_segments, sync_dir, MappedSegment};
+use crate::mapped_file::{data_ranges, load_segments, sync_dir, MappedSegment};
 use crate::position::CommitLogOffset;
-use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned};
+use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned, BLANK_FILLER_BYTES};
 
 /// What recovery found and did; `Display` gives one log line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -119,15 +119,17 @@ fn scan_log(
         return Ok(outcome);
     };
     let mut pos = start;
+    let mut data = (usize::MAX, Vec::new());
     while index < segments.len() {
         let segment = &segments[index];
         if pos >= segment.end() {
             index += 1;
             continue;
         }
-        // SAFETY: recovery has the files to itself.
-        let rest = unsafe { segment.slice(pos - segment.base(), (segment.end() - pos) as usize) };
-        match record::scan_with(rest, crc) {
+        if data.0 != index {
+            data = (index, data_ranges(segment.path(), 0, segment.len()));
+        }
+        match scan_at(segment, &data.1, pos, crc) {
             Scanned::Message(header) if header.physical_offset.0 != pos => {
                 outcome.damage = Some(RecordError::WrongPosition {
                     stored: header.physical_offset.0,
@@ -151,6 +153,32 @@ fn scan_log(
     }
     outcome.end = pos;
     Ok(outcome)
+}
+
+/// Scans the record at `pos`, reading only pages that hold data: on tmpfs, reading a hole
+/// through the mapping allocates a page, and on a full disk that is a SIGBUS.
+fn scan_at<'a>(
+    segment: &'a MappedSegment,
+    data: &[(u64, u64)],
+    pos: u64,
+    crc: BodyCrc,
+) -> Scanned<'a> {
+    let at = pos - segment.base();
+    let Some(&(_, data_end)) = data.iter().find(|(start, end)| *start <= at && at < *end) else {
+        return Scanned::End;
+    };
+    let (readable, rest) = (data_end - at, segment.len() - at);
+    // SAFETY: recovery has the files to itself; the bytes hold data.
+    let bytes = unsafe { segment.slice(at, readable as usize) };
+    // A blank filler spans the rest of the segment, holes included: only its head is read.
+    if readable < rest && bytes.len() >= BLANK_FILLER_BYTES {
+        let size = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"));
+        let magic = u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes"));
+        if magic == record::BLANK_MAGIC && u64::from(size) == rest {
+            return Scanned::Blank { size };
+        }
+    }
+    record::scan_with(bytes, crc)
 }
 
 /// The segment base at or below `offset`, clamped to the existing segments.
@@ -341,8 +369,7 @@ fn truncate_log(
         if segment.end() <= log_end {
             kept.push(segment);
         } else if segment.base() <= log_end {
-            // SAFETY: recovery has the files to itself.
-            let zeroed = unsafe { segment.zero_from(log_end - segment.base()) };
+            let zeroed = segment.clear_from(log_end - segment.base())?;
             if zeroed > 0 {
                 report.truncated_bytes += zeroed;
                 // Zeroed bytes must reach the disk, or stale records could come back.

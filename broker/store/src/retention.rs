@@ -1,7 +1,8 @@
-//! Retention: delete whole CommitLog files that are too old, or the oldest when the disk is
-//! above its high-water mark; never the active file. ConsumeQueue min offsets follow.
+//! Retention: delete whole CommitLog files that are too old, or, under disk pressure, the
+//! oldest ones no group still needs (any, past the force-clean ratio); never the active
+//! file. ConsumeQueue min offsets follow.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
@@ -14,8 +15,27 @@ use crate::position::CommitLogOffset;
 pub enum DeleteReason {
     /// Last modified more than `file_reserved_hours` ago.
     Expired,
-    /// The disk was above `disk_high_water_ratio`.
-    DiskHighWater,
+    /// The disk was above `disk_clean_ratio` and no subscribed group still needed the file.
+    DiskClean,
+    /// The disk was above `disk_force_clean_ratio`: deleted although a group had not read it.
+    DiskForceClean,
+}
+
+impl DeleteReason {
+    pub const ALL: [DeleteReason; 3] = [
+        DeleteReason::Expired,
+        DeleteReason::DiskClean,
+        DeleteReason::DiskForceClean,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteReason::Expired => "expired",
+            DeleteReason::DiskClean => "disk-clean",
+            DeleteReason::DiskForceClean => "disk-force-clean",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -28,31 +48,23 @@ pub struct RetentionReport {
     pub disk_used_ratio: f64,
 }
 
-/// Used and total bytes of the file system holding `path`.
-pub(crate) fn disk_usage(path: &Path) -> Result<(u64, u64), StoreError> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| {
-        StoreError::io(
-            "statvfs",
-            path,
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
-        )
-    })?;
-    // SAFETY: statvfs only writes into the zeroed struct we pass it.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c_path is a valid NUL-terminated string and stats a valid out pointer.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) };
-    if rc != 0 {
-        return Err(StoreError::io(
-            "statvfs",
-            path,
-            std::io::Error::last_os_error(),
-        ));
+/// What retention weighs, besides the files themselves.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pressure {
+    pub now_ms: i64,
+    pub reserved_ms: i64,
+    pub used: u64,
+    pub total: u64,
+    pub clean_ratio: f64,
+    pub force_clean_ratio: f64,
+    /// The lowest CommitLog offset a subscribed group has yet to read; `None`: none has.
+    pub needed_from: Option<u64>,
+}
+
+impl Pressure {
+    fn above(&self, used: u64, ratio: f64) -> bool {
+        self.total > 0 && used as f64 / self.total as f64 > ratio
     }
-    let fragment = stats.f_frsize as u64;
-    let total = stats.f_blocks as u64 * fragment;
-    let free = stats.f_bfree as u64 * fragment;
-    Ok((total.saturating_sub(free), total))
 }
 
 fn modified_ms(segment: &MappedSegment) -> Result<i64, StoreError> {
@@ -64,26 +76,115 @@ fn modified_ms(segment: &MappedSegment) -> Result<i64, StoreError> {
         .map_or(0, |d| d.as_millis() as i64))
 }
 
-/// Picks the oldest files to delete: expired ones, then one more if the disk is too full.
+fn allocated_bytes(segment: &MappedSegment) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(segment.path()).map_or(0, |m| m.blocks() * 512)
+}
+
+/// Picks the oldest files to delete, never the active (last) one: the expired ones; then,
+/// above the clean ratio, those wholly below what every group has read, until usage would
+/// drop below it; then, above the force-clean ratio, the oldest whatever groups still need,
+/// until usage would drop below that.
 pub(crate) fn choose(
     segments: &[Arc<MappedSegment>],
-    now_ms: i64,
-    reserved_ms: i64,
-    disk_over_high_water: bool,
+    pressure: &Pressure,
 ) -> Result<Vec<(Arc<MappedSegment>, DeleteReason)>, StoreError> {
     let mut chosen = Vec::new();
-    // The last file is the active one.
     let candidates = &segments[..segments.len().saturating_sub(1)];
+    let mut used = pressure.used;
     for segment in candidates {
-        if now_ms.saturating_sub(modified_ms(segment)?) < reserved_ms {
+        let age_ms = pressure.now_ms.saturating_sub(modified_ms(segment)?);
+        let read_by_all = pressure
+            .needed_from
+            .is_none_or(|needed| segment.end() <= needed);
+        let reason = if age_ms >= pressure.reserved_ms {
+            DeleteReason::Expired
+        } else if pressure.above(used, pressure.clean_ratio) && read_by_all {
+            DeleteReason::DiskClean
+        } else if pressure.above(used, pressure.force_clean_ratio) {
+            DeleteReason::DiskForceClean
+        } else {
             break;
-        }
-        chosen.push((Arc::clone(segment), DeleteReason::Expired));
-    }
-    if disk_over_high_water {
-        if let Some(next) = candidates.get(chosen.len()) {
-            chosen.push((Arc::clone(next), DeleteReason::DiskHighWater));
-        }
+        };
+        used = used.saturating_sub(allocated_bytes(segment));
+        chosen.push((Arc::clone(segment), reason));
     }
     Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEGMENT: u64 = 1 << 20;
+
+    /// Four fully written 1 MiB segments, just modified.
+    fn segments(dir: &std::path::Path) -> Vec<Arc<MappedSegment>> {
+        (0..4)
+            .map(|i| {
+                let segment = MappedSegment::create(dir, i * SEGMENT, SEGMENT).unwrap();
+                std::fs::write(segment.path(), vec![1u8; SEGMENT as usize]).unwrap();
+                segment
+            })
+            .collect()
+    }
+
+    fn pressure(used_mib: u64, needed_from: Option<u64>) -> Pressure {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        Pressure {
+            now_ms,
+            reserved_ms: 3_600_000,
+            used: used_mib << 20,
+            total: 10 << 20,
+            clean_ratio: 0.5,
+            force_clean_ratio: 0.8,
+            needed_from,
+        }
+    }
+
+    fn reasons(chosen: &[(Arc<MappedSegment>, DeleteReason)]) -> Vec<DeleteReason> {
+        chosen.iter().map(|(_, reason)| *reason).collect()
+    }
+
+    #[test]
+    fn below_the_clean_ratio_nothing_unexpired_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let chosen = choose(&segments(dir.path()), &pressure(5, None)).unwrap();
+        assert!(chosen.is_empty());
+    }
+
+    #[test]
+    fn above_the_clean_ratio_only_files_every_group_has_read_go_until_below() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = segments(dir.path());
+        // 7 MiB of 10 used: two files bring it to 5, not above 0.5; the third is needed.
+        let chosen = choose(&segments, &pressure(7, Some(3 * SEGMENT))).unwrap();
+        assert_eq!(reasons(&chosen), [DeleteReason::DiskClean; 2]);
+        // A group still reading the first file protects it and everything after.
+        let chosen = choose(&segments, &pressure(7, Some(SEGMENT / 2))).unwrap();
+        assert!(chosen.is_empty());
+    }
+
+    #[test]
+    fn above_the_force_clean_ratio_unread_files_go_too_but_never_the_active_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = segments(dir.path());
+        let chosen = choose(&segments, &pressure(10, Some(0))).unwrap();
+        assert_eq!(reasons(&chosen), [DeleteReason::DiskForceClean; 2]);
+        let chosen = choose(&segments, &pressure(40, Some(0))).unwrap();
+        assert_eq!(chosen.len(), 3, "the active file stays");
+    }
+
+    #[test]
+    fn expired_files_go_whatever_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments = segments(dir.path());
+        let mut expired = pressure(1, Some(0));
+        expired.now_ms += 2 * expired.reserved_ms;
+        let chosen = choose(&segments, &expired).unwrap();
+        assert_eq!(reasons(&chosen), [DeleteReason::Expired; 3]);
+    }
 }

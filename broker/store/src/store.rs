@@ -2,7 +2,7 @@
 //! narrow API. Writers serialise on one lock per put / put_batch; readers take snapshots.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -14,14 +14,15 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::commit_log::{CommitLog, LogWriter};
 use crate::config::{FlushMode, StoreConfig};
 use crate::consume_queue::{ConsumeQueue, Unit};
+use crate::disk::{self, DiskStatus, RefusalReason, WriteGate, WriteRefusal};
 use crate::dispatch::{is_safe_topic_dir, Dispatcher, QueueRegistry};
-use crate::error::StoreError;
+use crate::error::{chain, StoreError};
 use crate::flush::{self, FlushControl, FlushTarget, FlushedHook};
 use crate::mapped_file::sync_dir;
 use crate::position::{CommitLogOffset, QueueOffset};
 use crate::record::{self, NewMessage, Placement, Record};
 use crate::recovery::{self, RecoveryReport};
-use crate::retention::{self, RetentionReport};
+use crate::retention::{self, DeleteReason, Pressure, RetentionReport};
 
 /// Where an appended message landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +112,15 @@ struct Shared {
     report: RecoveryReport,
     /// One retention run at a time, so no file is chosen twice.
     retention: Mutex<()>,
+    /// CommitLog files deleted since open, by `DeleteReason::ALL` index.
+    deleted_segments: [AtomicU64; DeleteReason::ALL.len()],
+    /// Whether writes are taken, and the last reading of the data file system.
+    gate: WriteGate,
+    /// The data directory's device and inode at open: a deleted one no longer matches.
+    data_dir_identity: Option<(u64, u64)>,
+    /// The dirty checkpoint could not be written at open (a full or read-only disk): writes
+    /// stay refused until it is, so a crash never trusts an old clean one.
+    dirty_checkpoint_pending: AtomicBool,
     /// Holds the data directory's exclusive lock for the store's lifetime.
     _lock: std::fs::File,
 }
@@ -133,6 +143,10 @@ impl FlushTarget for Shared {
     }
 
     fn housekeeping(&self) -> Result<(), StoreError> {
+        // Writing a checkpoint would re-create a deleted data directory.
+        if self.data_dir_changed() {
+            return Ok(());
+        }
         // Under the write lock every record below the write position has its unit written,
         // so all of them are covered once the queues are flushed.
         let dispatched = self.writer.lock().log.write_pos();
@@ -151,6 +165,95 @@ impl FlushTarget for Shared {
 }
 
 impl Shared {
+    /// Whether the data directory was deleted or replaced since open.
+    fn data_dir_changed(&self) -> bool {
+        disk::dir_identity(&self.config.data_dir).ok() != self.data_dir_identity
+    }
+
+    /// A refusal for `reason`, its sentence naming the disk and its usage now.
+    fn refusal(&self, reason: RefusalReason, detail: &str) -> WriteRefusal {
+        let usage = disk::read_usage(&self.config.data_dir).unwrap_or_else(|_| self.gate.usage());
+        let high_water = self.config.disk_high_water_ratio;
+        WriteRefusal {
+            reason,
+            message: disk::describe(reason, &self.config.data_dir, &usage, high_water, detail),
+        }
+    }
+
+    /// Closes the gate when `error` is the disk failing (full, read-only, EIO, a failed
+    /// flush, the directory gone); returns what the writer should see: the refusal, or a
+    /// failed flush as it is (those messages are not acknowledged).
+    fn refuse_on_disk_error(&self, error: StoreError) -> StoreError {
+        let reason = match &error {
+            StoreError::FlushFailed { .. } => Some(RefusalReason::FsyncFailed),
+            other => other.io_source().and_then(|source| {
+                let gone = source.kind() == std::io::ErrorKind::NotFound && self.data_dir_changed();
+                if gone {
+                    Some(RefusalReason::DataDirGone)
+                } else {
+                    RefusalReason::of_io_error(source)
+                }
+            }),
+        };
+        let Some(reason) = reason else {
+            return error;
+        };
+        let refusal = self.refusal(reason, &format!(" ({})", chain(&error)));
+        self.gate.close(refusal.clone());
+        match error {
+            StoreError::FlushFailed { .. } => error,
+            _ => self.gate.refuse(refusal),
+        }
+    }
+
+    /// One look at the data file system: closes the gate or opens it again.
+    fn watch_disk(&self) {
+        if self.data_dir_changed() {
+            self.gate
+                .close(self.refusal(RefusalReason::DataDirGone, ""));
+            return;
+        }
+        let usage = match disk::read_usage(&self.config.data_dir) {
+            Ok(usage) => usage,
+            Err(error) => {
+                tracing::warn!(%error, data_dir = %self.config.data_dir.display(), "cannot read the data disk's usage");
+                return;
+            }
+        };
+        self.gate.record_usage(&usage);
+        if let Some(error) = self.flush.failure() {
+            self.gate
+                .close(self.refusal(RefusalReason::FsyncFailed, &format!(" ({error})")));
+        }
+        let current = self.gate.refusal().map(|r| r.reason);
+        let high_water = self.config.disk_high_water_ratio;
+        let mut verdict = disk::judge(&usage, current, high_water);
+        if verdict.is_none() && self.dirty_checkpoint_pending.load(Ordering::Acquire) {
+            match self.housekeeping() {
+                Ok(()) => self
+                    .dirty_checkpoint_pending
+                    .store(false, Ordering::Release),
+                Err(error) => {
+                    verdict = Some(
+                        error
+                            .io_source()
+                            .and_then(RefusalReason::of_io_error)
+                            .unwrap_or(RefusalReason::NoSpace),
+                    )
+                }
+            }
+        }
+        match verdict {
+            Some(reason) => self.gate.close(WriteRefusal {
+                reason,
+                message: disk::describe(reason, &self.config.data_dir, &usage, high_water, ""),
+            }),
+            None => {
+                self.gate.open();
+            }
+        }
+    }
+
     fn all_queues(&self) -> Vec<Arc<ConsumeQueue>> {
         self.registry
             .read()
@@ -256,7 +359,10 @@ impl Shared {
 
     fn wait_durable(&self, end: u64) -> Result<(), StoreError> {
         match self.config.flush_mode {
-            FlushMode::Sync => self.flush.wait_durable(end),
+            FlushMode::Sync => self
+                .flush
+                .wait_durable(end)
+                .map_err(|error| self.refuse_on_disk_error(error)),
             FlushMode::Async => Ok(()),
         }
     }
@@ -307,16 +413,30 @@ impl MessageStore {
         tracing::info!(data_dir = %config.data_dir.display(), "store recovered: {}", recovered.report);
         let log = recovered.commit_log.writer(recovered.log_end)?;
         sync_dir(&config.data_dir)?;
-        // From here until shutdown() the store counts as dirty.
-        checkpoint::save(
+        // From here until shutdown() the store counts as dirty; on a full or read-only disk
+        // it opens refusing writes until that can be written.
+        let dirty = checkpoint::save(
             &config.data_dir,
             &Checkpoint {
                 clean_shutdown: false,
                 commit_log_durable_offset: recovered.log_end,
                 consume_queue_durable_offset: recovered.log_end,
             },
-        )?;
+        );
+        let pending = match dirty {
+            Ok(()) => None,
+            Err(error) => match error.io_source().and_then(RefusalReason::of_io_error) {
+                Some(reason) => Some((reason, error)),
+                None => return Err(error),
+            },
+        };
+        let usage = disk::read_usage(&config.data_dir)
+            .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
         let shared = Arc::new(Shared {
+            gate: WriteGate::new(usage),
+            data_dir_identity: disk::dir_identity(&config.data_dir).ok(),
+            dirty_checkpoint_pending: AtomicBool::new(pending.is_some()),
+            deleted_segments: Default::default(),
             flush: FlushControl::new(recovered.log_end),
             commit_log: recovered.commit_log,
             registry: recovered.registry,
@@ -331,6 +451,12 @@ impl MessageStore {
             retention: Mutex::new(()),
             _lock: lock,
         });
+        if let Some((reason, error)) = pending {
+            shared
+                .gate
+                .close(shared.refusal(reason, &format!(" ({})", chain(&error))));
+        }
+        shared.watch_disk();
         let spawn = |name: &str, run: fn(&Shared)| {
             let shared_for_thread = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -352,12 +478,28 @@ impl MessageStore {
             let interval = Duration::from_millis(shared.config.flush_interval_ms);
             flush::run_housekeeper(&shared.flush, shared, interval)
         });
-        let threads = match housekeeper {
-            Ok(housekeeper) => vec![flusher, housekeeper],
-            Err(error) => {
+        let watcher = spawn("quiver-store-disk", |shared| {
+            let interval = Duration::from_millis(shared.config.disk_check_interval_ms);
+            while shared.flush.wait_while_running(interval) {
+                shared.watch_disk();
+            }
+        });
+        let threads = match (housekeeper, watcher) {
+            (Ok(housekeeper), Ok(watcher)) => vec![flusher, housekeeper, watcher],
+            (housekeeper, watcher) => {
                 shared.flush.stop();
+                let error = [housekeeper, watcher]
+                    .into_iter()
+                    .filter_map(|spawned| match spawned {
+                        Ok(thread) => {
+                            let _ = thread.join();
+                            None
+                        }
+                        Err(error) => Some(error),
+                    })
+                    .next();
                 let _ = flusher.join();
-                return Err(error);
+                return Err(error.expect("one thread failed to start"));
             }
         };
         Ok(MessageStore {
@@ -402,6 +544,7 @@ impl MessageStore {
         for msg in msgs {
             shared.check_size(msg)?;
         }
+        shared.gate.check()?;
         let mut results = Vec::with_capacity(msgs.len());
         let mut queues = Vec::with_capacity(msgs.len());
         let end = {
@@ -417,13 +560,15 @@ impl MessageStore {
                         queues.push(queue);
                     }
                     Err(error) => {
-                        failure = Some(error);
+                        failure = Some(shared.refuse_on_disk_error(error));
                         break;
                     }
                 }
             }
             // The messages before a failure stay stored, as before staging.
-            shared.publish_appended(&mut writer, &results, &queues)?;
+            shared
+                .publish_appended(&mut writer, &results, &queues)
+                .map_err(|error| shared.refuse_on_disk_error(error))?;
             if let Some(error) = failure {
                 return Err(error);
             }
@@ -457,7 +602,11 @@ impl MessageStore {
     /// an error when the flush covering them failed or the store stopped.
     pub fn durable_status(&self, end: CommitLogOffset) -> Option<Result<(), StoreError>> {
         match self.shared.config.flush_mode {
-            FlushMode::Sync => self.shared.flush.durable_status(end.0),
+            FlushMode::Sync => self
+                .shared
+                .flush
+                .durable_status(end.0)
+                .map(|status| status.map_err(|error| self.shared.refuse_on_disk_error(error))),
             FlushMode::Async => Some(Ok(())),
         }
     }
@@ -672,28 +821,32 @@ impl MessageStore {
         self.shared.flush_all()
     }
 
-    /// Deletes expired CommitLog files (and the oldest one when the disk is above its
-    /// high-water mark), never the active one; queue min offsets follow.
-    pub fn run_retention(&self, now_ms: i64) -> Result<RetentionReport, StoreError> {
+    /// Deletes expired CommitLog files; under disk pressure also those every subscribed group
+    /// has read (above `disk_clean_ratio`) and, above `disk_force_clean_ratio`, the oldest
+    /// whatever groups still need. Never the active one; queue min offsets follow.
+    /// `needed_from` is the lowest CommitLog offset a subscribed group has yet to read.
+    pub fn run_retention(
+        &self,
+        now_ms: i64,
+        needed_from: Option<CommitLogOffset>,
+    ) -> Result<RetentionReport, StoreError> {
         let shared = &*self.shared;
         let _one_at_a_time = shared.retention.lock();
         let config = &shared.config;
-        let (used, total) = retention::disk_usage(&config.data_dir)?;
-        let ratio = if total == 0 {
-            0.0
-        } else {
-            used as f64 / total as f64
-        };
-        let reserved_ms = (config.file_reserved_hours as i64).saturating_mul(3_600_000);
-        let segments = shared.commit_log.snapshot();
-        let chosen = retention::choose(
-            &segments,
+        let usage = disk::read_usage(&config.data_dir)
+            .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
+        let pressure = Pressure {
             now_ms,
-            reserved_ms,
-            ratio > config.disk_high_water_ratio,
-        )?;
+            reserved_ms: (config.file_reserved_hours as i64).saturating_mul(3_600_000),
+            used: usage.used,
+            total: usage.total,
+            clean_ratio: config.disk_clean_ratio,
+            force_clean_ratio: config.disk_force_clean_ratio,
+            needed_from: needed_from.map(|offset| offset.0),
+        };
+        let chosen = retention::choose(&shared.commit_log.snapshot(), &pressure)?;
         let mut report = RetentionReport {
-            disk_used_ratio: ratio,
+            disk_used_ratio: usage.ratio(),
             ..RetentionReport::default()
         };
         if !chosen.is_empty() {
@@ -704,7 +857,16 @@ impl MessageStore {
             shared.commit_log.remove_segments(&doomed);
             for (segment, reason) in &chosen {
                 segment.delete()?;
-                tracing::info!(path = %segment.path().display(), ?reason, "deleted commitlog file");
+                let path = segment.path().display();
+                if *reason == DeleteReason::DiskForceClean {
+                    tracing::warn!(%path, disk_used_ratio = usage.ratio(),
+                        "deleted a commitlog file that consumer groups had not read yet: the disk is above disk-force-clean-ratio");
+                } else {
+                    tracing::info!(%path, reason = reason.as_str(), "deleted commitlog file");
+                }
+                let index = DeleteReason::ALL.iter().position(|r| r == reason);
+                shared.deleted_segments[index.expect("every reason is listed")]
+                    .fetch_add(1, Ordering::Relaxed);
                 report
                     .deleted_segments
                     .push((segment.path().to_path_buf(), *reason));
@@ -720,20 +882,63 @@ impl MessageStore {
         Ok(report)
     }
 
+    /// Where the message at `offset` of a queue lives in the CommitLog, if it is still there.
+    pub fn physical_offset_at(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: QueueOffset,
+    ) -> Option<CommitLogOffset> {
+        let queue = self.shared.queue(topic, queue_id)?;
+        if offset.0 < queue.min_offset() || offset.0 >= queue.max_offset() {
+            return None;
+        }
+        let unit = queue.unit(&queue.snapshot(), offset.0)?;
+        (!unit.is_empty()).then_some(CommitLogOffset(unit.physical_offset))
+    }
+
+    /// CommitLog files deleted since open, by reason.
+    pub fn deleted_segments(&self) -> Vec<(DeleteReason, u64)> {
+        DeleteReason::ALL
+            .iter()
+            .zip(&self.shared.deleted_segments)
+            .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// The data file system as last read, and whether writes are refused and why.
+    pub fn disk_status(&self) -> DiskStatus {
+        let shared = &*self.shared;
+        let usage = shared.gate.usage();
+        DiskStatus {
+            data_dir: shared.config.data_dir.clone(),
+            used_bytes: usage.used,
+            total_bytes: usage.total,
+            available_bytes: usage.available,
+            used_ratio: usage.ratio(),
+            high_water_ratio: shared.config.disk_high_water_ratio,
+            refusal: shared.gate.refusal(),
+        }
+    }
+
+    /// Writes refused since open, by reason.
+    pub fn write_refusals(&self) -> Vec<(RefusalReason, u64)> {
+        self.shared.gate.refused_counts()
+    }
+
     pub fn stats(&self) -> StoreStats {
         let shared = &*self.shared;
         let min = shared.commit_log.min_offset();
         let max = shared.commit_log.committed();
-        let (disk_used_bytes, disk_total_bytes) =
-            retention::disk_usage(&shared.config.data_dir).unwrap_or((0, 0));
+        let usage = shared.gate.usage();
         StoreStats {
             commitlog_bytes: max.saturating_sub(min),
             min_physical_offset: CommitLogOffset(min),
             max_physical_offset: CommitLogOffset(max),
             flushed_physical_offset: CommitLogOffset(shared.flush.flushed()),
             consume_queues: shared.registry.read().values().map(|q| q.len()).sum(),
-            disk_used_bytes,
-            disk_total_bytes,
+            disk_used_bytes: usage.used,
+            disk_total_bytes: usage.total,
         }
     }
 
@@ -750,15 +955,32 @@ impl MessageStore {
         let flushed = shared.flush_all();
         self.stop_threads();
         flushed?;
+        if shared.data_dir_changed() {
+            tracing::warn!(data_dir = %shared.config.data_dir.display(), "the data directory was deleted; no checkpoint written");
+            return Ok(());
+        }
         let end = shared.commit_log.committed();
-        checkpoint::save(
+        let saved = checkpoint::save(
             &shared.config.data_dir,
             &Checkpoint {
                 clean_shutdown: true,
                 commit_log_durable_offset: end,
                 consume_queue_durable_offset: end,
             },
-        )
+        );
+        match saved {
+            // Everything is flushed: the next start only scans more, as after a crash.
+            Err(error)
+                if error
+                    .io_source()
+                    .and_then(RefusalReason::of_io_error)
+                    .is_some() =>
+            {
+                tracing::warn!(error = %chain(&error), "cannot write the clean-shutdown checkpoint; the next start recovers as after a crash");
+                Ok(())
+            }
+            saved => saved,
+        }
     }
 
     fn stop_threads(&self) {

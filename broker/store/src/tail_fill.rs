@@ -86,6 +86,8 @@ struct State {
     filling: Option<Range<u64>>,
     /// Filled bytes whose writeback has not been started yet begin here.
     written_back_to: u64,
+    /// The last chunk failed (a full disk): logged once per run of failures.
+    failing: bool,
     stopped: bool,
 }
 
@@ -115,6 +117,7 @@ impl TailFiller {
                 writer_end: 0,
                 filling: None,
                 written_back_to: 0,
+                failing: false,
                 stopped: false,
             }),
             work: Condvar::new(),
@@ -280,6 +283,7 @@ fn run(shared: &Shared) {
                 Some(from) => start_writeback(&chunk.file, from - base, end - from),
                 None => Ok(()),
             });
+        let written_ok = written.is_ok();
         let mut state = shared.state.lock();
         state.filling = None;
         match written {
@@ -290,13 +294,19 @@ fn run(shared: &Shared) {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, path = %chunk.segment.path().display(),
-                    "could not fill CommitLog blocks ahead; writes may be slower");
-                // Give up on this stretch: Sync writers' records allocate their blocks at the
-                // fsync; Async writers' copies fault their pages in through the mapping.
-                state.filled_to = state.wanted_to;
-                state.written_back_to = state.wanted_to;
+                if !state.failing {
+                    tracing::warn!(%error, path = %chunk.segment.path().display(),
+                        "could not fill CommitLog blocks ahead; the writer fills them itself");
+                }
+                state.failing = true;
+                // Give up on what was asked, but never claim the pages: a copy through the
+                // mapping into a page without blocks is a SIGBUS on a full disk. The writer
+                // fills them itself with pwrite, which fails cleanly, or asks again.
+                state.wanted_to = state.filled_to;
             }
+        }
+        if written_ok {
+            state.failing = false;
         }
         drop(state);
         shared.chunk_done.notify_all();

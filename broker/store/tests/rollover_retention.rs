@@ -14,6 +14,8 @@ fn retention_config(dir: &std::path::Path) -> StoreConfig {
     // The machine's own disk usage must not decide what this test deletes.
     StoreConfig {
         disk_high_water_ratio: 1.0,
+        disk_clean_ratio: 1.0,
+        disk_force_clean_ratio: 1.0,
         file_reserved_hours: 72,
         ..config(dir)
     }
@@ -68,13 +70,13 @@ fn segments_roll_and_retention_deletes_old_files_under_readers() {
     assert_eq!(held.status, GetStatus::Found);
     let held_copy: Vec<Vec<u8>> = held.messages.iter().map(|m| m.to_vec()).collect();
 
-    let nothing = store.run_retention(now_ms()).unwrap();
+    let nothing = store.run_retention(now_ms(), None).unwrap();
     assert!(
         nothing.deleted_segments.is_empty(),
         "nothing is 72 hours old yet"
     );
 
-    let report = store.run_retention(now_ms() + 73 * HOUR_MS).unwrap();
+    let report = store.run_retention(now_ms() + 73 * HOUR_MS, None).unwrap();
     assert_eq!(
         report.deleted_segments.len() as u64,
         segments - 1,
@@ -134,13 +136,13 @@ fn segments_roll_and_retention_deletes_old_files_under_readers() {
     }
 }
 
-#[test]
-fn disk_high_water_deletes_the_oldest_file_per_run_never_the_active_one() {
-    let dir = tempfile::tempdir().unwrap();
-    // Any real disk is above this mark, so every run deletes one more file.
+/// A store over three or more full segments of 9 KB messages, with clean and force-clean
+/// ratios any real disk is above.
+fn store_under_pressure(dir: &std::path::Path, force: bool) -> (MessageStore, u64) {
     let config = StoreConfig {
-        disk_high_water_ratio: 1e-9,
-        ..retention_config(dir.path())
+        disk_clean_ratio: 1e-9,
+        disk_force_clean_ratio: if force { 1e-9 } else { 1.0 },
+        ..retention_config(dir)
     };
     let store = MessageStore::open(config).unwrap();
     let big = vec![1u8; 9_000];
@@ -149,19 +151,51 @@ fn disk_high_water_deletes_the_oldest_file_per_run_never_the_active_one() {
     }
     let segments = store.stats().max_physical_offset.0 / SEGMENT_BYTES + 1;
     assert!(segments >= 3);
-    for expected_min in 1..segments {
-        let report = store.run_retention(now_ms()).unwrap();
-        assert_eq!(report.deleted_segments.len(), 1);
-        assert_eq!(
-            report.deleted_segments[0].1,
-            quiver_store::DeleteReason::DiskHighWater
-        );
-        assert_eq!(
-            report.min_physical_offset,
-            CommitLogOffset(expected_min * SEGMENT_BYTES)
-        );
-    }
-    let report = store.run_retention(now_ms()).unwrap();
+    (store, segments)
+}
+
+#[test]
+fn disk_clean_deletes_only_files_every_group_has_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, segments) = store_under_pressure(dir.path(), false);
+    // A group still has to read the second file: only the first may go.
+    let needed = CommitLogOffset(SEGMENT_BYTES + 100);
+    let report = store.run_retention(now_ms(), Some(needed)).unwrap();
+    let reasons: Vec<_> = report.deleted_segments.iter().map(|(_, r)| *r).collect();
+    assert_eq!(reasons, [quiver_store::DeleteReason::DiskClean]);
+    assert_eq!(report.min_physical_offset, CommitLogOffset(SEGMENT_BYTES));
+    let again = store.run_retention(now_ms(), Some(needed)).unwrap();
+    assert!(again.deleted_segments.is_empty(), "the unread file stays");
+    // Once every group has read everything, all but the active file go.
+    let report = store.run_retention(now_ms(), None).unwrap();
+    assert_eq!(report.deleted_segments.len() as u64, segments - 2);
+    assert_eq!(
+        report.min_physical_offset,
+        CommitLogOffset((segments - 1) * SEGMENT_BYTES)
+    );
+}
+
+#[test]
+fn disk_force_clean_deletes_unread_files_but_never_the_active_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, segments) = store_under_pressure(dir.path(), true);
+    let report = store
+        .run_retention(now_ms(), Some(CommitLogOffset(0)))
+        .unwrap();
+    assert_eq!(report.deleted_segments.len() as u64, segments - 1);
+    assert!(report
+        .deleted_segments
+        .iter()
+        .all(|(_, reason)| *reason == quiver_store::DeleteReason::DiskForceClean));
+    let forced = store
+        .deleted_segments()
+        .into_iter()
+        .find(|(reason, _)| *reason == quiver_store::DeleteReason::DiskForceClean);
+    assert_eq!(
+        forced,
+        Some((quiver_store::DeleteReason::DiskForceClean, segments - 1))
+    );
+    let report = store.run_retention(now_ms(), None).unwrap();
     assert!(report.deleted_segments.is_empty(), "the active file stays");
     let last = store
         .get(TOPIC, 1, store.min_offset(TOPIC, 1), 32, u64::MAX, &|_| {

@@ -19,7 +19,7 @@ use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
 use crate::config::{PERM_READ_ONLY, PERM_READ_WRITE};
 use crate::topics::validate_topic_name;
-use quiver_protocol::body::{SubscriptionGroupConfig, TopicConfig};
+use quiver_protocol::body::{KvTable, SubscriptionGroupConfig, TopicConfig};
 
 fn bad_request(remark: impl Into<String>) -> Refusal {
     Refusal::new(response::SYSTEM_ERROR, remark)
@@ -113,6 +113,68 @@ pub fn broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let mut reply = success(req, &[("version", "0".to_string())]);
     reply.body = Bytes::from(config_properties(ctx));
     Ok(reply)
+}
+
+/// GET_BROKER_RUNTIME_INFO (28): Apache's keys for the store and its disk, as `mqadmin
+/// brokerStatus` and the operator read them, and Quiver's write gate.
+pub fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    let store = &ctx.broker.store;
+    let stats = store.stats();
+    let disk = store.disk_status();
+    let refusal = disk.refusal.as_ref();
+    let entries = [
+        (
+            "commitLogMinOffset",
+            stats.min_physical_offset.0.to_string(),
+        ),
+        (
+            "commitLogMaxOffset",
+            stats.max_physical_offset.0.to_string(),
+        ),
+        ("commitLogDiskRatio", disk.used_ratio.to_string()),
+        (
+            "commitLogDirCapacity",
+            format!(
+                "Total : {}, Free : {}.",
+                human_bytes(disk.total_bytes),
+                human_bytes(disk.available_bytes)
+            ),
+        ),
+        (
+            "quiverDiskHighWaterRatio",
+            disk.high_water_ratio.to_string(),
+        ),
+        ("quiverWritable", refusal.is_none().to_string()),
+        (
+            "quiverWriteRefusal",
+            refusal.map_or("", |r| r.reason.as_str()).to_string(),
+        ),
+        (
+            "quiverWriteRefusalMessage",
+            refusal.map_or_else(String::new, |r| r.message.clone()),
+        ),
+    ];
+    let table = KvTable {
+        table: entries
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect(),
+    };
+    let mut reply = success(req, &[]);
+    reply.body = table.encode();
+    Ok(reply)
+}
+
+/// Bytes as Apache's `MixAll.humanReadableByteCount(bytes, false)` writes them.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let exponent = ((bytes as f64).ln() / 1024f64.ln()).floor() as usize;
+    let exponent = exponent.clamp(1, UNITS.len());
+    let value = bytes as f64 / 1024f64.powi(exponent as i32);
+    format!("{value:.1} {}", UNITS[exponent - 1])
 }
 
 pub async fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
@@ -379,4 +441,17 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_body(reset.encode()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn human_bytes_reads_like_apache_runtime_info() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(48 * 1024 * 1024), "48.0 MiB");
+        assert_eq!(human_bytes(3_250_585), "3.1 MiB");
+        assert_eq!(human_bytes(5 << 40), "5.0 TiB");
+    }
 }

@@ -57,7 +57,14 @@ impl From<BrokerError> for Refusal {
 
 impl From<quiver_store::StoreError> for Refusal {
     fn from(error: quiver_store::StoreError) -> Self {
-        Refusal::new(response::SYSTEM_ERROR, chain(&error))
+        match error {
+            // Apache's answer to a full disk: producers retry on another broker.
+            quiver_store::StoreError::WritesRefused(refusal) => Refusal::new(
+                response::SERVICE_NOT_AVAILABLE,
+                format!("service not available now: {}", refusal.message),
+            ),
+            error => Refusal::new(response::SYSTEM_ERROR, chain(&error)),
+        }
     }
 }
 
@@ -100,6 +107,7 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
         request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, &req).await,
         request::UPDATE_BROKER_CONFIG => admin::update_broker_config(ctx, &req).await,
         request::GET_BROKER_CONFIG => admin::broker_config(ctx, &req),
+        request::GET_BROKER_RUNTIME_INFO => admin::runtime_info(ctx, &req),
         request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, &req).await,
         request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &req),
         request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, &req).await,
@@ -139,7 +147,11 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
 fn is_routine(code: i32) -> bool {
     matches!(
         code,
-        response::QUERY_NOT_FOUND | response::TOPIC_NOT_EXIST | response::CONSUMER_NOT_ONLINE
+        response::QUERY_NOT_FOUND
+            | response::TOPIC_NOT_EXIST
+            | response::CONSUMER_NOT_ONLINE
+            // A full disk refuses every send; the store logs when it starts and ends.
+            | response::SERVICE_NOT_AVAILABLE
     )
 }
 

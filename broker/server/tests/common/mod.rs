@@ -35,6 +35,10 @@ pub fn test_config(dir: &Path) -> BrokerConfig {
         max_message_size: 256 * 1024,
         persist_interval_ms: 200,
         shutdown_timeout_ms: 5_000,
+        // The machine's own disk usage must not refuse sends or delete files here.
+        disk_high_water_ratio: 1.0,
+        disk_clean_ratio: 1.0,
+        disk_force_clean_ratio: 1.0,
         ..BrokerConfig::default()
     }
 }

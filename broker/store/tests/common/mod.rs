@@ -20,6 +20,10 @@ pub fn config(dir: &Path) -> StoreConfig {
         flush_mode: FlushMode::Async,
         flush_interval_ms: 50,
         max_message_size_bytes: 16 * 1024,
+        // The machine's own disk usage must not refuse writes or delete files here.
+        disk_high_water_ratio: 1.0,
+        disk_clean_ratio: 1.0,
+        disk_force_clean_ratio: 1.0,
         ..StoreConfig::default()
     }
 }
