@@ -106,7 +106,18 @@ pub async fn run(
         );
     }
     blocking(&broker, |broker| {
-        let persisted = broker.persist_all();
+        let persisted = broker.persist_all().or_else(|error| {
+            // A full or read-only disk: what could not be written is lost with the process
+            // (consumers redeliver from the last persisted offsets); the store still stops.
+            match broker.store.disk_status().refusal {
+                Some(refusal) => {
+                    tracing::warn!(error = %crate::error::chain(&error), reason = refusal.reason.as_str(),
+                        "cannot persist offsets, topics and groups at shutdown");
+                    Ok(())
+                }
+                None => Err(error),
+            }
+        });
         let stopped = broker
             .store
             .shutdown()

@@ -265,6 +265,8 @@ pub(crate) struct MappedSegment {
     base: u64,
     len: u64,
     map: MmapRaw,
+    /// Mapped read-only: the file system was read-only when it was opened.
+    read_only: bool,
 }
 
 impl MappedSegment {
@@ -284,30 +286,50 @@ impl MappedSegment {
         Self::map(path, file, base, len)
     }
 
-    /// Maps an existing segment file with its current length.
+    /// Maps an existing segment file with its current length; read-only on a read-only file
+    /// system (the store then refuses writes until it is restarted on a writable one).
     pub(crate) fn open(path: &Path, base: u64) -> Result<Arc<Self>, StoreError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| StoreError::io("open segment", path, e))?;
+        let (file, read_only) = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => (file, false),
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => (
+                File::open(path).map_err(|e| StoreError::io("open segment", path, e))?,
+                true,
+            ),
+            Err(e) => return Err(StoreError::io("open segment", path, e)),
+        };
         let len = file
             .metadata()
             .map_err(|e| StoreError::io("stat segment", path, e))?
             .len();
-        Self::map(path.to_path_buf(), file, base, len)
+        let map = if read_only {
+            MmapOptions::new()
+                .len(len as usize)
+                .map_raw_read_only(&file)
+        } else {
+            MmapOptions::new().len(len as usize).map_raw(&file)
+        };
+        Self::mapped(path.to_path_buf(), map, base, len, read_only)
     }
 
     fn map(path: PathBuf, file: File, base: u64, len: u64) -> Result<Arc<Self>, StoreError> {
-        let map = MmapOptions::new()
-            .len(len as usize)
-            .map_raw(&file)
-            .map_err(|e| StoreError::io("mmap segment", &path, e))?;
+        let map = MmapOptions::new().len(len as usize).map_raw(&file);
+        Self::mapped(path, map, base, len, false)
+    }
+
+    fn mapped(
+        path: PathBuf,
+        map: std::io::Result<MmapRaw>,
+        base: u64,
+        len: u64,
+        read_only: bool,
+    ) -> Result<Arc<Self>, StoreError> {
+        let map = map.map_err(|e| StoreError::io("mmap segment", &path, e))?;
         Ok(Arc::new(MappedSegment {
             path,
             base,
             len,
             map,
+            read_only,
         }))
     }
 
@@ -315,12 +337,15 @@ impl MappedSegment {
         &self.path
     }
 
-    /// The segment's file opened for plain writes (pwrite beside the mapping).
+    /// The segment's file opened for plain writes (pwrite beside the mapping). For a segment
+    /// mapped read-only, the file opened for reading: any write to it fails with an error.
     pub(crate) fn open_for_writes(&self) -> Result<File, StoreError> {
-        OpenOptions::new()
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| StoreError::io("open segment", &self.path, e))
+        let opened = if self.read_only {
+            File::open(&self.path)
+        } else {
+            OpenOptions::new().write(true).open(&self.path)
+        };
+        opened.map_err(|e| StoreError::io("open segment", &self.path, e))
     }
 
     /// Offset of the first byte (CommitLog bytes, or ConsumeQueue bytes).
@@ -358,6 +383,7 @@ impl MappedSegment {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut(&self, at: u64, len: usize) -> &mut [u8] {
         assert!(at + len as u64 <= self.len, "segment write past its end");
+        assert!(!self.read_only, "write into a segment mapped read-only");
         // SAFETY: in bounds of the live mapping; exclusive per the caller.
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(at as usize), len) }
     }

@@ -121,6 +121,9 @@ struct Shared {
     /// The dirty checkpoint could not be written at open (a full or read-only disk): writes
     /// stay refused until it is, so a crash never trusts an old clean one.
     dirty_checkpoint_pending: AtomicBool,
+    /// Opened on a read-only file system: files are mapped read-only, so writes stay
+    /// refused until a restart, even if the file system becomes writable.
+    opened_read_only: bool,
     /// Holds the data directory's exclusive lock for the store's lifetime.
     _lock: std::fs::File,
 }
@@ -208,6 +211,12 @@ impl Shared {
 
     /// One look at the data file system: closes the gate or opens it again.
     fn watch_disk(&self) {
+        if self.opened_read_only {
+            let detail = " (it was when the broker started; restart it once it is writable)";
+            self.gate
+                .close(self.refusal(RefusalReason::ReadOnlyFs, detail));
+            return;
+        }
         if self.data_dir_changed() {
             self.gate
                 .close(self.refusal(RefusalReason::DataDirGone, ""));
@@ -379,18 +388,27 @@ impl Shared {
     }
 }
 
-/// Takes an exclusive `flock` on `<data_dir>/lock`: two stores on one directory would
-/// corrupt each other. The kernel drops it when the process dies, even by kill -9.
-fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, StoreError> {
+/// Takes an exclusive `flock` on `<data_dir>/lock` (on the directory itself on a read-only
+/// file system): two stores on one directory would corrupt each other. The kernel drops it
+/// when the process dies, even by kill -9.
+fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs::File, StoreError> {
     use std::os::fd::AsRawFd;
-    let path = data_dir.join("lock");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| StoreError::io("open lock file", &path, e))?;
+    let path = if read_only {
+        data_dir.to_path_buf()
+    } else {
+        data_dir.join("lock")
+    };
+    let opened = if read_only {
+        std::fs::File::open(&path)
+    } else {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+    };
+    let file = opened.map_err(|e| StoreError::io("open lock file", &path, e))?;
     // SAFETY: flock on a file descriptor we own.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
@@ -408,11 +426,16 @@ impl MessageStore {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| StoreError::io("create directory", &config.data_dir, e))?;
-        let lock = lock_data_dir(&config.data_dir)?;
+        // On a read-only file system the store serves what it has and refuses writes until
+        // it is restarted on a writable one.
+        let opened_read_only = disk::read_usage(&config.data_dir).is_ok_and(|u| u.read_only);
+        let lock = lock_data_dir(&config.data_dir, opened_read_only)?;
         let recovered = recovery::recover(&config)?;
         tracing::info!(data_dir = %config.data_dir.display(), "store recovered: {}", recovered.report);
         let log = recovered.commit_log.writer(recovered.log_end)?;
-        sync_dir(&config.data_dir)?;
+        if !opened_read_only {
+            sync_dir(&config.data_dir)?;
+        }
         // From here until shutdown() the store counts as dirty; on a full or read-only disk
         // it opens refusing writes until that can be written.
         let dirty = checkpoint::save(
@@ -436,6 +459,7 @@ impl MessageStore {
             gate: WriteGate::new(usage),
             data_dir_identity: disk::dir_identity(&config.data_dir).ok(),
             dirty_checkpoint_pending: AtomicBool::new(pending.is_some()),
+            opened_read_only,
             deleted_segments: Default::default(),
             flush: FlushControl::new(recovered.log_end),
             commit_log: recovered.commit_log,

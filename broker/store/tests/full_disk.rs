@@ -40,12 +40,16 @@ impl Tmpfs {
     }
 
     fn resize(&self, size_mib: u64) {
-        let resized = Command::new("mount")
-            .args(["-o", &format!("remount,size={size_mib}m")])
+        self.remount(&format!("remount,size={size_mib}m"));
+    }
+
+    fn remount(&self, options: &str) {
+        let remounted = Command::new("mount")
+            .args(["-o", options])
             .arg(self.dir.path())
             .status()
             .expect("run mount");
-        assert!(resized.success(), "remount to {size_mib} MiB failed");
+        assert!(remounted.success(), "mount -o {options} failed");
     }
 }
 
@@ -238,4 +242,39 @@ fn an_atomic_json_write_on_a_full_disk_fails_and_keeps_the_old_file() {
         !dir.join("state.json.tmp").exists(),
         "the partial copy is removed"
     );
+}
+
+#[test]
+fn a_store_opens_on_a_read_only_file_system_serving_reads() {
+    let disk = Tmpfs::mount(8);
+    let config = small_disk_config(&disk.path(), FlushMode::Async, 1.0);
+    let store = MessageStore::open(config.clone()).unwrap();
+    let acked: Vec<_> = (0..500u32)
+        .map(|n| {
+            let queue_id = n % QUEUES;
+            let put = store.put(&message(TOPIC, queue_id, &BODY, ""), 1).unwrap();
+            (queue_id, put)
+        })
+        .collect();
+    store.shutdown().unwrap();
+    drop(store);
+    disk.remount("remount,ro");
+    let store = MessageStore::open(config.clone()).unwrap();
+    let refusal = store.disk_status().refusal.expect("opened refusing writes");
+    assert_eq!(refusal.reason, RefusalReason::ReadOnlyFs);
+    assert!(refusal.message.contains("read-only"), "{}", refusal.message);
+    let refused = store.put(&message(TOPIC, 0, &BODY, ""), 1).unwrap_err();
+    assert_eq!(refusal_reason(&refused), RefusalReason::ReadOnlyFs);
+    assert_all_readable(&store, &acked);
+    // Writable again: this store stays read-only (its files are mapped so) until reopened.
+    disk.remount("remount,rw");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(store.disk_status().refusal.is_some());
+    store.shutdown().unwrap();
+    drop(store);
+    let store = MessageStore::open(config).unwrap();
+    let resumed = wait_writable(&store);
+    let mut all = acked;
+    all.push(resumed);
+    assert_all_readable(&store, &all);
 }
