@@ -112,10 +112,18 @@ def broker_has_disk_flags(binary):
 class DiskBroker(_broker_conftest.Broker):
     """e2e/broker's Broker, with its log outside the file system under test."""
 
-    def __init__(self, data_dir, log_dir, flush_mode="async", **kwargs):
+    def __init__(self, data_dir, log_dir, flush_mode="async", early_retention=True, **kwargs):
         extra = ["--segment-size", str(16 * MiB), "--flush-mode", flush_mode]
         if broker_has_disk_flags(_broker_conftest.BROKER_BIN):
             extra += ["--disk-check-interval-ms", "200"]
+            if not early_retention:
+                # Retention deletes CommitLog files early above --disk-clean-ratio (0.75: files
+                # every group with committed offsets has read, so all of them while no group
+                # has) and --disk-force-clean-ratio (0.85: the oldest, read or not), every 10 s.
+                # On 48 MiB with 16 MiB files that frees a third of the disk before or just
+                # after the 0.90 refusal and deletes acknowledged, unconsumed messages. At 1.0
+                # neither ratio can be exceeded: the disk really fills and stays full.
+                extra += ["--disk-clean-ratio", "1.0", "--disk-force-clean-ratio", "1.0"]
         super().__init__(data_dir, extra=extra, **kwargs)
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
 

@@ -119,12 +119,12 @@ def drain(broker, group, expected, within=DRAIN_WITHIN_S):
 
 @pytest.mark.parametrize("flush_mode", ["async", "sync"])
 def test_fill_until_refused_then_resume(make_broker, disk, flush_mode):
-    broker = make_broker(flush_mode=flush_mode).start()
+    broker = make_broker(flush_mode=flush_mode, early_retention=False).start()
     result = fill_until_refused(broker, disk, "fill")
     expected = dict(result.acked)
 
     remark = assert_full_disk_refusal(broker, disk, "probe-refused-1")
-    assert_read_only_ready(broker)
+    ready_body = assert_read_only_ready(broker)
     refusals = assert_not_writable(broker, "disk-high-water", "no-space")
     ratio = broker.metric_value("quiver_store_disk_used_ratio")
     used_ratio = disk.usage()[2]
@@ -161,11 +161,12 @@ def test_fill_until_refused_then_resume(make_broker, disk, flush_mode):
     reader.check(expected)
     broker.assert_alive("at the end")
     assert "panicked" not in broker.log_text()
-    print(f"{result.summary()}; remark {remark!r}; refusals {refusals}; resumed after {took:.1f}s")
+    print(f"\n{result.summary()}\nremark: {remark!r}\n/readyz: {ready_body!r}\n"
+          f"refusals: {refusals}; resumed {took:.1f}s after the remount")
 
 
 def test_restart_on_full_disk(make_broker, disk):
-    broker = make_broker().start()
+    broker = make_broker(early_retention=False).start()
     result = fill_until_refused(broker, disk, "fill")
     expected = dict(result.acked)
     assert_full_disk_refusal(broker, disk, "probe-before-stop")
@@ -189,7 +190,7 @@ def test_restart_on_full_disk(make_broker, disk):
 
 
 def test_kill9_during_refusal_then_restart_with_space(make_broker, disk):
-    broker = make_broker().start()
+    broker = make_broker(early_retention=False).start()
     result = fill_until_refused(broker, disk, "fill")
     expected = dict(result.acked)
     assert_full_disk_refusal(broker, disk, "probe-before-kill")
@@ -222,6 +223,7 @@ def test_data_directory_deleted_while_running(make_broker, disk):
     broker.assert_alive("after its data directory was deleted")
     status, body = broker.http("/readyz")
     assert "deleted" in body.lower(), f"/readyz ({status}) does not say the data directory was deleted: {body!r}"
+    print(f"\nremark: {remark!r}\n/readyz {status}: {body!r}")
     assert_not_writable(broker, "data-dir-gone")
     # The stock client is refused too.
     after = fill(broker.addr, TOPIC, os.path.join(disk.work_dir, "after.txt"), first=1000,
@@ -242,5 +244,6 @@ def test_start_on_read_only_file_system(make_broker, disk):
     assert_read_only_ready(broker)
     remark = assert_send_refused(broker, disk, "probe-ro", words=("read-only",), names_dir=False)
     assert_not_writable(broker, "read-only-fs")
+    print(f"\nremark: {remark!r}\n/readyz: {broker.http('/readyz')}")
     drain(broker, "DiskReadOnlyReader", before.acked)
     broker.assert_alive(f"serving a read-only file system (remark {remark!r})")
