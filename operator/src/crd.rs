@@ -158,7 +158,7 @@ pub struct RetentionSpec {
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("diskHighWaterPercent must be between 1 and 100"))]
     pub disk_high_water_percent: Option<u8>,
     /// Disk usage percentage above which retention deletes unexpired CommitLog segments early,
-    /// oldest first, but only those no subscribed consumer group still needs
+    /// oldest first, but only those every consumer group with committed offsets has read
     /// (1-100, at most diskForceCleanPercent; broker default 75).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("diskCleanPercent must be between 1 and 100"))]
