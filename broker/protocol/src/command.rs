@@ -14,6 +14,8 @@ pub const FLAG_RESPONSE: i32 = 1;
 pub const FLAG_ONEWAY: i32 = 1 << 1;
 /// Language tag we send.
 pub const LANGUAGE_RUST: &str = "RUST";
+/// What Apache brokers answer with, whatever the client's language: some clients check it.
+pub const LANGUAGE_JAVA: &str = "JAVA";
 /// Protocol version we report: Java's `MQVersion.Version.V4_9_4.ordinal()`.
 pub const PROTOCOL_VERSION: i32 = 401;
 
@@ -71,7 +73,8 @@ pub fn language_code(name: &str) -> u8 {
 pub struct RemotingCommand {
     /// Request code for requests, response code for responses.
     pub code: i32,
-    /// Sender's language tag ("JAVA", "CPP", ...); we send "RUST".
+    /// Sender's language tag ("JAVA", "CPP", ...): the Rust client sends "RUST"; the broker
+    /// answers "JAVA", as Apache brokers do.
     pub language: String,
     pub version: i32,
     /// Correlates a response with its request; the caller assigns it for requests.

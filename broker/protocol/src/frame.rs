@@ -154,6 +154,8 @@ struct JsonHeaderOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     remark: Option<&'a str>,
     ext_fields: &'a ExtFields,
+    /// Apache's spelling: clients that look the key up by name miss `...Rpc`.
+    #[serde(rename = "serializeTypeCurrentRPC")]
     serialize_type_current_rpc: &'static str,
 }
 
@@ -550,6 +552,41 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JSON header's keys are Apache's `RemotingCommand` fields, spelled as Java writes
+    /// them: a client that looks one up by name must find it.
+    #[test]
+    fn json_headers_carry_apaches_keys() {
+        let request = RemotingCommand::request(10, ExtFields::default()).with_opaque(3);
+        let mut reply = request.response_to(14, Some("why".into()));
+        reply.language = crate::LANGUAGE_JAVA.into();
+        reply.ext_fields.insert("k".into(), "v".into());
+        let header: serde_json::Value =
+            serde_json::from_slice(&encode_json_header(&reply).unwrap()).unwrap();
+        let keys: Vec<&str> = header
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = [
+            "code",
+            "extFields",
+            "flag",
+            "language",
+            "opaque",
+            "remark",
+            "serializeTypeCurrentRPC",
+            "version",
+        ];
+        expected.sort_unstable();
+        let mut keys = keys;
+        keys.sort_unstable();
+        assert_eq!(keys, expected);
+        assert_eq!(header["language"], "JAVA");
+        assert_eq!(header["serializeTypeCurrentRPC"], "JSON");
+        assert_eq!(header["flag"], 1);
+    }
 
     #[test]
     fn binary_ext_fields_are_read_whole_and_a_malformed_tail_refused() {

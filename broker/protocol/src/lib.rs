@@ -41,7 +41,7 @@ pub mod message;
 
 pub use command::{
     language_code, language_name, ExtFields, RemotingCommand, SerializeType, FLAG_ONEWAY,
-    FLAG_RESPONSE, LANGUAGE_RUST, PROTOCOL_VERSION,
+    FLAG_RESPONSE, LANGUAGE_JAVA, LANGUAGE_RUST, PROTOCOL_VERSION,
 };
 pub use error::{BodyError, FrameError, HeaderError, MessageError};
 

@@ -42,6 +42,10 @@ pub const PROPERTY_TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
 pub const PROPERTY_INSTANCE_ID: &str = "INSTANCE_ID";
 pub const PROPERTY_CLUSTER: &str = "CLUSTER";
 pub const PROPERTY_SHARDING_KEY: &str = "__SHARDINGKEY";
+/// RocketMQ 5.x timed delivery: an absolute time, or a delay in seconds or milliseconds.
+pub const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+pub const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+pub const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
 /// Separates several keys inside the KEYS property.
 pub const KEY_SEPARATOR: &str = " ";
 /// Separates the key and value of one property in the encoded string.

@@ -225,7 +225,10 @@ async fn serve_connection(
             let mut queued = 0;
             let mut next = Some(command);
             // Coalesce whatever is queued into one write.
-            while let Some(command) = next {
+            while let Some(mut command) = next {
+                // Apache brokers speak as JAVA in every frame (the buffer is reused: 4 bytes).
+                command.language.clear();
+                command.language.push_str(quiver_protocol::LANGUAGE_JAVA);
                 let body_len = command.body_len();
                 let encoded = if body_len >= VECTORED_BODY_BYTES {
                     frame::encode_head(&command, &mut buf).map(|()| {

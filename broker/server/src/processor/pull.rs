@@ -69,9 +69,35 @@ struct PullRequest {
     filter: TagFilter,
 }
 
+/// A SQL92 (or any non-tag) subscription is refused, as an Apache broker without property
+/// filtering does: hashing the SQL text as a tag would match nothing and move the group's
+/// offsets past every message.
+fn refuse_unsupported_filter(expression_type: Option<&str>) -> Result<(), Refusal> {
+    match expression_type {
+        None => Ok(()),
+        Some(kind) if kind.is_empty() || kind.eq_ignore_ascii_case("TAG") => Ok(()),
+        Some(kind) => Err(Refusal::new(
+            response::SYSTEM_ERROR,
+            format!(
+                "The broker does not support consumer to filter message by {kind}: subscribe by \
+                 tag (SQL92 filters are not implemented by Quiver)"
+            ),
+        )),
+    }
+}
+
 impl PullRequest {
     fn parse(ctx: &Ctx, req: &RemotingCommand) -> Result<PullRequest, Refusal> {
         let header = PullMessageRequestHeader::from_command(req)?;
+        let expression_type = if header.has_subscription() {
+            header.expression_type.clone()
+        } else {
+            ctx.broker
+                .consumers
+                .subscription(&header.consumer_group, &header.topic)
+                .and_then(|subscription| subscription.expression_type)
+        };
+        refuse_unsupported_filter(expression_type.as_deref())?;
         let filter = if header.has_subscription() {
             TagFilter::parse(header.subscription.as_deref().unwrap_or("*"))
         } else {

@@ -125,6 +125,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             ),
         ));
     }
+    refuse_unsupported(header.sys_flag, &properties_text)?;
     let topic = topic_for_send(broker, &header.topic)?;
     if topic.perm & quiver_protocol::body::perm::WRITE == 0 {
         return Err(Refusal::new(
@@ -160,6 +161,14 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         } in batch
         {
             check_body(body.len(), max_body)?;
+            refuse_unsupported(header.sys_flag, &properties)?;
+            if property(&properties, msg::PROPERTY_DELAY).is_some_and(|level| level != "0") {
+                // As Apache: a delay level applies to one message, never inside a batch.
+                return Err(Refusal::new(
+                    response::MESSAGE_ILLEGAL,
+                    "a batch cannot carry a delay level (DELAY); send delayed messages one by one",
+                ));
+            }
             targets.push(StoreTarget {
                 topic: header.topic.clone(),
                 queue_id,
@@ -224,6 +233,38 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_ext_fields(reply.to_ext()))
+}
+
+/// Refuses what a client can ask for and Quiver does not implement, instead of storing the
+/// message as a plain one and delivering it at once: transactional half messages and 5.x
+/// timed delivery.
+fn refuse_unsupported(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
+    let transaction = sys_flag & msg::sys_flag::TRANSACTION_ROLLBACK;
+    let prepared = transaction == msg::sys_flag::TRANSACTION_PREPARED
+        || property(properties, msg::PROPERTY_TRANSACTION_PREPARED) == Some("true");
+    if prepared {
+        return Err(Refusal::new(
+            response::NO_PERMISSION,
+            "transactional (half) messages are not supported by this broker; the message was \
+             not stored",
+        ));
+    }
+    for timer in [
+        msg::PROPERTY_TIMER_DELIVER_MS,
+        msg::PROPERTY_TIMER_DELAY_SEC,
+        msg::PROPERTY_TIMER_DELAY_MS,
+    ] {
+        if property(properties, timer).is_some() {
+            return Err(Refusal::new(
+                response::MESSAGE_ILLEGAL,
+                format!(
+                    "timed delivery ({timer}) is not supported by this broker; use a delay \
+                     level (DELAY); the message was not stored"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_body(len: usize, max: usize) -> Result<(), Refusal> {

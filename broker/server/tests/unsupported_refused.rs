@@ -1,0 +1,151 @@
+//! What a stock client can ask for and Quiver does not implement is refused with a clear
+//! code and remark, never stored as a plain message or served wrongly; and answers look like
+//! an Apache broker's.
+
+mod common;
+
+use bytes::Bytes;
+use common::{ext, test_config, TestBroker};
+use quiver_protocol::code::{request, response};
+use quiver_protocol::message::{encode_batch, BatchMessage};
+
+fn send_fields(
+    topic: &str,
+    sys_flag: &str,
+    properties: &str,
+    batch: bool,
+) -> quiver_protocol::ExtFields {
+    let born = quiver_broker::now_ms().to_string();
+    let batch = batch.to_string();
+    ext(&[
+        ("a", "P"),
+        ("b", topic),
+        ("c", "TBW102"),
+        ("d", "4"),
+        ("e", "0"),
+        ("f", sys_flag),
+        ("g", &born),
+        ("h", "0"),
+        ("i", properties),
+        ("j", "0"),
+        ("k", "false"),
+        ("m", &batch),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_messages_timers_batch_delays_and_sql92_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(test_config(dir.path())).await;
+    let mut client = broker.client().await;
+    let send = |sys_flag: &'static str, properties: &'static str| {
+        (
+            send_fields("Unsup", sys_flag, properties, false),
+            Bytes::from_static(b"body"),
+        )
+    };
+
+    let cases = [
+        // A transactional half message (sysFlag PREPARED, property TRAN_MSG).
+        (
+            send("4", "TRAN_MSG\u{1}true\u{2}PGROUP\u{1}P\u{2}"),
+            response::NO_PERMISSION,
+            "transactional",
+        ),
+        (
+            send("0", "TRAN_MSG\u{1}true\u{2}"),
+            response::NO_PERMISSION,
+            "transactional",
+        ),
+        (
+            send("0", "TIMER_DELIVER_MS\u{1}1900000000000\u{2}"),
+            response::MESSAGE_ILLEGAL,
+            "TIMER_DELIVER_MS",
+        ),
+        (
+            send("0", "TIMER_DELAY_SEC\u{1}30\u{2}"),
+            response::MESSAGE_ILLEGAL,
+            "TIMER_DELAY_SEC",
+        ),
+        (
+            send("0", "TIMER_DELAY_MS\u{1}300\u{2}"),
+            response::MESSAGE_ILLEGAL,
+            "TIMER_DELAY_MS",
+        ),
+    ];
+    for ((fields, body), code, named) in cases {
+        let reply = client.call(request::SEND_MESSAGE_V2, fields, body).await;
+        assert_eq!(reply.code, code, "{reply:?}");
+        let remark = reply.remark.unwrap_or_default();
+        assert!(
+            remark.contains(named) && remark.contains("not stored"),
+            "{remark}"
+        );
+    }
+
+    let batch = [
+        BatchMessage {
+            flag: 0,
+            body: Bytes::from_static(b"b0"),
+            properties: String::new(),
+        },
+        BatchMessage {
+            flag: 0,
+            body: Bytes::from_static(b"b1"),
+            properties: "DELAY\u{1}3\u{2}".into(),
+        },
+    ];
+    let reply = client
+        .call(
+            request::SEND_BATCH_MESSAGE,
+            send_fields("Unsup", "0", "", true),
+            encode_batch(&batch),
+        )
+        .await;
+    assert_eq!(reply.code, response::MESSAGE_ILLEGAL, "{reply:?}");
+    assert!(reply.remark.unwrap_or_default().contains("delay level"));
+
+    // Nothing above was stored.
+    let max = client
+        .call(
+            request::GET_MAX_OFFSET,
+            ext(&[("topic", "Unsup"), ("queueId", "0")]),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(max.ext("offset"), Some("0"), "{max:?}");
+
+    // A plain send works, and the answer speaks as an Apache broker does.
+    let (fields, body) = send("0", "");
+    let sent = client.call(request::SEND_MESSAGE_V2, fields, body).await;
+    assert_eq!(sent.code, response::SUCCESS, "{sent:?}");
+    assert_eq!(sent.language, "JAVA");
+
+    // A SQL92 subscription is refused on pull, never matched as if it were a tag.
+    let mut fields = ext(&[
+        ("consumerGroup", "SqlGroup"),
+        ("topic", "Unsup"),
+        ("queueId", "0"),
+        ("queueOffset", "0"),
+        ("maxMsgNums", "32"),
+        // The subscription travels with the pull (FLAG_SUBSCRIPTION).
+        ("sysFlag", "4"),
+        ("commitOffset", "-1"),
+        ("suspendTimeoutMillis", "0"),
+        ("subscription", "a > 5"),
+        ("subVersion", "0"),
+    ]);
+    fields.insert("expressionType".into(), "SQL92".into());
+    let pulled = client
+        .call(request::PULL_MESSAGE, fields, Bytes::new())
+        .await;
+    assert_eq!(pulled.code, response::SYSTEM_ERROR, "{pulled:?}");
+    assert!(pulled.remark.unwrap_or_default().contains("SQL92"));
+    let offset = client.query_offset("SqlGroup", "Unsup", 0).await;
+    assert_eq!(
+        offset.code,
+        response::QUERY_NOT_FOUND,
+        "the group's offset did not move: {offset:?}"
+    );
+    broker.stop().await;
+}
