@@ -252,6 +252,8 @@ def fill(namesrv, topic, out_path, first=0, max_count=200_000, fail_streak=5, de
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired as e:
         output = f"fill_main timed out: {e}"
+    if not os.path.exists(out_path):
+        raise AssertionError(f"fill_main.py recorded nothing:\n{output}")
     with open(out_path) as f:
         result = FillResult(f.read().splitlines())
     result.output = output
