@@ -112,8 +112,8 @@ def broker_has_disk_flags(binary):
 class DiskBroker(_broker_conftest.Broker):
     """e2e/broker's Broker, with its log outside the file system under test."""
 
-    def __init__(self, data_dir, log_dir, flush_mode="async", early_retention=True, **kwargs):
-        extra = ["--segment-size", str(16 * MiB), "--flush-mode", flush_mode]
+    def __init__(self, data_dir, log_dir, flush_mode="async", early_retention=True, more=(), **kwargs):
+        extra = ["--segment-size", str(16 * MiB), "--flush-mode", flush_mode] + list(more)
         if broker_has_disk_flags(_broker_conftest.BROKER_BIN):
             extra += ["--disk-check-interval-ms", "200"]
             if not early_retention:

@@ -165,6 +165,38 @@ def test_fill_until_refused_then_resume(make_broker, disk, flush_mode):
           f"refusals: {refusals}; resumed {took:.1f}s after the remount")
 
 
+@pytest.mark.parametrize("flush_mode", ["async", "sync"])
+def test_enospc_without_high_water_then_resume(make_broker, disk, flush_mode):
+    """--disk-high-water-ratio 1.0: no early refusal, so writes run into ENOSPC itself (the
+    original SIGBUS): they must be refused as no-space, a restart on the 100% full disk comes
+    up read-only, and after growing the disk nothing acknowledged is lost."""
+    broker = make_broker(flush_mode=flush_mode, early_retention=False,
+                         more=["--disk-high-water-ratio", "1.0"]).start()
+    result = fill_until_refused(broker, disk, "fill")
+    expected = dict(result.acked)
+    remark = assert_full_disk_refusal(broker, disk, "probe-refused")
+    ready_body = assert_read_only_ready(broker)
+    refusals = assert_not_writable(broker, "no-space")
+    time.sleep(1)  # a few disk checks and flushes on the full file system
+    broker.assert_alive("refusing on ENOSPC")
+
+    # The original bug's second half: a restart on the 100% full disk died in recovery too.
+    assert broker.stop() == 0, f"SIGTERM on a full disk: {broker.exit_description()}"
+    broker.start()
+    restarted_body = assert_read_only_ready(broker)
+    assert_full_disk_refusal(broker, disk, "probe-refused-after-restart")
+
+    disk.resize(BIGGER_MIB)
+    wait_send_accepted(broker, "probe-accepted", RESUME_WITHIN_S)
+    expected["probe-accepted"] = "body of probe-accepted"
+    expected.update(send_more(broker, disk, "more", result.next_index, 200))
+    drain(broker, f"DiskEnospcReader{flush_mode}", expected)
+    broker.assert_alive("at the end")
+    assert "panicked" not in broker.log_text()
+    print(f"\n{result.summary()}\nremark: {remark!r}\n/readyz: {ready_body!r}\nrefusals: {refusals}\n"
+          f"/readyz after the restart: {restarted_body!r}")
+
+
 def test_restart_on_full_disk(make_broker, disk):
     broker = make_broker(early_retention=False).start()
     result = fill_until_refused(broker, disk, "fill")
