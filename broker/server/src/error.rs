@@ -39,14 +39,7 @@ impl BrokerError {
 
 /// An error and its sources on one line, for logs and remarks.
 pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    quiver_store::error_chain(error)
 }
 
 /// Logs a failure that repeats every round (a full disk) when it starts, changes and ends,

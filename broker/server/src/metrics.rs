@@ -308,30 +308,43 @@ fn render_disk(broker: &Broker, cluster: &str, out: &mut String) {
             refusal.reason.as_str()
         );
     }
-    header(
+    let refusals = store
+        .write_refusals()
+        .into_iter()
+        .map(|(reason, count)| (reason.as_str(), count));
+    counter_by_reason(
         out,
+        cluster,
         "quiver_store_write_refusals_total",
-        "counter",
         "Writes (sends, retries, scheduled deliveries) refused by the store, by reason.",
+        refusals,
     );
-    for (reason, count) in store.write_refusals() {
-        let _ = writeln!(
-            out,
-            "quiver_store_write_refusals_total{{cluster=\"{cluster}\",reason=\"{}\"}} {count}",
-            reason.as_str()
-        );
-    }
-    header(
+    let deletions = store
+        .deleted_segments()
+        .into_iter()
+        .map(|(reason, count)| (reason.as_str(), count));
+    counter_by_reason(
         out,
+        cluster,
         "quiver_store_segments_deleted_total",
-        "counter",
         "CommitLog files deleted by retention, by reason.",
+        deletions,
     );
-    for (reason, count) in store.deleted_segments() {
+}
+
+/// One counter family labelled by `reason`, every reason listed (0 included).
+fn counter_by_reason(
+    out: &mut String,
+    cluster: &str,
+    name: &str,
+    help: &str,
+    counts: impl Iterator<Item = (&'static str, u64)>,
+) {
+    header(out, name, "counter", help);
+    for (reason, count) in counts {
         let _ = writeln!(
             out,
-            "quiver_store_segments_deleted_total{{cluster=\"{cluster}\",reason=\"{}\"}} {count}",
-            reason.as_str()
+            "{name}{{cluster=\"{cluster}\",reason=\"{reason}\"}} {count}"
         );
     }
 }

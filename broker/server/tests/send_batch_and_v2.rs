@@ -3,27 +3,12 @@
 mod common;
 
 use bytes::Bytes;
-use common::{ext, pulled_bodies, test_config, TestBroker};
+use common::{pulled_bodies, test_config, v2_send_fields, TestBroker};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
 
 fn v2_fields(topic: &str, queue_id: &str, batch: bool) -> quiver_protocol::ExtFields {
-    let born = quiver_broker::now_ms().to_string();
-    let batch = batch.to_string();
-    ext(&[
-        ("a", "P"),
-        ("b", topic),
-        ("c", "TBW102"),
-        ("d", "4"),
-        ("e", queue_id),
-        ("f", "0"),
-        ("g", &born),
-        ("h", "0"),
-        ("i", "WAIT\u{1}true\u{2}"),
-        ("j", "0"),
-        ("k", "false"),
-        ("m", &batch),
-    ])
+    v2_send_fields(topic, queue_id, "0", "WAIT\u{1}true\u{2}", batch)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

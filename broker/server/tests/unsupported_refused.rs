@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{ext, test_config, TestBroker};
+use common::{ext, test_config, v2_send_fields, TestBroker};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
 
@@ -15,22 +15,7 @@ fn send_fields(
     properties: &str,
     batch: bool,
 ) -> quiver_protocol::ExtFields {
-    let born = quiver_broker::now_ms().to_string();
-    let batch = batch.to_string();
-    ext(&[
-        ("a", "P"),
-        ("b", topic),
-        ("c", "TBW102"),
-        ("d", "4"),
-        ("e", "0"),
-        ("f", sys_flag),
-        ("g", &born),
-        ("h", "0"),
-        ("i", properties),
-        ("j", "0"),
-        ("k", "false"),
-        ("m", &batch),
-    ])
+    v2_send_fields(topic, "0", sys_flag, properties, batch)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -115,8 +115,8 @@ impl StoreError {
     }
 }
 
-/// An error and its sources on one line, for logs.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+/// An error and its sources on one line, for logs and remarks.
+pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -25,7 +25,7 @@ mod warm;
 
 pub use config::{ConfigError, FlushMode, StoreConfig};
 pub use disk::{DiskStatus, RefusalReason, WriteRefusal};
-pub use error::StoreError;
+pub use error::{chain as error_chain, StoreError};
 pub use flush::FlushedHook;
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;

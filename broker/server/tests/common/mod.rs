@@ -304,6 +304,32 @@ pub fn pulled_bodies(response: &RemotingCommand) -> Vec<String> {
         .collect()
 }
 
+/// SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header fields (V2's one-letter names).
+pub fn v2_send_fields(
+    topic: &str,
+    queue_id: &str,
+    sys_flag: &str,
+    properties: &str,
+    batch: bool,
+) -> ExtFields {
+    let born = quiver_broker::now_ms().to_string();
+    let batch = batch.to_string();
+    ext(&[
+        ("a", "P"),
+        ("b", topic),
+        ("c", "TBW102"),
+        ("d", "4"),
+        ("e", queue_id),
+        ("f", sys_flag),
+        ("g", &born),
+        ("h", "0"),
+        ("i", properties),
+        ("j", "0"),
+        ("k", "false"),
+        ("m", &batch),
+    ])
+}
+
 pub fn ext_u64(command: &RemotingCommand, key: &str) -> u64 {
     command
         .ext(key)
