@@ -420,6 +420,76 @@ fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs:
     Ok(file)
 }
 
+/// Writes the checkpoint that marks the store dirty until `shutdown()`. On a full or read-only
+/// disk that fails: the store then opens refusing writes until it can be written (the reason
+/// and the error are returned for the gate).
+fn save_dirty_checkpoint(
+    config: &StoreConfig,
+    log_end: u64,
+) -> Result<Option<(RefusalReason, StoreError)>, StoreError> {
+    let saved = checkpoint::save(
+        &config.data_dir,
+        &Checkpoint {
+            clean_shutdown: false,
+            commit_log_durable_offset: log_end,
+            consume_queue_durable_offset: log_end,
+        },
+    );
+    match saved {
+        Ok(()) => Ok(None),
+        Err(error) => match error.io_source().and_then(RefusalReason::of_io_error) {
+            Some(reason) => Ok(Some((reason, error))),
+            None => Err(error),
+        },
+    }
+}
+
+/// What one of the store's threads runs.
+type StoreThread = fn(&Shared);
+
+/// The store's threads: the flusher, the housekeeper and the disk watcher. If one cannot
+/// start, those started are stopped and joined.
+fn spawn_threads(shared: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, StoreError> {
+    let runs: [(&str, StoreThread); 3] = [
+        ("quiver-store-flush", |shared| {
+            let config = &shared.config;
+            flush::run_flusher(
+                &shared.flush,
+                shared,
+                config.flush_mode,
+                Duration::from_millis(config.flush_interval_ms),
+                flush::least_bytes(config.flush_least_pages),
+            )
+        }),
+        ("quiver-store-checkpoint", |shared| {
+            let interval = Duration::from_millis(shared.config.flush_interval_ms);
+            flush::run_housekeeper(&shared.flush, shared, interval)
+        }),
+        ("quiver-store-disk", |shared| {
+            let interval = Duration::from_millis(shared.config.disk_check_interval_ms);
+            while shared.flush.wait_while_running(interval) {
+                shared.watch_disk();
+            }
+        }),
+    ];
+    let mut threads = Vec::with_capacity(runs.len());
+    for (name, run) in runs {
+        let shared_for_thread = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || run(&shared_for_thread));
+        match spawned {
+            Ok(thread) => threads.push(thread),
+            Err(e) => {
+                shared.flush.stop();
+                threads.into_iter().for_each(|thread| drop(thread.join()));
+                return Err(StoreError::io("spawn thread", &shared.config.data_dir, e));
+            }
+        }
+    }
+    Ok(threads)
+}
+
 impl MessageStore {
     /// Opens the store under `config.data_dir`, running recovery first.
     pub fn open(config: StoreConfig) -> Result<MessageStore, StoreError> {
@@ -436,23 +506,7 @@ impl MessageStore {
         if !opened_read_only {
             sync_dir(&config.data_dir)?;
         }
-        // From here until shutdown() the store counts as dirty; on a full or read-only disk
-        // it opens refusing writes until that can be written.
-        let dirty = checkpoint::save(
-            &config.data_dir,
-            &Checkpoint {
-                clean_shutdown: false,
-                commit_log_durable_offset: recovered.log_end,
-                consume_queue_durable_offset: recovered.log_end,
-            },
-        );
-        let pending = match dirty {
-            Ok(()) => None,
-            Err(error) => match error.io_source().and_then(RefusalReason::of_io_error) {
-                Some(reason) => Some((reason, error)),
-                None => return Err(error),
-            },
-        };
+        let pending = save_dirty_checkpoint(&config, recovered.log_end)?;
         let usage = disk::read_usage(&config.data_dir)
             .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
         let shared = Arc::new(Shared {
@@ -481,51 +535,7 @@ impl MessageStore {
                 .close(shared.refusal(reason, &format!(" ({})", chain(&error))));
         }
         shared.watch_disk();
-        let spawn = |name: &str, run: fn(&Shared)| {
-            let shared_for_thread = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(name.to_owned())
-                .spawn(move || run(&shared_for_thread))
-                .map_err(|e| StoreError::io("spawn thread", &shared.config.data_dir, e))
-        };
-        let flusher = spawn("quiver-store-flush", |shared| {
-            let config = &shared.config;
-            flush::run_flusher(
-                &shared.flush,
-                shared,
-                config.flush_mode,
-                Duration::from_millis(config.flush_interval_ms),
-                flush::least_bytes(config.flush_least_pages),
-            )
-        })?;
-        let housekeeper = spawn("quiver-store-checkpoint", |shared| {
-            let interval = Duration::from_millis(shared.config.flush_interval_ms);
-            flush::run_housekeeper(&shared.flush, shared, interval)
-        });
-        let watcher = spawn("quiver-store-disk", |shared| {
-            let interval = Duration::from_millis(shared.config.disk_check_interval_ms);
-            while shared.flush.wait_while_running(interval) {
-                shared.watch_disk();
-            }
-        });
-        let threads = match (housekeeper, watcher) {
-            (Ok(housekeeper), Ok(watcher)) => vec![flusher, housekeeper, watcher],
-            (housekeeper, watcher) => {
-                shared.flush.stop();
-                let error = [housekeeper, watcher]
-                    .into_iter()
-                    .filter_map(|spawned| match spawned {
-                        Ok(thread) => {
-                            let _ = thread.join();
-                            None
-                        }
-                        Err(error) => Some(error),
-                    })
-                    .next();
-                let _ = flusher.join();
-                return Err(error.expect("one thread failed to start"));
-            }
-        };
+        let threads = spawn_threads(&shared)?;
         Ok(MessageStore {
             shared,
             threads: Mutex::new(threads),
