@@ -297,7 +297,7 @@ impl Admin {
         Ok(table)
     }
 
-    /// Lag per queue in messages and seconds (DESIGN §4).
+    /// Lag per queue in messages and seconds (broker max offset minus committed offset).
     pub async fn lag(&self, group: &str, topic: Option<&str>) -> Result<Vec<QueueLag>> {
         let stats = self.consume_stats(group, topic).await?;
         let now = now_ms();

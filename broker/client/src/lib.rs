@@ -5,7 +5,7 @@
 //! - [`PullConsumer`]: explicit offsets and long polling, for tools.
 //! - [`Admin`]: topics, routes, cluster state, lag, offset resets.
 //!
-//! Offset semantics follow DESIGN §4; the pure parts ([`allocate`], [`process_queue`],
+//! Offset semantics follow RocketMQ 4.x's clients; the pure parts ([`allocate`], [`process_queue`],
 //! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
 #![doc = include_str!("../README.md")]
 

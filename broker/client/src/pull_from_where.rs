@@ -1,4 +1,4 @@
-//! Where a newly assigned queue starts (RocketMQ's `computePullFromWhere`, DESIGN §4).
+//! Where a newly assigned queue starts (RocketMQ's `computePullFromWhere`).
 
 use quiver_store::QueueOffset;
 

@@ -1,7 +1,7 @@
 //! quiver-protocol: a pure codec for the Apache RocketMQ 4.x remoting protocol.
 //!
 //! No I/O and no async: bytes in, typed commands out, and back. The server and the client
-//! own the sockets; see DESIGN §3 for the frame and the request codes.
+//! own the sockets; [`frame`] documents the frame, [`code`] the request and response codes.
 //!
 //! - [`frame`]: length-prefixed frames with a JSON or binary (ROCKETMQ) header.
 //! - [`code`]: request and response codes.

@@ -1,4 +1,4 @@
-//! The record codec: RocketMQ 4.x's CommitLog record layout (DESIGN §2). Pure, no I/O.
+//! The record codec: RocketMQ 4.x's CommitLog record layout (below). Pure, no I/O.
 //!
 //! ```text
 //! big-endian                          offset

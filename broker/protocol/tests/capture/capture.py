@@ -186,7 +186,7 @@ class FakeBroker:
 
 
 def record(topic, queue_id, queue_offset, port):
-    """One CommitLog record (DESIGN §2) so the consumer has something to fail on."""
+    """One CommitLog record (the layout in broker/store/src/record.rs) so the consumer has something to fail on."""
     body = b"capture body"
     props = b"TAGS\x01TagA\x02KEYS\x01key-1\x02UNIQ_KEY\x017F0000010001000000000000000000AA\x02"
     topic = topic.encode()
