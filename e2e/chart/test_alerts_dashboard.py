@@ -213,5 +213,5 @@ def test_disk_alerts_follow_the_broker_thresholds():
     assert "unless" in rules["QuiverStoreDiskNearlyFull"]["expr"]
     assert (
         rules["QuiverBrokerDiskAboveHighWater"]["expr"]
-        == "quiver_store_disk_used_ratio >= quiver_store_disk_high_water_ratio"
+        == "quiver_store_disk_used_ratio > quiver_store_disk_high_water_ratio"
     )

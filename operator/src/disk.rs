@@ -6,7 +6,7 @@ use crate::controller::conditions::{Desired, Status};
 
 /// Condition type.
 pub const CONDITION: &str = "DiskPressure";
-/// Reason: a broker's disk is at or above its high water (it refuses sends for that).
+/// Reason: a broker's disk is above its high water (it refuses sends for that).
 pub const REASON_ABOVE_HIGH_WATER: &str = "DiskAboveHighWater";
 /// Reason: a broker refuses sends for another cause (no space left, failed fsync, read-only
 /// file system, data directory gone).
@@ -59,7 +59,7 @@ enum Standing {
 
 /// The DiskPressure condition for the reports of a Broker's brokers.
 ///
-/// True when any broker refuses writes or is at or above its high water: reason
+/// True when any broker refuses writes or is above its high water: reason
 /// `WritesRefused` when some broker refuses for a cause other than its high water (no space,
 /// failed fsync, read-only file system, data directory gone), else `DiskAboveHighWater`.
 /// False (`DiskOK`) when at least one broker answered and none of them is under pressure.
@@ -89,7 +89,7 @@ pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size
             }
         };
         let high_water = info.high_water_ratio.unwrap_or(default_high_water);
-        let above = info.disk_used_ratio.is_some_and(|used| used >= high_water);
+        let above = info.disk_used_ratio.is_some_and(|used| used > high_water);
         let refusal = info.write_refusal.as_deref();
         let refused = info.writable == Some(false) || refusal.is_some();
         let standing = match refusal {
@@ -119,7 +119,7 @@ pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size
                         None => format!("refuses sends ({reason}), still serves reads"),
                     }
                 } else {
-                    "is at or above its high water, so it refuses sends".to_string()
+                    "is above its high water, so it refuses sends".to_string()
                 };
                 pressed.push(format!("{}: {usage}, {what}", disk.broker));
             }
@@ -285,7 +285,7 @@ mod tests {
             (condition.status, condition.reason),
             (Status::True, REASON_ABOVE_HIGH_WATER)
         );
-        assert!(condition.message.contains("at or above its high water"));
+        assert!(condition.message.contains("above its high water"));
     }
 
     #[test]

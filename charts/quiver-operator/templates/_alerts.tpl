@@ -69,7 +69,7 @@ groups:
         expr: |-
           quiver_store_disk_used_ratio > {{ $r.storeDiskFull.thresholdRatio }}
           unless
-          quiver_store_disk_used_ratio >= quiver_store_disk_high_water_ratio
+          quiver_store_disk_used_ratio > quiver_store_disk_high_water_ratio
         for: {{ $r.storeDiskFull.for }}
         labels:
           severity: {{ $r.storeDiskFull.severity }}
@@ -78,13 +78,13 @@ groups:
           description: {{ printf "%s%v%s%s%s" `The file system holding the store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been more than ` $r.storeDiskFull.thresholdRatio ` full for ` $r.storeDiskFull.for `, so retention cannot free enough space: consumer groups still need the old segments, or the volume is too small for the retention. Above disk-force-clean-ratio retention deletes unconsumed messages; at disk-high-water-ratio the broker refuses sends.` | quote }}
           runbook_url: {{ printf "%s#quiverstoredisknearlyfull" $runbook }}
       - alert: QuiverBrokerDiskAboveHighWater
-        expr: quiver_store_disk_used_ratio >= quiver_store_disk_high_water_ratio
+        expr: quiver_store_disk_used_ratio > quiver_store_disk_high_water_ratio
         for: {{ $r.brokerDiskAboveHighWater.for }}
         labels:
           severity: {{ $r.brokerDiskAboveHighWater.severity }}
         annotations:
           summary: {{`Broker {{ $labels.instance }} refuses sends, its store is {{ $value | humanizePercentage }} full (above its high water)`}}
-          description: {{ printf "%s%s%s" `The store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been at or above its disk-high-water-ratio for ` $r.brokerDiskAboveHighWater.for `. The broker refuses sends (SERVICE_NOT_AVAILABLE) and still serves reads; producers fail over to other brokers if they have any. Expand the volume (spec.storage.size).` | quote }}
+          description: {{ printf "%s%s%s" `The store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been above its disk-high-water-ratio for ` $r.brokerDiskAboveHighWater.for `. The broker refuses sends (SERVICE_NOT_AVAILABLE) and still serves reads; producers fail over to other brokers if they have any. Expand the volume (spec.storage.size).` | quote }}
           runbook_url: {{ printf "%s#quiverbrokerdiskabovehighwater" $runbook }}
       - alert: QuiverBrokerWritesRefused
         # The reason label comes from quiver_store_write_refusal; without that series the
