@@ -196,6 +196,16 @@ pub(crate) fn describe(
     }
 }
 
+/// The sentence for a store opened on a read-only file system: only a restart helps, since
+/// its files are mapped read-only.
+pub(crate) fn describe_opened_read_only(data_dir: &Path) -> String {
+    format!(
+        "the file system of {} was read-only when the broker started; sends are refused until \
+         the broker is restarted on a writable one (reads keep working)",
+        data_dir.display()
+    )
+}
+
 /// The gate writers check before each append, and the last disk reading.
 pub(crate) struct WriteGate {
     refusing: AtomicBool,

@@ -212,9 +212,10 @@ impl Shared {
     /// One look at the data file system: closes the gate or opens it again.
     fn watch_disk(&self) {
         if self.opened_read_only {
-            let detail = " (it was when the broker started; restart it once it is writable)";
-            self.gate
-                .close(self.refusal(RefusalReason::ReadOnlyFs, detail));
+            self.gate.close(WriteRefusal {
+                reason: RefusalReason::ReadOnlyFs,
+                message: disk::describe_opened_read_only(&self.config.data_dir),
+            });
             return;
         }
         if self.data_dir_changed() {
