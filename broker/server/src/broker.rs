@@ -4,7 +4,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use quiver_store::{CommitLogOffset, ConsumerOffsets, MessageStore, StoreError};
+use quiver_store::{CommitLogOffset, ConsumerOffsets, MessageStore, QueueOffset, StoreError};
 
 use crate::config::{BrokerConfig, PERM_WRITE_BIT};
 use crate::consumers::ConsumerManager;
@@ -41,6 +41,9 @@ pub struct Broker {
     flushed: Arc<tokio::sync::Notify>,
     /// Serialises writers of config/brokerRuntime.json.
     runtime_lock: parking_lot::Mutex<()>,
+    /// Per delay level (queue of the schedule topic), the offset delivered up to, as the
+    /// schedule loop last knew it; a level missing here has delivered nothing.
+    pub delay_delivered: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
     ready: AtomicBool,
 }
 
@@ -81,6 +84,7 @@ impl Broker {
             permission: AtomicU32::new(permission),
             flushed,
             runtime_lock: parking_lot::Mutex::new(()),
+            delay_delivered: parking_lot::Mutex::default(),
             advertised,
             store_host,
             store: Arc::new(store),
@@ -148,21 +152,30 @@ impl Broker {
         persist::write_json(&runtime_settings_path(&self.config), &settings)
     }
 
-    /// The lowest CommitLog offset a consumer group with committed offsets has yet to read:
-    /// retention under disk pressure deletes nothing from there on. Blocking.
+    /// The lowest CommitLog offset still to be read: by a consumer group with committed
+    /// offsets, or by the delay levels' delivery (a delayed message not yet moved to its
+    /// topic). Retention under disk pressure deletes nothing from there on. Blocking.
     pub fn lowest_unread(&self) -> Option<CommitLogOffset> {
-        let mut lowest: Option<CommitLogOffset> = None;
+        let mut positions = Vec::new();
         for group in self.offsets.groups() {
             for topic in self.offsets.topics_of(&group) {
                 for (queue_id, committed) in self.offsets.table(&group, &topic) {
-                    let first = committed.max(self.store.min_offset(&topic, queue_id));
-                    if let Some(at) = self.store.physical_offset_at(&topic, queue_id, first) {
-                        lowest = Some(lowest.map_or(at, |l| l.min(at)));
-                    }
+                    positions.push((topic.clone(), queue_id, committed));
                 }
             }
         }
-        lowest
+        let delivered = self.delay_delivered.lock().clone();
+        for level in 0..crate::schedule::DELAY_LEVELS_MS.len() as u32 {
+            let next = QueueOffset(delivered.get(&level).copied().unwrap_or(0));
+            positions.push((crate::topics::SCHEDULE_TOPIC.to_owned(), level, next));
+        }
+        positions
+            .into_iter()
+            .filter_map(|(topic, queue_id, next)| {
+                let first = next.max(self.store.min_offset(&topic, queue_id));
+                self.store.physical_offset_at(&topic, queue_id, first)
+            })
+            .min()
     }
 
     /// Persists offsets, topics and groups (atomic writes). Blocking. Nothing is written once

@@ -85,6 +85,8 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
+        // Retention keeps what is not delivered yet (`Broker::lowest_unread`).
+        *broker.delay_delivered.lock() = offsets.offset_table.clone();
         let table = std::mem::take(&mut offsets.offset_table);
         match blocking(&broker, move |broker| deliver_due(broker, table)).await {
             Ok(Ok(table)) => {
