@@ -6,13 +6,16 @@ The broker process class, the client helpers and the remoting client are e2e/bro
 imported (run.sh puts e2e/broker and e2e/common on PYTHONPATH).
 """
 
+import atexit
 import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -272,10 +275,8 @@ class Reader:
         self.bodies = {}  # key -> set of bodies seen
         self.total = 0
 
-    def __call__(self, msg):
-        key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
-        body = msg.body.decode(errors="replace") if isinstance(msg.body, bytes) else msg.body
-        position = (msg.queue_id, msg.queue_offset)
+    def record(self, key, queue_id, queue_offset, body):
+        position = (queue_id, queue_offset)
         with self.lock:
             seen = self.positions.setdefault(key, {})
             seen[position] = seen.get(position, 0) + 1
@@ -320,11 +321,79 @@ def _key_order(key):
         return 0
 
 
-def start_reader(namesrv, group, topic):
-    from clients import start_consumer  # e2e/broker/clients.py
-    reader = Reader()
-    consumer = start_consumer(namesrv, group, topic, reader)
-    return reader, consumer
+_READER_DIRS = []
+
+
+def _reader_dir():
+    """A directory for a reader's deliveries (bodies included), removed at exit."""
+    if not _READER_DIRS:
+        _READER_DIRS.append(tempfile.mkdtemp(prefix="quiver-disk-readers-"))
+        atexit.register(shutil.rmtree, _READER_DIRS[0], True)
+    return _READER_DIRS[0]
+
+
+class ProcessReader(Reader):
+    """A Reader fed by read_main.py, a push consumer in its own process (the C++ client can
+    abort its process at shutdown); `shutdown` terminates that process."""
+
+    def __init__(self, namesrv, group, topic, out_path):
+        super().__init__()
+        self.out_path = out_path
+        self.read_to = 0
+        open(out_path, "w").close()
+        self.log_path = out_path + ".log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "read_main.py"), namesrv, group, topic,
+                 out_path],
+                stdout=log, stderr=subprocess.STDOUT)
+
+    def alive(self):
+        """Fails, with the reader's own output, if its process died."""
+        if self.proc.poll() is not None:
+            with open(self.log_path, errors="replace") as log:
+                raise AssertionError(f"the reader process exited with {self.proc.returncode}:\n"
+                                     f"{log.read()[-4000:]}")
+
+    def refresh(self):
+        with open(self.out_path, encoding="utf-8") as out:
+            out.seek(self.read_to)
+            while True:
+                line = out.readline()
+                if not line.endswith("\n"):
+                    break  # not written whole yet: read again next time
+                self.read_to = out.tell()
+                self.record(*json.loads(line))
+
+    def count(self):
+        self.alive()
+        self.refresh()
+        return super().count()
+
+    def has_all(self, keys):
+        self.alive()
+        self.refresh()
+        return super().has_all(keys)
+
+    def check(self, expected):
+        self.refresh()
+        super().check(expected)
+
+    def shutdown(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.refresh()
+
+
+def start_reader(namesrv, group, topic, work_dir=None):
+    """A consumer group reading `topic`; returns (reader, handle to shut it down)."""
+    out_dir = work_dir or _reader_dir()
+    reader = ProcessReader(namesrv, group, topic, os.path.join(out_dir, f"read-{group}.jsonl"))
+    return reader, reader
 
 
 def poll(attempt, timeout, what):
