@@ -198,6 +198,25 @@ where
     Ok(())
 }
 
+/// Writes `status` unless it equals `previous`: every status write wakes the object's watchers
+/// (this controller among them), and an unchanged one tells a reader nothing. True if written.
+pub(crate) async fn write_status_if_changed<K, S>(
+    api: &Api<K>,
+    name: &str,
+    previous: Option<&S>,
+    status: &S,
+) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if previous == Some(status) {
+        return Ok(false);
+    }
+    patch_status(api, name, status).await?;
+    Ok(true)
+}
+
 /// Longest event note the API server accepts (events.k8s.io/v1: under 1 kB).
 const MAX_EVENT_NOTE_BYTES: usize = 1000;
 
