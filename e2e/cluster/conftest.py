@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from kube import REPO, kubectl, run, wait_for
+from kube import REPO, apply, kubectl, list_objects, merge_patch, run, split_image, wait_for
+from scenario import QuiverCli, remove_broker
 
 REASONS = []
 if not os.environ.get("KUBECONFIG"):
@@ -34,14 +35,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def split_image(image):
-    """repository and tag of `repo[:tag]` (a registry port is not a tag)."""
-    name, _, tag = image.rpartition(":")
-    if not name or "/" in tag:
-        return image, "latest"
-    return name, tag
-
-
 @pytest.fixture(scope="session")
 def namespace():
     name = f"quiver-e2e-{uuid.uuid4().hex[:8]}"
@@ -49,8 +42,20 @@ def namespace():
     try:
         yield name
     finally:
+        release_consumer_groups(name)
         run("helm", "uninstall", RELEASE, "--namespace", name, check=False)
         run("kubectl", "delete", "namespace", name, "--wait=false", check=False)
+
+
+def release_consumer_groups(namespace):
+    """ConsumerGroups carry the operator's finalizer: delete them while the operator runs, and
+    drop the finalizer of any left, or the namespace would stay Terminating forever."""
+    kubectl(namespace, "delete", "consumergroups", "--all", "--timeout=120s", check=False,
+            timeout=150)
+    for group in list_objects(namespace, "consumergroups"):
+        name = group["metadata"]["name"]
+        print(f"cleanup: ConsumerGroup {name} still there; removing its finalizer")
+        merge_patch(namespace, "consumergroup", name, {"metadata": {"finalizers": None}})
 
 
 @pytest.fixture(scope="session")
@@ -84,3 +89,24 @@ def toolbox(namespace):
 
     wait_for("the toolbox to run the CLI", lambda: quiver("--help"), 30)
     return quiver
+
+
+@pytest.fixture(scope="session")
+def cli(namespace, toolbox):
+    """The quiver CLI in the toolbox pod: `cli(broker, *args)` against that Broker's Service."""
+    return QuiverCli(namespace)
+
+
+@pytest.fixture
+def brokers(namespace, operator):
+    """Applies Broker manifests for one test and removes them (and their groups) after it."""
+    created = []
+
+    def create(manifest):
+        apply(namespace, manifest)
+        created.append(manifest["metadata"]["name"])
+        return manifest["metadata"]["name"]
+
+    yield create
+    for name in reversed(created):
+        remove_broker(namespace, name)
