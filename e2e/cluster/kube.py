@@ -5,6 +5,7 @@ Every wait polls a condition until a deadline and, when it fails, says what it l
 import json
 import re
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -245,10 +246,11 @@ class PodWatch:
         self._reader = None
 
     def __enter__(self):
+        self._stderr = tempfile.TemporaryFile(mode="w+")
         self._proc = subprocess.Popen(
             ["kubectl", "--namespace", self.namespace, "get", "pods", "-l", self.selector,
              "--watch", "--output-watch-events", "-o", "json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=self._stderr, text=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -262,7 +264,13 @@ class PodWatch:
             self._proc.kill()
             self._proc.wait(timeout=10)
         self._reader.join(timeout=10)
+        self._stderr.close()
         return False
+
+    def stderr(self):
+        """What kubectl said on stderr so far (for failure messages)."""
+        self._stderr.seek(0)
+        return self._stderr.read()[-2000:]
 
     def _read(self):
         decoder = json.JSONDecoder()
@@ -313,7 +321,8 @@ class PodWatch:
                 ready = all(pod_is_ready(self.pods[n]) for n in expected_names if n in self.pods)
                 return ready and all(n in self.pods for n in expected_names)
         wait_for(f"the pod watch to see {expected_names} Ready", synced, timeout_s, poll_s=0.5,
-                 state=lambda: f"pods {sorted(self.snapshot())}, errors {self.errors[-3:]}")
+                 state=lambda: f"pods {sorted(self.snapshot())}, errors {self.errors[-3:]}, "
+                               f"kubectl: {self.stderr()!r}")
         with self._lock:
             return len(self.history)
 

@@ -3,6 +3,7 @@ run in the toolbox pod against one Broker's client Service."""
 
 import json
 import os
+import re
 
 from kube import (delete, get, has_condition, kubectl, list_objects, merge_patch, summary,
                   wait_for, wait_for_object, wait_gone)
@@ -155,3 +156,26 @@ def describe_broker(namespace, name):
     return (f"Broker: {summary(get(namespace, 'broker', name))}\n"
             f"StatefulSet: replicas={(sts.get('spec') or {}).get('replicas')} "
             f"partition={statefulset_partition(sts) if sts else None} status={sts.get('status')}")
+
+
+def operator_metrics(namespace, operator):
+    """The operator's /metrics text, through the API server's service proxy."""
+    return kubectl(namespace, "get", "--raw",
+                   f"/api/v1/namespaces/{namespace}/services/{operator}-metrics:http/proxy/metrics")
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def metric_samples(text, name, **labels):
+    """Values of the samples of metric `name` whose labels include `labels`, in any order."""
+    values = []
+    for line in text.splitlines():
+        found = _SAMPLE.match(line)
+        if not found or found.group(1) != name:
+            continue
+        sample_labels = dict(_LABEL.findall(found.group(2) or ""))
+        if all(sample_labels.get(key) == str(value) for key, value in labels.items()):
+            values.append(float(found.group(3)))
+    return values

@@ -106,7 +106,9 @@ def test_forced_scale_down_proceeds_with_a_warning(namespace, brokers, cli):
 
     annotate(namespace, "broker", broker, FORCE_SCALE_DOWN_ANNOTATION, "true")
     found = wait_scaled_to_one(namespace, broker)
-    wait_for_event(namespace, found, "a Warning that the scale-down was forced",
-                   lambda e: e["type"] == "Warning"
-                   and "force" in (e["reason"] + e["message"]).lower(), 60)
+    event = wait_for_event(namespace, found, "Warning ForcedScaleDown",
+                           lambda e: e["type"] == "Warning" and e["reason"] == "ForcedScaleDown",
+                           60)
+    assert f"{broker}-1" in event["message"] and group in event["message"], (
+        f"the event says what was dropped: {event}")
     assert has_condition(found, "Ready", "True"), status(found)

@@ -9,12 +9,10 @@ quiver_reconcile_errors_total{controller="consumergroup",error="finalizer"}. The
 down by pausing the Broker (so the operator does not scale it back) and scaling its StatefulSet
 to 0; its volume is retained, so it comes back with the group's offsets."""
 
-import re
-
 from kube import (annotate, apply, delete, get, has_condition, holds_for, kubectl, summary,
-                  wait_for, wait_for_object, wait_gone)
-from scenario import (PAUSE_ANNOTATION, STEP_S, broker_manifest, group_manifest,
-                      wait_broker_ready, wait_group_ready)
+                  wait_for, wait_for_event, wait_for_object, wait_gone)
+from scenario import (PAUSE_ANNOTATION, STEP_S, broker_manifest, group_manifest, metric_samples,
+                      operator_metrics, wait_broker_ready, wait_group_ready)
 
 TOPIC = "shipments"
 DOWN_HELD_S = 40
@@ -23,15 +21,11 @@ BACK_WITHIN_S = 420
 FINALIZER = "quiver.io/consumer-group-cleanup"
 
 
-def metrics(namespace, operator):
-    return kubectl(namespace, "get", "--raw",
-                   f"/api/v1/namespaces/{namespace}/services/{operator}-metrics:http/proxy/metrics")
-
-
 def finalizer_errors(namespace, operator):
-    found = re.search(r'^quiver_reconcile_errors_total\{controller="consumergroup",'
-                      r'error="finalizer"\} (\d+)', metrics(namespace, operator), re.M)
-    return int(found.group(1)) if found else 0
+    """Failed ConsumerGroup reconciles (the finalizer wraps every one of them)."""
+    samples = metric_samples(operator_metrics(namespace, operator), "quiver_reconcile_errors_total",
+                             controller="consumergroup", error="finalizer")
+    return sum(samples)
 
 
 def start_broker(namespace, brokers, broker):
@@ -49,6 +43,13 @@ def group_with_offsets(namespace, cli, broker, name):
     assert cli.consume(broker, TOPIC, name, 10) == 10, f"{name} commits"
     wait_for(f"{name} known to the brokers", lambda: name in cli.known_groups(broker), 30,
              state=lambda: cli.known_groups(broker))
+    return group
+
+
+def wait_group_deleted_event(namespace, group):
+    """The Normal GroupDeleted event the cleanup records (it outlives the object)."""
+    wait_for_event(namespace, group, "Normal GroupDeleted",
+                   lambda e: e["type"] == "Normal" and e["reason"] == "GroupDeleted", 60)
 
 
 def take_broker_down(namespace, broker):
@@ -63,19 +64,20 @@ def take_broker_down(namespace, broker):
 def test_deleting_a_group_removes_it_from_the_brokers(namespace, brokers, cli):
     broker, group = "fin", "fin-billing"
     start_broker(namespace, brokers, broker)
-    group_with_offsets(namespace, cli, broker, group)
+    created = group_with_offsets(namespace, cli, broker, group)
 
     delete(namespace, "consumergroup", group)
     wait_gone(namespace, "consumergroup", group, STEP_S)
     wait_for(f"{group} gone from the brokers", lambda: group not in cli.known_groups(broker), 60,
              state=lambda: cli.known_groups(broker))
+    wait_group_deleted_event(namespace, created)
 
 
 def test_deleting_a_group_with_its_broker_down_waits_for_the_broker(
         namespace, operator, brokers, cli):
     broker, group = "fin-down", "fin-orphan"
     start_broker(namespace, brokers, broker)
-    group_with_offsets(namespace, cli, broker, group)
+    created = group_with_offsets(namespace, cli, broker, group)
     errors_before = finalizer_errors(namespace, operator)
 
     take_broker_down(namespace, broker)
@@ -93,6 +95,7 @@ def test_deleting_a_group_with_its_broker_down_waits_for_the_broker(
     wait_for(f"{group} gone from the broker that came back",
              lambda: group not in cli.known_groups(broker), 60,
              state=lambda: cli.known_groups(broker))
+    wait_group_deleted_event(namespace, created)
 
 
 def is_waiting_for_cleanup(group):

@@ -5,7 +5,8 @@ consumers to drain the leaving broker. The tests run in order and share one Brok
 import json
 import os
 
-from kube import apply, condition, get, kubectl, wait_for
+from kube import apply, condition, get, wait_for
+from scenario import metric_samples, operator_metrics
 
 BROKER = "qb"
 GROUP = "billing"
@@ -30,11 +31,6 @@ def consume(toolbox, count):
     out = toolbox("consume", "-t", "orders", "-g", GROUP, "--from", "first", "--mode", "count",
                   "--max", str(count), "--idle-timeout-secs", "30", timeout=180)
     return int(out.strip().split()[-1])
-
-
-def metrics(namespace, operator):
-    return kubectl(namespace, "get", "--raw",
-                   f"/api/v1/namespaces/{namespace}/services/{operator}-metrics:http/proxy/metrics")
 
 
 def test_broker_becomes_ready(namespace, operator):
@@ -69,11 +65,20 @@ def test_lag_in_status_and_metrics(namespace, operator, toolbox):
     assert condition(group, "Ready") == "True"
     assert condition(group, "Lagging") == "True", json.dumps(group["status"])
     assert group["status"]["lagSeconds"] >= 0
-    expected = f'rocketmq_consumer_lag_messages{{cluster="{BROKER}",consumer_group="{GROUP}",topic="orders"}} 30'
-    wait_for("lag on the operator's /metrics", lambda: expected in metrics(namespace, operator), 60)
-    text = metrics(namespace, operator)
-    assert f'rocketmq_consumer_lag_latency{{cluster="{BROKER}",consumer_group="{GROUP}",topic="orders"}}' in text
-    assert 'quiver_reconcile_total{controller="broker"}' in text
+    series = {"namespace": namespace, "cluster": BROKER, "consumer_group": GROUP}
+    wait_for("lag of 30 on the operator's /metrics",
+             lambda: metric_samples(operator_metrics(namespace, operator),
+                                    "rocketmq_consumer_lag_messages", topic="orders", **series)
+             == [30.0], 60,
+             state=lambda: [line for line in operator_metrics(namespace, operator).splitlines()
+                            if GROUP in line])
+    text = operator_metrics(namespace, operator)
+    latency = metric_samples(text, "rocketmq_consumer_lag_latency", topic="orders", **series)
+    assert len(latency) == 1, f"one latency series per namespace, Broker, group and topic: {latency}"
+    polled = metric_samples(text, "quiver_lag_poll_success", **series)
+    assert polled == [1.0], f"the last lag poll succeeded: {polled}"
+    assert metric_samples(text, "quiver_reconcile_total", controller="broker"), (
+        "reconciles of the broker controller are counted")
 
 
 def test_scale_down_waits_for_the_drain(namespace, operator, toolbox):
