@@ -80,6 +80,12 @@ def delete(namespace, kind, name, wait=False, timeout_s=60):
             f"--timeout={timeout_s}s", check=False, timeout=timeout_s + 30)
 
 
+def drop_finalizers(namespace, kind, name):
+    """Removes every finalizer of an object (absent is fine): test cleanup of last resort."""
+    kubectl(namespace, "patch", kind, name, "--type", "merge",
+            "-p", json.dumps({"metadata": {"finalizers": None}}), check=False)
+
+
 def wait_gone(namespace, kind, name, timeout_s):
     """Waits until the object no longer exists; fails with its last metadata and status."""
     return wait_for(f"{kind}/{name} to be gone", lambda: get(namespace, kind, name) is None,

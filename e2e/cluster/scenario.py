@@ -5,8 +5,8 @@ import json
 import os
 import re
 
-from kube import (delete, get, has_condition, kubectl, list_objects, merge_patch, summary,
-                  wait_for, wait_for_object, wait_gone)
+from kube import (delete, drop_finalizers, get, has_condition, kubectl, list_objects, merge_patch,
+                  summary, wait_for, wait_for_object, wait_gone)
 
 API_VERSION = "quiver.io/v1alpha1"
 PAUSE_ANNOTATION = "quiver.io/paused"
@@ -95,9 +95,15 @@ def remove_broker(namespace, name, timeout_s=240):
             wait_gone(namespace, "consumergroup", group_name, 90)
         except AssertionError as error:
             print(f"cleanup: releasing the finalizer of ConsumerGroup {group_name}: {error}")
-            merge_patch(namespace, "consumergroup", group_name, {"metadata": {"finalizers": None}})
+            drop_finalizers(namespace, "consumergroup", group_name)
     delete(namespace, "broker", name)
     wait_gone(namespace, "broker", name, timeout_s)
+    # The garbage collector removes the StatefulSet and its pods after the Broker: wait, so the
+    # next scenario does not share a small cluster with brokers still stopping.
+    wait_for(f"the pods of Broker {name} to be gone",
+             lambda: not list_objects(namespace, "pods", pod_selector(name)), timeout_s,
+             state=lambda: [p["metadata"]["name"] for p in
+                            list_objects(namespace, "pods", pod_selector(name))])
 
 
 class QuiverCli:
