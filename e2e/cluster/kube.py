@@ -134,17 +134,20 @@ def wait_for(what, predicate, timeout_s, poll_s=2.0, state=None):
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last: {last!r}{seen}")
 
 
-def wait_for_object(namespace, kind, name, what, check, timeout_s, poll_s=2.0):
+def wait_for_object(namespace, kind, name, what, check, timeout_s, poll_s=2.0, context=None):
     """Polls the object until `check(obj)` is truthy and returns the object; on timeout the
-    error shows the object's last status."""
+    error shows the object's last status and, when given, what `context()` describes."""
     seen = {}
 
     def attempt():
         seen["obj"] = get(namespace, kind, name)
         return seen["obj"] is not None and check(seen["obj"]) and seen["obj"]
 
-    return wait_for(f"{kind}/{name}: {what}", attempt, timeout_s, poll_s,
-                    state=lambda: summary(seen.get("obj")))
+    def state():
+        described = summary(seen.get("obj"))
+        return described if context is None else f"{described}\n{context()}"
+
+    return wait_for(f"{kind}/{name}: {what}", attempt, timeout_s, poll_s, state=state)
 
 
 def holds_for(what, predicate, duration_s, poll_s=2.0, state=None):
@@ -216,6 +219,21 @@ def pod_is_ready(pod):
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def describe_pods(namespace, selector):
+    """One line per pod: name, revision, Ready, and why a container waits (ImagePullBackOff...)."""
+    lines = []
+    for pod in list_objects(namespace, "pods", selector):
+        metadata = pod["metadata"]
+        waiting = [
+            (c.get("state") or {}).get("waiting", {}).get("reason")
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+        ]
+        lines.append(f"{metadata['name']} revision={metadata.get('labels', {}).get('controller-revision-hash')} "
+                     f"ready={pod_is_ready(pod)} deleting={bool(metadata.get('deletionTimestamp'))} "
+                     f"waiting={[w for w in waiting if w]}")
+    return "\n".join(lines) or "no pods"
 
 
 def pod_ordinal(pod):

@@ -5,8 +5,8 @@ import json
 import os
 import re
 
-from kube import (delete, drop_finalizers, get, has_condition, kubectl, list_objects, merge_patch,
-                  summary, wait_for, wait_for_object, wait_gone)
+from kube import (delete, describe_pods, drop_finalizers, get, has_condition, kubectl, list_objects,
+                  merge_patch, summary, wait_for, wait_for_object, wait_gone)
 
 API_VERSION = "quiver.io/v1alpha1"
 PAUSE_ANNOTATION = "quiver.io/paused"
@@ -50,13 +50,15 @@ def is_settled(obj):
 
 
 def wait_broker_ready(namespace, name, replicas, timeout_s=BROKER_READY_S):
-    """Ready=True with `replicas` Ready brokers, for the current generation; returns the Broker."""
+    """Ready=True with `replicas` Ready brokers, for the current generation; returns the Broker.
+    On timeout the error shows the Broker, its StatefulSet and its pods."""
     return wait_for_object(
         namespace, "broker", name, f"Ready with {replicas} ready brokers at the current generation",
         lambda b: has_condition(b, "Ready", "True") and is_settled(b)
         and status(b).get("readyReplicas") == replicas
         and status(b).get("currentReplicas") == replicas,
         timeout_s,
+        context=lambda: describe_workload(namespace, name),
     )
 
 
@@ -157,11 +159,16 @@ class QuiverCli:
 
 
 def describe_broker(namespace, name):
-    """Broker status and StatefulSet summary, for failure messages."""
+    """Broker status, StatefulSet and pods, for failure messages."""
+    return f"Broker: {summary(get(namespace, 'broker', name))}\n{describe_workload(namespace, name)}"
+
+
+def describe_workload(namespace, name):
+    """The Broker's StatefulSet (replicas, partition, status) and pods, for failure messages."""
     sts = get(namespace, "statefulset", name) or {}
-    return (f"Broker: {summary(get(namespace, 'broker', name))}\n"
-            f"StatefulSet: replicas={(sts.get('spec') or {}).get('replicas')} "
-            f"partition={statefulset_partition(sts) if sts else None} status={sts.get('status')}")
+    return (f"StatefulSet: replicas={(sts.get('spec') or {}).get('replicas')} "
+            f"partition={statefulset_partition(sts) if sts else None} status={sts.get('status')}\n"
+            f"pods:\n{describe_pods(namespace, pod_selector(name))}")
 
 
 def operator_metrics(namespace, operator):

@@ -17,7 +17,8 @@ import uuid
 
 from kube import (condition_details, get, has_condition, merge_patch, split_image,
                   wait_for_event, wait_for_object)
-from scenario import (BROKER_READY_S, broker_manifest, is_settled, status, wait_broker_ready)
+from scenario import (BROKER_READY_S, broker_manifest, describe_workload, is_settled, status,
+                      wait_broker_ready)
 
 BROKER = "stuck"
 REPLICAS = 2
@@ -47,7 +48,7 @@ def test_stuck_rollout_is_reported_and_fixed_by_editing_the_broker(namespace, br
     broker = wait_for_object(
         namespace, "broker", BROKER, "Degraded=True reason ProgressDeadlineExceeded",
         lambda b: has_condition(b, "Degraded", "True", "ProgressDeadlineExceeded"),
-        DEGRADED_WITHIN_S)
+        DEGRADED_WITHIN_S, context=lambda: describe_workload(namespace, BROKER))
     waited = time.monotonic() - changed_at
     assert waited >= DEADLINE_S - 5, (
         f"Degraded after {waited:.0f}s, before the {DEADLINE_S}s deadline: "
