@@ -39,7 +39,8 @@ def expandable_class():
 
 @pytest.fixture
 def refusing_class():
-    """A copy of the default StorageClass that forbids expansion; deleted after the test."""
+    """A copy of the default StorageClass that forbids expansion; deleted after the test (ask
+    for it before `brokers`, so the class outlives the Broker whose claims use it)."""
     default = default_class()
     if default is None:
         pytest.skip("the cluster has no default StorageClass to copy")
@@ -96,7 +97,7 @@ def test_volume_expansion_resizes_the_claims(namespace, brokers):
     wait_broker_ready(namespace, broker, 1)
 
 
-def test_volume_expansion_refused_by_the_storage_class(namespace, brokers, refusing_class):
+def test_volume_expansion_refused_by_the_storage_class(namespace, refusing_class, brokers):
     broker, claim = "noexpand", "data-noexpand-0"
     brokers(broker_manifest(broker, 1, size="1Gi", storage_class=refusing_class))
     wait_broker_ready(namespace, broker, 1)
