@@ -21,4 +21,6 @@ pub mod remoting_admin;
 mod fixtures;
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+pub mod testapi;
 pub use controller::{Context, Error};

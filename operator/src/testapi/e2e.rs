@@ -1,0 +1,168 @@
+//! End-to-end: the real controller and leader election against the test API server, in
+//! simulated time.
+
+use super::{sim_clock, TestApiServer};
+use crate::controller::{self, Context};
+use crate::crd::Broker;
+use crate::fixtures::FakeAdmin;
+use crate::leader::{run_while_leading, Candidate, Leadership};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Simulated period of the StatefulSet controller and kubelet.
+const SIM_PERIOD: Duration = Duration::from_secs(1);
+
+fn broker_manifest(replicas: i32) -> serde_json::Value {
+    json!({
+        "apiVersion": "quiver.io/v1alpha1", "kind": "Broker",
+        "metadata": {"name": "qb", "namespace": "ns"},
+        "spec": {"replicas": replicas, "image": "quiver:1", "storage": {"size": "10Gi"}},
+    })
+}
+
+/// True when the Broker's status says Ready for its current generation.
+fn broker_ready(server: &TestApiServer) -> bool {
+    let Some(broker) = server.object::<Broker>("ns", "qb") else {
+        return false;
+    };
+    let Some(status) = broker.status else {
+        return false;
+    };
+    let ready = status
+        .conditions
+        .iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True");
+    ready && status.observed_generation == broker.metadata.generation
+}
+
+/// Polls `condition` every simulated second until it holds or `limit` of simulated time passes.
+async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !condition() {
+        assert!(
+            started.elapsed() < limit,
+            "condition not met within {limit:?} of simulated time"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    started.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_brings_a_two_replica_broker_to_ready() {
+    let server = TestApiServer::start().await;
+    server.add_storage_class("standard", true, true);
+    server.run_controllers(SIM_PERIOD);
+    let client = server.client();
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            Arc::new(FakeAdmin::default()),
+            Arc::default(),
+            Duration::from_secs(15),
+        )
+        .with_clock(sim_clock),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controllers = tokio::spawn(controller::run(ctx, Some("ns".into()), async move {
+        stop_rx.await.ok();
+    }));
+
+    let brokers: Api<Broker> = Api::namespaced(client, "ns");
+    brokers
+        .patch(
+            "qb",
+            &PatchParams::apply("kubectl"),
+            &Patch::Apply(broker_manifest(2)),
+        )
+        .await
+        .expect("the Broker is applied");
+    let took = eventually(Duration::from_secs(600), || broker_ready(&server)).await;
+
+    let broker: Broker = server.object("ns", "qb").expect("broker stored");
+    let status = broker.status.expect("status written");
+    assert_eq!((status.ready_replicas, status.current_replicas), (2, 2));
+    assert_eq!(status.observed_generation, Some(1));
+    let sts: StatefulSet = server.object("ns", "qb").expect("statefulset applied");
+    let sts_status = sts.status.expect("statefulset status");
+    assert_eq!(sts_status.ready_replicas, Some(2));
+    assert_eq!(sts_status.current_revision, sts_status.update_revision);
+    assert_eq!(server.list::<Pod>("ns").len(), 2);
+    let claims = server.list::<PersistentVolumeClaim>("ns");
+    assert_eq!(claims.len(), 2, "one claim per broker");
+    assert!(
+        sim_clock() - super::SIM_EPOCH_MS >= i64::try_from(took.as_millis()).unwrap(),
+        "the context clock follows simulated time"
+    );
+    let status_writes = server.request_count("patch", "brokers", "qb", "status");
+    println!("ready after {took:?} simulated, {status_writes} status writes");
+
+    stop_tx.send(()).expect("controllers running");
+    tokio::time::timeout(Duration::from_secs(30), controllers)
+        .await
+        .expect("controllers stop within the grace")
+        .expect("controllers join");
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_one_of_two_candidates_leads() {
+    let server = TestApiServer::start().await;
+    let leading = Arc::new(AtomicUsize::new(0));
+    let most_at_once = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(AtomicUsize::new(0));
+    let mut elections = Vec::new();
+    let mut stops = Vec::new();
+    for identity in ["operator-a", "operator-b"] {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop_tx);
+        let (leading, most_at_once, terms) = (leading.clone(), most_at_once.clone(), terms.clone());
+        let candidate = Candidate {
+            namespace: "ops".into(),
+            identity: identity.into(),
+        };
+        elections.push(tokio::spawn(run_while_leading(
+            server.client(),
+            candidate,
+            async move {
+                stop_rx.await.ok();
+            },
+            move |shutdown| async move {
+                terms.fetch_add(1, Ordering::SeqCst);
+                let now = leading.fetch_add(1, Ordering::SeqCst) + 1;
+                most_at_once.fetch_max(now, Ordering::SeqCst);
+                shutdown.await;
+                leading.fetch_sub(1, Ordering::SeqCst);
+            },
+        )));
+    }
+    // A minute of simulated time: several renewals of the 15 s lease.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "never two leaders");
+    assert_eq!(terms.load(Ordering::SeqCst), 1, "one leader, kept");
+    let lease = server
+        .raw::<k8s_openapi::api::coordination::v1::Lease>("ops", crate::leader::LEASE_NAME)
+        .expect("lease created");
+    let holder = lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(holder.starts_with("operator-"), "{lease}");
+    for stop in stops {
+        stop.send(()).ok();
+    }
+    for election in elections {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), election)
+            .await
+            .expect("election ends")
+            .expect("task joins")
+            .expect("election works");
+        assert_eq!(outcome, Leadership::Stopped);
+    }
+}

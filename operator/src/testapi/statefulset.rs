@@ -1,0 +1,531 @@
+//! A simulated StatefulSet controller, kubelet and volume resizer, one pass per `step`.
+//!
+//! The controller follows OrderedReady: it makes at most one change per pass, walks ordinals
+//! upward and stops at the first pod that is missing (creates it), failed (deletes it) or not
+//! Ready (waits). So a pod that never becomes Ready blocks scale-up, scale-down and the rollout,
+//! even after the template is fixed, until someone deletes it (the OrderedReady trap). Then it
+//! scales down from the highest ordinal, then updates pods with ordinal >= partition to the
+//! update revision, highest first, one at a time, each only once the others are Ready.
+//! Revisions are `<name>-<hash of the template>`; pods below the partition are recreated from the
+//! template of the current revision. Claims come from volumeClaimTemplates and stay unless
+//! `persistentVolumeClaimRetentionPolicy` says Delete. Pods are deleted at once (no grace).
+
+use super::fields::Scope;
+use super::ops::{self, Ownership};
+use super::resources::{self, ResourceType};
+use super::store::{self, ObjectKey, Store};
+use super::Shared;
+use crate::quantity::quantity_bytes;
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+/// What the kubelet makes of a pod's containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodBehaviour {
+    /// Running and Ready one pass after creation.
+    Ready,
+    /// Running, never Ready, restarting (CrashLoopBackOff).
+    CrashLoop,
+}
+
+/// What the simulation remembers between passes.
+#[derive(Default)]
+pub struct SimState {
+    images: HashMap<String, PodBehaviour>,
+    pods: HashMap<(String, String), PodBehaviour>,
+    /// Pod templates by (namespace, StatefulSet, revision): pods below the partition are
+    /// recreated at the current revision, as ControllerRevisions allow.
+    templates: HashMap<(String, String, String), Value>,
+}
+
+fn rt(group: &str, plural: &str) -> &'static ResourceType {
+    resources::by_path(group, "v1", plural).expect("served resource")
+}
+
+/// One pass: every StatefulSet, then the kubelet, then the volume resizer.
+pub(crate) fn step(shared: &Shared) {
+    let mut store = shared.store();
+    let mut sim = shared.sim.lock().expect("sim lock poisoned");
+    let statefulsets: Vec<ObjectKey> = store
+        .objects
+        .keys()
+        .filter(|key| key.0 == rt("apps", "statefulsets").id())
+        .cloned()
+        .collect();
+    for key in statefulsets {
+        reconcile(&mut store, &mut sim, &key);
+    }
+    kubelet(&mut store, &sim);
+    resize_claims(&mut store);
+}
+
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&String, Value> = map
+                .iter()
+                .map(|(key, value)| (key, canonical(value)))
+                .collect();
+            Value::Object(
+                sorted
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), v))
+                    .collect::<Map<_, _>>(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `<name>-<hash>` of a pod template, like a ControllerRevision name.
+pub fn revision(name: &str, template: &Value) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    canonical(template).to_string().hash(&mut hasher);
+    format!("{name}-{:08x}", hasher.finish() as u32)
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|condition| condition["type"] == "Ready" && condition["status"] == "True")
+}
+
+fn pod_revision(pod: &Value) -> &str {
+    pod["metadata"]["labels"]["controller-revision-hash"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// The StatefulSet as the pass sees it.
+struct Set {
+    namespace: String,
+    name: String,
+    uid: String,
+    spec: Value,
+    replicas: i64,
+    partition: i64,
+    update_revision: String,
+    current_revision: String,
+}
+
+fn read_set(sts: &Value) -> Set {
+    let spec = sts["spec"].clone();
+    let name = sts["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let update_revision = revision(&name, &spec["template"]);
+    let current_revision = sts["status"]["currentRevision"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| update_revision.clone());
+    Set {
+        namespace: sts["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        uid: sts["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        replicas: spec["replicas"].as_i64().unwrap_or(1),
+        partition: spec["updateStrategy"]["rollingUpdate"]["partition"]
+            .as_i64()
+            .unwrap_or(0),
+        name,
+        spec,
+        update_revision,
+        current_revision,
+    }
+}
+
+fn pods_of(store: &Store, set: &Set) -> BTreeMap<i64, Value> {
+    let prefix = format!("{}-", set.name);
+    store
+        .list(&rt("", "pods").id(), Some(&set.namespace))
+        .into_iter()
+        .filter(|pod| {
+            pod["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|owner| owner["uid"] == set.uid.as_str())
+        })
+        .filter_map(|pod| {
+            let ordinal = pod["metadata"]["name"]
+                .as_str()?
+                .strip_prefix(&prefix)?
+                .parse()
+                .ok()?;
+            Some((ordinal, pod))
+        })
+        .collect()
+}
+
+fn reconcile(store: &mut Store, sim: &mut SimState, key: &ObjectKey) {
+    let Some(sts) = store.get(key).cloned() else {
+        return;
+    };
+    if !sts["metadata"]["deletionTimestamp"].is_null() {
+        return;
+    }
+    let set = read_set(&sts);
+    let ids = (set.namespace.clone(), set.name.clone());
+    sim.templates.insert(
+        (ids.0.clone(), ids.1.clone(), set.update_revision.clone()),
+        set.spec["template"].clone(),
+    );
+    let pods = pods_of(store, &set);
+    sync_pods(store, sim, &set, &pods);
+    write_status(store, key, &set);
+}
+
+/// At most one change, OrderedReady: create, replace failed, wait for Ready, scale down, update.
+fn sync_pods(store: &mut Store, sim: &SimState, set: &Set, pods: &BTreeMap<i64, Value>) {
+    for ordinal in 0..set.replicas {
+        match pods.get(&ordinal) {
+            None => {
+                let revision = if ordinal >= set.partition {
+                    &set.update_revision
+                } else {
+                    &set.current_revision
+                };
+                create_pod(store, sim, set, ordinal, revision);
+                return;
+            }
+            Some(pod) if pod["status"]["phase"] == "Failed" => {
+                delete_pod(store, pod);
+                return;
+            }
+            Some(pod) if !is_ready(pod) => return,
+            Some(_) => {}
+        }
+    }
+    if let Some((&ordinal, pod)) = pods.range(set.replicas..).next_back() {
+        delete_pod(store, pod);
+        if set.spec["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == "Delete" {
+            delete_claims(store, set, ordinal);
+        }
+        return;
+    }
+    if set.spec["updateStrategy"]["type"] == "OnDelete" {
+        return;
+    }
+    for ordinal in (set.partition.max(0)..set.replicas).rev() {
+        let Some(pod) = pods.get(&ordinal) else {
+            return;
+        };
+        if pod_revision(pod) != set.update_revision {
+            delete_pod(store, pod);
+            return;
+        }
+        if !is_ready(pod) {
+            return;
+        }
+    }
+}
+
+fn delete_pod(store: &mut Store, pod: &Value) {
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let _ = ops::delete(store, rt("", "pods"), namespace, name, false);
+}
+
+fn claim_names(set: &Set, ordinal: i64) -> Vec<(String, Value)> {
+    set.spec["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|claim| {
+            let template = claim["metadata"]["name"].as_str().unwrap_or("data");
+            (format!("{template}-{}-{ordinal}", set.name), claim.clone())
+        })
+        .collect()
+}
+
+fn delete_claims(store: &mut Store, set: &Set, ordinal: i64) {
+    for (name, _) in claim_names(set, ordinal) {
+        let _ = ops::delete(
+            store,
+            rt("", "persistentvolumeclaims"),
+            &set.namespace,
+            &name,
+            false,
+        );
+    }
+}
+
+fn owner_reference(set: &Set) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": set.name, "uid": set.uid,
+           "controller": true, "blockOwnerDeletion": true})
+}
+
+fn create_pod(store: &mut Store, sim: &SimState, set: &Set, ordinal: i64, revision: &str) {
+    let template = sim
+        .templates
+        .get(&(
+            set.namespace.clone(),
+            set.name.clone(),
+            revision.to_string(),
+        ))
+        .cloned()
+        .unwrap_or_else(|| set.spec["template"].clone());
+    let name = format!("{}-{ordinal}", set.name);
+    let mut labels = template["metadata"]["labels"].clone();
+    if !labels.is_object() {
+        labels = json!({});
+    }
+    labels["controller-revision-hash"] = revision.into();
+    labels["statefulset.kubernetes.io/pod-name"] = name.clone().into();
+    labels["apps.kubernetes.io/pod-index"] = ordinal.to_string().into();
+    let mut spec = template["spec"].clone();
+    spec["hostname"] = name.clone().into();
+    spec["subdomain"] = set.spec["serviceName"].clone();
+    for (claim, template) in claim_names(set, ordinal) {
+        let volume = template["metadata"]["name"].clone();
+        let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+        let mut volumes: Vec<Value> = volumes
+            .into_iter()
+            .filter(|v| v["name"] != volume)
+            .collect();
+        volumes.push(json!({"name": volume, "persistentVolumeClaim": {"claimName": claim}}));
+        spec["volumes"] = Value::Array(volumes);
+        create_claim(store, set, &claim, &template);
+    }
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": set.namespace, "labels": labels,
+                     "annotations": template["metadata"]["annotations"].clone(),
+                     "ownerReferences": [owner_reference(set)]},
+        "spec": spec,
+    });
+    let _ = ops::commit_create(
+        store,
+        rt("", "pods"),
+        &set.namespace,
+        pod,
+        Ownership::System,
+        false,
+    );
+}
+
+fn create_claim(store: &mut Store, set: &Set, name: &str, template: &Value) {
+    let pvcs = rt("", "persistentvolumeclaims");
+    if store.get(&store::key(pvcs, &set.namespace, name)).is_some() {
+        return;
+    }
+    let mut claim = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": set.namespace,
+                     "labels": set.spec["selector"]["matchLabels"].clone()},
+        "spec": template["spec"].clone(),
+    });
+    if set.spec["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete" {
+        claim["metadata"]["ownerReferences"] = json!([owner_reference(set)]);
+    }
+    if ops::commit_create(store, pvcs, &set.namespace, claim, Ownership::System, true).is_err() {
+        return;
+    }
+    let key = store::key(pvcs, &set.namespace, name);
+    let mut bound = store.get(&key).cloned().unwrap_or_default();
+    let size = bound["spec"]["resources"]["requests"]["storage"].clone();
+    bound["status"] = json!({"phase": "Bound", "accessModes": bound["spec"]["accessModes"].clone(),
+                             "capacity": {"storage": size}});
+    let _ = ops::commit_update(
+        store,
+        pvcs,
+        &key,
+        bound,
+        Scope::Status,
+        Ownership::System,
+        false,
+    );
+}
+
+fn write_status(store: &mut Store, key: &ObjectKey, set: &Set) {
+    let pods = pods_of(store, set);
+    let count =
+        |predicate: &dyn Fn(&Value) -> bool| pods.values().filter(|pod| predicate(pod)).count();
+    let ready = count(&is_ready);
+    let updated = count(&|pod| pod_revision(pod) == set.update_revision);
+    let all_updated = updated == pods.len() && pods.len() as i64 == set.replicas;
+    let current_revision = if all_updated {
+        set.update_revision.clone()
+    } else {
+        set.current_revision.clone()
+    };
+    let current = count(&|pod| pod_revision(pod) == current_revision);
+    let Some(mut sts) = store.get(key).cloned() else {
+        return;
+    };
+    sts["status"] = json!({
+        "observedGeneration": sts["metadata"]["generation"].clone(),
+        "replicas": pods.len(),
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "currentReplicas": current,
+        "updatedReplicas": updated,
+        "currentRevision": current_revision,
+        "updateRevision": set.update_revision,
+        "collisionCount": 0,
+    });
+    let statefulsets = rt("apps", "statefulsets");
+    let _ = ops::commit_update(
+        store,
+        statefulsets,
+        key,
+        sts,
+        Scope::Status,
+        Ownership::System,
+        false,
+    );
+}
+
+fn behaviour(sim: &SimState, pod: &Value) -> PodBehaviour {
+    let namespace = pod["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Some(behaviour) = sim.pods.get(&(namespace, name)) {
+        return *behaviour;
+    }
+    let crashing = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|container| container["image"].as_str())
+        .any(|image| sim.images.get(image) == Some(&PodBehaviour::CrashLoop));
+    if crashing {
+        PodBehaviour::CrashLoop
+    } else {
+        PodBehaviour::Ready
+    }
+}
+
+/// The kubelet: a new pod is Pending for one pass, then Running and Ready or crash-looping.
+fn kubelet(store: &mut Store, sim: &SimState) {
+    let pods_rt = rt("", "pods");
+    let pods: Vec<(ObjectKey, Value)> = store
+        .objects
+        .iter()
+        .filter(|(key, _)| key.0 == pods_rt.id())
+        .map(|(key, pod)| (key.clone(), pod.clone()))
+        .collect();
+    for (key, mut pod) in pods {
+        pod["status"] = if pod["status"]["phase"].is_null() {
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})
+        } else {
+            running_status(&pod, behaviour(sim, &pod))
+        };
+        let _ = ops::commit_update(
+            store,
+            pods_rt,
+            &key,
+            pod,
+            Scope::Status,
+            Ownership::System,
+            false,
+        );
+    }
+}
+
+fn running_status(pod: &Value, behaviour: PodBehaviour) -> Value {
+    let ready = behaviour == PodBehaviour::Ready;
+    let flag = if ready { "True" } else { "False" };
+    let containers: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|container| {
+            let state = if ready {
+                json!({"running": {}})
+            } else {
+                json!({"waiting": {"reason": "CrashLoopBackOff"}})
+            };
+            json!({"name": container["name"], "image": container["image"], "ready": ready,
+                   "started": ready, "restartCount": if ready { 0 } else { 1 }, "state": state})
+        })
+        .collect();
+    json!({
+        "phase": "Running",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "ContainersReady", "status": flag},
+            {"type": "Ready", "status": flag},
+        ],
+        "containerStatuses": containers,
+    })
+}
+
+/// The external resizer and kubelet: a grown request first shows FileSystemResizePending, then
+/// the capacity follows.
+fn resize_claims(store: &mut Store) {
+    let pvcs = rt("", "persistentvolumeclaims");
+    let claims: Vec<(ObjectKey, Value)> = store
+        .objects
+        .iter()
+        .filter(|(key, _)| key.0 == pvcs.id())
+        .map(|(key, claim)| (key.clone(), claim.clone()))
+        .collect();
+    for (key, mut claim) in claims {
+        let requested = claim["spec"]["resources"]["requests"]["storage"].clone();
+        let bytes = |value: &Value| value.as_str().and_then(quantity_bytes).unwrap_or(0);
+        if bytes(&requested) <= bytes(&claim["status"]["capacity"]["storage"]) {
+            continue;
+        }
+        let pending = claim["status"]["conditions"]
+            .as_array()
+            .is_some_and(|conditions| {
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "FileSystemResizePending")
+            });
+        if pending {
+            claim["status"]["capacity"]["storage"] = requested;
+            claim["status"]["conditions"] = json!([]);
+        } else {
+            claim["status"]["allocatedResources"] = json!({"storage": requested});
+            claim["status"]["conditions"] =
+                json!([{"type": "FileSystemResizePending", "status": "True"}]);
+        }
+        let _ = ops::commit_update(
+            store,
+            pvcs,
+            &key,
+            claim,
+            Scope::Status,
+            Ownership::System,
+            false,
+        );
+    }
+}
+
+impl super::TestApiServer {
+    /// Pods running `image` from now on behave like this (default Ready).
+    pub fn set_image_behaviour(&self, image: &str, behaviour: PodBehaviour) {
+        let mut sim = self.shared.sim.lock().expect("sim lock poisoned");
+        sim.images.insert(image.to_string(), behaviour);
+    }
+
+    /// Pod `namespace/name` behaves like this, whatever its image (until deleted and recreated
+    /// it keeps the override: the override is by name).
+    pub fn set_pod_behaviour(&self, namespace: &str, name: &str, behaviour: PodBehaviour) {
+        let mut sim = self.shared.sim.lock().expect("sim lock poisoned");
+        sim.pods
+            .insert((namespace.to_string(), name.to_string()), behaviour);
+    }
+
+    /// Drops a per-pod override set by [`super::TestApiServer::set_pod_behaviour`].
+    pub fn clear_pod_behaviour(&self, namespace: &str, name: &str) {
+        let mut sim = self.shared.sim.lock().expect("sim lock poisoned");
+        sim.pods.remove(&(namespace.to_string(), name.to_string()));
+    }
+}
