@@ -348,9 +348,11 @@ pub enum ConsumeFromWhere {
     ConsumeFromTimestamp,
 }
 
-/// Thresholds of the Lagging condition; either one exceeded sets it.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+/// Thresholds of the Lagging condition (either one exceeded sets it) and the window the
+/// Consuming and Stalled conditions are judged over.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.stalledPolls) || !has(self.windowSeconds)").message("stalledPolls is deprecated: set windowSeconds alone"))]
 pub struct LagThresholds {
     /// Total unconsumed messages above which the group is Lagging.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -358,7 +360,12 @@ pub struct LagThresholds {
     /// Seconds behind above which the group is Lagging.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<u64>,
-    /// Polls with unmoved commits and lag > 0 before the group is Stalled; default 3.
+    /// Wall-clock window the group's progress is judged over: Stalled after lag > 0 and no
+    /// commit for this long, FallingBehind after lag did not go down for this long; default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 604800").message("windowSeconds must be between 1 and 604800 (7 days)"))]
+    pub window_seconds: Option<u64>,
+    /// Deprecated: use windowSeconds. Read as a window of this many lag polls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalled_polls: Option<u32>,
 }
@@ -407,7 +414,7 @@ pub struct ConsumerGroupStatus {
     /// The queues with the most lag (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top_queues: Vec<QueueLagStatus>,
-    /// Ready, Lagging and Stalled.
+    /// Ready, Lagging, Consuming and Stalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The last offset reset applied.
@@ -419,6 +426,27 @@ pub struct ConsumerGroupStatus {
     /// Live members: distinct client IDs heartbeating to the group's brokers at the last poll.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub members: Option<u32>,
+    /// What the progress judgement remembers, so that another operator continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_window: Option<LagWindowStatus>,
+}
+
+/// The runs of polls the Consuming and Stalled conditions are judged on; changes only when lag or
+/// committed offsets do.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LagWindowStatus {
+    /// Committed offsets summed over the group's queues at the last complete poll.
+    pub committed_offsets: u64,
+    /// Total lag at the last complete poll.
+    pub lag: u64,
+    /// Since when lag has been above zero with no commit (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck_since: Option<String>,
+    /// Since when lag has not gone down at any poll (RFC 3339).
+    pub growing_since: String,
+    /// Total lag at growingSince.
+    pub growing_from: u64,
 }
 
 /// Lag of one topic.

@@ -866,3 +866,25 @@ pub mod paths {
         format!("/api/v1/namespaces/ns/persistentvolumeclaims/{name}")
     }
 }
+
+thread_local! {
+    /// Now of [`simulated_clock`], per test thread (tokio tests run on one).
+    static SIMULATED_NOW_MS: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// A `Clock` that reads the test's simulated time: set it with [`set_simulated_now`] and move
+/// it with [`advance_simulated_clock`].
+pub fn simulated_clock() -> i64 {
+    SIMULATED_NOW_MS.with(std::cell::Cell::get)
+}
+
+/// Sets the simulated time, ms since the epoch.
+pub fn set_simulated_now(ms: i64) {
+    SIMULATED_NOW_MS.with(|now| now.set(ms));
+}
+
+/// Moves the simulated time forward.
+pub fn advance_simulated_clock(by: std::time::Duration) {
+    let by = i64::try_from(by.as_millis()).expect("a test step fits in i64 ms");
+    SIMULATED_NOW_MS.with(|now| now.set(now.get() + by));
+}

@@ -1,4 +1,5 @@
-//! Lag computation (pure): per queue, per topic, per group, plus stall detection across polls.
+//! Lag computation (pure): per queue, per topic, per group, and the judgement of a group's
+//! progress over a wall-clock window.
 
 use crate::admin::{QueueConsumeStats, QueueOffset};
 use std::collections::BTreeMap;
@@ -159,61 +160,160 @@ impl GroupLag {
         lagging.truncate(limit);
         lagging
     }
+}
 
-    fn committed_offsets(&self) -> BTreeMap<QueueKey, QueueOffset> {
-        self.queues
-            .iter()
-            .filter_map(|sample| sample.committed.map(|offset| (sample.key.clone(), offset)))
-            .collect()
+/// One complete poll of a group (every broker answered, lag known): what it is judged on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// When it was taken, ms since the epoch.
+    pub at_ms: i64,
+    /// Committed offsets summed over the group's queues.
+    pub committed: u64,
+    /// Total lag.
+    pub lag: u64,
+}
+
+impl Sample {
+    /// The sample of a poll at `at_ms`; `None` when nothing was committed (lag unknown).
+    pub fn of(lag: &GroupLag, at_ms: i64) -> Option<Sample> {
+        Some(Sample {
+            at_ms,
+            committed: lag.topics.values().map(|topic| topic.committed_sum).sum(),
+            lag: lag.total_messages()?,
+        })
     }
 }
 
-/// Whether a group is making progress, judged across polls.
+/// How a group consumes, judged Burrow-style over a wall-clock window of samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// No lag, or commits moved recently.
-    Moving,
-    /// Lag > 0 and committed offsets unchanged for this many consecutive polls (>= threshold).
-    Stalled {
-        /// Consecutive polls without a commit.
-        unmoved_polls: u32,
+    /// No judgement: nothing committed yet, or the poll was incomplete.
+    Unknown,
+    /// Nothing waiting, or commits keep up.
+    Ok,
+    /// Lag has not gone down at any poll for a whole window and is higher than when that run
+    /// began, while commits move: consumers are too slow.
+    Warning {
+        /// First sample of the run of polls whose lag never went down.
+        since_ms: i64,
+        /// Lag then.
+        from: u64,
     },
+    /// Lag > 0 at every poll for a whole window and no commit: consumers are stuck.
+    Stalled {
+        /// First sample of the run with lag > 0 and unmoved commits.
+        since_ms: i64,
+    },
+    /// Lag > 0 and no consumer connected.
+    Stopped,
 }
 
-/// Remembers a group's committed offsets between polls.
-#[derive(Clone, Debug, Default)]
-pub struct StallTracker {
-    last_committed: Option<BTreeMap<QueueKey, QueueOffset>>,
-    unmoved_polls: u32,
-    last_commit_ms: Option<i64>,
-}
+impl Progress {
+    /// Every judged status, as the `status` label of `quiver_consumer_group_status` names them.
+    pub const LABELS: [&'static str; 4] = ["ok", "warning", "stalled", "stopped"];
 
-impl StallTracker {
-    /// Feeds one poll; Stalled once lag stayed > 0 with no commit for `threshold` polls.
-    pub fn observe(&mut self, lag: &GroupLag, threshold: u32, now_ms: i64) -> Progress {
-        let committed = lag.committed_offsets();
-        match &self.last_committed {
-            Some(previous) if *previous == committed => self.unmoved_polls += 1,
-            Some(_) => {
-                self.unmoved_polls = 0;
-                self.last_commit_ms = Some(now_ms);
-            }
-            None => self.unmoved_polls = 0,
+    /// The `status` label; `None` when unknown.
+    pub fn label(self) -> Option<&'static str> {
+        match self {
+            Progress::Unknown => None,
+            Progress::Ok => Some("ok"),
+            Progress::Warning { .. } => Some("warning"),
+            Progress::Stalled { .. } => Some("stalled"),
+            Progress::Stopped => Some("stopped"),
         }
-        self.last_committed = Some(committed);
-        let lagging = lag.total_messages().is_some_and(|total| total > 0);
-        if lagging && self.unmoved_polls >= threshold.max(1) {
-            Progress::Stalled {
-                unmoved_polls: self.unmoved_polls,
-            }
+    }
+}
+
+/// A group's window of samples, kept as the first sample of each run that decides the judgement:
+/// "lag > 0 with commits unmoved at every sample of the window" holds exactly when that run began
+/// at or before the window's start, and likewise "lag never went down". Equivalent to keeping
+/// every sample, yet small and stable enough to live in status for the next leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LagWindow {
+    /// Committed offsets summed at the last sample.
+    pub committed: u64,
+    /// Total lag at the last sample.
+    pub lag: u64,
+    /// When committed offsets were last seen to move.
+    pub last_commit_ms: Option<i64>,
+    /// First sample of the current run with lag > 0 and unmoved commits.
+    pub stuck_since_ms: Option<i64>,
+    /// First sample of the current run whose lag never went down.
+    pub growing_since_ms: i64,
+    /// Lag at `growing_since_ms`.
+    pub growing_from: u64,
+}
+
+impl LagWindow {
+    /// The window after `sample`; without a `previous` window every run starts at `sample`.
+    pub fn observe(previous: Option<&LagWindow>, sample: Sample) -> LagWindow {
+        let Sample {
+            at_ms,
+            committed,
+            lag,
+        } = sample;
+        let Some(previous) = previous else {
+            return LagWindow {
+                committed,
+                lag,
+                last_commit_ms: None,
+                stuck_since_ms: (lag > 0).then_some(at_ms),
+                growing_since_ms: at_ms,
+                growing_from: lag,
+            };
+        };
+        let moved = committed != previous.committed;
+        let stuck_since_ms = match previous.stuck_since_ms {
+            _ if lag == 0 => None,
+            Some(since) if !moved && previous.lag > 0 => Some(since),
+            _ => Some(at_ms),
+        };
+        let (growing_since_ms, growing_from) = if lag >= previous.lag {
+            (previous.growing_since_ms, previous.growing_from)
         } else {
-            Progress::Moving
+            (at_ms, lag)
+        };
+        LagWindow {
+            committed,
+            lag,
+            last_commit_ms: if moved {
+                Some(at_ms)
+            } else {
+                previous.last_commit_ms
+            },
+            stuck_since_ms,
+            growing_since_ms,
+            growing_from,
         }
     }
 
-    /// When a committed offset last moved, as seen by this tracker.
-    pub fn last_commit_ms(&self) -> Option<i64> {
-        self.last_commit_ms
+    /// Since when lag has waited with no commit, once that covers the whole window ending at
+    /// `now_ms`; connected members or not.
+    pub fn stalled_since(&self, now_ms: i64, window_ms: i64) -> Option<i64> {
+        let window_start = now_ms.saturating_sub(window_ms);
+        self.stuck_since_ms.filter(|since| *since <= window_start)
+    }
+
+    /// The judgement at `now_ms` over the last `window_ms`, with `members` consumers connected.
+    /// Stopped comes first: with nobody connected, that is the cause to fix.
+    pub fn judge(&self, now_ms: i64, window_ms: i64, members: usize) -> Progress {
+        if self.lag == 0 {
+            return Progress::Ok;
+        }
+        if members == 0 {
+            return Progress::Stopped;
+        }
+        let window_start = now_ms.saturating_sub(window_ms);
+        if let Some(since_ms) = self.stalled_since(now_ms, window_ms) {
+            return Progress::Stalled { since_ms };
+        }
+        if self.growing_since_ms <= window_start && self.lag > self.growing_from {
+            return Progress::Warning {
+                since_ms: self.growing_since_ms,
+                from: self.growing_from,
+            };
+        }
+        Progress::Ok
     }
 }
 
@@ -370,28 +470,231 @@ mod tests {
         assert_eq!(group.topics["t"].messages, Some(10));
     }
 
-    #[test]
-    fn stalled_after_threshold_polls_without_commits() {
-        let mut tracker = StallTracker::default();
-        let behind = group_lag(&[stats("t", 0, 100, Some(10), Some(0))], &[], 0);
-        assert_eq!(tracker.observe(&behind, 2, 0), Progress::Moving);
-        assert_eq!(tracker.observe(&behind, 2, 1), Progress::Moving);
-        assert_eq!(
-            tracker.observe(&behind, 2, 2),
-            Progress::Stalled { unmoved_polls: 2 }
-        );
-        let moved = group_lag(&[stats("t", 0, 100, Some(11), Some(0))], &[], 0);
-        assert_eq!(tracker.observe(&moved, 2, 3), Progress::Moving);
-        assert_eq!(tracker.last_commit_ms(), Some(3));
+    const WINDOW_MS: i64 = 600_000;
+
+    /// Feeds `(second, committed, lag)` samples (30 s apart in the tables) and judges after each.
+    fn judged(samples: &[(i64, u64, u64)], members: usize) -> Vec<Progress> {
+        let mut window: Option<LagWindow> = None;
+        samples
+            .iter()
+            .map(|&(second, committed, lag)| {
+                let at_ms = second * 1_000;
+                let next = LagWindow::observe(
+                    window.as_ref(),
+                    Sample {
+                        at_ms,
+                        committed,
+                        lag,
+                    },
+                );
+                window = Some(next);
+                next.judge(at_ms, WINDOW_MS, members)
+            })
+            .collect()
+    }
+
+    /// `count` samples from `start_s`, 30 s apart, committed and lag given per step.
+    fn every_30s(
+        start_s: i64,
+        count: i64,
+        step: impl Fn(i64) -> (u64, u64),
+    ) -> Vec<(i64, u64, u64)> {
+        (0..count)
+            .map(|i| {
+                let (committed, lag) = step(i);
+                (start_s + 30 * i, committed, lag)
+            })
+            .collect()
     }
 
     #[test]
-    fn an_idle_caught_up_group_is_not_stalled() {
-        let mut tracker = StallTracker::default();
-        let caught_up = group_lag(&[stats("t", 0, 10, Some(10), None)], &[], 0);
-        for poll in 0..5 {
-            assert_eq!(tracker.observe(&caught_up, 1, poll), Progress::Moving);
+    fn the_window_judges_ok_warning_stalled_and_stopped() {
+        // (what, samples, members connected, judgement after the last sample)
+        type Case = (&'static str, Vec<(i64, u64, u64)>, usize, Progress);
+        let cases: Vec<Case> = vec![
+            (
+                "caught up",
+                every_30s(0, 30, |i| (10 * i as u64, 0)),
+                1,
+                Progress::Ok,
+            ),
+            (
+                "steady lag, commits move",
+                every_30s(0, 30, |i| (10 * i as u64, 5)),
+                1,
+                Progress::Ok,
+            ),
+            (
+                "lag rises for 14.5 min while commits move",
+                every_30s(0, 30, |i| (10 * i as u64, 100 + i as u64)),
+                1,
+                Progress::Warning {
+                    since_ms: 0,
+                    from: 100,
+                },
+            ),
+            (
+                "lag rises, dipped 5 min ago",
+                every_30s(0, 30, |i| {
+                    (10 * i as u64, if i == 20 { 1 } else { 100 + i as u64 })
+                }),
+                1,
+                Progress::Ok,
+            ),
+            (
+                "no commit for 14.5 min, lag waiting",
+                every_30s(0, 30, |_| (40, 7)),
+                1,
+                Progress::Stalled { since_ms: 0 },
+            ),
+            (
+                "no commit for 9.5 min only",
+                every_30s(0, 20, |_| (40, 7)),
+                1,
+                Progress::Ok,
+            ),
+            (
+                "no commit, nothing waiting",
+                every_30s(0, 30, |_| (40, 0)),
+                1,
+                Progress::Ok,
+            ),
+            (
+                "commits stopped at minute 2",
+                every_30s(0, 30, |i| (10 * i.min(4) as u64, 7)),
+                1,
+                Progress::Stalled { since_ms: 120_000 },
+            ),
+            (
+                "lag waiting, nobody connected",
+                every_30s(0, 2, |_| (40, 7)),
+                0,
+                Progress::Stopped,
+            ),
+            (
+                "nothing waiting, nobody connected",
+                every_30s(0, 2, |_| (40, 0)),
+                0,
+                Progress::Ok,
+            ),
+        ];
+        for (name, samples, members, expected) in cases {
+            assert_eq!(
+                judged(&samples, members).last().copied(),
+                Some(expected),
+                "{name}"
+            );
         }
+    }
+
+    #[test]
+    fn stalled_follows_the_wall_clock_not_the_poll_count() {
+        // Polls every 5 min: the third poll is 10 min after the first, a full window.
+        let sparse = judged(&[(0, 40, 7), (300, 40, 7), (600, 40, 7)], 1);
+        assert_eq!(
+            sparse,
+            vec![
+                Progress::Ok,
+                Progress::Ok,
+                Progress::Stalled { since_ms: 0 }
+            ]
+        );
+        // Polls every second: 599 polls later it is still not a full window.
+        let dense = every_30s(0, 1, |_| (40, 7))
+            .into_iter()
+            .chain((1..600).map(|second| (second, 40, 7)))
+            .collect::<Vec<_>>();
+        assert_eq!(judged(&dense, 1).last(), Some(&Progress::Ok));
+    }
+
+    #[test]
+    fn a_commit_or_catching_up_restarts_the_stall() {
+        let mut samples = every_30s(0, 25, |_| (40, 7));
+        samples.push((750, 41, 7)); // a commit
+        samples.extend(every_30s(780, 10, |_| (41, 7)));
+        let judged = judged(&samples, 1);
+        assert_eq!(judged[24], Progress::Stalled { since_ms: 0 });
+        assert_eq!(judged[25], Progress::Ok);
+        assert_eq!(judged.last(), Some(&Progress::Ok), "5 min since the commit");
+        let window = samples
+            .iter()
+            .fold(None, |window: Option<LagWindow>, &(s, c, l)| {
+                Some(LagWindow::observe(
+                    window.as_ref(),
+                    Sample {
+                        at_ms: s * 1_000,
+                        committed: c,
+                        lag: l,
+                    },
+                ))
+            });
+        assert_eq!(window.and_then(|w| w.last_commit_ms), Some(750_000));
+        assert_eq!(window.and_then(|w| w.stuck_since_ms), Some(750_000));
+    }
+
+    #[test]
+    fn a_window_rebuilt_from_its_runs_judges_as_the_original() {
+        // What a new leader reads back from status is the same LagWindow: same judgement.
+        let samples = every_30s(0, 30, |_| (40, 7));
+        let mut window = None;
+        for &(second, committed, lag) in &samples[..10] {
+            window = Some(LagWindow::observe(
+                window.as_ref(),
+                Sample {
+                    at_ms: second * 1_000,
+                    committed,
+                    lag,
+                },
+            ));
+        }
+        let persisted = window.expect("observed");
+        let continued = LagWindow::observe(
+            Some(&persisted),
+            Sample {
+                at_ms: 630_000,
+                committed: 40,
+                lag: 7,
+            },
+        );
+        assert_eq!(
+            continued.judge(630_000, WINDOW_MS, 1),
+            Progress::Stalled { since_ms: 0 }
+        );
+        let forgotten = LagWindow::observe(
+            None,
+            Sample {
+                at_ms: 630_000,
+                committed: 40,
+                lag: 7,
+            },
+        );
+        assert_eq!(
+            forgotten.judge(630_000, WINDOW_MS, 1),
+            Progress::Ok,
+            "starting from nothing would wait another window"
+        );
+    }
+
+    #[test]
+    fn samples_need_a_known_lag() {
+        let none = group_lag(&[stats("t", 0, 100, None, None)], &[], 0);
+        assert_eq!(Sample::of(&none, 5), None);
+        let some = group_lag(
+            &[
+                stats("t", 0, 100, Some(10), None),
+                stats("t", 1, 100, Some(30), None),
+            ],
+            &[],
+            0,
+        );
+        assert_eq!(
+            Sample::of(&some, 5),
+            Some(Sample {
+                at_ms: 5,
+                committed: 40,
+                lag: 160
+            })
+        );
     }
 
     #[test]

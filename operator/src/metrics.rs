@@ -1,4 +1,7 @@
 //! The operator's Prometheus metrics (docs/METRICS.md); one struct owns the registry.
+//!
+//! Every series of a group carries `namespace`, `cluster` (the Broker) and `consumer_group`, so
+//! same-named Brokers or groups in two namespaces never share a series.
 
 use crate::lag::{GroupLag, Progress, QueueLag};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -11,13 +14,34 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Labels of per-topic lag series.
+/// Labels of per-group series, and the identity of a group's series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
-pub struct TopicLabels {
+pub struct GroupLabels {
+    /// Namespace of the ConsumerGroup (and of its Broker).
+    pub namespace: String,
     /// Broker resource name.
     pub cluster: String,
     /// Consumer group.
     pub consumer_group: String,
+}
+
+impl GroupLabels {
+    /// The series identity of group `consumer_group` on Broker `cluster` in `namespace`.
+    pub fn new(namespace: &str, cluster: &str, consumer_group: &str) -> GroupLabels {
+        GroupLabels {
+            namespace: namespace.to_string(),
+            cluster: cluster.to_string(),
+            consumer_group: consumer_group.to_string(),
+        }
+    }
+}
+
+/// Labels of per-topic lag series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct TopicLabels {
+    /// The group.
+    #[prometheus(flatten)]
+    pub group: GroupLabels,
     /// Topic.
     pub topic: String,
 }
@@ -25,10 +49,9 @@ pub struct TopicLabels {
 /// Labels of per-queue lag series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct QueueLabels {
-    /// Broker resource name.
-    pub cluster: String,
-    /// Consumer group.
-    pub consumer_group: String,
+    /// The group.
+    #[prometheus(flatten)]
+    pub group: GroupLabels,
     /// Topic.
     pub topic: String,
     /// Broker name.
@@ -37,13 +60,14 @@ pub struct QueueLabels {
     pub queue_id: String,
 }
 
-/// Labels of per-group series.
+/// Labels of the one-hot progress series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
-pub struct GroupLabels {
-    /// Broker resource name.
-    pub cluster: String,
-    /// Consumer group.
-    pub consumer_group: String,
+pub struct StatusLabels {
+    /// The group.
+    #[prometheus(flatten)]
+    pub group: GroupLabels,
+    /// One of [`Progress::LABELS`].
+    pub status: String,
 }
 
 /// Labels of reconcile counters and durations.
@@ -76,6 +100,8 @@ pub struct Metrics {
     lag_latency_ms: Family<TopicLabels, Gauge>,
     queue_lag_messages: Family<QueueLabels, Gauge>,
     group_stalled: Family<GroupLabels, Gauge>,
+    group_status: Family<StatusLabels, Gauge>,
+    poll_success: Family<GroupLabels, Gauge>,
     reconciles: Family<ControllerLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Family<ControllerLabels, Histogram>,
@@ -84,63 +110,24 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::default();
-        let lag_messages = Family::<TopicLabels, Gauge>::default();
-        let lag_latency_ms = Family::<TopicLabels, Gauge>::default();
-        let queue_lag_messages = Family::<QueueLabels, Gauge>::default();
-        let group_stalled = Family::<GroupLabels, Gauge>::default();
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) as fn() -> Histogram,
-        );
-        registry.register(
-            "rocketmq_consumer_lag_messages",
-            "Unconsumed messages over queues with a commit",
-            lag_messages.clone(),
-        );
-        registry.register(
-            "rocketmq_consumer_lag_latency",
-            "Milliseconds since the oldest unconsumed message was stored, 0 when caught up",
-            lag_latency_ms.clone(),
-        );
-        registry.register(
-            "quiver_consumer_queue_lag_messages",
-            "Unconsumed messages per queue",
-            queue_lag_messages.clone(),
-        );
-        registry.register(
-            "quiver_consumer_group_stalled",
-            "1 when lag > 0 and committed offsets did not move across N polls",
-            group_stalled.clone(),
-        );
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "quiver_reconcile",
-            "Reconciliations run",
-            reconciles.clone(),
-        );
-        registry.register(
-            "quiver_reconcile_errors",
-            "Failed reconciliations by error kind",
-            reconcile_errors.clone(),
-        );
-        registry.register(
-            "quiver_reconcile_duration_seconds",
-            "Reconcile duration",
-            reconcile_duration.clone(),
-        );
-        Metrics {
-            registry,
-            lag_messages,
-            lag_latency_ms,
-            queue_lag_messages,
-            group_stalled,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
+        let mut metrics = Metrics {
+            registry: Registry::default(),
+            lag_messages: Family::default(),
+            lag_latency_ms: Family::default(),
+            queue_lag_messages: Family::default(),
+            group_stalled: Family::default(),
+            group_status: Family::default(),
+            poll_success: Family::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) as fn() -> Histogram,
+            ),
             published: Mutex::new(BTreeMap::new()),
-        }
+        };
+        metrics.register_group_series();
+        metrics.register_reconcile_series();
+        metrics
     }
 }
 
@@ -149,6 +136,59 @@ fn gauge_value(value: u64) -> i64 {
 }
 
 impl Metrics {
+    fn register_group_series(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "rocketmq_consumer_lag_messages",
+            "Unconsumed messages over queues with a commit",
+            self.lag_messages.clone(),
+        );
+        registry.register(
+            "rocketmq_consumer_lag_latency",
+            "Milliseconds since the oldest unconsumed message was stored, 0 when caught up",
+            self.lag_latency_ms.clone(),
+        );
+        registry.register(
+            "quiver_consumer_queue_lag_messages",
+            "Unconsumed messages per queue",
+            self.queue_lag_messages.clone(),
+        );
+        registry.register(
+            "quiver_consumer_group_stalled",
+            "1 when lag > 0 and no commit for the group's whole window",
+            self.group_stalled.clone(),
+        );
+        registry.register(
+            "quiver_consumer_group_status",
+            "1 for the group's judged status (ok, warning, stalled, stopped), 0 for the others",
+            self.group_status.clone(),
+        );
+        registry.register(
+            "quiver_lag_poll_success",
+            "1 when the last lag poll of the group succeeded, 0 when it failed (no lag series then)",
+            self.poll_success.clone(),
+        );
+    }
+
+    fn register_reconcile_series(&mut self) {
+        // prometheus-client appends `_total` to counters.
+        self.registry.register(
+            "quiver_reconcile",
+            "Reconciliations run",
+            self.reconciles.clone(),
+        );
+        self.registry.register(
+            "quiver_reconcile_errors",
+            "Failed reconciliations by error kind",
+            self.reconcile_errors.clone(),
+        );
+        self.registry.register(
+            "quiver_reconcile_duration_seconds",
+            "Reconcile duration",
+            self.reconcile_duration.clone(),
+        );
+    }
+
     /// Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -178,21 +218,24 @@ impl Metrics {
             .inc();
     }
 
-    /// Publishes a group's lag; topics without a commit get no series (unknown is not zero).
-    pub fn set_group_lag(&self, cluster: &str, group: &str, lag: &GroupLag, progress: Progress) {
-        let group_labels = GroupLabels {
-            cluster: cluster.to_string(),
-            consumer_group: group.to_string(),
-        };
+    /// Publishes a successful poll: the lag (topics without a commit get no series, unknown is
+    /// not zero), the judged progress, whether it is stalled (`None`: unknown), and poll
+    /// success. Series no longer present are removed.
+    pub fn set_group_lag(
+        &self,
+        group: &GroupLabels,
+        lag: &GroupLag,
+        progress: Progress,
+        stalled: Option<bool>,
+    ) {
         let mut series = PublishedSeries::default();
         for (topic, topic_lag) in &lag.topics {
-            let labels = TopicLabels {
-                cluster: cluster.to_string(),
-                consumer_group: group.to_string(),
-                topic: topic.clone(),
-            };
             let Some(messages) = topic_lag.messages else {
                 continue;
+            };
+            let labels = TopicLabels {
+                group: group.clone(),
+                topic: topic.clone(),
             };
             self.lag_messages
                 .get_or_create(&labels)
@@ -215,8 +258,7 @@ impl Metrics {
                 continue;
             };
             let labels = QueueLabels {
-                cluster: cluster.to_string(),
-                consumer_group: group.to_string(),
+                group: group.clone(),
                 topic: sample.key.topic.clone(),
                 broker: sample.key.broker.clone(),
                 queue_id: sample.key.queue_id.to_string(),
@@ -226,19 +268,63 @@ impl Metrics {
                 .set(gauge_value(messages));
             series.queues.insert(labels);
         }
-        let stalled = matches!(progress, Progress::Stalled { .. });
-        self.group_stalled
-            .get_or_create(&group_labels)
-            .set(i64::from(stalled));
-        let mut published = self.published.lock().expect("metrics lock poisoned");
-        if let Some(previous) = published.insert(group_labels.clone(), series) {
-            self.remove_missing(&previous, published.get(&group_labels));
+        self.replace_published(group, series);
+        self.set_progress(group, progress, stalled);
+        self.poll_success.get_or_create(group).set(1);
+    }
+
+    /// A failed poll: the group's lag is unknown, so its lag and progress series go (old values
+    /// would read as current) and `quiver_lag_poll_success` is 0.
+    pub fn lag_unknown(&self, group: &GroupLabels) {
+        self.replace_published(group, PublishedSeries::default());
+        self.set_progress(group, Progress::Unknown, None);
+        self.poll_success.get_or_create(group).set(0);
+    }
+
+    /// Removes every series of a deleted group.
+    pub fn forget_group(&self, group: &GroupLabels) {
+        self.lag_unknown(group);
+        self.published
+            .lock()
+            .expect("metrics lock poisoned")
+            .remove(group);
+        self.poll_success.remove(group);
+    }
+
+    fn set_progress(&self, group: &GroupLabels, progress: Progress, stalled: Option<bool>) {
+        let current = progress.label();
+        for status in Progress::LABELS {
+            let labels = StatusLabels {
+                group: group.clone(),
+                status: status.to_string(),
+            };
+            match current {
+                Some(current) => {
+                    self.group_status
+                        .get_or_create(&labels)
+                        .set(i64::from(current == status));
+                }
+                None => {
+                    self.group_status.remove(&labels);
+                }
+            }
+        }
+        match stalled {
+            Some(stalled) => {
+                self.group_stalled
+                    .get_or_create(group)
+                    .set(i64::from(stalled));
+            }
+            None => {
+                self.group_stalled.remove(group);
+            }
         }
     }
 
-    fn remove_missing(&self, previous: &PublishedSeries, current: Option<&PublishedSeries>) {
-        let empty = PublishedSeries::default();
-        let current = current.unwrap_or(&empty);
+    fn replace_published(&self, group: &GroupLabels, current: PublishedSeries) {
+        let mut published = self.published.lock().expect("metrics lock poisoned");
+        let previous = published.insert(group.clone(), current).unwrap_or_default();
+        let current = &published[group];
         for labels in previous.topics.difference(&current.topics) {
             self.lag_messages.remove(labels);
             self.lag_latency_ms.remove(labels);
@@ -246,23 +332,6 @@ impl Metrics {
         for labels in previous.queues.difference(&current.queues) {
             self.queue_lag_messages.remove(labels);
         }
-    }
-
-    /// Removes every series of a deleted group.
-    pub fn forget_group(&self, cluster: &str, group: &str) {
-        let group_labels = GroupLabels {
-            cluster: cluster.to_string(),
-            consumer_group: group.to_string(),
-        };
-        let previous = self
-            .published
-            .lock()
-            .expect("metrics lock poisoned")
-            .remove(&group_labels);
-        if let Some(previous) = previous {
-            self.remove_missing(&previous, None);
-        }
-        self.group_stalled.remove(&group_labels);
     }
 }
 
@@ -283,6 +352,10 @@ mod tests {
         }
     }
 
+    fn billing(namespace: &str) -> GroupLabels {
+        GroupLabels::new(namespace, "qb", "billing")
+    }
+
     #[test]
     fn lag_series_follow_the_contract_names() {
         let metrics = Metrics::default();
@@ -292,19 +365,22 @@ mod tests {
             3_000,
         );
         metrics.set_group_lag(
-            "qb",
-            "billing",
+            &billing("ns"),
             &lag,
-            Progress::Stalled { unmoved_polls: 3 },
+            Progress::Stalled { since_ms: 0 },
+            Some(true),
         );
         metrics.reconciled("broker", Duration::from_millis(12));
         metrics.reconcile_failed("broker", "kube");
         let text = metrics.encode();
         for expected in [
-            r#"rocketmq_consumer_lag_messages{cluster="qb",consumer_group="billing",topic="orders"} 6"#,
-            r#"rocketmq_consumer_lag_latency{cluster="qb",consumer_group="billing",topic="orders"} 2000"#,
-            r#"quiver_consumer_queue_lag_messages{cluster="qb",consumer_group="billing",topic="orders",broker="qb-0",queue_id="0"} 6"#,
-            r#"quiver_consumer_group_stalled{cluster="qb",consumer_group="billing"} 1"#,
+            r#"rocketmq_consumer_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 6"#,
+            r#"rocketmq_consumer_lag_latency{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 2000"#,
+            r#"quiver_consumer_queue_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders",broker="qb-0",queue_id="0"} 6"#,
+            r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 1"#,
+            r#"quiver_consumer_group_status{namespace="ns",cluster="qb",consumer_group="billing",status="stalled"} 1"#,
+            r#"quiver_consumer_group_status{namespace="ns",cluster="qb",consumer_group="billing",status="ok"} 0"#,
+            r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 1"#,
             r#"quiver_reconcile_total{controller="broker"} 1"#,
             r#"quiver_reconcile_errors_total{controller="broker",error="kube"} 1"#,
             r#"quiver_reconcile_duration_seconds_count{controller="broker"} 1"#,
@@ -325,16 +401,125 @@ mod tests {
             &[],
             3_000,
         );
-        metrics.set_group_lag("qb", "g", &both, Progress::Moving);
+        metrics.set_group_lag(&billing("ns"), &both, Progress::Ok, Some(false));
         let only_a = group_lag(&[queue("a", 0, 10, Some(5))], &[], 3_000);
-        metrics.set_group_lag("qb", "g", &only_a, Progress::Moving);
+        metrics.set_group_lag(&billing("ns"), &only_a, Progress::Ok, Some(false));
         let text = metrics.encode();
         assert!(text.contains(
-            r#"rocketmq_consumer_lag_messages{cluster="qb",consumer_group="g",topic="a"} 5"#
+            r#"rocketmq_consumer_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="a"} 5"#
         ));
         assert!(!text.contains(r#"topic="b""#), "{text}");
-        metrics.forget_group("qb", "g");
+        metrics.forget_group(&billing("ns"));
         let text = metrics.encode();
-        assert!(!text.contains(r#"consumer_group="g""#), "{text}");
+        assert!(!text.contains(r#"consumer_group="billing""#), "{text}");
+    }
+
+    #[test]
+    fn same_named_groups_in_two_namespaces_keep_their_own_series() {
+        let metrics = Metrics::default();
+        let lag_of = |committed| group_lag(&[queue("orders", 0, 10, Some(committed))], &[], 3_000);
+        metrics.set_group_lag(&billing("team-a"), &lag_of(4), Progress::Ok, Some(false));
+        metrics.set_group_lag(&billing("team-b"), &lag_of(9), Progress::Ok, Some(false));
+        let text = metrics.encode();
+        for expected in [
+            r#"rocketmq_consumer_lag_messages{namespace="team-a",cluster="qb",consumer_group="billing",topic="orders"} 6"#,
+            r#"rocketmq_consumer_lag_messages{namespace="team-b",cluster="qb",consumer_group="billing",topic="orders"} 1"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        metrics.forget_group(&billing("team-a"));
+        let text = metrics.encode();
+        assert!(!text.contains(r#"namespace="team-a""#), "{text}");
+        assert!(
+            text.contains(r#"rocketmq_consumer_lag_messages{namespace="team-b",cluster="qb",consumer_group="billing",topic="orders"} 1"#),
+            "deleting one group keeps the other's series:\n{text}"
+        );
+    }
+
+    #[test]
+    fn a_failed_poll_drops_the_lag_and_says_so() {
+        let metrics = Metrics::default();
+        let lag = group_lag(&[queue("orders", 0, 10, Some(4))], &[], 3_000);
+        metrics.set_group_lag(&billing("ns"), &lag, Progress::Ok, Some(false));
+        metrics.lag_unknown(&billing("ns"));
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 0"#
+            ),
+            "{text}"
+        );
+        for gone in [
+            "rocketmq_consumer_lag_messages{",
+            "rocketmq_consumer_lag_latency{",
+            "quiver_consumer_queue_lag_messages{",
+            "quiver_consumer_group_stalled{",
+            "quiver_consumer_group_status{",
+        ] {
+            assert!(!text.contains(gone), "{gone} still exported:\n{text}");
+        }
+        metrics.set_group_lag(&billing("ns"), &lag, Progress::Ok, Some(false));
+        assert!(metrics.encode().contains(
+            r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 1"#
+        ));
+    }
+
+    /// What the operator exports for the real-Prometheus e2e (e2e/prometheus serves this file as
+    /// the operator's /metrics): two same-named groups in two namespaces, and a third whose poll
+    /// failed.
+    fn e2e_exposition() -> String {
+        let metrics = Metrics::default();
+        let lag_of =
+            |committed| group_lag(&[queue("orders", 0, 5_000, Some(committed))], &[], 3_000);
+        let warning = Progress::Warning {
+            since_ms: 0,
+            from: 10,
+        };
+        metrics.set_group_lag(
+            &billing("team-a"),
+            &lag_of(4_990),
+            Progress::Ok,
+            Some(false),
+        );
+        metrics.set_group_lag(&billing("team-b"), &lag_of(2_000), warning, Some(false));
+        let unknown = GroupLabels::new("team-c", "qb", "audit");
+        metrics.set_group_lag(&unknown, &lag_of(10), Progress::Ok, Some(false));
+        metrics.lag_unknown(&unknown);
+        metrics.encode()
+    }
+
+    /// `text` with each family's samples sorted: a family's order is a hash map's.
+    fn sorted_samples(text: &str) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let mut samples: Vec<&str> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') {
+                samples.sort_unstable();
+                out.extend(samples.drain(..).map(str::to_string));
+                out.push(line.to_string());
+            } else {
+                samples.push(line);
+            }
+        }
+        samples.sort_unstable();
+        out.extend(samples.into_iter().map(str::to_string));
+        out.join("\n") + "\n"
+    }
+
+    #[test]
+    fn the_e2e_exposition_is_what_the_operator_exports() {
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../e2e/prometheus/operator-metrics.txt");
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        let exported = sorted_samples(&e2e_exposition());
+        if std::env::var_os("QUIVER_REGENERATE").is_some() {
+            std::fs::write(&path, &exported).expect("write the e2e exposition");
+            return;
+        }
+        assert!(
+            committed == exported,
+            "{} differs from Metrics: rerun with QUIVER_REGENERATE=1",
+            path.display()
+        );
     }
 }

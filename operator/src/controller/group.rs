@@ -1,15 +1,20 @@
 //! ConsumerGroup reconciler: ensure the group on its brokers, apply offset resets once,
-//! collect lag on every pass (requeued at the lag interval), clean up on delete.
+//! poll lag once per lag interval and judge the group's progress over a wall-clock window,
+//! surface every failure, clean up on delete.
+//!
+//! Status is written only when something in it changed, and a poll runs at most once per lag
+//! interval: a lagging group costs one status write per interval, a quiet one none.
 
-use super::conditions::{self, Desired};
-use super::{object_key, patch_status, publish, Context, Error};
+use super::conditions::{self, Desired, Status};
+use super::{object_key, publish, write_status_if_changed, Context, Error};
 use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
-    OffsetResetTarget, QueueLagStatus, TopicLagStatus,
+    LagThresholds, LagWindowStatus, OffsetResetTarget, QueueLagStatus, TopicLagStatus,
 };
 use crate::desired;
-use crate::lag::{group_lag, GroupLag, Progress};
+use crate::lag::{group_lag, GroupLag, LagWindow, Progress, Sample};
+use crate::metrics::GroupLabels;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -22,12 +27,22 @@ use tracing::instrument;
 
 /// Finalizer that removes the group from its brokers before the resource goes away.
 pub const FINALIZER: &str = "quiver.io/consumer-group-cleanup";
-/// Polls with lag and no commit before Stalled, when the spec does not say.
-pub const DEFAULT_STALLED_POLLS: u32 = 3;
+/// Window the progress is judged over, when the spec does not say.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
 /// Queues listed in `status.topQueues`.
 pub const TOP_QUEUES: usize = 10;
 /// Requeue delay while the referenced Broker does not exist.
 pub const MISSING_BROKER_REQUEUE: Duration = Duration::from_secs(30);
+
+/// When a group was last polled, so a reconcile woken early (a status write, a resync) waits
+/// for the interval instead of polling again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastPoll {
+    /// Time of the poll, ms since the epoch.
+    pub polled_at_ms: i64,
+    /// The generation it polled for: a new spec is acted on at once.
+    pub generation: Option<i64>,
+}
 
 /// Entry point of the ConsumerGroup controller.
 pub async fn reconcile(group: Arc<ConsumerGroup>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -68,42 +83,113 @@ fn broker_addresses(broker: &Broker) -> Vec<BrokerAddr> {
         .collect()
 }
 
+fn series_of(group: &ConsumerGroup, namespace: &str) -> GroupLabels {
+    GroupLabels::new(namespace, &group.spec.broker_ref, &group.name_any())
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
 #[instrument(skip(group, ctx), fields(group = %group.name_any()))]
 async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
-    let name = group.name_any();
-    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
-    let previous = group.status.clone().unwrap_or_default();
     let now_ms = (ctx.clock)();
-    let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    if let Some(wait) = poll_not_due(ctx, group, now_ms) {
+        return Ok(Action::requeue(wait));
+    }
+    let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
     let broker_ref = &group.spec.broker_ref;
-
-    let Some(broker) = brokers
-        .get_opt(broker_ref)
-        .await
-        .map_err(Error::kube(format!("reading Broker {broker_ref}")))?
-    else {
-        let conditions = conditions::merge(
-            &previous.conditions,
-            &[Desired::new(
-                "Ready",
-                false,
-                "BrokerNotFound",
-                format!("Broker {broker_ref} does not exist"),
-            )],
-            group.metadata.generation,
-            now,
-        );
-        let status = ConsumerGroupStatus {
-            observed_generation: group.metadata.generation,
-            conditions,
-            ..previous
-        };
-        patch_status(&groups, &name, &status).await?;
-        return Ok(Action::requeue(MISSING_BROKER_REQUEUE));
+    let polled = match brokers.get_opt(broker_ref).await {
+        Ok(Some(broker)) => poll(group, &broker, ctx, now_ms).await,
+        Ok(None) => return broker_missing(group, namespace, ctx, now_ms).await,
+        Err(source) => Err(Error::Kube {
+            action: format!("reading Broker {broker_ref}"),
+            source,
+        }),
     };
-    let addresses = broker_addresses(&broker);
+    match polled {
+        Ok(poll) => record_poll(group, namespace, ctx, poll, now_ms).await,
+        Err(error) => {
+            record_failure(group, namespace, ctx, &error, now_ms).await;
+            Err(error)
+        }
+    }
+}
 
+/// Time left before the next poll is due; `None` when due (first poll, new spec, interval up).
+fn poll_not_due(ctx: &Context, group: &ConsumerGroup, now_ms: i64) -> Option<Duration> {
+    let polls = ctx.lag_polls.lock().expect("lag polls lock poisoned");
+    let last = polls.get(&object_key(group))?;
+    if last.generation != group.metadata.generation {
+        return None;
+    }
+    let elapsed = Duration::from_millis(u64::try_from(now_ms - last.polled_at_ms).ok()?);
+    ctx.lag_interval
+        .checked_sub(elapsed)
+        .filter(|wait| !wait.is_zero())
+}
+
+/// What one poll of the group's brokers found.
+struct Poll {
+    lag: GroupLag,
+    members: usize,
+    brokers: usize,
+    unanswered: Unanswered,
+    applied_offset_reset: Option<AppliedOffsetReset>,
+}
+
+/// Ensures the group on the brokers, applies a pending offset reset and reads the lag.
+async fn poll(
+    group: &ConsumerGroup,
+    broker: &Broker,
+    ctx: &Context,
+    now_ms: i64,
+) -> Result<Poll, Error> {
+    let addresses = broker_addresses(broker);
+    let mut unanswered = Unanswered::default();
+    ensure_group(group, &addresses, &mut unanswered, ctx).await?;
+    unanswered.fail_if_none_answered(addresses.len())?;
+    // Members heartbeat to every broker: the union is the group's membership.
+    let mut members = BTreeSet::new();
+    for addr in unanswered.answering(&addresses) {
+        let connected = ctx.admin.members(&addr, &group.name_any()).await;
+        if let Some(connected) = unanswered.check(&addr, "listing live members", connected)? {
+            members.extend(connected);
+        }
+    }
+    let applied_offset_reset =
+        apply_offset_reset(group, &addresses, &unanswered, ctx, now_ms).await?;
+    let mut stats = Vec::with_capacity(addresses.len());
+    for addr in unanswered.answering(&addresses) {
+        let broker_stats = ctx.admin.consume_stats(&addr, &group.name_any()).await;
+        if let Some(broker_stats) =
+            unanswered.check(&addr, "reading consume stats", broker_stats)?
+        {
+            stats.extend(broker_stats.queues);
+        }
+    }
+    let answering = unanswered.answering(&addresses);
+    stats.extend(uncommitted_topics(group, &stats, &answering, &mut unanswered, ctx).await?);
+    unanswered.fail_if_none_answered(addresses.len())?;
+    Ok(Poll {
+        lag: group_lag(&stats, &group.spec.topics, now_ms),
+        members: members.len(),
+        brokers: addresses.len(),
+        unanswered,
+        applied_offset_reset,
+    })
+}
+
+/// Upserts the group where needed. Upserting persists the broker's group table: only for a new
+/// spec or a broker that lacks the group (new, or its store was replaced), not on every poll.
+async fn ensure_group(
+    group: &ConsumerGroup,
+    addresses: &[BrokerAddr],
+    unanswered: &mut Unanswered,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let name = group.name_any();
+    let previous = group.status.clone().unwrap_or_default();
     let subscription = SubscriptionGroup {
         group: name.clone(),
         consume_enable: group.spec.consume_enable,
@@ -114,13 +200,10 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
         retry_queue_nums: 1,
         max_reconsume_times: group.spec.max_reconsume_times,
     };
-    // Upserting persists the broker's group table: do it only for a new spec or a broker that
-    // lacks the group (new, or its store was replaced), not on every lag poll.
     let spec_applied = previous.observed_generation.is_some()
         && previous.observed_generation == group.metadata.generation
         && conditions::is_true(&previous.conditions, "Ready");
-    let mut unanswered = Unanswered::default();
-    for addr in &addresses {
+    for addr in addresses {
         let present = if spec_applied {
             let listed = ctx.admin.groups(addr).await;
             match unanswered.check(addr, "listing subscription groups", listed)? {
@@ -135,131 +218,344 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             unanswered.check(addr, "creating the subscription group", upserted)?;
         }
     }
-    unanswered.fail_if_none_answered(addresses.len())?;
+    Ok(())
+}
 
-    // Members heartbeat to every broker: the union is the group's membership.
-    let mut members = BTreeSet::new();
-    for addr in unanswered.answering(&addresses) {
-        let connected = ctx.admin.members(&addr, &name).await;
-        if let Some(connected) = unanswered.check(&addr, "listing live members", connected)? {
-            members.extend(connected);
-        }
-    }
-
-    let mut applied_offset_reset = previous.applied_offset_reset.clone();
-    if let Some(reset) = &group.spec.offset_reset {
-        let already_applied = applied_offset_reset
-            .as_ref()
-            .is_some_and(|applied| applied.id == reset.id);
-        // A reset goes to every broker or waits: half-applied, it would look done.
-        if !already_applied && !unanswered.is_empty() {
-            tracing::info!(reset = %reset.id, "offset reset waits until every broker answers");
-        }
-        if !already_applied && unanswered.is_empty() {
-            let target = match reset.to {
-                OffsetResetTarget::Earliest => ResetTarget::Earliest,
-                OffsetResetTarget::Latest => ResetTarget::Latest,
-                OffsetResetTarget::Timestamp => {
-                    ResetTarget::Timestamp(reset.timestamp_millis.unwrap_or(0))
-                }
-            };
-            for addr in &addresses {
-                for topic in &group.spec.topics {
-                    ctx.admin
-                        .reset_offsets(addr, &name, topic, target)
-                        .await
-                        .map_err(Error::admin("resetting offsets"))?;
-                }
-            }
-            applied_offset_reset = Some(AppliedOffsetReset {
-                id: reset.id.clone(),
-                to: reset.to,
-                applied_at: now.to_string(),
-            });
-            let note = format!(
-                "offsets of {} reset to {:?} (request {})",
-                group.spec.topics.join(", "),
-                reset.to,
-                reset.id
-            );
-            publish(
-                ctx,
-                group,
-                EventType::Normal,
-                "OffsetsReset",
-                "OffsetsReset",
-                &note,
-            )
-            .await;
-        }
-    }
-
-    let mut stats = Vec::with_capacity(addresses.len());
-    for addr in unanswered.answering(&addresses) {
-        let broker_stats = ctx.admin.consume_stats(&addr, &name).await;
-        if let Some(broker_stats) =
-            unanswered.check(&addr, "reading consume stats", broker_stats)?
-        {
-            stats.extend(broker_stats.queues);
-        }
-    }
-    let answering = unanswered.answering(&addresses);
-    stats.extend(uncommitted_topics(group, &stats, &answering, &mut unanswered, ctx).await?);
-    unanswered.fail_if_none_answered(addresses.len())?;
-    let lag = group_lag(&stats, &group.spec.topics, now_ms);
-    let thresholds = group.spec.lag_thresholds.clone().unwrap_or_default();
-    let (progress, last_commit_ms) = {
-        let mut trackers = ctx
-            .stall_trackers
-            .lock()
-            .expect("stall tracker lock poisoned");
-        let tracker = trackers.entry(object_key(group)).or_default();
-        let progress = tracker.observe(
-            &lag,
-            thresholds.stalled_polls.unwrap_or(DEFAULT_STALLED_POLLS),
-            now_ms,
-        );
-        (progress, tracker.last_commit_ms())
+/// Applies `spec.offsetReset` once per id, on every broker or not at all (half-applied, it
+/// would look done); the record of the last reset applied.
+async fn apply_offset_reset(
+    group: &ConsumerGroup,
+    addresses: &[BrokerAddr],
+    unanswered: &Unanswered,
+    ctx: &Context,
+    now_ms: i64,
+) -> Result<Option<AppliedOffsetReset>, Error> {
+    let applied = group
+        .status
+        .as_ref()
+        .and_then(|status| status.applied_offset_reset.clone());
+    let Some(reset) = &group.spec.offset_reset else {
+        return Ok(applied);
     };
-    ctx.metrics.set_group_lag(broker_ref, &name, &lag, progress);
+    if applied
+        .as_ref()
+        .is_some_and(|applied| applied.id == reset.id)
+    {
+        return Ok(applied);
+    }
+    if !unanswered.is_empty() {
+        tracing::info!(reset = %reset.id, "offset reset waits until every broker answers");
+        return Ok(applied);
+    }
+    let target = match reset.to {
+        OffsetResetTarget::Earliest => ResetTarget::Earliest,
+        OffsetResetTarget::Latest => ResetTarget::Latest,
+        OffsetResetTarget::Timestamp => ResetTarget::Timestamp(reset.timestamp_millis.unwrap_or(0)),
+    };
+    for addr in addresses {
+        for topic in &group.spec.topics {
+            ctx.admin
+                .reset_offsets(addr, &group.name_any(), topic, target)
+                .await
+                .map_err(Error::admin("resetting offsets"))?;
+        }
+    }
+    let note = format!(
+        "offsets of {} reset to {:?} (request {})",
+        group.spec.topics.join(", "),
+        reset.to,
+        reset.id
+    );
+    publish(
+        ctx,
+        group,
+        EventType::Normal,
+        "OffsetsReset",
+        "OffsetsReset",
+        &note,
+    )
+    .await;
+    Ok(Some(AppliedOffsetReset {
+        id: reset.id.clone(),
+        to: reset.to,
+        applied_at: timestamp(now_ms).to_string(),
+    }))
+}
 
+/// The wall-clock window of the judgement: `windowSeconds`, or the deprecated `stalledPolls`
+/// read as that many lag intervals, or [`DEFAULT_WINDOW`].
+pub fn judgement_window(thresholds: &LagThresholds, lag_interval: Duration) -> Duration {
+    match (thresholds.window_seconds, thresholds.stalled_polls) {
+        (Some(seconds), _) => Duration::from_secs(seconds),
+        (None, Some(polls)) => lag_interval.saturating_mul(polls.max(1)),
+        (None, None) => DEFAULT_WINDOW,
+    }
+}
+
+/// The judgement of a successful poll, and why there is none when there is none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Judged {
+    progress: Progress,
+    /// Since when lag waited with no commit, once that lasted the whole window (members or not).
+    stalled_since_ms: Option<i64>,
+    unknown_reason: &'static str,
+    window: Duration,
+}
+
+impl Judged {
+    /// Whether the group is stalled; `None` when not judged.
+    fn stalled(&self) -> Option<bool> {
+        (self.progress != Progress::Unknown).then_some(self.stalled_since_ms.is_some())
+    }
+}
+
+/// Feeds a complete poll into the window (a poll with silent brokers or no commit would
+/// distort it) and judges; the window is the one persisted in status, so a new leader goes on.
+fn judge(
+    previous: &ConsumerGroupStatus,
+    poll: &Poll,
+    window: Duration,
+    now_ms: i64,
+) -> (Option<LagWindow>, Judged) {
+    let remembered = window_from_status(previous);
+    let sample = Sample::of(&poll.lag, now_ms);
+    let unknown = |reason| Judged {
+        progress: Progress::Unknown,
+        stalled_since_ms: None,
+        unknown_reason: reason,
+        window,
+    };
+    match sample {
+        None => (remembered, unknown("LagUnknown")),
+        Some(_) if !poll.unanswered.is_empty() => (remembered, unknown("BrokersUnanswered")),
+        Some(sample) => {
+            let observed = LagWindow::observe(remembered.as_ref(), sample);
+            let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+            let judged = Judged {
+                progress: observed.judge(now_ms, window_ms, poll.members),
+                stalled_since_ms: observed.stalled_since(now_ms, window_ms),
+                unknown_reason: "",
+                window,
+            };
+            (Some(observed), judged)
+        }
+    }
+}
+
+/// Writes what a successful poll found (status only if changed), its metrics and events.
+async fn record_poll(
+    group: &ConsumerGroup,
+    namespace: &str,
+    ctx: &Context,
+    poll: Poll,
+    now_ms: i64,
+) -> Result<Action, Error> {
+    let previous = group.status.clone().unwrap_or_default();
+    let thresholds = group.spec.lag_thresholds.clone().unwrap_or_default();
+    let window = judgement_window(&thresholds, ctx.lag_interval);
+    let (lag_window, judged) = judge(&previous, &poll, window, now_ms);
+    ctx.metrics.set_group_lag(
+        &series_of(group, namespace),
+        &poll.lag,
+        judged.progress,
+        judged.stalled(),
+    );
+    let desired = lag_conditions(&poll, &judged, &thresholds);
+    publish_progress_change(ctx, group, &previous.conditions, &desired).await;
+    let lag = &poll.lag;
     let status = ConsumerGroupStatus {
         observed_generation: group.metadata.generation,
         total_lag: lag.total_messages(),
         lag_seconds: lag.max_latency_ms().map(|ms| ms as f64 / 1000.0),
-        topics: topic_statuses(&lag),
-        top_queues: lag
-            .top_queues(TOP_QUEUES)
-            .into_iter()
-            .map(|(key, lag)| QueueLagStatus {
-                topic: key.topic.clone(),
-                broker: key.broker.clone(),
-                queue_id: key.queue_id,
-                lag,
-            })
-            .collect(),
+        topics: topic_statuses(lag),
+        top_queues: top_queues(lag),
         conditions: conditions::merge(
             &previous.conditions,
-            &lag_conditions(
-                &lag,
-                progress,
-                &thresholds,
-                addresses.len(),
-                members.len(),
-                &unanswered.note(addresses.len()),
-            ),
+            &desired,
             group.metadata.generation,
-            now,
+            timestamp(now_ms),
         ),
-        applied_offset_reset,
-        last_commit_time: last_commit_ms
-            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
-            .map(|time| time.to_string())
-            .or(previous.last_commit_time),
-        members: Some(u32::try_from(members.len()).unwrap_or(u32::MAX)),
+        applied_offset_reset: poll.applied_offset_reset,
+        last_commit_time: lag_window
+            .and_then(|window| window.last_commit_ms)
+            .map(|ms| timestamp(ms).to_string())
+            .or(previous.last_commit_time.clone()),
+        members: Some(u32::try_from(poll.members).unwrap_or(u32::MAX)),
+        lag_window: lag_window.map(|window| window_status(&window)),
     };
-    patch_status(&groups, &name, &status).await?;
+    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await?;
+    ctx.lag_polls
+        .lock()
+        .expect("lag polls lock poisoned")
+        .insert(
+            object_key(group),
+            LastPoll {
+                polled_at_ms: now_ms,
+                generation: group.metadata.generation,
+            },
+        );
     Ok(Action::requeue(ctx.lag_interval))
+}
+
+/// A Warning event when the group enters FallingBehind, Stalled or Stopped.
+async fn publish_progress_change(
+    ctx: &Context,
+    group: &ConsumerGroup,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    desired: &[Desired],
+) {
+    let Some(consuming) = desired.iter().find(|c| c.type_ == "Consuming") else {
+        return;
+    };
+    let was = previous
+        .iter()
+        .find(|condition| condition.type_ == "Consuming")
+        .map(|condition| condition.reason.as_str());
+    let alarming = matches!(consuming.reason, "FallingBehind" | "Stalled" | "Stopped");
+    if alarming && was != Some(consuming.reason) {
+        let reason = consuming.reason;
+        publish(
+            ctx,
+            group,
+            EventType::Warning,
+            reason,
+            reason,
+            &consuming.message,
+        )
+        .await;
+    }
+}
+
+/// The Broker does not exist: nothing to poll. Said in status, as a Warning event and by the
+/// metrics, then retried later (not an error: the user has to create the Broker).
+async fn broker_missing(
+    group: &ConsumerGroup,
+    namespace: &str,
+    ctx: &Context,
+    now_ms: i64,
+) -> Result<Action, Error> {
+    let message = format!("Broker {} does not exist", group.spec.broker_ref);
+    forget_last_poll(ctx, group);
+    ctx.metrics.lag_unknown(&series_of(group, namespace));
+    publish(
+        ctx,
+        group,
+        EventType::Warning,
+        "BrokerNotFound",
+        "PollingLag",
+        &message,
+    )
+    .await;
+    let status = lag_unknown_status(group, "BrokerNotFound", &message, now_ms);
+    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await?;
+    Ok(Action::requeue(MISSING_BROKER_REQUEUE))
+}
+
+/// A failed poll, made visible: conditions with the cause, a Warning event, lag series dropped
+/// and `quiver_lag_poll_success` 0. Best effort: the poll's error is what the caller returns.
+async fn record_failure(
+    group: &ConsumerGroup,
+    namespace: &str,
+    ctx: &Context,
+    error: &Error,
+    now_ms: i64,
+) {
+    let message = format!("lag poll failed: {}", with_causes(error));
+    // The retry, on the error's backoff, must poll rather than wait for the interval.
+    forget_last_poll(ctx, group);
+    ctx.metrics.lag_unknown(&series_of(group, namespace));
+    publish(
+        ctx,
+        group,
+        EventType::Warning,
+        "PollFailed",
+        "PollingLag",
+        &message,
+    )
+    .await;
+    let status = lag_unknown_status(group, "PollFailed", &message, now_ms);
+    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    if let Err(write_error) =
+        write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await
+    {
+        tracing::warn!(error = %write_error, "could not write the poll failure to status");
+    }
+}
+
+/// `error` and its sources, outermost first, each said once: what the condition shows.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Status when the lag cannot be known: lag figures cleared (unknown, not stale), every
+/// condition saying why; the window and last commit kept for the next poll.
+fn lag_unknown_status(
+    group: &ConsumerGroup,
+    reason: &'static str,
+    message: &str,
+    now_ms: i64,
+) -> ConsumerGroupStatus {
+    let previous = group.status.clone().unwrap_or_default();
+    let unknown = |type_| Desired::new(type_, Status::Unknown, reason, message);
+    let desired = [
+        Desired::new("Ready", false, reason, message),
+        unknown("Lagging"),
+        unknown("Consuming"),
+        unknown("Stalled"),
+    ];
+    ConsumerGroupStatus {
+        conditions: conditions::merge(
+            &previous.conditions,
+            &desired,
+            group.metadata.generation,
+            timestamp(now_ms),
+        ),
+        total_lag: None,
+        lag_seconds: None,
+        topics: Vec::new(),
+        top_queues: Vec::new(),
+        members: None,
+        ..previous
+    }
+}
+
+fn window_status(window: &LagWindow) -> LagWindowStatus {
+    LagWindowStatus {
+        committed_offsets: window.committed,
+        lag: window.lag,
+        stuck_since: window.stuck_since_ms.map(|ms| timestamp(ms).to_string()),
+        growing_since: timestamp(window.growing_since_ms).to_string(),
+        growing_from: window.growing_from,
+    }
+}
+
+/// The window a previous leader (or this one) persisted; `None` when absent or unreadable.
+fn window_from_status(status: &ConsumerGroupStatus) -> Option<LagWindow> {
+    let millis = |text: &str| text.parse::<Timestamp>().ok().map(|t| t.as_millisecond());
+    let persisted = status.lag_window.as_ref()?;
+    let stuck_since_ms = match &persisted.stuck_since {
+        Some(text) => Some(millis(text)?),
+        None => None,
+    };
+    Some(LagWindow {
+        committed: persisted.committed_offsets,
+        lag: persisted.lag,
+        last_commit_ms: status.last_commit_time.as_deref().and_then(millis),
+        stuck_since_ms,
+        growing_since_ms: millis(&persisted.growing_since)?,
+        growing_from: persisted.growing_from,
+    })
 }
 
 /// Queues of spec topics the group never committed on (the broker's consume stats list only
@@ -402,39 +698,56 @@ fn topic_statuses(lag: &GroupLag) -> Vec<TopicLagStatus> {
         .collect()
 }
 
-fn lag_conditions(
-    lag: &GroupLag,
-    progress: Progress,
-    thresholds: &crate::crd::LagThresholds,
-    brokers: usize,
-    members: usize,
-    unanswered_note: &str,
-) -> Vec<Desired> {
-    let total = lag.total_messages();
-    let latency_ms = lag.max_latency_ms();
+fn top_queues(lag: &GroupLag) -> Vec<QueueLagStatus> {
+    lag.top_queues(TOP_QUEUES)
+        .into_iter()
+        .map(|(key, lag)| QueueLagStatus {
+            topic: key.topic.clone(),
+            broker: key.broker.clone(),
+            queue_id: key.queue_id,
+            lag,
+        })
+        .collect()
+}
+
+/// "10m" or "90s": how condition messages name the window.
+fn window_text(window: Duration) -> String {
+    match window.as_secs() {
+        seconds if seconds % 60 == 0 => format!("{}m", seconds / 60),
+        seconds => format!("{seconds}s"),
+    }
+}
+
+fn time_text(ms: i64) -> String {
+    timestamp(ms).to_string()
+}
+
+fn lag_conditions(poll: &Poll, judged: &Judged, thresholds: &LagThresholds) -> Vec<Desired> {
+    let note = poll.unanswered.note(poll.brokers);
+    let total = poll.lag.total_messages();
+    let latency_ms = poll.lag.max_latency_ms();
     let over_messages =
         matches!((total, thresholds.messages), (Some(total), Some(limit)) if total > limit);
     let over_seconds = matches!((latency_ms, thresholds.seconds), (Some(ms), Some(limit)) if ms > limit.saturating_mul(1000));
     let lagging = over_messages || over_seconds;
     let lag_message = match total {
         Some(total) => format!(
-            "{total} messages behind, {:.1}s{unanswered_note}",
+            "{total} messages behind, {:.1}s{note}",
             latency_ms.unwrap_or(0) as f64 / 1000.0
         ),
-        None => format!("nothing committed yet: lag unknown{unanswered_note}"),
+        None => format!("nothing committed yet: lag unknown{note}"),
     };
-    let stalled_message = match progress {
-        Progress::Stalled { unmoved_polls } => {
-            format!("lag > 0 and no commit for {unmoved_polls} polls")
-        }
-        Progress::Moving => "committed offsets move or nothing is pending".to_string(),
-    };
+    let consuming = consuming_condition(total.unwrap_or(0), judged, &note);
+    let stalled = stalled_condition(total.unwrap_or(0), judged, &consuming);
     vec![
         Desired::new(
             "Ready",
             true,
             "GroupConfigured",
-            format!("group present on {brokers} brokers; {members} live members{unanswered_note}"),
+            format!(
+                "group present on {} brokers; {} live members{note}",
+                poll.brokers, poll.members
+            ),
         ),
         Desired::new(
             "Lagging",
@@ -446,17 +759,87 @@ fn lag_conditions(
             },
             lag_message,
         ),
-        Desired::new(
-            "Stalled",
-            matches!(progress, Progress::Stalled { .. }),
-            if matches!(progress, Progress::Stalled { .. }) {
-                "CommitsNotMoving"
-            } else {
-                "Progressing"
-            },
-            stalled_message,
-        ),
+        consuming,
+        stalled,
     ]
+}
+
+/// The Stalled condition: lag waited with no commit for the whole window, whether or not
+/// consumers are connected (Consuming says Stopped first when none are).
+fn stalled_condition(lag: u64, judged: &Judged, consuming: &Desired) -> Desired {
+    let window = window_text(judged.window);
+    match (judged.progress, judged.stalled_since_ms) {
+        (Progress::Unknown, _) => Desired::new(
+            "Stalled",
+            Status::Unknown,
+            judged.unknown_reason,
+            consuming.message.clone(),
+        ),
+        (_, Some(since_ms)) => Desired::new(
+            "Stalled",
+            true,
+            "CommitsNotMoving",
+            format!(
+                "{lag} messages waiting and no commit since {} (window {window})",
+                time_text(since_ms)
+            ),
+        ),
+        (_, None) => Desired::new(
+            "Stalled",
+            false,
+            "Progressing",
+            format!("messages have not waited {window} without a commit"),
+        ),
+    }
+}
+
+/// The Consuming condition: the judged progress, its reason and what it is based on.
+fn consuming_condition(lag: u64, judged: &Judged, note: &str) -> Desired {
+    let window = window_text(judged.window);
+    let (status, reason, message) = match judged.progress {
+        Progress::Unknown if judged.unknown_reason == "LagUnknown" => (
+            Status::Unknown,
+            "LagUnknown",
+            format!("nothing committed yet: progress unknown{note}"),
+        ),
+        Progress::Unknown => (
+            Status::Unknown,
+            judged.unknown_reason,
+            format!("progress is judged on polls every broker answers{note}"),
+        ),
+        Progress::Ok if lag == 0 => (
+            Status::True,
+            "CaughtUp",
+            "no messages waiting".to_string(),
+        ),
+        Progress::Ok => (
+            Status::True,
+            "Progressing",
+            format!("{lag} messages waiting; neither stalled nor falling behind over {window}"),
+        ),
+        Progress::Warning { since_ms, from } => (
+            Status::True,
+            "FallingBehind",
+            format!(
+                "lag has not gone down since {} and rose from {from} to {lag} messages while commits move (window {window})",
+                time_text(since_ms)
+            ),
+        ),
+        Progress::Stalled { since_ms } => (
+            Status::False,
+            "Stalled",
+            format!(
+                "{lag} messages waiting and no commit since {} (window {window})",
+                time_text(since_ms)
+            ),
+        ),
+        Progress::Stopped => (
+            Status::False,
+            "Stopped",
+            format!("{lag} messages waiting and no consumer connected"),
+        ),
+    };
+    Desired::new("Consuming", status, reason, message)
 }
 
 #[instrument(skip(group, ctx), fields(group = %group.name_any()))]
@@ -488,21 +871,24 @@ async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Resul
             .await;
         }
     }
-    ctx.metrics.forget_group(&group.spec.broker_ref, &name);
-    ctx.stall_trackers
-        .lock()
-        .expect("stall tracker lock poisoned")
-        .remove(&object_key(group));
+    ctx.metrics.forget_group(&series_of(group, namespace));
+    forget_last_poll(ctx, group);
     Ok(Action::await_change())
+}
+
+fn forget_last_poll(ctx: &Context, group: &ConsumerGroup) {
+    ctx.lag_polls
+        .lock()
+        .expect("lag polls lock poisoned")
+        .remove(&object_key(group));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::admin::QueueOffset;
-    use crate::crd::LagThresholds;
 
-    fn lag_of(messages: u64, latency_ms: i64) -> GroupLag {
+    fn poll_of(messages: u64, latency_ms: i64) -> Poll {
         let queue = QueueConsumeStats {
             topic: "orders".into(),
             broker_name: "qb-0".into(),
@@ -511,15 +897,38 @@ mod tests {
             consumer_offset: Some(QueueOffset(100 - messages)),
             oldest_unconsumed_store_ms: Some(10_000 - latency_ms),
         };
-        group_lag(&[queue], &[], 10_000)
+        Poll {
+            lag: group_lag(&[queue], &[], 10_000),
+            members: 1,
+            brokers: 1,
+            unanswered: Unanswered::default(),
+            applied_offset_reset: None,
+        }
+    }
+
+    fn judged(progress: Progress) -> Judged {
+        let stalled_since_ms = match progress {
+            Progress::Stalled { since_ms } => Some(since_ms),
+            _ => None,
+        };
+        Judged {
+            progress,
+            stalled_since_ms,
+            unknown_reason: "LagUnknown",
+            window: DEFAULT_WINDOW,
+        }
+    }
+
+    fn found<'a>(conditions: &'a [Desired], type_: &str) -> &'a Desired {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_}"))
     }
 
     fn lagging(conditions: &[Desired]) -> (bool, &'static str) {
-        let found = conditions
-            .iter()
-            .find(|c| c.type_ == "Lagging")
-            .expect("Lagging");
-        (found.status == conditions::Status::True, found.reason)
+        let found = found(conditions, "Lagging");
+        (found.status == Status::True, found.reason)
     }
 
     #[test]
@@ -527,32 +936,156 @@ mod tests {
         let thresholds = LagThresholds {
             messages: Some(50),
             seconds: Some(3),
-            stalled_polls: None,
+            ..LagThresholds::default()
         };
-        let calm = lag_conditions(&lag_of(10, 1_000), Progress::Moving, &thresholds, 1, 0, "");
+        let ok = judged(Progress::Ok);
+        let calm = lag_conditions(&poll_of(10, 1_000), &ok, &thresholds);
         assert_eq!(lagging(&calm), (false, "WithinThresholds"));
-        let many = lag_conditions(&lag_of(60, 1_000), Progress::Moving, &thresholds, 1, 0, "");
+        let many = lag_conditions(&poll_of(60, 1_000), &ok, &thresholds);
         assert_eq!(lagging(&many), (true, "ThresholdExceeded"));
-        let old = lag_conditions(&lag_of(10, 4_000), Progress::Moving, &thresholds, 1, 0, "");
+        let old = lag_conditions(&poll_of(10, 4_000), &ok, &thresholds);
         assert_eq!(lagging(&old), (true, "ThresholdExceeded"));
     }
 
     #[test]
-    fn no_thresholds_never_lagging_and_stall_is_reported() {
-        let conditions = lag_conditions(
-            &lag_of(90, 60_000),
-            Progress::Stalled { unmoved_polls: 4 },
+    fn each_judgement_has_its_consuming_and_stalled_conditions() {
+        let cases = [
+            (
+                Progress::Ok,
+                0,
+                ("True", "CaughtUp"),
+                ("False", "Progressing"),
+            ),
+            (
+                Progress::Ok,
+                9,
+                ("True", "Progressing"),
+                ("False", "Progressing"),
+            ),
+            (
+                Progress::Warning {
+                    since_ms: 0,
+                    from: 1,
+                },
+                9,
+                ("True", "FallingBehind"),
+                ("False", "Progressing"),
+            ),
+            (
+                Progress::Stalled { since_ms: 0 },
+                9,
+                ("False", "Stalled"),
+                ("True", "CommitsNotMoving"),
+            ),
+            (
+                Progress::Stopped,
+                9,
+                ("False", "Stopped"),
+                ("False", "Progressing"),
+            ),
+            (
+                Progress::Unknown,
+                9,
+                ("Unknown", "LagUnknown"),
+                ("Unknown", "LagUnknown"),
+            ),
+        ];
+        for (progress, lag, consuming, stalled) in cases {
+            let conditions = lag_conditions(
+                &poll_of(lag, 1_000),
+                &judged(progress),
+                &LagThresholds::default(),
+            );
+            let pair = |type_| {
+                let c = found(&conditions, type_);
+                (c.status.as_str(), c.reason)
+            };
+            assert_eq!(pair("Consuming"), consuming, "{progress:?}");
+            assert_eq!(pair("Stalled"), stalled, "{progress:?}");
+        }
+        let stalled = lag_conditions(
+            &poll_of(9, 1_000),
+            &judged(Progress::Stalled { since_ms: 0 }),
             &LagThresholds::default(),
-            2,
-            0,
-            "",
         );
-        assert_eq!(lagging(&conditions), (false, "WithinThresholds"));
-        let stalled = conditions
-            .iter()
-            .find(|c| c.type_ == "Stalled")
-            .expect("Stalled");
-        assert_eq!(stalled.status, conditions::Status::True);
-        assert!(stalled.message.contains("4 polls"), "{}", stalled.message);
+        assert_eq!(
+            found(&stalled, "Consuming").message,
+            "9 messages waiting and no commit since 1970-01-01T00:00:00Z (window 10m)"
+        );
+    }
+
+    #[test]
+    fn the_window_comes_from_window_seconds_or_the_deprecated_polls() {
+        let interval = Duration::from_secs(30);
+        let window = |window_seconds, stalled_polls| {
+            judgement_window(
+                &LagThresholds {
+                    window_seconds,
+                    stalled_polls,
+                    ..LagThresholds::default()
+                },
+                interval,
+            )
+        };
+        assert_eq!(window(None, None), DEFAULT_WINDOW);
+        assert_eq!(window(Some(120), None), Duration::from_secs(120));
+        assert_eq!(window(None, Some(5)), Duration::from_secs(150));
+        assert_eq!(window_text(DEFAULT_WINDOW), "10m");
+        assert_eq!(window_text(Duration::from_secs(90)), "90s");
+    }
+
+    #[test]
+    fn window_seconds_and_stalled_polls_are_validated() {
+        use kube::core::cel::validate_cel;
+        let group = |thresholds: serde_json::Value| -> ConsumerGroup {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "quiver.io/v1alpha1",
+                "kind": "ConsumerGroup",
+                "metadata": {"name": "billing", "namespace": "ns"},
+                "spec": {"brokerRef": "qb", "lagThresholds": thresholds},
+            }))
+            .expect("valid group")
+        };
+        validate_cel(&group(serde_json::json!({"windowSeconds": 600}))).expect("window alone");
+        validate_cel(&group(serde_json::json!({"stalledPolls": 5}))).expect("deprecated alone");
+        let both = validate_cel(&group(
+            serde_json::json!({"windowSeconds": 600, "stalledPolls": 5}),
+        ))
+        .unwrap_err();
+        assert!(
+            format!("{both:?}").contains("stalledPolls is deprecated"),
+            "{both:?}"
+        );
+        let zero = validate_cel(&group(serde_json::json!({"windowSeconds": 0}))).unwrap_err();
+        assert!(
+            format!("{zero:?}").contains("windowSeconds must be between"),
+            "{zero:?}"
+        );
+    }
+
+    #[test]
+    fn the_window_round_trips_through_status() {
+        let window = LagWindow {
+            committed: 40,
+            lag: 7,
+            last_commit_ms: Some(1_700_000_000_123),
+            stuck_since_ms: Some(1_700_000_030_456),
+            growing_since_ms: 1_700_000_000_000,
+            growing_from: 3,
+        };
+        let status = ConsumerGroupStatus {
+            last_commit_time: Some(time_text(1_700_000_000_123)),
+            lag_window: Some(window_status(&window)),
+            ..ConsumerGroupStatus::default()
+        };
+        assert_eq!(window_from_status(&status), Some(window));
+        let unreadable = ConsumerGroupStatus {
+            lag_window: Some(LagWindowStatus {
+                growing_since: "yesterday".into(),
+                ..window_status(&window)
+            }),
+            ..ConsumerGroupStatus::default()
+        };
+        assert_eq!(window_from_status(&unreadable), None);
     }
 }

@@ -6,7 +6,6 @@ pub mod group;
 
 use crate::admin::{AdminError, BrokerAdmin};
 use crate::crd::{Broker, ConsumerGroup};
-use crate::lag::StallTracker;
 use crate::metrics::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -116,8 +115,8 @@ pub struct Context {
     pub lag_interval: Duration,
     /// Time source.
     pub clock: Clock,
-    /// Committed offsets seen at the previous poll, per group.
-    pub stall_trackers: Mutex<HashMap<String, StallTracker>>,
+    /// Each group's last lag poll and progress window, by [`object_key`].
+    pub lag_polls: Mutex<HashMap<String, group::LastPoll>>,
     /// Consecutive failures per object, for backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -144,7 +143,7 @@ impl Context {
             recorder,
             lag_interval,
             clock: system_clock,
-            stall_trackers: Mutex::new(HashMap::new()),
+            lag_polls: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
         }
     }

@@ -36,7 +36,10 @@ async fn applied_group(
     reconcile(Arc::new(stored_group(&api)), ctx.clone())
         .await
         .expect("applies");
-    assert!(ctx.metrics.encode().contains(r#"consumer_group="billing""#));
+    assert!(ctx
+        .metrics
+        .encode()
+        .contains(r#"namespace="ns",cluster="qb",consumer_group="billing""#));
     (api, admin, ctx)
 }
 

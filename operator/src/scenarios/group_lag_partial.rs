@@ -1,10 +1,11 @@
 //! One broker of the group unreachable: lag comes from the brokers that answered, the
 //! conditions name the silent one, and a pending offset reset waits for every broker.
 
-use super::{addr, context, stored_group};
+use super::group_support::{poll_after, simulated_context, two_brokers};
+use super::{addr, condition, stored_group, LAG_INTERVAL};
 use crate::controller::group::{reconcile, FINALIZER};
-use crate::crd::{Broker, BrokerStatus, ConsumerGroup, OffsetResetSpec, OffsetResetTarget};
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer, GroupFixture};
+use crate::crd::{ConsumerGroup, OffsetResetSpec, OffsetResetTarget};
+use crate::fixtures::{paths, FakeAdmin, FakeApiServer, GroupFixture};
 use std::sync::Arc;
 
 fn message<'a>(status: &'a crate::crd::ConsumerGroupStatus, type_: &str) -> &'a str {
@@ -20,12 +21,8 @@ fn message<'a>(status: &'a crate::crd::ConsumerGroupStatus, type_: &str) -> &'a 
 async fn lag_from_the_brokers_that_answered_names_the_one_that_did_not() {
     let (client, api) = FakeApiServer::start();
     let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
-    let broker = Broker::test().replicas(2).with_status(BrokerStatus {
-        current_replicas: 2,
-        ..BrokerStatus::default()
-    });
-    api.insert(&paths::broker("qb"), &broker);
+    let ctx = simulated_context(client, admin.clone());
+    two_brokers(&api);
     admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(90), None);
     admin.set_queue(&addr(1), "billing", ("orders", 0), 50, Some(20), None);
     let mut group = ConsumerGroup::test();
@@ -55,12 +52,15 @@ async fn lag_from_the_brokers_that_answered_names_the_one_that_did_not() {
     }
     assert!(admin.resets().is_empty(), "reset not half-applied");
     assert!(status.applied_offset_reset.is_none());
+    assert_eq!(
+        condition(&status.conditions, "Consuming"),
+        ("Unknown".into(), "BrokersUnanswered".into()),
+        "progress is not judged on half the queues"
+    );
 
     // Back again: the full lag, no note, and the reset goes to both brokers.
     admin.make_reachable(&addr(1));
-    reconcile(Arc::new(stored_group(&api)), ctx.clone())
-        .await
-        .expect("polls");
+    poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
     let status = stored_group(&api).status.unwrap();
     assert_eq!(admin.resets().len(), 2);
     assert!(status.applied_offset_reset.is_some());
@@ -69,6 +69,11 @@ async fn lag_from_the_brokers_that_answered_names_the_one_that_did_not() {
     // Nobody answering: nothing to report, the poll fails and is retried.
     admin.make_unreachable(&addr(0));
     admin.make_unreachable(&addr(1));
-    let failed = reconcile(Arc::new(stored_group(&api)), ctx).await;
+    let failed = poll_after(&api, &ctx, LAG_INTERVAL).await;
     assert!(failed.is_err(), "{failed:?}");
+    let status = stored_group(&api).status.unwrap();
+    assert_eq!(
+        condition(&status.conditions, "Ready"),
+        ("False".into(), "PollFailed".into())
+    );
 }

@@ -1,31 +1,25 @@
 //! A ConsumerGroup is created on its brokers and gets its lag in status and metrics.
 
+use super::group_support::{poll_after, simulated_context, two_brokers};
 use super::{addr, condition, context, stored_group, LAG_INTERVAL, NOW_MS};
 use crate::controller::group::{reconcile, FINALIZER, MISSING_BROKER_REQUEUE};
-use crate::crd::{Broker, BrokerStatus, ConsumerGroup, LagThresholds};
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer, GroupFixture};
+use crate::crd::{ConsumerGroup, LagThresholds};
+use crate::fixtures::{paths, FakeAdmin, FakeApiServer, GroupFixture};
 use kube::runtime::controller::Action;
 use std::sync::Arc;
-
-fn two_brokers(api: &FakeApiServer) {
-    let broker = Broker::test().replicas(2).with_status(BrokerStatus {
-        current_replicas: 2,
-        ..BrokerStatus::default()
-    });
-    api.insert(&paths::broker("qb"), &broker);
-}
+use std::time::Duration;
 
 #[tokio::test]
 async fn lag_lands_in_status_and_metrics() {
     let (client, api) = FakeApiServer::start();
     let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
+    let ctx = simulated_context(client, admin.clone());
     two_brokers(&api);
     let mut group = ConsumerGroup::test();
     group.spec.lag_thresholds = Some(LagThresholds {
         messages: Some(5),
-        seconds: None,
-        stalled_polls: Some(2),
+        window_seconds: Some(60),
+        ..LagThresholds::default()
     });
     api.insert(&paths::group("billing"), &group);
     admin.set_queue(
@@ -113,13 +107,19 @@ async fn lag_lands_in_status_and_metrics() {
         ("True".into(), "ThresholdExceeded".into())
     );
     assert_eq!(condition(&status.conditions, "Stalled").0, "False");
+    assert_eq!(
+        condition(&status.conditions, "Consuming"),
+        ("True".into(), "Progressing".into())
+    );
 
     let metrics = ctx.metrics.encode();
     for expected in [
-        r#"rocketmq_consumer_lag_messages{cluster="qb",consumer_group="billing",topic="orders"} 10"#,
-        r#"rocketmq_consumer_lag_latency{cluster="qb",consumer_group="billing",topic="orders"} 5000"#,
-        r#"quiver_consumer_queue_lag_messages{cluster="qb",consumer_group="billing",topic="orders",broker="qb-0",queue_id="0"} 10"#,
-        r#"quiver_consumer_group_stalled{cluster="qb",consumer_group="billing"} 0"#,
+        r#"rocketmq_consumer_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 10"#,
+        r#"rocketmq_consumer_lag_latency{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 5000"#,
+        r#"quiver_consumer_queue_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders",broker="qb-0",queue_id="0"} 10"#,
+        r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 0"#,
+        r#"quiver_consumer_group_status{namespace="ns",cluster="qb",consumer_group="billing",status="ok"} 1"#,
+        r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 1"#,
     ] {
         assert!(
             metrics.contains(expected),
@@ -131,31 +131,44 @@ async fn lag_lands_in_status_and_metrics() {
         "uncommitted queue has no series:\n{metrics}"
     );
 
-    // No commits across two more polls while lagging: Stalled.
-    for _ in 0..2 {
-        reconcile(Arc::new(stored_group(&api)), ctx.clone())
-            .await
-            .expect("polls");
-    }
+    // No commit for the whole 60 s window while lagging: Stalled.
+    poll_after(&api, &ctx, Duration::from_secs(30))
+        .await
+        .expect("polls");
+    let status = stored_group(&api).status.unwrap();
+    assert_eq!(
+        condition(&status.conditions, "Stalled").0,
+        "False",
+        "30 s only"
+    );
+    poll_after(&api, &ctx, Duration::from_secs(30))
+        .await
+        .expect("polls");
     let status = stored_group(&api).status.unwrap();
     assert_eq!(
         condition(&status.conditions, "Stalled"),
         ("True".into(), "CommitsNotMoving".into())
     );
-    assert!(ctx
-        .metrics
-        .encode()
-        .contains(r#"quiver_consumer_group_stalled{cluster="qb",consumer_group="billing"} 1"#));
+    assert_eq!(
+        condition(&status.conditions, "Consuming"),
+        ("False".into(), "Stalled".into())
+    );
+    assert!(ctx.metrics.encode().contains(
+        r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 1"#
+    ));
+    assert_eq!(api.event_reasons(), vec!["Stalled"]);
 
     // The group commits: no longer stalled, last commit time recorded.
     admin.consume_all(&addr(0), "billing");
-    reconcile(Arc::new(stored_group(&api)), ctx)
-        .await
-        .expect("polls");
+    poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
     let status = stored_group(&api).status.unwrap();
     assert_eq!(status.total_lag, Some(0));
     assert_eq!(condition(&status.conditions, "Stalled").0, "False");
     assert_eq!(condition(&status.conditions, "Lagging").0, "False");
+    assert_eq!(
+        condition(&status.conditions, "Consuming"),
+        ("True".into(), "CaughtUp".into())
+    );
     assert!(status.last_commit_time.is_some());
 }
 
@@ -166,14 +179,24 @@ async fn missing_broker_is_reported_and_retried() {
     let mut group = ConsumerGroup::test();
     group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
     api.insert(&paths::group("billing"), &group);
-    let action = reconcile(Arc::new(group), ctx).await.expect("reconciles");
+    let action = reconcile(Arc::new(group), ctx.clone())
+        .await
+        .expect("reconciles");
     assert_eq!(action, Action::requeue(MISSING_BROKER_REQUEUE));
     let status = stored_group(&api).status.unwrap();
     assert_eq!(
         condition(&status.conditions, "Ready"),
         ("False".into(), "BrokerNotFound".into())
     );
+    assert_eq!(
+        condition(&status.conditions, "Consuming"),
+        ("Unknown".into(), "BrokerNotFound".into())
+    );
     assert_eq!(status.total_lag, None);
+    assert_eq!(api.event_reasons(), vec!["BrokerNotFound"]);
+    assert!(ctx.metrics.encode().contains(
+        r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 0"#
+    ));
 }
 
 #[tokio::test]
@@ -227,7 +250,7 @@ async fn a_group_without_commits_shows_unknown_lag_not_zero() {
 async fn the_group_is_upserted_only_when_needed() {
     let (client, api) = FakeApiServer::start();
     let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
+    let ctx = simulated_context(client, admin.clone());
     two_brokers(&api);
     let mut group = ConsumerGroup::test();
     group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
@@ -237,13 +260,13 @@ async fn the_group_is_upserted_only_when_needed() {
         .await
         .expect("first poll");
     assert_eq!(admin.upserts(), 2, "created on both brokers");
-    reconcile(Arc::new(stored_group(&api)), ctx.clone())
+    poll_after(&api, &ctx, LAG_INTERVAL)
         .await
         .expect("second poll");
     assert_eq!(admin.upserts(), 2, "a lag poll does not rewrite the group");
 
     admin.forget_group(&addr(1), "billing");
-    reconcile(Arc::new(stored_group(&api)), ctx.clone())
+    poll_after(&api, &ctx, LAG_INTERVAL)
         .await
         .expect("third poll");
     assert_eq!(admin.upserts(), 3, "recreated where it went missing");

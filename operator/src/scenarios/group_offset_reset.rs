@@ -1,23 +1,21 @@
 //! An offset reset in the spec is applied once per id and recorded in status.
 
-use super::{addr, context, stored_group};
+use super::group_support::{poll_after, simulated_context, two_brokers};
+use super::{addr, stored_group, LAG_INTERVAL};
 use crate::admin::ResetTarget;
 use crate::controller::group::{reconcile, FINALIZER};
-use crate::crd::{Broker, BrokerStatus, ConsumerGroup, OffsetResetSpec, OffsetResetTarget};
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer, GroupFixture};
+use crate::crd::{ConsumerGroup, OffsetResetSpec, OffsetResetTarget};
+use crate::fixtures::{paths, FakeAdmin, FakeApiServer, GroupFixture};
 use std::sync::Arc;
 
 #[tokio::test]
 async fn reset_applies_once_per_id() {
     let (client, api) = FakeApiServer::start();
     let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
-    let broker = Broker::test().replicas(2).with_status(BrokerStatus {
-        current_replicas: 2,
-        ..BrokerStatus::default()
-    });
-    api.insert(&paths::broker("qb"), &broker);
+    let ctx = simulated_context(client, admin.clone());
+    two_brokers(&api);
     admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(100), None);
+    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
     let mut group = ConsumerGroup::test();
     group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
     group.spec.offset_reset = Some(OffsetResetSpec {
@@ -50,13 +48,14 @@ async fn reset_applies_once_per_id() {
     );
     assert_eq!(api.event_reasons(), vec!["OffsetsReset"]);
 
-    reconcile(Arc::new(stored_group(&api)), ctx.clone())
+    poll_after(&api, &ctx, LAG_INTERVAL)
         .await
         .expect("polls again");
     assert_eq!(admin.resets().len(), 2, "the same id is not applied twice");
 
     api.edit(&paths::group("billing"), |group| {
         group["spec"]["offsetReset"] = serde_json::json!({"id": "skip-1", "to": "Latest"});
+        group["metadata"]["generation"] = 2.into();
     });
     reconcile(Arc::new(stored_group(&api)), ctx)
         .await

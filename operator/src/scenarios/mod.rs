@@ -8,10 +8,15 @@ mod broker_pause;
 mod broker_rollout;
 mod broker_scale_down;
 mod broker_volume_expansion;
+mod group_failover;
 mod group_finalizer;
 mod group_lag_partial;
 mod group_lag_status;
+mod group_no_storm;
 mod group_offset_reset;
+mod group_poll_failure;
+mod group_progress;
+mod group_support;
 
 use crate::controller::Context;
 use crate::crd::{Broker, ConsumerGroup};
