@@ -22,6 +22,7 @@ REQUIRED_ALERTS = {
     "QuiverConsumerLagHigh",
     "QuiverConsumerTimeLagHigh",
     "QuiverConsumerGroupStalled",
+    "QuiverConsumerGroupLagUnknown",
     "QuiverBrokerDown",
     "QuiverBrokerNotReady",
     "QuiverStoreDiskNearlyFull",
@@ -55,6 +56,8 @@ PROMQL_NON_METRICS = {
     "delta",
     "histogram_quantile",
     "le",
+    "namespace",
+    "status",
     "cluster",
     "consumer_group",
     "topic",
@@ -181,7 +184,7 @@ def test_dashboard_is_well_formed():
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     variables = {v["name"] for v in dashboard["templating"]["list"]}
-    assert variables == {"datasource", "cluster", "consumer_group"}
+    assert variables == {"datasource", "namespace", "cluster", "consumer_group"}
     for panel in dashboard["panels"]:
         if panel["type"] == "row":
             continue

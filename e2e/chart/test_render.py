@@ -183,6 +183,8 @@ def test_metrics_service_selects_the_operator_pod_and_the_service_monitor_select
     (monitor,) = by_kind(objects, "ServiceMonitor")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == "http"
+    # The operator's group series keep their own namespace label.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
     assert service["metadata"]["labels"]["app.kubernetes.io/name"] == "quiver-operator"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"

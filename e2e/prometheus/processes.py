@@ -108,16 +108,34 @@ class Broker(Process):
 
 
 class Prometheus(Process):
-    def __init__(self, work_dir: pathlib.Path, rules_file: pathlib.Path, broker_http_port: int):
+    """Prometheus scraping the broker (job quiver-broker) or, with `operator_http_port`, an operator
+    /metrics (job quiver-operator, labels honoured as the chart's ServiceMonitor does)."""
+
+    def __init__(
+        self,
+        work_dir: pathlib.Path,
+        rules_file: pathlib.Path,
+        broker_http_port: int | None = None,
+        operator_http_port: int | None = None,
+    ):
         binary = shutil.which("prometheus")
         assert binary, "prometheus missing: apt-get install prometheus"
         self.port = free_port()
+        jobs = []
+        if broker_http_port is not None:
+            jobs.append({"job_name": "quiver-broker", "static_configs": [{"targets": [f"127.0.0.1:{broker_http_port}"]}]})
+        if operator_http_port is not None:
+            jobs.append(
+                {
+                    "job_name": "quiver-operator",
+                    "honor_labels": True,
+                    "static_configs": [{"targets": [f"127.0.0.1:{operator_http_port}"]}],
+                }
+            )
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
             "rule_files": [str(rules_file)],
-            "scrape_configs": [
-                {"job_name": "quiver-broker", "static_configs": [{"targets": [f"127.0.0.1:{broker_http_port}"]}]}
-            ],
+            "scrape_configs": jobs,
         }
         config_file = work_dir / "prometheus.yml"
         config_file.write_text(json.dumps(config))

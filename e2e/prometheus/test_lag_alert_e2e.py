@@ -183,7 +183,7 @@ def test_every_shipped_rule_loads_in_prometheus(stack):
 def test_every_dashboard_query_is_valid_promql(stack):
     _, prometheus = stack
     dashboard = json.loads(DASHBOARD.read_text())
-    substitutions = {"$__rate_interval": "1m", "$cluster": ".*", "$consumer_group": ".*"}
+    substitutions = {"$__rate_interval": "1m", "$namespace": ".*", "$cluster": ".*", "$consumer_group": ".*"}
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]

@@ -10,37 +10,49 @@ groups:
   - name: quiver-consumer
     rules:
       - alert: QuiverConsumerLagHigh
-        # Broker and operator both export the lag series; max() collapses the duplicates.
-        expr: max by (cluster, consumer_group, topic) (rocketmq_consumer_lag_messages) > {{ $r.consumerLag.thresholdMessages }}
+        # Broker and operator both export the lag series; max() collapses the duplicates. The
+        # namespace keeps same-named groups of two namespaces apart.
+        expr: max by (namespace, cluster, consumer_group, topic) (rocketmq_consumer_lag_messages) > {{ $r.consumerLag.thresholdMessages }}
         for: {{ $r.consumerLag.for }}
         labels:
           severity: {{ $r.consumerLag.severity }}
         annotations:
           summary: {{`Consumer group {{ $labels.consumer_group }} is {{ $value }} messages behind on topic {{ $labels.topic }}`}}
-          description: {{ printf "%s%v%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} has had more than ` $r.consumerLag.thresholdMessages ` unconsumed messages on topic {{ $labels.topic }} for ` $r.consumerLag.for `. Consumers are too slow, too few, or not running.` | quote }}
+          description: {{ printf "%s%v%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} (namespace {{ $labels.namespace }}) has had more than ` $r.consumerLag.thresholdMessages ` unconsumed messages on topic {{ $labels.topic }} for ` $r.consumerLag.for `. Consumers are too slow, too few, or not running.` | quote }}
           runbook_url: {{ printf "%s#quiverconsumerlaghigh" $runbook }}
       - alert: QuiverConsumerTimeLagHigh
-        expr: max by (cluster, consumer_group, topic) (rocketmq_consumer_lag_latency) / 1000 > {{ $r.consumerTimeLag.thresholdSeconds }}
+        expr: max by (namespace, cluster, consumer_group, topic) (rocketmq_consumer_lag_latency) / 1000 > {{ $r.consumerTimeLag.thresholdSeconds }}
         for: {{ $r.consumerTimeLag.for }}
         labels:
           severity: {{ $r.consumerTimeLag.severity }}
         annotations:
           summary: {{`Consumer group {{ $labels.consumer_group }} is {{ $value | humanizeDuration }} behind on topic {{ $labels.topic }}`}}
-          description: {{ printf "%s%v%s%s%s" `The oldest message on topic {{ $labels.topic }} not yet consumed by group {{ $labels.consumer_group }} (cluster {{ $labels.cluster }}) has waited more than ` $r.consumerTimeLag.thresholdSeconds ` seconds, for ` $r.consumerTimeLag.for `.` | quote }}
+          description: {{ printf "%s%v%s%s%s" `The oldest message on topic {{ $labels.topic }} not yet consumed by group {{ $labels.consumer_group }} (cluster {{ $labels.cluster }}, namespace {{ $labels.namespace }}) has waited more than ` $r.consumerTimeLag.thresholdSeconds ` seconds, for ` $r.consumerTimeLag.for `.` | quote }}
           runbook_url: {{ printf "%s#quiverconsumertimelaghigh" $runbook }}
       - alert: QuiverConsumerGroupStalled
         # Lag is positive yet no committed offset moved in the whole window.
         expr: |-
-          (max by (cluster, consumer_group, topic) (rocketmq_consumer_lag_messages) > 0)
-          and on (cluster, consumer_group, topic)
-          (max by (cluster, consumer_group, topic) (changes(quiver_consumer_committed_offset[{{ $r.consumerStalled.window }}])) == 0)
+          (max by (namespace, cluster, consumer_group, topic) (rocketmq_consumer_lag_messages) > 0)
+          and on (namespace, cluster, consumer_group, topic)
+          (max by (namespace, cluster, consumer_group, topic) (changes(quiver_consumer_committed_offset[{{ $r.consumerStalled.window }}])) == 0)
         for: {{ $r.consumerStalled.for }}
         labels:
           severity: {{ $r.consumerStalled.severity }}
         annotations:
           summary: {{`Consumer group {{ $labels.consumer_group }} stopped committing on topic {{ $labels.topic }} while {{ $value }} messages wait`}}
-          description: {{ printf "%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} has unconsumed messages on topic {{ $labels.topic }} and has not committed any offset for ` $r.consumerStalled.window `. Its consumers are down, stuck, or failing every message.` | quote }}
+          description: {{ printf "%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} (namespace {{ $labels.namespace }}) has unconsumed messages on topic {{ $labels.topic }} and has not committed any offset for ` $r.consumerStalled.window `. Its consumers are down, stuck, or failing every message.` | quote }}
           runbook_url: {{ printf "%s#quiverconsumergroupstalled" $runbook }}
+      - alert: QuiverConsumerGroupLagUnknown
+        # The operator drops a group's lag series when a poll fails, so the lag alerts go
+        # silent: this one says the lag is unknown instead.
+        expr: max by (namespace, cluster, consumer_group) (quiver_lag_poll_success) == 0
+        for: {{ dig "consumerLagUnknown" "for" "10m" $r }}
+        labels:
+          severity: {{ dig "consumerLagUnknown" "severity" "warning" $r }}
+        annotations:
+          summary: {{`Lag of consumer group {{ $labels.consumer_group }} in namespace {{ $labels.namespace }} is unknown`}}
+          description: {{ printf "%s%s%s" `The operator has failed to poll the lag of consumer group {{ $labels.consumer_group }} (Broker {{ $labels.cluster }}, namespace {{ $labels.namespace }}) for ` (dig "consumerLagUnknown" "for" "10m" $r) `: no broker answered, a broker refused, or the Broker does not exist. The lag alerts cannot fire for it meanwhile. The ConsumerGroup's Ready condition and its Warning events give the cause.` | quote }}
+          runbook_url: {{ printf "%s#quiverconsumergrouplagunknown" $runbook }}
   - name: quiver-broker
     rules:
       - alert: QuiverBrokerDown
