@@ -102,7 +102,10 @@ async fn the_controller_brings_a_two_replica_broker_to_ready() {
         "the context clock follows simulated time"
     );
     let status_writes = server.request_count("patch", "brokers", "qb", "status");
-    println!("ready after {took:?} simulated, {status_writes} status writes");
+    assert!(
+        status_writes <= 10,
+        "{status_writes} status writes to get Ready"
+    );
 
     stop_tx.send(()).expect("controllers running");
     tokio::time::timeout(Duration::from_secs(30), controllers)
@@ -165,4 +168,204 @@ async fn only_one_of_two_candidates_leads() {
             .expect("election works");
         assert_eq!(outcome, Leadership::Stopped);
     }
+}
+
+/// The operator running against `server` in namespace "ns"; send on the sender to stop it.
+fn start_operator(
+    server: &TestApiServer,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let ctx = Arc::new(
+        Context::new(
+            server.client(),
+            Arc::new(FakeAdmin::default()),
+            Arc::default(),
+            Duration::from_secs(15),
+        )
+        .with_clock(sim_clock),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller::run(ctx, Some("ns".into()), async move {
+        stop_rx.await.ok();
+    }));
+    (stop_tx, task)
+}
+
+fn pod_images(server: &TestApiServer) -> Vec<(String, String, bool)> {
+    server
+        .list::<Pod>("ns")
+        .into_iter()
+        .map(|pod| {
+            let image = pod.spec.as_ref().unwrap().containers[0]
+                .image
+                .clone()
+                .unwrap();
+            let ready = pod
+                .status
+                .and_then(|status| status.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (pod.metadata.name.unwrap(), image, ready)
+        })
+        .collect()
+}
+
+fn apply_broker(image: &str) -> Patch<serde_json::Value> {
+    let mut manifest = broker_manifest(3);
+    manifest["spec"]["image"] = image.into();
+    Patch::Apply(manifest)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_settled_broker_writes_nothing_for_ten_idle_minutes() {
+    let server = TestApiServer::start().await;
+    server.add_storage_class("standard", true, true);
+    server.set_time_tick(Duration::from_secs(1));
+    server.run_controllers(SIM_PERIOD);
+    let (stop, task) = start_operator(&server);
+    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
+    let apply = PatchParams::apply("kubectl");
+    brokers
+        .patch("qb", &apply, &apply_broker("quiver:1"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(600), || broker_ready(&server)).await;
+    // Let the last status write and the pods settle.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let (requests_before, rv_before) = (server.requests().len(), server.resource_version());
+
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let idle = &server.requests()[requests_before..];
+    assert_eq!(
+        server.resource_version(),
+        rv_before,
+        "no stored change: every apply was a no-op"
+    );
+    let watches = idle
+        .iter()
+        .filter(|r| r.verb == "watch" && r.resource == "brokers")
+        .count();
+    assert_eq!(
+        watches, 2,
+        "watches end at timeoutSeconds (290 s) and are re-opened"
+    );
+    let statefulset_applies = idle
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "statefulsets")
+        .count();
+    assert!(
+        statefulset_applies <= 3,
+        "reconciles only on the idle requeue: {idle:?}"
+    );
+    stop.send(()).ok();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_image_change_rolls_through_the_controller_one_pod_at_a_time() {
+    let server = TestApiServer::start().await;
+    server.add_storage_class("standard", true, true);
+    server.run_controllers(SIM_PERIOD);
+    let (stop, task) = start_operator(&server);
+    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
+    let apply = PatchParams::apply("kubectl");
+    brokers
+        .patch("qb", &apply, &apply_broker("quiver:1"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(600), || broker_ready(&server)).await;
+
+    brokers
+        .patch("qb", &apply, &apply_broker("quiver:2"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut updated_order: Vec<String> = Vec::new();
+    loop {
+        let pods = pod_images(&server);
+        let available = pods.iter().filter(|(_, _, ready)| *ready).count();
+        assert!(
+            available >= 2,
+            "at most one broker down at a time: {pods:?}"
+        );
+        for (name, image, _) in &pods {
+            if image == "quiver:2" && !updated_order.contains(name) {
+                updated_order.push(name.clone());
+            }
+        }
+        let done = pods.len() == 3
+            && pods
+                .iter()
+                .all(|(_, image, ready)| image == "quiver:2" && *ready);
+        if done && broker_ready(&server) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "rollout within 15 simulated minutes: {pods:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        updated_order,
+        ["qb-2", "qb-1", "qb-0"],
+        "highest ordinal first"
+    );
+    let status = server.object::<Broker>("ns", "qb").unwrap().status.unwrap();
+    assert_eq!(status.observed_generation, Some(2));
+    assert!(status.rollout.is_none(), "no rollout left in status");
+    let reasons = server.event_reasons();
+    assert!(
+        reasons.iter().any(|reason| reason == "RolloutStarted"),
+        "{reasons:?}"
+    );
+    stop.send(()).ok();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// leader.rs gives every replica the field manager "quiver-operator", but kube-lease-manager
+/// takes an orphaned Lease with a non-forced apply and counts on a 409 to stop a second taker:
+/// with one shared manager there is no conflict, so a second candidate racing on the same
+/// orphaned Lease overwrites the first instead of failing.
+#[tokio::test]
+async fn only_distinct_field_managers_make_a_second_lease_taker_conflict() {
+    let server = TestApiServer::start().await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(server.client(), "ops");
+    let take = |holder: &str| {
+        Patch::Apply(json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "lease", "namespace": "ops"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15},
+        }))
+    };
+    let as_manager = |manager: &str| PatchParams::apply(manager);
+    leases
+        .patch("lease", &as_manager("kube-lease-manager-a"), &take("a"))
+        .await
+        .unwrap();
+    let error = leases
+        .patch("lease", &as_manager("kube-lease-manager-b"), &take("b"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, kube::Error::Api(status) if status.code == 409));
+
+    leases
+        .patch("other", &as_manager("quiver-operator"), &take("a"))
+        .await
+        .unwrap();
+    let taken = leases
+        .patch("other", &as_manager("quiver-operator"), &take("b"))
+        .await
+        .expect("one shared manager: no conflict");
+    assert_eq!(taken.spec.unwrap().holder_identity.as_deref(), Some("b"));
 }

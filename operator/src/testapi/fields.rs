@@ -91,6 +91,21 @@ fn remove(value: &mut Value, path: &[String]) {
     }
 }
 
+/// Removes `path`, then the maps it leaves empty (below the top level) that `applied` does not
+/// name: the manager owned those maps too, as FieldsV1 `"."` entries record.
+fn remove_with_empty_parents(value: &mut Value, path: &[String], applied: &Value) {
+    remove(value, path);
+    for depth in (2..path.len()).rev() {
+        let parent = &path[..depth];
+        let empty =
+            get(value, parent).is_some_and(|node| node.as_object().is_some_and(Map::is_empty));
+        if !empty || get(applied, parent).is_some() {
+            break;
+        }
+        remove(value, parent);
+    }
+}
+
 /// Leaf paths of `value` tracked in `scope`.
 pub fn leaves(value: &Value, scope: Scope) -> BTreeSet<FieldPath> {
     fn walk(value: &Value, prefix: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
@@ -300,7 +315,7 @@ pub fn apply(
                 && entry.fields.iter().any(|owned| overlaps(owned, dropped))
         });
         if !shared {
-            remove(&mut merged, dropped);
+            remove_with_empty_parents(&mut merged, dropped, applied);
         }
     }
     entry_mut(&mut entries, manager, "Apply", scope, &api_version).fields = applied_paths;
@@ -333,6 +348,21 @@ fn merge_applied(target: &mut Value, applied: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_map_no_longer_applied_goes_with_its_fields() {
+        let first = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"},
+            "status": {"ready": 1, "rollout": {"partition": 2, "updated": 1}}});
+        let applied = apply(None, &first, "op", false, Scope::Status).unwrap();
+        let second = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"},
+            "status": {"ready": 2}});
+        let merged = apply(Some(&applied), &second, "op", false, Scope::Status).unwrap();
+        assert_eq!(
+            merged["status"],
+            json!({"ready": 2}),
+            "no empty rollout map left behind"
+        );
+    }
 
     #[test]
     fn fields_v1_round_trips() {

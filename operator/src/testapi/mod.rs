@@ -13,7 +13,8 @@
 //! runtime) and keep server and client in that one runtime. The server spawns a "time pump" that
 //! sleeps [`TIME_TICK`] in a loop: tokio's auto-advance then moves the clock by at most one tick
 //! whenever every task is idle, so a request in flight on the loopback socket never lets a client
-//! timeout (295 s) fire early, while ten simulated minutes still take well under a second.
+//! timeout (295 s) fire early, while ten simulated minutes take about a second of real time
+//! ([`TestApiServer::set_time_tick`] trades precision for speed).
 //! [`sim_clock`] is a `Context::with_clock` clock that follows tokio's (paused) clock.
 
 mod admission;
@@ -37,13 +38,15 @@ pub use statefulset::PodBehaviour;
 
 use std::cell::Cell;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The simulated clock's start, ms since the epoch (2023-11-14T22:13:20Z).
 pub const SIM_EPOCH_MS: i64 = 1_700_000_000_000;
-/// Largest jump of the paused clock while tasks wait on sockets.
-pub const TIME_TICK: Duration = Duration::from_millis(10);
+/// Default largest jump of the paused clock while tasks wait on sockets: a request costs about
+/// one or two ticks of simulated time; ten simulated minutes take about a second of real time.
+pub const TIME_TICK: Duration = Duration::from_millis(50);
 
 thread_local! {
     // The tokio instant at which this thread's server started: simulated time zero.
@@ -82,6 +85,8 @@ pub(crate) struct Shared {
     pub store: Mutex<store::Store>,
     pub hooks: Mutex<hooks::Hooks>,
     pub sim: Mutex<statefulset::SimState>,
+    /// The time pump's period, in ms.
+    pub tick_ms: AtomicU64,
 }
 
 impl Shared {
@@ -106,13 +111,14 @@ impl TestApiServer {
             store: Mutex::new(store::Store::default()),
             hooks: Mutex::new(hooks::Hooks::default()),
             sim: Mutex::new(statefulset::SimState::default()),
+            tick_ms: AtomicU64::new(TIME_TICK.as_millis() as u64),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("bound address");
         let server = tokio::spawn(http::serve(listener, shared.clone()));
-        let pump = tokio::spawn(time_pump());
+        let pump = tokio::spawn(time_pump(shared.clone()));
         TestApiServer {
             shared,
             addr,
@@ -148,6 +154,13 @@ impl TestApiServer {
             .push(task.abort_handle());
     }
 
+    /// Sets the largest jump of the paused clock while requests are in flight (default
+    /// [`TIME_TICK`]); smaller is more precise, larger is faster.
+    pub fn set_time_tick(&self, tick: Duration) {
+        let millis = u64::try_from(tick.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.shared.tick_ms.store(millis, Ordering::Relaxed);
+    }
+
     /// One pass of the simulated StatefulSet controller, then one of the kubelet.
     pub fn step(&self) {
         statefulset::step(&self.shared);
@@ -163,8 +176,9 @@ impl Drop for TestApiServer {
 }
 
 /// Keeps one timer due within a tick so a paused clock advances in small steps (see module docs).
-async fn time_pump() {
+async fn time_pump(shared: Arc<Shared>) {
     loop {
-        tokio::time::sleep(TIME_TICK).await;
+        let tick = shared.tick_ms.load(Ordering::Relaxed).max(1);
+        tokio::time::sleep(Duration::from_millis(tick)).await;
     }
 }

@@ -207,22 +207,31 @@ fn isolate(old: &Value, new: &mut Value, scope: Scope) {
     copy_field(old, new, "kind");
 }
 
-/// Everything a generation counts: all but metadata and status.
-fn generation_content(object: &Value) -> Value {
-    let mut content = object.clone();
-    if let Some(map) = content.as_object_mut() {
-        map.remove("metadata");
-        map.remove("status");
-    }
-    content
+/// Whether `a` and `b` agree on every top-level field but `skipped` (no clones: objects are big).
+fn same_except(a: &Value, b: &Value, skipped: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let counted = |map: &serde_json::Map<String, Value>| {
+        map.keys()
+            .filter(|key| !skipped.contains(&key.as_str()))
+            .count()
+    };
+    counted(a) == counted(b)
+        && a.iter()
+            .filter(|(key, _)| !skipped.contains(&key.as_str()))
+            .all(|(key, value)| b.get(key) == Some(value))
 }
 
-fn without_resource_version(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(metadata) = object["metadata"].as_object_mut() {
-        metadata.remove("resourceVersion");
-    }
-    object
+/// Whether a generation counts the change: anything but metadata and status.
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    !same_except(old, new, &["metadata", "status"])
+}
+
+/// Whether the write changes anything but the resourceVersion.
+fn is_no_op(old: &Value, new: &Value) -> bool {
+    same_except(old, new, &["metadata"])
+        && same_except(&old["metadata"], &new["metadata"], &["resourceVersion"])
 }
 
 fn finalizers_empty(object: &Value) -> bool {
@@ -251,13 +260,13 @@ pub fn commit_update(
     }
     admission::mutate(store, rt, &mut new, false);
     let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-    if generation_content(&old) != generation_content(&new) {
+    if spec_changed(&old, &new) {
         new["metadata"]["generation"] = (generation + 1).into();
     }
     if admit {
         admission::validate(store, rt, &new, Some(&old))?;
     }
-    if without_resource_version(&old) == without_resource_version(&new) {
+    if is_no_op(&old, &new) {
         return Ok(old);
     }
     if !new["metadata"]["deletionTimestamp"].is_null() && finalizers_empty(&new) {

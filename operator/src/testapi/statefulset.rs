@@ -16,7 +16,7 @@ use super::resources::{self, ResourceType};
 use super::store::{self, ObjectKey, Store};
 use super::Shared;
 use crate::quantity::quantity_bytes;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
@@ -60,29 +60,29 @@ pub(crate) fn step(shared: &Shared) {
     resize_claims(&mut store);
 }
 
-fn canonical(value: &Value) -> Value {
+/// Hashes `value` with object keys in sorted order, whatever the map's order.
+fn hash_canonical(value: &Value, hasher: &mut impl Hasher) {
     match value {
         Value::Object(map) => {
-            let sorted: BTreeMap<&String, Value> = map
-                .iter()
-                .map(|(key, value)| (key, canonical(value)))
-                .collect();
-            Value::Object(
-                sorted
-                    .into_iter()
-                    .map(|(k, v)| (k.clone(), v))
-                    .collect::<Map<_, _>>(),
-            )
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for key in keys {
+                key.hash(hasher);
+                hash_canonical(&map[key], hasher);
+            }
         }
-        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-        other => other.clone(),
+        Value::Array(items) => {
+            items.len().hash(hasher);
+            items.iter().for_each(|item| hash_canonical(item, hasher));
+        }
+        other => other.to_string().hash(hasher),
     }
 }
 
 /// `<name>-<hash>` of a pod template, like a ControllerRevision name.
 pub fn revision(name: &str, template: &Value) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    canonical(template).to_string().hash(&mut hasher);
+    hash_canonical(template, &mut hasher);
     format!("{name}-{:08x}", hasher.finish() as u32)
 }
 
@@ -174,11 +174,13 @@ fn reconcile(store: &mut Store, sim: &mut SimState, key: &ObjectKey) {
         return;
     }
     let set = read_set(&sts);
-    let ids = (set.namespace.clone(), set.name.clone());
-    sim.templates.insert(
-        (ids.0.clone(), ids.1.clone(), set.update_revision.clone()),
-        set.spec["template"].clone(),
-    );
+    sim.templates
+        .entry((
+            set.namespace.clone(),
+            set.name.clone(),
+            set.update_revision.clone(),
+        ))
+        .or_insert_with(|| set.spec["template"].clone());
     let pods = pods_of(store, &set);
     sync_pods(store, sim, &set, &pods);
     write_status(store, key, &set);
@@ -359,10 +361,10 @@ fn write_status(store: &mut Store, key: &ObjectKey, set: &Set) {
         set.current_revision.clone()
     };
     let current = count(&|pod| pod_revision(pod) == current_revision);
-    let Some(mut sts) = store.get(key).cloned() else {
+    let Some(sts) = store.get(key) else {
         return;
     };
-    sts["status"] = json!({
+    let status = json!({
         "observedGeneration": sts["metadata"]["generation"].clone(),
         "replicas": pods.len(),
         "readyReplicas": ready,
@@ -373,6 +375,11 @@ fn write_status(store: &mut Store, key: &ObjectKey, set: &Set) {
         "updateRevision": set.update_revision,
         "collisionCount": 0,
     });
+    if sts["status"] == status {
+        return;
+    }
+    let mut sts = sts.clone();
+    sts["status"] = status;
     let statefulsets = rt("apps", "statefulsets");
     let _ = ops::commit_update(
         store,
@@ -420,11 +427,15 @@ fn kubelet(store: &mut Store, sim: &SimState) {
         .map(|(key, pod)| (key.clone(), pod.clone()))
         .collect();
     for (key, mut pod) in pods {
-        pod["status"] = if pod["status"]["phase"].is_null() {
+        let status = if pod["status"]["phase"].is_null() {
             json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})
         } else {
             running_status(&pod, behaviour(sim, &pod))
         };
+        if pod["status"] == status {
+            continue;
+        }
+        pod["status"] = status;
         let _ = ops::commit_update(
             store,
             pods_rt,
