@@ -14,24 +14,26 @@ from chartlib import (
     render,
 )
 
-# What the operator does (task contract, checked against operator/src): watches Brokers and
-# ConsumerGroups, patches ConsumerGroups (finalizer) and both statuses, applies the objects a
-# Broker turns into with server-side apply (owner references block owner deletion), expands
-# volume claims, records events, reads pods. Nothing else, no wildcard.
+# What the operator calls, as operator/src/scenarios/broker_rbac.rs derives it from the requests the
+# code makes (that test fails when _rbac.tpl differs): watches Brokers and ConsumerGroups, patches
+# ConsumerGroups (finalizer) and both statuses, applies the objects a Broker turns into with
+# server-side apply (create when new) and watches their metadata, expands volume claims, deletes a
+# pod stuck at an outdated revision, records events. Nothing else, no wildcard.
 MANAGED_RULES = {
     ("quiver.io", "brokers"): {"get", "list", "watch"},
-    ("quiver.io", "consumergroups"): {"get", "list", "watch", "patch"},
-    ("quiver.io", "brokers/status"): {"get", "patch"},
-    ("quiver.io", "consumergroups/status"): {"get", "patch"},
-    ("quiver.io", "brokers/finalizers"): {"update"},
+    ("quiver.io", "consumergroups"): {"list", "watch", "patch"},
+    ("quiver.io", "brokers/status"): {"patch"},
+    ("quiver.io", "consumergroups/status"): {"patch"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
-    ("", "services"): {"get", "list", "watch", "create", "patch"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
+    ("", "services"): {"list", "watch", "create", "patch"},
+    ("", "configmaps"): {"list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
     ("", "persistentvolumeclaims"): {"get", "patch"},
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"list", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
+# Cluster-scoped, so a ClusterRole in both modes: the StorageClass check before a volume expansion.
+CLUSTER_RULES = {("storage.k8s.io", "storageclasses"): {"list"}}
 LEADER_ELECTION_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "patch"}}
 # Pod labels the operator puts on broker pods (operator/src/desired.rs).
 BROKER_POD_LABELS = {"app.kubernetes.io/name": "quiver-broker", "app.kubernetes.io/instance": "any"}
@@ -63,7 +65,17 @@ def operator_container(objects):
 def test_defaults_render_the_cluster_wide_operator_and_nothing_optional():
     objects = manifests()
     assert kinds(objects) == sorted(
-        ["Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service"]
+        [
+            "Deployment",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Service",
+        ]
     )
     for obj in objects:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
@@ -78,6 +90,8 @@ def test_all_features_render_monitors_rules_dashboard_and_a_namespaced_role():
         [
             "Deployment",
             "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Role",
             "RoleBinding",
             "Role",
@@ -135,28 +149,38 @@ def test_leader_election_off_drops_its_role_and_flag():
     assert by_kind(objects, "Role") == []
 
 
+def cluster_roles_and_bindings(objects):
+    """Each ClusterRole by name, with the ClusterRoleBinding that grants it."""
+    roles = {r["metadata"]["name"]: r for r in by_kind(objects, "ClusterRole")}
+    bindings = {b["roleRef"]["name"]: b for b in by_kind(objects, "ClusterRoleBinding")}
+    assert set(roles) == set(bindings), (roles, bindings)
+    return {name: (roles[name], bindings[name]) for name in roles}
+
+
 def test_cluster_wide_rbac_grants_exactly_what_the_operator_uses():
     objects = manifests()
-    (cluster_role,) = by_kind(objects, "ClusterRole")
-    assert flatten_rules(cluster_role["rules"]) == MANAGED_RULES
+    granted = cluster_roles_and_bindings(objects)
+    assert {name: flatten_rules(role["rules"]) for name, (role, _) in granted.items()} == {
+        "quiver-quiver-operator": MANAGED_RULES,
+        "quiver-quiver-operator-cluster-reads": CLUSTER_RULES,
+    }
     (lease_role,) = by_kind(objects, "Role")
     assert lease_role["metadata"]["namespace"] == NAMESPACE
     assert flatten_rules(lease_role["rules"]) == LEADER_ELECTION_RULES
-    (binding,) = by_kind(objects, "ClusterRoleBinding")
     (service_account,) = by_kind(objects, "ServiceAccount")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": cluster_role["metadata"]["name"],
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": service_account["metadata"]["name"], "namespace": NAMESPACE}
-    ]
+    for name, (_, binding) in granted.items():
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": service_account["metadata"]["name"], "namespace": NAMESPACE}
+        ]
 
 
-def test_namespaced_rbac_uses_roles_only():
+def test_namespaced_rbac_uses_roles_and_a_cluster_role_only_for_storage_classes():
     objects = manifests({"watchNamespace": "messaging"})
-    assert by_kind(objects, "ClusterRole") == [] and by_kind(objects, "ClusterRoleBinding") == []
+    granted = cluster_roles_and_bindings(objects)
+    assert {name: flatten_rules(role["rules"]) for name, (role, _) in granted.items()} == {
+        "quiver-quiver-operator-cluster-reads": CLUSTER_RULES
+    }
     roles = {r["metadata"]["name"]: r for r in by_kind(objects, "Role")}
     assert flatten_rules(roles["quiver-quiver-operator"]["rules"]) == MANAGED_RULES
     # With --namespace the operator keeps its Lease in the watched namespace.

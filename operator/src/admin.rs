@@ -1,4 +1,5 @@
-//! The narrow slice of broker administration the operator needs (lag, drain, groups, disk).
+//! The narrow slice of broker administration the operator needs (lag, drain, groups, topics,
+//! disk).
 //!
 //! Two implementations exist: the remoting one in [`crate::remoting_admin`] and the in-memory
 //! fake the controller tests use.
@@ -240,6 +241,10 @@ pub trait BrokerAdmin: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>>;
     /// Groups known to the broker (subscription group configs).
     fn groups<'a>(&'a self, addr: &'a BrokerAddr)
+        -> BoxFuture<'a, Result<Vec<String>, AdminError>>;
+    /// Topics the broker has (GET_ALL_TOPIC_CONFIG), system topics such as SCHEDULE_TOPIC_XXXX
+    /// included.
+    fn topics<'a>(&'a self, addr: &'a BrokerAddr)
         -> BoxFuture<'a, Result<Vec<String>, AdminError>>;
     /// Makes the broker read-only or read-write in the routes it serves.
     fn set_permission<'a>(

@@ -15,8 +15,17 @@ use std::collections::BTreeMap;
 pub const GROUP: &str = "quiver.io";
 /// Annotation that stops reconciliation of a Broker while set to "true".
 pub const PAUSE_ANNOTATION: &str = "quiver.io/paused";
-/// Default broker image, used when `spec.image` is empty.
-pub const DEFAULT_IMAGE: &str = "ghcr.io/quiver-mq/quiver-broker:latest";
+/// Annotation that, while set to "true", lets a scale-down proceed without waiting for the drain:
+/// what the leaving brokers still hold is dropped with them.
+pub const FORCE_SCALE_DOWN_ANNOTATION: &str = "quiver.io/force-scale-down";
+/// Default broker image, used when `spec.image` is empty: the broker of the operator's own
+/// release, so an upgrade of the operator is what moves the brokers.
+pub const DEFAULT_IMAGE: &str = concat!(
+    "ghcr.io/quiver-mq/quiver-broker:",
+    env!("CARGO_PKG_VERSION")
+);
+/// Default `spec.progressDeadlineSeconds`, as Deployments have.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i64 = 600;
 /// The broker's default `disk-high-water-ratio`, as a percentage.
 pub const BROKER_DISK_HIGH_WATER_PERCENT: u8 = 90;
 /// The broker's default `disk-clean-ratio`, as a percentage (also in the CEL rule below).
@@ -79,6 +88,15 @@ pub struct BrokerSpec {
     /// Scheduling overrides for the broker pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodOverrides>,
+    /// Seconds a rollout or start may go without progress (a pod updated or becoming Ready)
+    /// before the Broker is Degraded with reason ProgressDeadlineExceeded; default 600.
+    #[serde(default = "default_progress_deadline_seconds")]
+    #[x_kube(validation = Rule::new("self >= 1").message("progressDeadlineSeconds must be at least 1"))]
+    pub progress_deadline_seconds: i64,
+}
+
+fn default_progress_deadline_seconds() -> i64 {
+    DEFAULT_PROGRESS_DEADLINE_SECONDS
 }
 
 /// Store volume: size may only grow, the storage class is fixed at creation.
@@ -207,10 +225,19 @@ pub struct BrokerStatus {
     /// Remoting address of each broker, by ordinal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerAddress>,
-    /// Ready, Progressing, Degraded, Paused and DiskPressure (a broker's disk is above its high
-    /// water or it refuses writes; Unknown when no broker reported).
+    /// Ready, Progressing, Degraded, Paused, DiskPressure (a broker's disk is above its high
+    /// water or it refuses writes; Unknown when no broker reported) and VolumeExpansion (while
+    /// spec.storage.size exceeds the claims' original size).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Brokers the operator made read-only: the ones draining, and kept ones a cancelled
+    /// scale-down left read-only that could not be made writable yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_brokers: Vec<String>,
+    /// When the brokers last moved towards the spec (new generation, a pod updated or Ready, a
+    /// partition step), RFC 3339; spec.progressDeadlineSeconds counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_progress_time: Option<String>,
     /// Scale-down in progress: the brokers being drained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainStatus>,
@@ -243,6 +270,20 @@ pub struct DrainStatus {
     /// Groups still behind on the draining brokers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_groups: Vec<String>,
+    /// Messages on the draining brokers in queues no group has committed on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub messages_without_group: u64,
+    /// Topics holding those messages, and SCHEDULE_TOPIC_XXXX while delayed messages are not
+    /// yet due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_topics: Vec<String>,
+    /// Draining brokers that did not answer: their backlog is unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable_brokers: Vec<String>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Progress of a one-pod-at-a-time rollout.
@@ -502,6 +543,15 @@ impl Broker {
             .is_some_and(|value| value == "true")
     }
 
+    /// Whether the force annotation lets a scale-down skip the drain.
+    pub fn force_scale_down(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(FORCE_SCALE_DOWN_ANNOTATION))
+            .is_some_and(|value| value == "true")
+    }
+
     /// The image to run, falling back to the default.
     pub fn image(&self) -> &str {
         if self.spec.image.is_empty() {
@@ -734,5 +784,38 @@ mod tests {
         paused.metadata.annotations =
             Some([(PAUSE_ANNOTATION.to_string(), "true".to_string())].into());
         assert!(paused.is_paused());
+    }
+
+    #[test]
+    fn force_scale_down_annotation_is_read() {
+        let mut forced = broker(serde_json::json!({}));
+        assert!(!forced.force_scale_down());
+        forced.metadata.annotations =
+            Some([(FORCE_SCALE_DOWN_ANNOTATION.to_string(), "true".to_string())].into());
+        assert!(forced.force_scale_down());
+    }
+
+    #[test]
+    fn progress_deadline_defaults_to_ten_minutes_and_must_be_positive() {
+        let defaulted = broker(serde_json::json!({}));
+        assert_eq!(defaulted.spec.progress_deadline_seconds, 600);
+        let errors =
+            validate_cel(&broker(serde_json::json!({"progressDeadlineSeconds": 0}))).unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("progressDeadlineSeconds must be at least 1"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn the_default_image_is_the_operator_release() {
+        assert_eq!(
+            DEFAULT_IMAGE,
+            format!(
+                "ghcr.io/quiver-mq/quiver-broker:{}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert!(!DEFAULT_IMAGE.ends_with(":latest"));
     }
 }

@@ -86,6 +86,15 @@ pub fn labels(broker: &Broker) -> BTreeMap<String, String> {
     ])
 }
 
+/// The label selector of a Broker's pods, as a list call takes it.
+pub fn pod_selector(broker: &Broker) -> String {
+    selector_labels(broker)
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn selector_labels(broker: &Broker) -> BTreeMap<String, String> {
     BTreeMap::from([
         (

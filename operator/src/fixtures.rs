@@ -57,6 +57,7 @@ impl BrokerFixture for Broker {
                 topics: Vec::new(),
                 retention: None,
                 pod_template: None,
+                progress_deadline_seconds: crate::crd::DEFAULT_PROGRESS_DEADLINE_SECONDS,
             },
         );
         broker.metadata = ObjectMeta {
@@ -180,6 +181,7 @@ struct FakeBrokers {
     groups: BTreeMap<BrokerAddr, BTreeMap<String, SubscriptionGroup>>,
     queues: BTreeMap<(BrokerAddr, String), Vec<QueueConsumeStats>>,
     topics: BTreeMap<BrokerAddr, BTreeMap<String, TopicConfig>>,
+    topic_queues: BTreeMap<(BrokerAddr, String), BTreeMap<i32, QueueTopicStats>>,
     resets: Vec<(BrokerAddr, String, String, ResetTarget)>,
     deleted: Vec<(BrokerAddr, String)>,
     unreachable: HashSet<BrokerAddr>,
@@ -229,6 +231,35 @@ impl FakeAdmin {
                 consumer_offset: committed.map(QueueOffset),
                 oldest_unconsumed_store_ms: oldest_ms,
             });
+        });
+    }
+
+    /// Sets the stored messages of one queue of `topic` on `addr`: offsets `min..max`, the last
+    /// stored at `last_update_ms`. The topic then shows in the broker's topic list.
+    pub fn set_topic_queue(
+        &self,
+        addr: &str,
+        (topic, queue_id): (&str, i32),
+        (min, max): (u64, u64),
+        last_update_ms: Option<i64>,
+    ) {
+        let addr = BrokerAddr(addr.to_string());
+        let broker_name = addr.0.split('.').next().unwrap_or_default().to_string();
+        self.with_state(|state| {
+            state
+                .topic_queues
+                .entry((addr, topic.to_string()))
+                .or_default()
+                .insert(
+                    queue_id,
+                    QueueTopicStats {
+                        broker_name,
+                        queue_id,
+                        min_offset: QueueOffset(min),
+                        max_offset: QueueOffset(max),
+                        last_update_ms,
+                    },
+                );
         });
     }
 
@@ -380,15 +411,23 @@ impl BrokerAdmin for FakeAdmin {
     ) -> BoxFuture<'a, Result<TopicStats, AdminError>> {
         let broker_name = addr.0.split('.').next().unwrap_or_default().to_string();
         async move {
-            let created = self
+            let (created, stored) = self
                 .call(addr, move |state| {
-                    state
+                    let created = state
                         .topics
                         .get(addr)
                         .and_then(|topics| topics.get(topic))
-                        .cloned()
+                        .cloned();
+                    let stored = state
+                        .topic_queues
+                        .get(&(addr.clone(), topic.to_string()))
+                        .map(|queues| queues.values().cloned().collect::<Vec<_>>());
+                    (created, stored)
                 })
                 .await?;
+            if let Some(queues) = stored {
+                return Ok(TopicStats { queues });
+            }
             // Like the broker: a topic it does not have is refused (TOPIC_NOT_EXIST).
             let created = created.ok_or_else(|| AdminError::Rejected {
                 addr: addr.clone(),
@@ -434,6 +473,26 @@ impl BrokerAdmin for FakeAdmin {
                 .get(addr)
                 .map(|groups| groups.keys().cloned().collect())
                 .unwrap_or_default();
+            names.into_iter().collect()
+        })
+    }
+
+    fn topics<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
+        self.call(addr, move |state| {
+            let created = state
+                .topics
+                .get(addr)
+                .into_iter()
+                .flat_map(|topics| topics.keys().cloned());
+            let stored = state
+                .topic_queues
+                .keys()
+                .filter(|(holder, _)| holder == addr)
+                .map(|(_, topic)| topic.clone());
+            let names: BTreeSet<String> = created.chain(stored).collect();
             names.into_iter().collect()
         })
     }
@@ -565,7 +624,129 @@ struct FakeApiState {
     objects: BTreeMap<String, Value>,
     posted: Vec<Value>,
     requests: Vec<String>,
+    calls: Vec<ApiCall>,
     failures: Vec<(String, String, u16)>,
+}
+
+/// One request as the API server's authorizer sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiCall {
+    /// HTTP method.
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// The query string.
+    pub query: String,
+    /// A server-side apply that created the object (the API server also checks `create`).
+    pub created: bool,
+}
+
+/// The parts of an API path: group ("" for the core group), resource, namespace, name and
+/// subresource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourcePath {
+    /// API group, "" for the core group.
+    pub group: String,
+    /// Plural resource name.
+    pub resource: String,
+    /// Namespace, for namespaced paths.
+    pub namespace: Option<String>,
+    /// Object name; None for a collection.
+    pub name: Option<String>,
+    /// Subresource, e.g. status.
+    pub subresource: Option<String>,
+}
+
+impl ResourcePath {
+    /// Parses `/api/v1/...` and `/apis/<group>/<version>/...` paths.
+    pub fn parse(path: &str) -> Option<ResourcePath> {
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        let (group, rest) = match segments.as_slice() {
+            ["api", _version, rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => return None,
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", namespace, rest @ ..] if !rest.is_empty() => (Some(*namespace), rest),
+            rest => (None, rest),
+        };
+        let (resource, name, subresource) = match rest {
+            [resource] => (*resource, None, None),
+            [resource, name] => (*resource, Some(*name), None),
+            [resource, name, subresource] => (*resource, Some(*name), Some(*subresource)),
+            _ => return None,
+        };
+        Some(ResourcePath {
+            group: group.to_string(),
+            resource: resource.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+            subresource: subresource.map(str::to_string),
+        })
+    }
+}
+
+/// Whether `object` has every `key=value` label of `selector` (equality selectors only).
+fn matches_selector(object: &Value, selector: &str) -> bool {
+    selector
+        .split(',')
+        .filter(|term| !term.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((key, value)) => object["metadata"]["labels"][key] == value,
+            None => false,
+        })
+}
+
+fn query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        (name == key).then(|| percent_decoded(value))
+    })
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = (bytes[index] == b'%')
+            .then(|| text.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                index += 3;
+            }
+            None => {
+                decoded.push(if bytes[index] == b'+' {
+                    b' '
+                } else {
+                    bytes[index]
+                });
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+/// The objects of the collection at `path`, like a list call answers.
+fn list(objects: &BTreeMap<String, Value>, collection: &ResourcePath, query: &str) -> Value {
+    let selector = query_value(query, "labelSelector").unwrap_or_default();
+    let items: Vec<Value> = objects
+        .iter()
+        .filter(|(path, object)| {
+            ResourcePath::parse(path).is_some_and(|stored| {
+                stored.group == collection.group
+                    && stored.resource == collection.resource
+                    && stored.subresource.is_none()
+                    && (collection.namespace.is_none() || stored.namespace == collection.namespace)
+            }) && matches_selector(object, &selector)
+        })
+        .map(|(_, object)| object.clone())
+        .collect();
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items})
 }
 
 impl FakeApiServer {
@@ -578,19 +759,30 @@ impl FakeApiServer {
             while let Some((request, send)) = handle.next_request().await {
                 let method = request.method().to_string();
                 let path = request.uri().path().to_string();
+                let query = request.uri().query().unwrap_or_default().to_string();
                 let content_type = request
                     .headers()
                     .get(http::header::CONTENT_TYPE)
                     .and_then(|value| value.to_str().ok())
                     .unwrap_or_default()
                     .to_string();
+                if method == "GET" && query_value(&query, "watch").is_some() {
+                    // No watch events: the watch stays open with nothing to say, as a quiet
+                    // cluster's would (an error would make the controller back off instead).
+                    record(&task_state, &method, &path, &query, false);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                        send.send_response(Response::new(Body::empty()));
+                    });
+                    continue;
+                }
                 let body = request
                     .into_body()
                     .collect_bytes()
                     .await
                     .expect("request body");
                 let (status, reply) =
-                    handle_request(&task_state, &method, &path, &content_type, &body);
+                    handle_request(&task_state, (&method, &path, &query), &content_type, &body);
                 let response = Response::builder()
                     .status(status)
                     .header(http::header::CONTENT_TYPE, "application/json")
@@ -634,6 +826,16 @@ impl FakeApiServer {
         self.with_state(|state| state.requests.clone())
     }
 
+    /// Every request so far, with its query and whether an apply created the object.
+    pub fn calls(&self) -> Vec<ApiCall> {
+        self.with_state(|state| state.calls.clone())
+    }
+
+    /// Every object stored, by path.
+    pub fn objects(&self) -> BTreeMap<String, Value> {
+        self.with_state(|state| state.objects.clone())
+    }
+
     /// Reasons of the Events created so far, in order.
     pub fn event_reasons(&self) -> Vec<String> {
         self.with_state(|state| {
@@ -642,6 +844,18 @@ impl FakeApiServer {
                 .iter()
                 .filter(|object| object["kind"] == "Event")
                 .filter_map(|event| event["reason"].as_str().map(str::to_string))
+                .collect()
+        })
+    }
+
+    /// The Events created so far, in order.
+    pub fn events(&self) -> Vec<Value> {
+        self.with_state(|state| {
+            state
+                .posted
+                .iter()
+                .filter(|object| object["kind"] == "Event")
+                .cloned()
                 .collect()
         })
     }
@@ -688,15 +902,33 @@ fn status_error(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
 }
 
+fn record(state: &Mutex<FakeApiState>, method: &str, path: &str, query: &str, created: bool) {
+    let mut state = state.lock().expect("fake api lock poisoned");
+    state.requests.push(format!("{method} {path}"));
+    state.calls.push(ApiCall {
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        created,
+    });
+}
+
 fn handle_request(
     state: &Mutex<FakeApiState>,
-    method: &str,
-    path: &str,
+    (method, path, query): (&str, &str, &str),
     content_type: &str,
     body: &[u8],
 ) -> (StatusCode, Value) {
+    let creates = method == "PATCH"
+        && content_type.starts_with("application/apply-patch")
+        && !path.ends_with("/status")
+        && !state
+            .lock()
+            .expect("fake api lock poisoned")
+            .objects
+            .contains_key(path);
+    record(state, method, path, query, creates);
     let mut state = state.lock().expect("fake api lock poisoned");
-    state.requests.push(format!("{method} {path}"));
     if let Some(index) = state
         .failures
         .iter()
@@ -719,7 +951,12 @@ fn handle_request(
             status_error(404, "NotFound", "not found"),
         )
     };
+    let collection = ResourcePath::parse(path).filter(|parsed| parsed.name.is_none());
     match method {
+        "GET" if collection.is_some() => (
+            StatusCode::OK,
+            list(&state.objects, collection.as_ref().expect("checked"), query),
+        ),
         "GET" => match state.objects.get(&object_path) {
             Some(object) => (StatusCode::OK, object.clone()),
             None => not_found(),
@@ -864,6 +1101,14 @@ pub mod paths {
     /// PersistentVolumeClaim `name`.
     pub fn pvc(name: &str) -> String {
         format!("/api/v1/namespaces/ns/persistentvolumeclaims/{name}")
+    }
+    /// Pod `name`.
+    pub fn pod(name: &str) -> String {
+        format!("/api/v1/namespaces/ns/pods/{name}")
+    }
+    /// StorageClass `name` (cluster-scoped).
+    pub fn storage_class(name: &str) -> String {
+        format!("/apis/storage.k8s.io/v1/storageclasses/{name}")
     }
 }
 

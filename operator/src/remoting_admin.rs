@@ -331,6 +331,29 @@ impl BrokerAdmin for RemotingAdmin {
         .boxed()
     }
 
+    fn topics<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
+        async move {
+            let command =
+                RemotingCommand::request(request::GET_ALL_TOPIC_CONFIG, ExtFields::default());
+            let reply = self
+                .invoke_ok(addr, command, "GET_ALL_TOPIC_CONFIG")
+                .await?;
+            let wrapper =
+                body::TopicConfigSerializeWrapper::decode(&reply.body).map_err(|source| {
+                    AdminError::Malformed {
+                        addr: addr.clone(),
+                        request: "GET_ALL_TOPIC_CONFIG",
+                        source: Box::new(source),
+                    }
+                })?;
+            Ok(wrapper.topic_config_table.into_keys().collect())
+        }
+        .boxed()
+    }
+
     fn set_permission<'a>(
         &'a self,
         addr: &'a BrokerAddr,

@@ -57,6 +57,17 @@ async fn start_broker_with(adjust: impl FnOnce(&mut quiver_broker::BrokerConfig)
 
 /// One SEND_MESSAGE to an explicit queue, the way a RocketMQ 4.x producer sends it.
 async fn send(admin: &RemotingAdmin, addr: &BrokerAddr, queue_id: i32, body: &str) {
+    send_with_properties(admin, addr, queue_id, body, "").await;
+}
+
+/// SEND_MESSAGE with message properties in RocketMQ's `key\x01value\x02` encoding.
+async fn send_with_properties(
+    admin: &RemotingAdmin,
+    addr: &BrokerAddr,
+    queue_id: i32,
+    body: &str,
+    properties: &str,
+) {
     let fields: ExtFields = [
         ("producerGroup", "test-producer".to_string()),
         ("topic", "orders".to_string()),
@@ -66,7 +77,7 @@ async fn send(admin: &RemotingAdmin, addr: &BrokerAddr, queue_id: i32, body: &st
         ("sysFlag", "0".to_string()),
         ("bornTimestamp", now_ms().to_string()),
         ("flag", "0".to_string()),
-        ("properties", String::new()),
+        ("properties", properties.to_string()),
     ]
     .into_iter()
     .map(|(key, value)| (key.to_string(), value))
@@ -300,6 +311,66 @@ async fn every_admin_call_works_against_a_real_broker() {
         .expect("broker stops within 15 s")
         .expect("broker task joins")
         .expect("broker exits cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_broker_lists_its_topics_and_what_they_hold() {
+    use quiver_operator::controller::drain::{backlog, SCHEDULE_TOPIC};
+    let broker = start_broker().await;
+    let addr = broker.addr.clone();
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    let topic_config = TopicConfig {
+        name: "orders".into(),
+        queues: 2,
+    };
+    admin
+        .create_topic(&addr, &topic_config)
+        .await
+        .expect("create topic");
+    for index in 0..6 {
+        send(&admin, &addr, index % 2, &format!("m{index}")).await;
+    }
+    // Delay level 18 (two hours): parked in SCHEDULE_TOPIC_XXXX queue 17.
+    send_with_properties(&admin, &addr, 0, "later", "DELAY\u{1}18\u{2}").await;
+
+    let topics = admin.topics(&addr).await.expect("topics");
+    for expected in ["orders", "TBW102", SCHEDULE_TOPIC] {
+        assert!(
+            topics.contains(&expected.to_string()),
+            "{expected} not in {topics:?}"
+        );
+    }
+    let mut stats = Vec::new();
+    for topic in &topics {
+        let topic_stats = admin.topic_stats(&addr, topic).await.expect("topic stats");
+        stats.push((topic.clone(), topic_stats));
+    }
+    let orders = &stats.iter().find(|(name, _)| name == "orders").unwrap().1;
+    assert_eq!(orders.queues.iter().map(|q| q.max_offset.0).sum::<u64>(), 6);
+    let schedule = &stats
+        .iter()
+        .find(|(name, _)| name == SCHEDULE_TOPIC)
+        .unwrap()
+        .1;
+    let level_18 = schedule
+        .queues
+        .iter()
+        .find(|q| q.queue_id == 17)
+        .expect("level 18 queue");
+    assert_eq!(
+        level_18.max_offset.0 - level_18.min_offset.0,
+        1,
+        "{schedule:?}"
+    );
+    assert!(level_18.last_update_ms.is_some());
+
+    let pending = backlog(&[], &stats, now_ms());
+    assert_eq!(pending.messages_without_group, 6, "{pending:?}");
+    assert_eq!(
+        pending.pending_topics.into_iter().collect::<Vec<_>>(),
+        vec!["SCHEDULE_TOPIC_XXXX".to_string(), "orders".to_string()]
+    );
+    stop(broker).await;
 }
 
 /// The raw GET_BROKER_RUNTIME_INFO table.

@@ -1,37 +1,57 @@
-{{/* Everything the reconcilers touch, granted cluster-wide or in the watched namespace only. */}}
+{{/*
+RBAC rules: exactly the requests the operator makes, no more. operator/src/scenarios/broker_rbac.rs
+records every request of the reconcilers, the controllers' watches and the leader election against
+a fake API server and fails when these rules differ from them.
+*/}}
+
+{{/* Namespaced resources, granted cluster-wide or in the watched namespace only. */}}
 {{- define "quiver-operator.managedRules" -}}
+# The controllers list and watch Brokers; a ConsumerGroup reads its Broker.
 - apiGroups: ["quiver.io"]
   resources: ["brokers"]
   verbs: ["get", "list", "watch"]
 # The ConsumerGroup finalizer (offsets deleted with the resource) is added and removed by patch.
 - apiGroups: ["quiver.io"]
   resources: ["consumergroups"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["quiver.io"]
   resources: ["brokers/status", "consumergroups/status"]
-  verbs: ["get", "patch"]
-# Owner references with blockOwnerDeletion need update on the owner's finalizers.
-- apiGroups: ["quiver.io"]
-  resources: ["brokers/finalizers"]
-  verbs: ["update"]
-# Applied with server-side apply (patch); owner references let the garbage collector delete them.
+  verbs: ["patch"]
+# Server-side apply (patch, and create for a new object); the controller watches them through
+# metadata watches, and reads the StatefulSet's status.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch"]
-# Expansion reads and patches the claims; the StatefulSet controller applies the retention policy.
+  verbs: ["list", "watch", "create", "patch"]
+# Volume expansion reads and patches the claims.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "patch"]
+# A pod stuck not Ready at an outdated revision is deleted so the StatefulSet rollout moves on.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "delete"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end -}}
+
+{{/* Cluster-scoped resources: always a ClusterRole, also when one namespace is watched. */}}
+{{- define "quiver-operator.clusterRules" -}}
+# Before a volume expansion: whether the claims' (or the default) StorageClass allows it.
+- apiGroups: ["storage.k8s.io"]
+  resources: ["storageclasses"]
+  verbs: ["list"]
+{{- end -}}
+
+{{/* The leader election Lease. */}}
+{{- define "quiver-operator.leaderElectionRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "patch"]
 {{- end -}}

@@ -1,21 +1,28 @@
 //! Broker reconciler: fetch, plan (drain, rollout), apply with server-side apply, write status.
+//!
+//! A failing step that does not make the rest wrong (a leaving broker that does not answer, a
+//! pod that cannot be deleted, a claim patch refused, topics not created) becomes a [`Problem`]:
+//! Degraded=True and a Warning event, while everything else is still applied. A failed API call
+//! on the objects themselves fails the pass; [`reconcile`] reports it the same way.
 
 use super::conditions::{self, is_true, Desired, Status};
-use super::{object_key, patch_status, publish, Context, Error};
-use crate::admin::{BrokerAddr, BrokerPermission, TopicConfig};
-use crate::crd::{
-    Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, StorageStatus,
-    BROKER_DISK_HIGH_WATER_PERCENT,
+use super::drain::{self, LeavingBroker};
+use super::expansion::{self, Expansion};
+use super::rollout::{self, plan_rollout, ProgressMarkers, RolloutPhase};
+use super::{
+    error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
 };
-use crate::desired::{self, RolloutPlan, FIELD_MANAGER, TEMPLATE_HASH_ANNOTATION};
+use crate::admin::{BrokerAddr, TopicConfig};
+use crate::crd::{
+    Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, BROKER_DISK_HIGH_WATER_PERCENT,
+};
+use crate::desired::{self, RolloutPlan, FIELD_MANAGER};
 use crate::disk::{self, BrokerDisk, DiskProbe};
-use crate::lag::DrainProgress;
-use crate::quantity::quantity_bytes;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -26,375 +33,517 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::instrument;
 
-/// Requeue delay while something is in progress (drain, rollout, expansion, startup).
+/// Requeue delay while something is in progress (drain, rollout, expansion, startup) or a step
+/// failed.
 pub const PROGRESS_REQUEUE: Duration = Duration::from_secs(10);
 /// Requeue delay of a settled Broker (watches wake it earlier on changes).
 pub const IDLE_REQUEUE: Duration = Duration::from_secs(300);
 /// Requeue delay while DiskPressure is True, so the condition clears soon after the fix.
 pub const DISK_PRESSURE_REQUEUE: Duration = Duration::from_secs(30);
 
+/// Degraded reason: a reconcile failed (the message is the error chain).
+pub const REASON_RECONCILE_ERROR: &str = "ReconcileError";
+/// Degraded reason: pods went spec.progressDeadlineSeconds without progress.
+pub const REASON_PROGRESS_DEADLINE: &str = "ProgressDeadlineExceeded";
+/// Degraded reason: a leaving broker did not answer, so its drain cannot be checked.
+pub const REASON_LEAVING_UNREACHABLE: &str = "LeavingBrokerUnreachable";
+/// Degraded reason: a kept broker of a cancelled scale-down could not be made writable.
+pub const REASON_KEPT_READ_ONLY: &str = "KeptBrokerReadOnly";
+/// Degraded reason: the pods could not be listed, or a stuck pod could not be deleted.
+pub const REASON_STUCK_POD: &str = "StuckPodNotDeleted";
+/// Degraded reason: a spec topic could not be created on a broker.
+pub const REASON_TOPICS: &str = "TopicCreationFailed";
+/// Degraded reason: some brokers are not Ready although every pod runs the spec.
+pub const REASON_UNAVAILABLE: &str = "BrokersUnavailable";
+
+/// A step that failed without stopping the pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Degraded reason and Warning event reason.
+    pub reason: &'static str,
+    /// What failed, with the error chain.
+    pub message: String,
+}
+
+impl Problem {
+    fn new(reason: &'static str, message: impl Into<String>) -> Problem {
+        Problem {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
 /// Entry point of the Broker controller.
 pub async fn reconcile(broker: Arc<Broker>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = reconcile_broker(&broker, &ctx).await;
     ctx.metrics.reconciled("broker", started.elapsed());
-    if result.is_ok() {
-        ctx.reset_backoff(&object_key(broker.as_ref()));
+    match &result {
+        Ok(_) => ctx.reset_backoff(&object_key(broker.as_ref())),
+        Err(error) => report_reconcile_error(&broker, error, &ctx).await,
     }
     result
 }
 
-/// Where a rollout stands, from the existing StatefulSet and the new template.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RolloutPhase {
-    /// No StatefulSet yet: everything is created at the new template.
-    Creating,
-    /// The template changed: start updating from the highest ordinal.
-    Started,
-    /// The pod at the old partition is updated and all pods are Ready: move down one.
-    Stepped,
-    /// Waiting for the pod at the current partition to be updated and Ready.
-    Waiting,
-    /// Every pod runs the current template.
-    Complete,
+/// Degraded=True with reason ReconcileError and a Warning event, before the error goes back to
+/// kube-runtime's retry. An object without namespace or uid is not a stored one: nothing to do.
+async fn report_reconcile_error(broker: &Broker, error: &Error, ctx: &Context) {
+    if matches!(error, Error::MissingField { .. }) {
+        return;
+    }
+    let previous = broker
+        .status
+        .as_ref()
+        .map(|status| status.conditions.as_slice())
+        .unwrap_or_default();
+    let failure = Desired::new("Degraded", true, REASON_RECONCILE_ERROR, error_chain(error));
+    report_failure(ctx, broker, previous, &failure, "Reconcile").await;
 }
 
-/// The StatefulSet plan for this pass: pure, from the Broker, the existing StatefulSet and the
-/// replica count decided by the drain.
-pub fn plan_rollout(
-    broker: &Broker,
-    existing: Option<&StatefulSet>,
-    replicas: i32,
-) -> (RolloutPlan, RolloutPhase) {
-    let Some(existing) = existing else {
-        return (
-            RolloutPlan {
-                replicas,
-                ..RolloutPlan::initial(broker)
-            },
-            RolloutPhase::Creating,
-        );
-    };
-    let spec = &existing.spec;
-    // volumeClaimTemplates are immutable: keep what the StatefulSet was created with.
-    let claim_size = spec
-        .volume_claim_templates
-        .as_ref()
-        .and_then(|claims| claims.first())
-        .and_then(|claim| claim.spec.as_ref())
-        .and_then(|claim| claim.resources.as_ref())
-        .and_then(|resources| resources.requests.as_ref())
-        .and_then(|requests| requests.get("storage"))
-        .map(|quantity| quantity.0.clone())
-        .unwrap_or_else(|| broker.spec.storage.size.clone());
-    let current_partition = spec
-        .update_strategy
-        .as_ref()
-        .and_then(|strategy| strategy.rolling_update.as_ref())
-        .and_then(|rolling| rolling.partition)
-        .unwrap_or(0);
-    let provisional = RolloutPlan {
-        replicas,
-        partition: 0,
-        claim_size,
-    };
-    let new_hash = template_hash(&desired::stateful_set(broker, &provisional));
-    let last_ordinal = (replicas - 1).max(0);
-    if template_hash(existing) != new_hash {
-        return (
-            RolloutPlan {
-                partition: last_ordinal,
-                ..provisional
-            },
-            RolloutPhase::Started,
-        );
-    }
-    let partition = current_partition.min(last_ordinal);
-    if partition == 0 {
-        return (provisional, RolloutPhase::Complete);
-    }
-    let status = existing.status.clone().unwrap_or_default();
-    let status_is_current = status.observed_generation.is_some()
-        && status.observed_generation >= existing.metadata.generation;
-    let updated = status.updated_replicas.unwrap_or(0);
-    let ready = status.ready_replicas.unwrap_or(0);
-    if status_is_current && updated >= replicas - partition && ready >= replicas {
-        (
-            RolloutPlan {
-                partition: partition - 1,
-                ..provisional
-            },
-            RolloutPhase::Stepped,
-        )
-    } else {
-        (
-            RolloutPlan {
-                partition,
-                ..provisional
-            },
-            RolloutPhase::Waiting,
-        )
-    }
-}
-
-fn template_hash(statefulset: &StatefulSet) -> Option<String> {
-    statefulset
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|metadata| metadata.annotations.as_ref())
-        .and_then(|annotations| annotations.get(TEMPLATE_HASH_ANNOTATION))
-        .cloned()
-}
-
-#[instrument(skip(broker, ctx), fields(broker = %broker.name_any()))]
-async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Error> {
+fn checked_namespace(broker: &Broker) -> Result<String, Error> {
     let missing = |field| Error::MissingField {
         kind: "Broker",
         name: broker.name_any(),
         field,
     };
-    let namespace = broker.namespace().ok_or_else(|| missing("namespace"))?;
     // Owner references need the uid; the builders rely on it being there.
     broker.uid().ok_or_else(|| missing("uid"))?;
-    let name = broker.name_any();
+    broker.namespace().ok_or_else(|| missing("namespace"))
+}
+
+#[instrument(skip(broker, ctx), fields(broker = %broker.name_any()))]
+async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Error> {
+    let namespace = checked_namespace(broker)?;
     let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), &namespace);
-    let previous = broker.status.clone().unwrap_or_default();
-    let now = Timestamp::from_millisecond((ctx.clock)()).unwrap_or(Timestamp::UNIX_EPOCH);
-
+    let now_ms = (ctx.clock)();
     if broker.is_paused() {
-        if !is_true(&previous.conditions, "Paused") {
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "Paused",
-                "Pause",
-                "reconciliation paused by the quiver.io/paused annotation",
-            )
-            .await;
-        }
-        let mut conditions = conditions::merge(
-            &previous.conditions,
-            &[
-                Desired::new(
-                    "Paused",
-                    true,
-                    "PauseAnnotation",
-                    "reconciliation stopped by the quiver.io/paused annotation",
-                ),
-                Desired::new(
-                    "Progressing",
-                    false,
-                    "Paused",
-                    "changes are not applied while paused",
-                ),
-            ],
-            broker.metadata.generation,
-            now,
-        );
-        conditions.extend(
-            previous
-                .conditions
-                .iter()
-                .filter(|c| c.type_ != "Paused" && c.type_ != "Progressing")
-                .cloned(),
-        );
-        let status = BrokerStatus {
-            conditions,
-            ..previous
-        };
-        patch_status(&brokers, &name, &status).await?;
-        return Ok(Action::await_change());
+        return reconcile_paused(broker, &brokers, now_ms, ctx).await;
     }
-
+    let name = broker.name_any();
+    let previous = broker.status.clone().unwrap_or_default();
     let statefulsets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
     let existing = statefulsets
         .get_opt(&name)
         .await
         .map_err(Error::kube(format!("reading StatefulSet {name}")))?;
-    let wanted = broker.spec.replicas.max(1);
-    let running = existing
-        .as_ref()
-        .and_then(|sts| sts.spec.replicas)
-        .unwrap_or(0);
-
-    let mut drain_status = None;
-    let replicas = if existing.is_some() && wanted < running {
-        let leaving: Vec<i32> = (wanted..running).collect();
-        let progress = drain(broker, &leaving, ctx).await?;
-        let leaving_names: Vec<String> = leaving
-            .iter()
-            .map(|ordinal| desired::pod_name(broker, *ordinal))
-            .collect();
-        if progress.is_drained() {
-            let note = format!(
-                "{} consumed to the end; scaling to {wanted}",
-                leaving_names.join(", ")
-            );
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "Drained",
-                "ScaleDown",
-                &note,
-            )
-            .await;
-            wanted
-        } else {
-            if previous.drain.is_none() {
-                let note = format!(
-                    "{} read-only until every group consumed them",
-                    leaving_names.join(", ")
-                );
-                publish(
-                    ctx,
-                    broker,
-                    EventType::Normal,
-                    "DrainStarted",
-                    "ScaleDown",
-                    &note,
-                )
-                .await;
-            }
-            drain_status = Some(DrainStatus {
-                brokers: leaving_names,
-                remaining_messages: progress.remaining_messages,
-                pending_groups: progress.pending_groups,
-            });
-            running
-        }
-    } else {
-        restore_cancelled_drain(broker, &previous, wanted, ctx).await?;
-        wanted
-    };
-
-    let (plan, phase) = plan_rollout(broker, existing.as_ref(), replicas);
-    match phase {
-        RolloutPhase::Started if existing.is_some() => {
-            let note = format!(
-                "template changed; updating {} first",
-                desired::pod_name(broker, plan.partition)
-            );
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "RolloutStarted",
-                "Rollout",
-                &note,
-            )
-            .await;
-        }
-        RolloutPhase::Stepped => {
-            let note = format!("updating {}", desired::pod_name(broker, plan.partition));
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "RolloutStep",
-                "Rollout",
-                &note,
-            )
-            .await;
-        }
-        _ => {}
-    }
-
-    let draining_from = drain_status.is_some().then_some(wanted);
-    apply(
+    let mut problems = Vec::new();
+    let scale = scale(
+        broker,
+        existing.as_ref(),
+        &previous,
+        now_ms,
         ctx,
-        &namespace,
-        &desired::config_map(broker, plan.replicas, draining_from),
+        &mut problems,
     )
-    .await?;
-    apply(ctx, &namespace, &desired::headless_service(broker)).await?;
-    apply(ctx, &namespace, &desired::client_service(broker)).await?;
-    apply(ctx, &namespace, &desired::pod_disruption_budget(broker)).await?;
-    apply(ctx, &namespace, &desired::stateful_set(broker, &plan)).await?;
-
-    let storage = if existing.is_some() {
-        expand_volumes(broker, &namespace, &plan, ctx).await?
-    } else {
-        None
+    .await;
+    let (plan, phase) = plan_rollout(broker, existing.as_ref(), scale.replicas);
+    announce_rollout(broker, &phase, &plan, existing.is_some(), ctx).await;
+    if let Some(sts) = &existing {
+        unstick_rollout(broker, sts, &namespace, ctx, &mut problems).await;
+    }
+    let draining_from = scale.drain.is_some().then_some(scale.wanted);
+    apply_objects(broker, &namespace, &plan, draining_from, ctx).await?;
+    let expansion = match existing {
+        Some(_) => expansion::expand_volumes(broker, &namespace, &plan, ctx).await?,
+        None => Expansion::default(),
     };
-
     let sts_status = existing
         .as_ref()
         .and_then(|sts| sts.status.clone())
         .unwrap_or_default();
-    let ready = sts_status.ready_replicas.unwrap_or(0);
-    if !broker.spec.topics.is_empty() && ready >= plan.replicas {
-        ensure_topics(broker, plan.replicas, ctx).await?;
+    if !broker.spec.topics.is_empty() && sts_status.ready_replicas.unwrap_or(0) >= plan.replicas {
+        if let Err(error) = ensure_topics(broker, plan.replicas, ctx).await {
+            problems.push(Problem::new(REASON_TOPICS, error_chain(&error)));
+        }
     }
-
-    let disks = if existing.is_some() {
-        probe_disks(broker, plan.replicas, ctx).await
-    } else {
-        Vec::new()
+    let disks = match existing {
+        Some(_) => probe_disks(broker, plan.replicas, ctx).await,
+        None => Vec::new(),
     };
-    let disk_condition = disk::disk_pressure(
-        &disks,
-        default_high_water(broker),
-        &broker.spec.storage.size,
+    let observed = Observed {
+        statefulset_exists: existing.is_some(),
+        sts_status,
+        plan: &plan,
+        scale: &scale,
+        expansion: &expansion,
+        disk: disk::disk_pressure(
+            &disks,
+            default_high_water(broker),
+            &broker.spec.storage.size,
+        ),
+        problems: &problems,
+        now: Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH),
+    };
+    let (status, outlook) = broker_status(broker, &previous, &observed);
+    publish_transitions(
+        broker,
+        &previous.conditions,
+        &status.conditions,
+        &problems,
+        ctx,
+    )
+    .await;
+    write_status_if_changed(&brokers, &name, broker.status.as_ref(), &status).await?;
+    Ok(Action::requeue(outlook.requeue()))
+}
+
+/// Paused: only the Paused and Progressing conditions change; nothing is applied.
+async fn reconcile_paused(
+    broker: &Broker,
+    brokers: &Api<Broker>,
+    now_ms: i64,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let previous = broker.status.clone().unwrap_or_default();
+    if !is_true(&previous.conditions, "Paused") {
+        publish(
+            ctx,
+            broker,
+            EventType::Normal,
+            "Paused",
+            "Pause",
+            "reconciliation paused by the quiver.io/paused annotation",
+        )
+        .await;
+    }
+    let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let mut conditions = conditions::merge(
+        &previous.conditions,
+        &[
+            Desired::new(
+                "Paused",
+                true,
+                "PauseAnnotation",
+                "reconciliation stopped by the quiver.io/paused annotation",
+            ),
+            Desired::new(
+                "Progressing",
+                false,
+                "Paused",
+                "changes are not applied while paused",
+            ),
+        ],
+        broker.metadata.generation,
+        now,
     );
-    let disk_pressure = disk_condition.status == Status::True;
-    match (
-        is_true(&previous.conditions, disk::CONDITION),
-        disk_pressure,
-    ) {
-        (false, true) => {
+    conditions.extend(
+        previous
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != "Paused" && c.type_ != "Progressing")
+            .cloned(),
+    );
+    let status = BrokerStatus {
+        conditions,
+        ..previous
+    };
+    write_status_if_changed(brokers, &broker.name_any(), broker.status.as_ref(), &status).await?;
+    Ok(Action::await_change())
+}
+
+/// How many brokers run this pass, and the drain holding the leaving ones.
+struct Scale {
+    /// spec.replicas (at least 1).
+    wanted: i32,
+    /// Pods to run: above `wanted` while the drain holds.
+    replicas: i32,
+    /// The drain in progress.
+    drain: Option<DrainStatus>,
+    /// Brokers left read-only: draining, or kept but not writable yet.
+    read_only: Vec<String>,
+}
+
+/// Restores the kept brokers of a cancelled scale-down, then drains the leaving ones, each
+/// broker on its own: a failure is a problem, never an error.
+async fn scale(
+    broker: &Broker,
+    existing: Option<&StatefulSet>,
+    previous: &BrokerStatus,
+    now_ms: i64,
+    ctx: &Context,
+    problems: &mut Vec<Problem>,
+) -> Scale {
+    let wanted = broker.spec.replicas.max(1);
+    let running = existing.and_then(|sts| sts.spec.replicas).unwrap_or(0);
+    let mut read_only = restore_kept(broker, previous, wanted, ctx, problems).await;
+    if existing.is_none() || wanted >= running {
+        return Scale {
+            wanted,
+            replicas: wanted,
+            drain: None,
+            read_only,
+        };
+    }
+    let inspections =
+        (wanted..running).map(|ordinal| drain::inspect_leaving(broker, ordinal, ctx, now_ms));
+    let leaving: Vec<LeavingBroker> = futures::future::join_all(inspections).await;
+    let held = hold_for_drain(broker, wanted, &leaving, previous, ctx).await;
+    let Some(status) = held else {
+        return Scale {
+            wanted,
+            replicas: wanted,
+            drain: None,
+            read_only: Vec::new(),
+        };
+    };
+    for unanswered in &leaving {
+        if let Err(error) = &unanswered.backlog {
+            let message = format!("leaving broker {} did not answer: {error}", unanswered.name);
+            problems.push(Problem::new(REASON_LEAVING_UNREACHABLE, message));
+        }
+    }
+    read_only.extend(status.brokers.iter().cloned());
+    Scale {
+        wanted,
+        replicas: running,
+        drain: Some(status),
+        read_only,
+    }
+}
+
+/// The drain that holds the leaving brokers, or None when they may go: drained, or forced by the
+/// annotation (with a Warning event naming what is dropped).
+async fn hold_for_drain(
+    broker: &Broker,
+    wanted: i32,
+    leaving: &[LeavingBroker],
+    previous: &BrokerStatus,
+    ctx: &Context,
+) -> Option<DrainStatus> {
+    let status = drain::drain_status(leaving);
+    let names = status.brokers.join(", ");
+    if drain::is_drained(leaving) {
+        let note = format!("{names} consumed to the end; scaling to {wanted}");
+        publish(
+            ctx,
+            broker,
+            EventType::Normal,
+            "Drained",
+            "ScaleDown",
+            &note,
+        )
+        .await;
+        return None;
+    }
+    if broker.force_scale_down() {
+        let note = format!(
+            "quiver.io/force-scale-down: scaling to {wanted} without waiting; dropped with \
+             {names}: {}",
+            drain::describe(&status)
+        );
+        publish(
+            ctx,
+            broker,
+            EventType::Warning,
+            "ForcedScaleDown",
+            "ScaleDown",
+            &note,
+        )
+        .await;
+        return None;
+    }
+    if previous.drain.is_none() {
+        let note = format!("{names} read-only until what they hold is read");
+        publish(
+            ctx,
+            broker,
+            EventType::Normal,
+            "DrainStarted",
+            "ScaleDown",
+            &note,
+        )
+        .await;
+    }
+    Some(status)
+}
+
+/// Makes the kept brokers of a reverted scale-down writable again; returns those still
+/// read-only, each a problem.
+async fn restore_kept(
+    broker: &Broker,
+    previous: &BrokerStatus,
+    wanted: i32,
+    ctx: &Context,
+    problems: &mut Vec<Problem>,
+) -> Vec<String> {
+    let kept = drain::kept_read_only(broker, previous, wanted);
+    if kept.is_empty() {
+        return Vec::new();
+    }
+    let failed = drain::restore_kept(broker, &kept, ctx).await;
+    let restored: Vec<String> = kept
+        .iter()
+        .map(|ordinal| desired::pod_name(broker, *ordinal))
+        .filter(|name| !failed.contains_key(name))
+        .collect();
+    if !restored.is_empty() {
+        let note = format!(
+            "scale-down cancelled: {} writable again",
+            restored.join(", ")
+        );
+        publish(
+            ctx,
+            broker,
+            EventType::Normal,
+            "DrainCancelled",
+            "ScaleDown",
+            &note,
+        )
+        .await;
+    }
+    for (name, error) in &failed {
+        let message = format!("{name} stays read-only after the cancelled scale-down: {error}");
+        problems.push(Problem::new(REASON_KEPT_READ_ONLY, message));
+    }
+    failed.into_keys().collect()
+}
+
+async fn announce_rollout(
+    broker: &Broker,
+    phase: &RolloutPhase,
+    plan: &RolloutPlan,
+    statefulset_exists: bool,
+    ctx: &Context,
+) {
+    let (reason, note) = match phase {
+        RolloutPhase::Started if statefulset_exists => (
+            "RolloutStarted",
+            format!(
+                "template changed; updating {} first",
+                desired::pod_name(broker, plan.partition)
+            ),
+        ),
+        RolloutPhase::Stepped => (
+            "RolloutStep",
+            format!("updating {}", desired::pod_name(broker, plan.partition)),
+        ),
+        _ => return,
+    };
+    publish(ctx, broker, EventType::Normal, reason, "Rollout", &note).await;
+}
+
+/// Deletes a pod stuck not Ready at an outdated revision, so the StatefulSet recreates it at the
+/// update revision instead of waiting for it forever.
+async fn unstick_rollout(
+    broker: &Broker,
+    sts: &StatefulSet,
+    namespace: &str,
+    ctx: &Context,
+    problems: &mut Vec<Problem>,
+) {
+    if !rollout::may_have_stuck_pod(sts) {
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let listed = pods
+        .list(&ListParams::default().labels(&desired::pod_selector(broker)))
+        .await;
+    let pod_list = match listed {
+        Ok(list) => list.items,
+        Err(error) => {
+            let message = format!("cannot list the broker pods: {}", error_chain(&error));
+            problems.push(Problem::new(REASON_STUCK_POD, message));
+            return;
+        }
+    };
+    let Some(stuck) = rollout::stuck_pod(broker, sts, &pod_list) else {
+        return;
+    };
+    match pods.delete(&stuck, &DeleteParams::default()).await {
+        Ok(_) => {
+            let note = format!(
+                "{stuck} was not Ready at an outdated revision; deleted so the StatefulSet \
+                 recreates it at the current template"
+            );
             publish(
                 ctx,
                 broker,
                 EventType::Warning,
-                disk::CONDITION,
-                "DiskCheck",
-                &disk_condition.message,
+                "StuckPodDeleted",
+                "Rollout",
+                &note,
             )
             .await;
         }
-        (true, false) if disk_condition.status == Status::False => {
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "DiskPressureRelieved",
-                "DiskCheck",
-                &disk_condition.message,
-            )
-            .await;
+        Err(error) => {
+            let message = format!("cannot delete stuck pod {stuck}: {}", error_chain(&error));
+            problems.push(Problem::new(REASON_STUCK_POD, message));
         }
-        _ => {}
     }
+}
 
-    let draining = drain_status.is_some();
-    let rolling = plan.partition > 0;
-    let expanding = storage
-        .as_ref()
-        .is_some_and(|s| s.resized_claims < s.total_claims);
-    let starting = ready < plan.replicas;
-    let (progressing, progress_reason, progress_message) = if draining {
+async fn apply_objects(
+    broker: &Broker,
+    namespace: &str,
+    plan: &RolloutPlan,
+    draining_from: Option<i32>,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let config = desired::config_map(broker, plan.replicas, draining_from);
+    apply(ctx, namespace, &config).await?;
+    apply(ctx, namespace, &desired::headless_service(broker)).await?;
+    apply(ctx, namespace, &desired::client_service(broker)).await?;
+    apply(ctx, namespace, &desired::pod_disruption_budget(broker)).await?;
+    apply(ctx, namespace, &desired::stateful_set(broker, plan)).await
+}
+
+/// Everything a pass observed, for the status.
+struct Observed<'a> {
+    statefulset_exists: bool,
+    sts_status: StatefulSetStatus,
+    plan: &'a RolloutPlan,
+    scale: &'a Scale,
+    expansion: &'a Expansion,
+    disk: Desired,
+    problems: &'a [Problem],
+    now: Timestamp,
+}
+
+/// What the status says about the next pass.
+struct Outlook {
+    progressing: bool,
+    disk_pressure: bool,
+    problems: bool,
+}
+
+impl Outlook {
+    fn requeue(&self) -> Duration {
+        if self.progressing || self.problems {
+            PROGRESS_REQUEUE
+        } else if self.disk_pressure {
+            DISK_PRESSURE_REQUEUE
+        } else {
+            IDLE_REQUEUE
+        }
+    }
+}
+
+/// The Progressing condition: the first of draining, rolling, expanding, starting.
+fn progressing(observed: &Observed<'_>, ready: i32) -> Desired {
+    let plan = observed.plan;
+    let (holds, reason, message) = if let Some(drain) = &observed.scale.drain {
         (
             true,
             "Draining",
-            "waiting for consumers to drain the leaving brokers".to_string(),
+            format!(
+                "waiting for the leaving brokers to be read: {}",
+                drain::describe(drain)
+            ),
         )
-    } else if rolling {
+    } else if plan.partition > 0 {
         (
             true,
             "RollingUpdate",
             format!("pods from ordinal {} run the new template", plan.partition),
         )
-    } else if expanding {
+    } else if observed.expansion.in_progress() {
         (
             true,
             "ExpandingVolumes",
             "volume claims are being resized".to_string(),
         )
-    } else if starting {
+    } else if ready < plan.replicas {
         (
             true,
             "BrokersStarting",
@@ -407,47 +556,100 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
             "every broker runs the current spec".to_string(),
         )
     };
-    let ready_message = format!("{ready}/{wanted} brokers ready");
-    let degraded = existing.is_some()
-        && starting
-        && !draining
-        && !rolling
-        && sts_status.updated_replicas.unwrap_or(0) >= plan.replicas;
-    let conditions = conditions::merge(
-        &previous.conditions,
-        &[
-            Desired::new(
-                "Ready",
-                ready >= wanted,
-                if ready >= wanted {
-                    "AllBrokersReady"
-                } else {
-                    "BrokersNotReady"
-                },
-                ready_message.clone(),
-            ),
-            Desired::new(
-                "Progressing",
-                progressing,
-                progress_reason,
-                progress_message,
-            ),
-            Desired::new(
-                "Degraded",
-                degraded,
-                if degraded {
-                    "BrokersUnavailable"
-                } else {
-                    "AsExpected"
-                },
-                ready_message,
-            ),
-            Desired::new("Paused", false, "NotPaused", "reconciling"),
-            disk_condition,
-        ],
-        broker.metadata.generation,
-        now,
-    );
+    Desired::new("Progressing", holds, reason, message)
+}
+
+/// The Degraded condition: the pass's problems first, then the progress deadline, then brokers
+/// not Ready although every pod runs the spec.
+fn degraded(observed: &Observed<'_>, deadline_exceeded: bool, deadline_s: i64) -> Desired {
+    let ready = observed.sts_status.ready_replicas.unwrap_or(0);
+    let replicas = observed.plan.replicas;
+    if let Some(first) = observed.problems.first() {
+        let messages: Vec<&str> = observed
+            .problems
+            .iter()
+            .map(|p| p.message.as_str())
+            .collect();
+        return Desired::new("Degraded", true, first.reason, messages.join("; "));
+    }
+    if deadline_exceeded {
+        let message = format!(
+            "no progress for more than {deadline_s}s (spec.progressDeadlineSeconds): \
+             {ready}/{replicas} brokers ready, pods from ordinal {} at the new template; a pod \
+             not Ready at the new template needs a spec fix",
+            observed.plan.partition
+        );
+        return Desired::new("Degraded", true, REASON_PROGRESS_DEADLINE, message);
+    }
+    let unavailable = observed.statefulset_exists
+        && ready < replicas
+        && observed.scale.drain.is_none()
+        && observed.plan.partition == 0
+        && observed.sts_status.updated_replicas.unwrap_or(0) >= replicas;
+    let message = format!("{ready}/{} brokers ready", observed.scale.wanted);
+    if unavailable {
+        Desired::new("Degraded", true, REASON_UNAVAILABLE, message)
+    } else {
+        Desired::new("Degraded", false, "AsExpected", message)
+    }
+}
+
+/// The status for what the pass observed: pure.
+fn broker_status(
+    broker: &Broker,
+    previous: &BrokerStatus,
+    observed: &Observed<'_>,
+) -> (BrokerStatus, Outlook) {
+    let plan = observed.plan;
+    let ready = observed.sts_status.ready_replicas.unwrap_or(0);
+    let wanted = observed.scale.wanted;
+    let rolling = plan.partition > 0;
+    let rollout = rolling.then(|| RolloutStatus {
+        partition: plan.partition,
+        updated_replicas: observed.sts_status.updated_replicas.unwrap_or(0),
+    });
+    let markers = ProgressMarkers {
+        generation: broker.metadata.generation,
+        ready,
+        replicas: plan.replicas,
+        rollout: rollout.as_ref().map(|r| (r.partition, r.updated_replicas)),
+    };
+    let last_progress = rollout::last_progress(previous, &markers, observed.now);
+    let pods_pending = rolling || ready < plan.replicas;
+    let deadline_s = broker.spec.progress_deadline_seconds;
+    let stuck = pods_pending
+        && observed.scale.drain.is_none()
+        && rollout::deadline_exceeded(last_progress, observed.now, deadline_s);
+    let progressing = progressing(observed, ready);
+    let degraded = degraded(observed, stuck, deadline_s);
+    let ready_condition = if ready >= wanted {
+        Desired::new(
+            "Ready",
+            true,
+            "AllBrokersReady",
+            format!("{ready}/{wanted} brokers ready"),
+        )
+    } else {
+        Desired::new(
+            "Ready",
+            false,
+            "BrokersNotReady",
+            format!("{ready}/{wanted} brokers ready"),
+        )
+    };
+    let outlook = Outlook {
+        progressing: progressing.status == Status::True,
+        disk_pressure: observed.disk.status == Status::True,
+        problems: !observed.problems.is_empty(),
+    };
+    let mut desired_conditions = vec![
+        ready_condition,
+        progressing,
+        degraded,
+        Desired::new("Paused", false, "NotPaused", "reconciling"),
+        observed.disk.clone(),
+    ];
+    desired_conditions.extend(observed.expansion.condition.clone());
     let status = BrokerStatus {
         observed_generation: broker.metadata.generation,
         ready_replicas: ready,
@@ -458,22 +660,90 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
                 address: desired::broker_address(broker, ordinal),
             })
             .collect(),
-        conditions,
-        drain: drain_status,
-        rollout: rolling.then(|| RolloutStatus {
-            partition: plan.partition,
-            updated_replicas: sts_status.updated_replicas.unwrap_or(0),
-        }),
-        storage,
+        conditions: conditions::merge(
+            &previous.conditions,
+            &desired_conditions,
+            broker.metadata.generation,
+            observed.now,
+        ),
+        read_only_brokers: observed.scale.read_only.clone(),
+        last_progress_time: Some(last_progress.to_string()),
+        drain: observed.scale.drain.clone(),
+        rollout,
+        storage: observed.expansion.storage.clone(),
     };
-    patch_status(&brokers, &name, &status).await?;
-    Ok(Action::requeue(if progressing {
-        PROGRESS_REQUEUE
-    } else if disk_pressure {
-        DISK_PRESSURE_REQUEUE
-    } else {
-        IDLE_REQUEUE
-    }))
+    (status, outlook)
+}
+
+/// Warning events for what newly went wrong, Normal ones for what recovered: only on change, so
+/// a condition that holds does not repeat its event every pass.
+pub fn transition_events(
+    previous: &[Condition],
+    next: &[Condition],
+    problems: &[Problem],
+) -> Vec<(EventType, String, String)> {
+    let mut events = Vec::new();
+    let before = |type_: &str| conditions::find(previous, type_);
+    let after = |type_: &str| conditions::find(next, type_);
+    if let Some(now) = after("Degraded").filter(|c| c.status == "True") {
+        let was = before("Degraded").filter(|c| c.status == "True");
+        if problems.is_empty() {
+            if was.is_none_or(|was| was.reason != now.reason) {
+                events.push((EventType::Warning, now.reason.clone(), now.message.clone()));
+            }
+        } else {
+            for problem in problems {
+                if was.is_none_or(|was| !was.message.contains(&problem.message)) {
+                    events.push((
+                        EventType::Warning,
+                        problem.reason.to_string(),
+                        problem.message.clone(),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(now) = after(expansion::CONDITION).filter(|c| c.status == "False") {
+        let same = before(expansion::CONDITION).is_some_and(|was| {
+            was.status == now.status && was.reason == now.reason && was.message == now.message
+        });
+        if !same {
+            events.push((EventType::Warning, now.reason.clone(), now.message.clone()));
+        }
+    }
+    let disk_was = before(disk::CONDITION).map(|c| c.status.as_str());
+    if let Some(now) = after(disk::CONDITION) {
+        match (disk_was == Some("True"), now.status.as_str()) {
+            (false, "True") => events.push((
+                EventType::Warning,
+                disk::CONDITION.to_string(),
+                now.message.clone(),
+            )),
+            (true, "False") => events.push((
+                EventType::Normal,
+                "DiskPressureRelieved".to_string(),
+                now.message.clone(),
+            )),
+            _ => {}
+        }
+    }
+    events
+}
+
+async fn publish_transitions(
+    broker: &Broker,
+    previous: &[Condition],
+    next: &[Condition],
+    problems: &[Problem],
+    ctx: &Context,
+) {
+    for (type_, reason, note) in transition_events(previous, next, problems) {
+        let action = match reason.as_str() {
+            disk::CONDITION | "DiskPressureRelieved" => "DiskCheck",
+            _ => "Reconcile",
+        };
+        publish(ctx, broker, type_, &reason, action, &note).await;
+    }
 }
 
 /// Asks every broker for its disk state, all at once; never fails (a broker that does not
@@ -505,61 +775,6 @@ fn default_high_water(broker: &Broker) -> f64 {
     f64::from(percent) / 100.0
 }
 
-/// Makes the leaving brokers read-only and measures what consumers still have to read there.
-async fn drain(broker: &Broker, leaving: &[i32], ctx: &Context) -> Result<DrainProgress, Error> {
-    let mut progress = DrainProgress::default();
-    for ordinal in leaving {
-        let addr = BrokerAddr(desired::broker_address(broker, *ordinal));
-        ctx.admin
-            .set_permission(&addr, BrokerPermission::ReadOnly)
-            .await
-            .map_err(Error::admin("making a leaving broker read-only"))?;
-        let groups = ctx
-            .admin
-            .groups(&addr)
-            .await
-            .map_err(Error::admin("listing groups of a leaving broker"))?;
-        for group in groups {
-            let stats = ctx
-                .admin
-                .consume_stats(&addr, &group)
-                .await
-                .map_err(Error::admin("reading consume stats of a leaving broker"))?;
-            progress.add_group(&group, &stats.queues);
-        }
-    }
-    Ok(progress)
-}
-
-/// A scale-down reverted mid-drain: brokers that stay become writable again.
-async fn restore_cancelled_drain(
-    broker: &Broker,
-    previous: &BrokerStatus,
-    wanted: i32,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let Some(drain) = &previous.drain else {
-        return Ok(());
-    };
-    let prefix = format!("{}-", broker.name_any());
-    for name in &drain.brokers {
-        let Some(ordinal) = name
-            .strip_prefix(&prefix)
-            .and_then(|ordinal| ordinal.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if ordinal < wanted {
-            let addr = BrokerAddr(desired::broker_address(broker, ordinal));
-            ctx.admin
-                .set_permission(&addr, BrokerPermission::ReadWrite)
-                .await
-                .map_err(Error::admin("making a kept broker writable again"))?;
-        }
-    }
-    Ok(())
-}
-
 /// Creates the spec's topics on every broker (idempotent on the broker side).
 async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<(), Error> {
     for ordinal in 0..replicas {
@@ -584,73 +799,6 @@ async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<
     Ok(())
 }
 
-/// Grows the volume claims of the current brokers to the spec size and reports progress;
-/// `None` when the spec asks for no more than the claim template holds.
-async fn expand_volumes(
-    broker: &Broker,
-    namespace: &str,
-    plan: &RolloutPlan,
-    ctx: &Context,
-) -> Result<Option<StorageStatus>, Error> {
-    let requested = &broker.spec.storage.size;
-    let (Some(requested_bytes), Some(template_bytes)) =
-        (quantity_bytes(requested), quantity_bytes(&plan.claim_size))
-    else {
-        return Ok(None);
-    };
-    if requested_bytes <= template_bytes {
-        return Ok(None);
-    }
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut resized = 0;
-    for ordinal in 0..plan.replicas {
-        let claim_name = desired::claim_name(broker, ordinal);
-        let Some(claim) = claims
-            .get_opt(&claim_name)
-            .await
-            .map_err(Error::kube(format!("reading PVC {claim_name}")))?
-        else {
-            continue;
-        };
-        let storage_of = |quantities: Option<&std::collections::BTreeMap<String, Quantity>>| {
-            quantities
-                .and_then(|q| q.get("storage"))
-                .and_then(|q| quantity_bytes(&q.0))
-                .unwrap_or(0)
-        };
-        let current_request = storage_of(
-            claim
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.resources.as_ref())
-                .and_then(|r| r.requests.as_ref()),
-        );
-        if current_request < requested_bytes {
-            let patch =
-                serde_json::json!({"spec": {"resources": {"requests": {"storage": requested}}}});
-            claims
-                .patch(&claim_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::kube(format!("expanding PVC {claim_name}")))?;
-            tracing::info!(claim = %claim_name, size = %requested, "requested volume expansion");
-        }
-        let capacity = storage_of(
-            claim
-                .status
-                .as_ref()
-                .and_then(|status| status.capacity.as_ref()),
-        );
-        if capacity >= requested_bytes {
-            resized += 1;
-        }
-    }
-    Ok(Some(StorageStatus {
-        requested: requested.clone(),
-        resized_claims: resized,
-        total_claims: plan.replicas,
-    }))
-}
-
 async fn apply<K>(ctx: &Context, namespace: &str, object: &K) -> Result<(), Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -669,102 +817,4 @@ where
     .await
     .map_err(Error::kube(format!("applying {} {name}", K::kind(&()))))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::BrokerFixture;
-    use k8s_openapi::api::apps::v1::StatefulSetStatus;
-
-    fn existing(broker: &Broker, plan: &RolloutPlan, status: StatefulSetStatus) -> StatefulSet {
-        let mut sts = desired::stateful_set(broker, plan);
-        sts.metadata.generation = Some(4);
-        sts.status = Some(StatefulSetStatus {
-            observed_generation: Some(4),
-            ..status
-        });
-        sts
-    }
-
-    fn ready(replicas: i32, updated: i32) -> StatefulSetStatus {
-        StatefulSetStatus {
-            replicas,
-            ready_replicas: Some(replicas),
-            updated_replicas: Some(updated),
-            ..StatefulSetStatus::default()
-        }
-    }
-
-    #[test]
-    fn no_statefulset_means_create_everything_at_once() {
-        let broker = Broker::test().replicas(3);
-        let (plan, phase) = plan_rollout(&broker, None, 3);
-        assert_eq!((plan.partition, phase), (0, RolloutPhase::Creating));
-    }
-
-    #[test]
-    fn template_change_starts_at_the_highest_ordinal() {
-        let old = Broker::test().replicas(3);
-        let sts = existing(&old, &RolloutPlan::initial(&old), ready(3, 3));
-        let new = old.clone().image("quiver:2");
-        let (plan, phase) = plan_rollout(&new, Some(&sts), 3);
-        assert_eq!((plan.partition, phase), (2, RolloutPhase::Started));
-    }
-
-    #[test]
-    fn partition_steps_down_only_when_the_updated_pods_are_ready() {
-        let broker = Broker::test().replicas(3);
-        let at = |partition| RolloutPlan {
-            partition,
-            ..RolloutPlan::initial(&broker)
-        };
-        let waiting = existing(&broker, &at(2), ready(3, 0));
-        assert_eq!(
-            plan_rollout(&broker, Some(&waiting), 3).1,
-            RolloutPhase::Waiting
-        );
-        let mut not_ready = ready(3, 1);
-        not_ready.ready_replicas = Some(2);
-        let restarting = existing(&broker, &at(2), not_ready);
-        assert_eq!(
-            plan_rollout(&broker, Some(&restarting), 3).1,
-            RolloutPhase::Waiting
-        );
-        let done_top = existing(&broker, &at(2), ready(3, 1));
-        let (plan, phase) = plan_rollout(&broker, Some(&done_top), 3);
-        assert_eq!((plan.partition, phase), (1, RolloutPhase::Stepped));
-        let done = existing(&broker, &at(0), ready(3, 3));
-        assert_eq!(
-            plan_rollout(&broker, Some(&done), 3).1,
-            RolloutPhase::Complete
-        );
-    }
-
-    #[test]
-    fn stale_statefulset_status_does_not_step() {
-        let broker = Broker::test().replicas(3);
-        let mut sts = existing(
-            &broker,
-            &RolloutPlan {
-                partition: 2,
-                ..RolloutPlan::initial(&broker)
-            },
-            ready(3, 1),
-        );
-        sts.metadata.generation = Some(5);
-        assert_eq!(
-            plan_rollout(&broker, Some(&sts), 3).1,
-            RolloutPhase::Waiting
-        );
-    }
-
-    #[test]
-    fn claim_size_is_kept_from_the_existing_statefulset() {
-        let broker = Broker::test().replicas(1);
-        let sts = existing(&broker, &RolloutPlan::initial(&broker), ready(1, 1));
-        let grown = broker.clone().storage_size("20Gi");
-        let (plan, _) = plan_rollout(&grown, Some(&sts), 1);
-        assert_eq!(plan.claim_size, "10Gi");
-    }
 }

@@ -93,6 +93,33 @@ pub fn merge(
         .collect()
 }
 
+/// `previous` with the one condition of `desired.type_` set (added at the end when absent), every
+/// other condition kept as it was.
+pub fn set(
+    previous: &[Condition],
+    desired: &Desired,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let updated = merge(previous, std::slice::from_ref(desired), generation, now)
+        .pop()
+        .expect("one desired condition gives one condition");
+    let mut conditions = previous.to_vec();
+    match conditions
+        .iter_mut()
+        .find(|existing| existing.type_ == desired.type_)
+    {
+        Some(existing) => *existing = updated,
+        None => conditions.push(updated),
+    }
+    conditions
+}
+
+/// The condition of `type_`, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|condition| condition.type_ == type_)
+}
+
 /// Whether `conditions` has `type_` with status True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions
@@ -140,5 +167,40 @@ mod tests {
         assert_eq!(unknown[0].status, "Unknown");
         assert_eq!(unknown[0].last_transition_time, Time(t0));
         assert!(!is_true(&unknown, "Ready"));
+    }
+
+    #[test]
+    fn set_replaces_one_condition_and_keeps_the_others() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let before = merge(
+            &[],
+            &[
+                Desired::new("Ready", true, "AllBrokersReady", "3/3"),
+                Desired::new("Degraded", false, "AsExpected", "3/3"),
+            ],
+            Some(1),
+            t0,
+        );
+        let failed = set(
+            &before,
+            &Desired::new("Degraded", true, "ReconcileError", "boom"),
+            Some(1),
+            t1,
+        );
+        assert_eq!(failed[0], before[0]);
+        assert_eq!(
+            (failed[1].status.as_str(), failed[1].reason.as_str()),
+            ("True", "ReconcileError")
+        );
+        assert_eq!(failed[1].last_transition_time, Time(t1));
+        let added = set(
+            &[],
+            &Desired::new("Paused", false, "NotPaused", ""),
+            None,
+            t0,
+        );
+        assert_eq!(added.len(), 1);
+        assert!(find(&failed, "Degraded").is_some_and(|c| c.message == "boom"));
     }
 }

@@ -2,21 +2,29 @@
 
 pub mod broker;
 pub mod conditions;
+pub mod drain;
+pub mod expansion;
 pub mod group;
+pub mod rollout;
 
 use crate::admin::{AdminError, BrokerAdmin};
 use crate::crd::{Broker, ConsumerGroup};
 use crate::metrics::Metrics;
-use futures::StreamExt;
+use conditions::Desired;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -216,6 +224,105 @@ where
     Ok(true)
 }
 
+/// `error` and its sources, outermost first, joined with ": " (what a condition message shows).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // Some errors repeat their source in their own message: say it once.
+        if !parts.last().is_some_and(|last| last.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+/// Makes a failure visible on `object`: a Warning event with `failure`'s reason and message, and
+/// `failure` set among the object's conditions (the others kept) with a merge patch of the
+/// status. Best effort: a failure to report is logged, never returned. Status is written only
+/// when the condition changes, so repeated identical failures do not churn the object.
+pub(crate) async fn report_failure<K>(
+    ctx: &Context,
+    object: &K,
+    previous: &[Condition],
+    failure: &Desired,
+    action: &str,
+) where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    publish(
+        ctx,
+        object,
+        EventType::Warning,
+        failure.reason,
+        action,
+        &failure.message,
+    )
+    .await;
+    let Some(namespace) = object.namespace() else {
+        return;
+    };
+    let now = Timestamp::from_millisecond((ctx.clock)()).unwrap_or(Timestamp::UNIX_EPOCH);
+    let conditions = conditions::set(previous, failure, object.meta().generation, now);
+    if conditions == previous {
+        return;
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
+    let params = kube::api::PatchParams {
+        field_manager: Some(crate::desired::FIELD_MANAGER.to_string()),
+        ..kube::api::PatchParams::default()
+    };
+    if let Err(error) = api
+        .patch_status(
+            &object.name_any(),
+            &params,
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::warn!(%error, reason = failure.reason, "could not write the failure condition");
+    }
+}
+
+/// What a reconcile acts on, hashed: generation (spec), labels, annotations (pause, force
+/// scale-down), finalizers and deletion. Status is left out: the operator's own status writes
+/// must not wake the next reconcile.
+pub fn reconcile_trigger<K: Resource>(object: &K) -> Option<u64> {
+    let meta = object.meta();
+    let mut hasher = DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|time| time.0.as_millisecond())
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The watch of a controller's own objects, passing only changes [`reconcile_trigger`] sees,
+/// with the store the controller reads from.
+fn trigger_stream<K>(api: Api<K>) -> (impl Stream<Item = Result<K, watcher::Error>>, Store<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(reconcile_trigger, Default::default());
+    (stream, reader)
+}
+
 /// Longest event note the API server accepts (events.k8s.io/v1: under 1 kB).
 const MAX_EVENT_NOTE_BYTES: usize = 1000;
 
@@ -300,32 +407,30 @@ pub async fn run(
         receiver.recv().await.ok();
     };
     let labels = watcher::Config::default().labels("app.kubernetes.io/managed-by=quiver-operator");
-    let brokers = Controller::new(
-        api::<Broker>(&client, &namespace),
-        watcher::Config::default(),
-    )
-    .owns(api::<StatefulSet>(&client, &namespace), labels.clone())
-    .owns(api::<Service>(&client, &namespace), labels.clone())
-    .owns(api::<ConfigMap>(&client, &namespace), labels.clone())
-    .owns(api::<PodDisruptionBudget>(&client, &namespace), labels)
-    .graceful_shutdown_on(stop_on(broker_stop))
-    .run(broker::reconcile, error_policy, ctx.clone())
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "broker controller event");
-        }
-    });
-    let groups = Controller::new(
-        api::<ConsumerGroup>(&client, &namespace),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(stop_on(group_stop))
-    .run(group::reconcile, error_policy, ctx.clone())
-    .for_each(|result| async move {
-        if let Err(error) = result {
-            tracing::debug!(%error, "consumergroup controller event");
-        }
-    });
+    let (broker_changes, broker_store) = trigger_stream(api::<Broker>(&client, &namespace));
+    // Owned objects keep the unfiltered metadata watch: a StatefulSet status change (a pod
+    // Ready or updated) is what moves a rollout on.
+    let brokers = Controller::for_stream(broker_changes, broker_store)
+        .owns(api::<StatefulSet>(&client, &namespace), labels.clone())
+        .owns(api::<Service>(&client, &namespace), labels.clone())
+        .owns(api::<ConfigMap>(&client, &namespace), labels.clone())
+        .owns(api::<PodDisruptionBudget>(&client, &namespace), labels)
+        .graceful_shutdown_on(stop_on(broker_stop))
+        .run(broker::reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "broker controller event");
+            }
+        });
+    let (group_changes, group_store) = trigger_stream(api::<ConsumerGroup>(&client, &namespace));
+    let groups = Controller::for_stream(group_changes, group_store)
+        .graceful_shutdown_on(stop_on(group_stop))
+        .run(group::reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "consumergroup controller event");
+            }
+        });
     let mut grace_stop = stop_tx.subscribe();
     let trigger = async move {
         shutdown.await;
@@ -353,6 +458,22 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::fixtures::{BrokerFixture, FakeAdmin, FakeApiServer};
+
+    #[test]
+    fn the_error_chain_names_every_cause_once() {
+        let error = Error::Admin {
+            action: "draining",
+            source: crate::admin::AdminError::Unreachable {
+                addr: crate::admin::BrokerAddr("qb-2:10911".into()),
+                source: "connection refused".into(),
+            },
+        };
+        assert_eq!(
+            error_chain(&error),
+            "broker admin call failed while draining: broker qb-2:10911 unreachable: \
+             connection refused"
+        );
+    }
 
     #[test]
     fn long_event_notes_are_cut_to_fit() {

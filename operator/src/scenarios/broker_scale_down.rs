@@ -1,6 +1,6 @@
 //! Scale-down makes the leaving brokers read-only and waits until every group consumed them.
 
-use super::{addr, condition, settle_statefulset, stored_broker, NOW_MS};
+use super::{addr, condition, condition_message, settle_statefulset, stored_broker, NOW_MS};
 use crate::admin::BrokerPermission;
 use crate::controller::broker::reconcile;
 use crate::crd::Broker;
@@ -8,21 +8,28 @@ use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use std::sync::Arc;
 
-fn sts_replicas(api: &FakeApiServer) -> i32 {
+pub(super) fn sts_replicas(api: &FakeApiServer) -> i32 {
     let sts: StatefulSet = api.object(&paths::statefulset("qb"));
     sts.spec.replicas.unwrap()
 }
 
 async fn three_settled_brokers() -> (FakeApiServer, Arc<FakeAdmin>, Arc<crate::Context>) {
+    settled_brokers(3).await
+}
+
+/// A Broker of `replicas` brokers, created and every pod Ready.
+pub(super) async fn settled_brokers(
+    replicas: i32,
+) -> (FakeApiServer, Arc<FakeAdmin>, Arc<crate::Context>) {
     let (client, api) = FakeApiServer::start();
     let admin = Arc::new(FakeAdmin::default());
     let ctx = super::context(client, admin.clone());
-    let broker = Broker::test().replicas(3);
+    let broker = Broker::test().replicas(replicas);
     api.insert(&paths::broker("qb"), &broker);
     reconcile(Arc::new(broker), ctx.clone())
         .await
         .expect("creates");
-    settle_statefulset(&api, 3, 3);
+    settle_statefulset(&api, replicas, replicas);
     reconcile(Arc::new(stored_broker(&api)), ctx.clone())
         .await
         .expect("settles");
@@ -140,15 +147,66 @@ async fn scaling_back_up_mid_drain_makes_the_broker_writable_again() {
 }
 
 #[tokio::test]
-async fn an_unreachable_leaving_broker_is_an_error_not_a_scale_down() {
+async fn an_unreachable_leaving_broker_is_reported_and_an_image_fix_still_applies() {
     let (api, admin, ctx) = three_settled_brokers().await;
+    // qb-2 crash-loops on a bad image: it answers nothing.
     admin.make_unreachable(&addr(2));
     api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["replicas"] = 2.into()
+        broker["spec"]["replicas"] = 2.into();
+        broker["spec"]["image"] = "quiver:fixed".into();
+        broker["metadata"]["generation"] = 2.into();
     });
-    let error = reconcile(Arc::new(stored_broker(&api)), ctx)
+    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
         .await
-        .expect_err("cannot verify the drain");
-    assert_eq!(error.metric_label(), "broker_admin");
-    assert_eq!(sts_replicas(&api), 3);
+        .expect("the drain of qb-2 fails alone, the pass goes on");
+    assert_eq!(
+        sts_replicas(&api),
+        3,
+        "no scale-down without a checked drain"
+    );
+    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
+    assert_eq!(
+        sts.spec.template.spec.unwrap().containers[0]
+            .image
+            .as_deref(),
+        Some("quiver:fixed"),
+        "the image fix is applied while the drain waits"
+    );
+    let status = stored_broker(&api).status.unwrap();
+    assert_eq!(
+        condition(&status.conditions, "Degraded"),
+        ("True".into(), "LeavingBrokerUnreachable".into())
+    );
+    let message = condition_message(&status.conditions, "Degraded");
+    assert!(
+        message.contains("qb-2")
+            && message.contains("unreachable")
+            && message.contains("connection refused"),
+        "{message}"
+    );
+    let drain = status.drain.expect("still draining");
+    assert_eq!(drain.unreachable_brokers, vec!["qb-2"]);
+    assert!(api
+        .event_reasons()
+        .contains(&"LeavingBrokerUnreachable".to_string()));
+
+    // The same failure on the next pass writes no new event.
+    let events = api.event_reasons().len();
+    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
+        .await
+        .expect("still waiting");
+    assert_eq!(
+        api.event_reasons().len(),
+        events,
+        "{:?}",
+        api.event_reasons()
+    );
+
+    admin.make_reachable(&addr(2));
+    reconcile(Arc::new(stored_broker(&api)), ctx)
+        .await
+        .expect("drains now");
+    assert_eq!(sts_replicas(&api), 2);
+    let status = stored_broker(&api).status.unwrap();
+    assert_eq!(condition(&status.conditions, "Degraded").0, "False");
 }

@@ -1,6 +1,7 @@
-//! A larger storage size patches the existing claims and reports resize progress.
+//! A larger storage size patches the existing claims and reports resize progress, once the
+//! default StorageClass is seen to allow volume expansion.
 
-use super::{condition, context, settle_statefulset, stored_broker};
+use super::{condition, context, set_storage_class, settle_statefulset, stored_broker};
 use crate::controller::broker::reconcile;
 use crate::crd::Broker;
 use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
@@ -25,6 +26,7 @@ async fn claims_grow_and_progress_is_reported() {
         "status": {"capacity": {"storage": "10Gi"}},
     });
     api.insert(&paths::pvc("data-qb-0"), &claim);
+    set_storage_class(&api, "standard", true, true);
 
     api.edit(&paths::broker("qb"), |broker| {
         broker["spec"]["storage"]["size"] = "20Gi".into()
@@ -64,6 +66,10 @@ async fn claims_grow_and_progress_is_reported() {
         condition(&status.conditions, "Progressing"),
         ("True".into(), "ExpandingVolumes".into())
     );
+    assert_eq!(
+        condition(&status.conditions, "VolumeExpansion"),
+        ("True".into(), "Expanding".into())
+    );
 
     api.set_status(
         &paths::pvc("data-qb-0"),
@@ -81,4 +87,8 @@ async fn claims_grow_and_progress_is_reported() {
     let status = stored_broker(&api).status.unwrap();
     assert_eq!(status.storage.unwrap().resized_claims, 1);
     assert_eq!(condition(&status.conditions, "Progressing").0, "False");
+    assert_eq!(
+        condition(&status.conditions, "VolumeExpansion"),
+        ("True".into(), "VolumesExpanded".into())
+    );
 }

@@ -4,9 +4,16 @@
 mod api_errors;
 mod broker_create;
 mod broker_disk_pressure;
+mod broker_drain_forced;
+mod broker_drain_partial_revert;
+mod broker_drain_topics_without_group;
+mod broker_expansion_refused;
 mod broker_pause;
+mod broker_rbac;
 mod broker_rollout;
+mod broker_rollout_stuck;
 mod broker_scale_down;
+mod broker_storm;
 mod broker_volume_expansion;
 mod group_failover;
 mod group_finalizer;
@@ -72,6 +79,62 @@ pub fn settle_statefulset(api: &FakeApiServer, ready: i32, updated: i32) {
             "updatedReplicas": updated,
         }),
     );
+}
+
+/// Plays the StatefulSet controller's revisions: pods run `current`, the template is `update`.
+pub fn set_revisions(api: &FakeApiServer, current: &str, update: &str) {
+    api.edit(&paths::statefulset("qb"), |sts| {
+        sts["status"]["currentRevision"] = current.into();
+        sts["status"]["updateRevision"] = update.into();
+    });
+}
+
+/// Plays the kubelet: pod `qb-<ordinal>` at `revision`, Ready or not.
+pub fn set_pod(api: &FakeApiServer, ordinal: i32, revision: &str, ready: bool) {
+    let name = format!("qb-{ordinal}");
+    api.insert(
+        &paths::pod(&name),
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "labels": {
+                "app.kubernetes.io/name": "quiver-broker",
+                "app.kubernetes.io/instance": "qb",
+                "controller-revision-hash": revision,
+            }},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }),
+    );
+}
+
+/// A StorageClass, the cluster default or not, allowing volume expansion or not.
+pub fn set_storage_class(api: &FakeApiServer, name: &str, default: bool, allow_expansion: bool) {
+    let annotations = if default {
+        json!({"storageclass.kubernetes.io/is-default-class": "true"})
+    } else {
+        json!({})
+    };
+    api.insert(
+        &paths::storage_class(name),
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name, "annotations": annotations},
+            "provisioner": "csi.example",
+            "allowVolumeExpansion": allow_expansion,
+        }),
+    );
+}
+
+/// A condition's message.
+pub fn condition_message(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> String {
+    conditions
+        .iter()
+        .find(|condition| condition.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {conditions:?}"))
+        .message
+        .clone()
 }
 
 /// A condition's status ("True"/"False"/"Unknown") and reason.

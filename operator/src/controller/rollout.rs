@@ -1,0 +1,426 @@
+//! Rollouts: the partition plan, the progress deadline, and the stuck pod to delete so the
+//! StatefulSet can move on (an outdated pod that never becomes Ready blocks an OrderedReady
+//! rollout for good, kubernetes/kubernetes#67250). Pure: the reconciler reads and acts.
+
+use crate::crd::{Broker, BrokerStatus};
+use crate::desired::{self, RolloutPlan, TEMPLATE_HASH_ANNOTATION};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+/// Pod label the StatefulSet controller sets to the revision a pod runs.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Where a rollout stands, from the existing StatefulSet and the new template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RolloutPhase {
+    /// No StatefulSet yet: everything is created at the new template.
+    Creating,
+    /// The template changed: start updating from the highest ordinal.
+    Started,
+    /// The pod at the old partition is updated and all pods are Ready: move down one.
+    Stepped,
+    /// Waiting for the pod at the current partition to be updated and Ready.
+    Waiting,
+    /// Every pod runs the current template.
+    Complete,
+}
+
+/// The StatefulSet plan for this pass: pure, from the Broker, the existing StatefulSet and the
+/// replica count decided by the drain.
+pub fn plan_rollout(
+    broker: &Broker,
+    existing: Option<&StatefulSet>,
+    replicas: i32,
+) -> (RolloutPlan, RolloutPhase) {
+    let Some(existing) = existing else {
+        return (
+            RolloutPlan {
+                replicas,
+                ..RolloutPlan::initial(broker)
+            },
+            RolloutPhase::Creating,
+        );
+    };
+    let spec = &existing.spec;
+    // volumeClaimTemplates are immutable: keep what the StatefulSet was created with.
+    let claim_size = spec
+        .volume_claim_templates
+        .as_ref()
+        .and_then(|claims| claims.first())
+        .and_then(|claim| claim.spec.as_ref())
+        .and_then(|claim| claim.resources.as_ref())
+        .and_then(|resources| resources.requests.as_ref())
+        .and_then(|requests| requests.get("storage"))
+        .map(|quantity| quantity.0.clone())
+        .unwrap_or_else(|| broker.spec.storage.size.clone());
+    let current_partition = current_partition(existing);
+    let provisional = RolloutPlan {
+        replicas,
+        partition: 0,
+        claim_size,
+    };
+    let new_hash = template_hash(&desired::stateful_set(broker, &provisional));
+    let last_ordinal = (replicas - 1).max(0);
+    if template_hash(existing) != new_hash {
+        return (
+            RolloutPlan {
+                partition: last_ordinal,
+                ..provisional
+            },
+            RolloutPhase::Started,
+        );
+    }
+    let partition = current_partition.min(last_ordinal);
+    if partition == 0 {
+        return (provisional, RolloutPhase::Complete);
+    }
+    let status = existing.status.clone().unwrap_or_default();
+    let status_is_current = status.observed_generation.is_some()
+        && status.observed_generation >= existing.metadata.generation;
+    let updated = status.updated_replicas.unwrap_or(0);
+    let ready = status.ready_replicas.unwrap_or(0);
+    if status_is_current && updated >= replicas - partition && ready >= replicas {
+        (
+            RolloutPlan {
+                partition: partition - 1,
+                ..provisional
+            },
+            RolloutPhase::Stepped,
+        )
+    } else {
+        (
+            RolloutPlan {
+                partition,
+                ..provisional
+            },
+            RolloutPhase::Waiting,
+        )
+    }
+}
+
+pub fn template_hash(statefulset: &StatefulSet) -> Option<String> {
+    statefulset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.annotations.as_ref())
+        .and_then(|annotations| annotations.get(TEMPLATE_HASH_ANNOTATION))
+        .cloned()
+}
+
+/// What moves when a Broker makes progress: a new generation, a pod Ready, updated or added, a
+/// partition step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgressMarkers {
+    /// Generation the status describes.
+    pub generation: Option<i64>,
+    /// Ready pods.
+    pub ready: i32,
+    /// Pods running.
+    pub replicas: i32,
+    /// Rollout partition and updated pods, while rolling.
+    pub rollout: Option<(i32, i32)>,
+}
+
+impl ProgressMarkers {
+    /// The markers a status recorded.
+    pub fn of(status: &BrokerStatus) -> ProgressMarkers {
+        ProgressMarkers {
+            generation: status.observed_generation,
+            ready: status.ready_replicas,
+            replicas: status.current_replicas,
+            rollout: status
+                .rollout
+                .as_ref()
+                .map(|rollout| (rollout.partition, rollout.updated_replicas)),
+        }
+    }
+}
+
+/// When progress was last made: now if anything moved since `previous`, else what `previous`
+/// recorded (now when it recorded nothing readable).
+pub fn last_progress(
+    previous: &BrokerStatus,
+    now_markers: &ProgressMarkers,
+    now: Timestamp,
+) -> Timestamp {
+    let recorded = previous
+        .last_progress_time
+        .as_deref()
+        .and_then(|time| time.parse::<Timestamp>().ok());
+    match recorded {
+        Some(time) if ProgressMarkers::of(previous) == *now_markers => time,
+        _ => now,
+    }
+}
+
+/// Whether work still pending has gone `deadline_seconds` without progress.
+pub fn deadline_exceeded(last_progress: Timestamp, now: Timestamp, deadline_seconds: i64) -> bool {
+    let waited_ms = now.as_millisecond() - last_progress.as_millisecond();
+    waited_ms > deadline_seconds.saturating_mul(1000)
+}
+
+/// Whether the StatefulSet status can show a stuck pod: it describes the current template, a
+/// rollout is unfinished and a pod is not Ready. Saves listing pods on every pass.
+pub fn may_have_stuck_pod(sts: &StatefulSet) -> bool {
+    let Some(status) = &sts.status else {
+        return false;
+    };
+    let current = status.observed_generation.is_some()
+        && status.observed_generation >= sts.metadata.generation;
+    let unfinished =
+        status.update_revision.is_some() && status.update_revision != status.current_revision;
+    current && unfinished && status.ready_replicas.unwrap_or(0) < status.replicas
+}
+
+/// The pod to delete so the StatefulSet recreates it at the update revision: the highest ordinal
+/// at or above the partition that runs an outdated revision and is not Ready. None while a pod
+/// is terminating (one at a time) or the status is not about the current template.
+pub fn stuck_pod(broker: &Broker, sts: &StatefulSet, pods: &[Pod]) -> Option<String> {
+    if !may_have_stuck_pod(sts) {
+        return None;
+    }
+    let update_revision = sts.status.as_ref()?.update_revision.as_deref()?;
+    if pods
+        .iter()
+        .any(|pod| pod.metadata.deletion_timestamp.is_some())
+    {
+        return None;
+    }
+    let partition = current_partition(sts);
+    let replicas = sts.spec.replicas.unwrap_or(0);
+    (partition..replicas).rev().find_map(|ordinal| {
+        let name = desired::pod_name(broker, ordinal);
+        let pod = pods
+            .iter()
+            .find(|pod| pod.metadata.name.as_deref() == Some(&name))?;
+        let revision = pod.metadata.labels.as_ref()?.get(REVISION_LABEL)?;
+        (revision != update_revision && !is_ready(pod)).then_some(name)
+    })
+}
+
+/// The partition the StatefulSet has now.
+pub fn current_partition(sts: &StatefulSet) -> i32 {
+    sts.spec
+        .update_strategy
+        .as_ref()
+        .and_then(|strategy| strategy.rolling_update.as_ref())
+        .and_then(|rolling| rolling.partition)
+        .unwrap_or(0)
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::BrokerFixture;
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    fn existing(broker: &Broker, plan: &RolloutPlan, status: StatefulSetStatus) -> StatefulSet {
+        let mut sts = desired::stateful_set(broker, plan);
+        sts.metadata.generation = Some(4);
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(4),
+            ..status
+        });
+        sts
+    }
+
+    fn ready(replicas: i32, updated: i32) -> StatefulSetStatus {
+        StatefulSetStatus {
+            replicas,
+            ready_replicas: Some(replicas),
+            updated_replicas: Some(updated),
+            ..StatefulSetStatus::default()
+        }
+    }
+
+    #[test]
+    fn no_statefulset_means_create_everything_at_once() {
+        let broker = Broker::test().replicas(3);
+        let (plan, phase) = plan_rollout(&broker, None, 3);
+        assert_eq!((plan.partition, phase), (0, RolloutPhase::Creating));
+    }
+
+    #[test]
+    fn template_change_starts_at_the_highest_ordinal() {
+        let old = Broker::test().replicas(3);
+        let sts = existing(&old, &RolloutPlan::initial(&old), ready(3, 3));
+        let new = old.clone().image("quiver:2");
+        let (plan, phase) = plan_rollout(&new, Some(&sts), 3);
+        assert_eq!((plan.partition, phase), (2, RolloutPhase::Started));
+    }
+
+    #[test]
+    fn partition_steps_down_only_when_the_updated_pods_are_ready() {
+        let broker = Broker::test().replicas(3);
+        let at = |partition| RolloutPlan {
+            partition,
+            ..RolloutPlan::initial(&broker)
+        };
+        let waiting = existing(&broker, &at(2), ready(3, 0));
+        assert_eq!(
+            plan_rollout(&broker, Some(&waiting), 3).1,
+            RolloutPhase::Waiting
+        );
+        let mut not_ready = ready(3, 1);
+        not_ready.ready_replicas = Some(2);
+        let restarting = existing(&broker, &at(2), not_ready);
+        assert_eq!(
+            plan_rollout(&broker, Some(&restarting), 3).1,
+            RolloutPhase::Waiting
+        );
+        let done_top = existing(&broker, &at(2), ready(3, 1));
+        let (plan, phase) = plan_rollout(&broker, Some(&done_top), 3);
+        assert_eq!((plan.partition, phase), (1, RolloutPhase::Stepped));
+        let done = existing(&broker, &at(0), ready(3, 3));
+        assert_eq!(
+            plan_rollout(&broker, Some(&done), 3).1,
+            RolloutPhase::Complete
+        );
+    }
+
+    #[test]
+    fn stale_statefulset_status_does_not_step() {
+        let broker = Broker::test().replicas(3);
+        let mut sts = existing(
+            &broker,
+            &RolloutPlan {
+                partition: 2,
+                ..RolloutPlan::initial(&broker)
+            },
+            ready(3, 1),
+        );
+        sts.metadata.generation = Some(5);
+        assert_eq!(
+            plan_rollout(&broker, Some(&sts), 3).1,
+            RolloutPhase::Waiting
+        );
+    }
+
+    #[test]
+    fn claim_size_is_kept_from_the_existing_statefulset() {
+        let broker = Broker::test().replicas(1);
+        let sts = existing(&broker, &RolloutPlan::initial(&broker), ready(1, 1));
+        let grown = broker.clone().storage_size("20Gi");
+        let (plan, _) = plan_rollout(&grown, Some(&sts), 1);
+        assert_eq!(plan.claim_size, "10Gi");
+    }
+
+    fn pod(name: &str, revision: &str, ready: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {REVISION_LABEL: revision}},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }))
+        .expect("pod")
+    }
+
+    fn mid_rollout(broker: &Broker, partition: i32, ready_pods: i32) -> StatefulSet {
+        let plan = RolloutPlan {
+            partition,
+            ..RolloutPlan::initial(broker)
+        };
+        let mut status = ready(3, 3 - partition);
+        status.ready_replicas = Some(ready_pods);
+        status.current_revision = Some("rev1".into());
+        status.update_revision = Some("rev3".into());
+        existing(broker, &plan, status)
+    }
+
+    #[test]
+    fn an_outdated_pod_not_ready_in_the_update_range_is_the_one_to_delete() {
+        let broker = Broker::test().replicas(3);
+        let sts = mid_rollout(&broker, 2, 2);
+        let pods = [
+            pod("qb-0", "rev1", true),
+            pod("qb-1", "rev1", true),
+            pod("qb-2", "rev2", false),
+        ];
+        assert_eq!(stuck_pod(&broker, &sts, &pods), Some("qb-2".to_string()));
+    }
+
+    #[test]
+    fn pods_at_the_update_revision_ready_pods_and_pods_below_the_partition_stay() {
+        let broker = Broker::test().replicas(3);
+        let sts = mid_rollout(&broker, 2, 2);
+        // Crash-looping at the new revision: a spec problem, deleting would not help.
+        let at_update = [pod("qb-1", "rev1", true), pod("qb-2", "rev3", false)];
+        assert_eq!(stuck_pod(&broker, &sts, &at_update), None);
+        // Not Ready below the partition: the rollout does not replace it.
+        let below = [pod("qb-1", "rev1", false), pod("qb-2", "rev3", true)];
+        assert_eq!(stuck_pod(&broker, &sts, &below), None);
+        let mut terminating = pod("qb-2", "rev2", false);
+        terminating.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(
+            stuck_pod(&broker, &sts, &[terminating]),
+            None,
+            "one at a time"
+        );
+    }
+
+    #[test]
+    fn a_stale_or_finished_statefulset_has_no_stuck_pod() {
+        let broker = Broker::test().replicas(3);
+        let mut stale = mid_rollout(&broker, 2, 2);
+        stale.metadata.generation = Some(5);
+        assert!(!may_have_stuck_pod(&stale));
+        let mut finished = mid_rollout(&broker, 0, 2);
+        if let Some(status) = finished.status.as_mut() {
+            status.current_revision = Some("rev3".into());
+        }
+        assert!(!may_have_stuck_pod(&finished));
+        let all_ready = mid_rollout(&broker, 2, 3);
+        assert!(!may_have_stuck_pod(&all_ready));
+        assert!(may_have_stuck_pod(&mid_rollout(&broker, 2, 2)));
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_last_change_of_the_markers() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(1_601).unwrap();
+        let markers = ProgressMarkers {
+            generation: Some(2),
+            ready: 2,
+            replicas: 3,
+            rollout: Some((2, 1)),
+        };
+        let previous = BrokerStatus {
+            observed_generation: Some(2),
+            ready_replicas: 2,
+            current_replicas: 3,
+            rollout: Some(crate::crd::RolloutStatus {
+                partition: 2,
+                updated_replicas: 1,
+            }),
+            last_progress_time: Some(t0.to_string()),
+            ..BrokerStatus::default()
+        };
+        assert_eq!(last_progress(&previous, &markers, t1), t0);
+        assert!(deadline_exceeded(t0, t1, 600));
+        assert!(!deadline_exceeded(t0, t1, 601));
+        let moved = ProgressMarkers {
+            ready: 3,
+            ..markers.clone()
+        };
+        assert_eq!(last_progress(&previous, &moved, t1), t1);
+        let new_spec = ProgressMarkers {
+            generation: Some(3),
+            ..markers
+        };
+        assert_eq!(last_progress(&previous, &new_spec, t1), t1);
+    }
+}
