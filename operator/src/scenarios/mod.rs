@@ -23,6 +23,7 @@ mod group_no_storm;
 mod group_offset_reset;
 mod group_poll_failure;
 mod group_progress;
+mod group_storm;
 mod group_support;
 
 use crate::controller::Context;
