@@ -3,13 +3,13 @@
 
 use super::{sim_clock, TestApiServer};
 use crate::controller::{self, Context};
-use crate::crd::Broker;
+use crate::crd::{Broker, ConsumerGroup};
 use crate::fixtures::FakeAdmin;
 use crate::leader::{run_while_leading, Candidate, Leadership};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams};
-use kube::Api;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -368,4 +368,67 @@ async fn only_distinct_field_managers_make_a_second_lease_taker_conflict() {
         .await
         .expect("one shared manager: no conflict");
     assert_eq!(taken.spec.unwrap().holder_identity.as_deref(), Some("b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_holds_its_finalizer_until_cleanup_and_a_deleted_broker_takes_its_objects() {
+    let server = TestApiServer::start().await;
+    server.add_storage_class("standard", true, true);
+    server.run_controllers(SIM_PERIOD);
+    let (stop, task) = start_operator(&server);
+    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
+    let apply = PatchParams::apply("kubectl");
+    brokers
+        .patch("qb", &apply, &apply_broker("quiver:1"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(600), || broker_ready(&server)).await;
+
+    let groups: Api<ConsumerGroup> = Api::namespaced(server.client(), "ns");
+    let group = json!({"apiVersion": "quiver.io/v1alpha1", "kind": "ConsumerGroup",
+        "metadata": {"name": "billing", "namespace": "ns"},
+        "spec": {"brokerRef": "qb", "topics": ["orders"]}});
+    groups
+        .patch("billing", &apply, &Patch::Apply(group))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(120), || {
+        server
+            .object::<ConsumerGroup>("ns", "billing")
+            .is_some_and(|group| {
+                !group.finalizers().is_empty()
+                    && group
+                        .status
+                        .is_some_and(|s| s.observed_generation == Some(1))
+            })
+    })
+    .await;
+    groups.delete("billing", &Default::default()).await.unwrap();
+    eventually(Duration::from_secs(120), || {
+        server.raw::<ConsumerGroup>("ns", "billing").is_none()
+    })
+    .await;
+
+    brokers.delete("qb", &Default::default()).await.unwrap();
+    eventually(Duration::from_secs(60), || {
+        server.list::<Pod>("ns").is_empty()
+    })
+    .await;
+    assert!(
+        server.list::<StatefulSet>("ns").is_empty(),
+        "owned by the Broker: collected"
+    );
+    assert!(server
+        .list::<k8s_openapi::api::core::v1::Service>("ns")
+        .is_empty());
+    assert_eq!(
+        server.list::<PersistentVolumeClaim>("ns").len(),
+        3,
+        "Retain keeps the claims"
+    );
+    stop.send(()).ok();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap();
 }

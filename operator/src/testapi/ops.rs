@@ -505,6 +505,7 @@ pub fn patch(
         .ok_or_else(|| ApiError::not_found(rt, name))?;
     let mut patched = stored.clone();
     if request.patch_type == PatchType::Json {
+        let parsed = missing_is_null(&patched, parsed);
         let operations: json_patch::Patch = serde_json::from_value(parsed)
             .map_err(|error| ApiError::bad_request(format!("invalid JSON patch: {error}")))?;
         json_patch::patch(&mut patched, &operations).map_err(|error| {
@@ -530,6 +531,21 @@ pub fn patch(
         true,
     )?;
     Ok((updated, false))
+}
+
+/// The API server's JSON patch (evanphx/json-patch) passes a `test` for null at a missing path,
+/// as kube-runtime's finalizer helper relies on; the json-patch crate fails it: drop those.
+fn missing_is_null(document: &Value, operations: Value) -> Value {
+    let Value::Array(operations) = operations else {
+        return operations;
+    };
+    let kept = operations.into_iter().filter(|operation| {
+        let path = operation["path"].as_str().unwrap_or_default();
+        !(operation["op"] == "test"
+            && operation["value"].is_null()
+            && document.pointer(path).is_none())
+    });
+    Value::Array(kept.collect())
 }
 
 fn apply(

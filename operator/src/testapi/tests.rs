@@ -321,6 +321,21 @@ async fn merge_and_json_patches_apply_and_a_failed_test_is_invalid() {
         .await
         .unwrap_err();
     assert_eq!(api_error(error).code, 422);
+    // As kube-runtime's finalizer helper sends it: a test for null at a missing path passes.
+    let add_finalizer: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["quiver.io/x"]},
+    ]))
+    .unwrap();
+    let held = maps
+        .patch(
+            "cfg",
+            &PatchParams::default(),
+            &Patch::<()>::Json(add_finalizer),
+        )
+        .await
+        .unwrap();
+    assert_eq!(held.finalizers(), ["quiver.io/x"]);
     let strategic = Patch::Strategic(json!({"data": {"d": "4"}}));
     let patched = maps
         .patch("cfg", &PatchParams::default(), &strategic)
