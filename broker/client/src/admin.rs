@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use quiver_protocol::body;
 use quiver_protocol::header as h;
+use quiver_protocol::offset::QueueOffset;
 use quiver_protocol::{code, ExtFields, RemotingCommand};
-use quiver_store::QueueOffset;
 
 use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};

@@ -34,5 +34,5 @@ pub use pull_consumer::PullConsumer;
 pub use pull_from_where::ConsumeFromWhere;
 pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumerConfig};
 pub use quiver_protocol::body::MessageQueue;
-pub use quiver_store::QueueOffset;
+pub use quiver_protocol::offset::QueueOffset;
 pub use subscription::Subscription;

@@ -14,10 +14,10 @@ use crate::mapped_file::{
     fill_end, find_segment, page_size, segment_name, write_with_zeros_at, zero_fill_ahead,
     MappedSegment, SegmentList,
 };
-use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
 use crate::tail_fill::{FillPlan, TailFiller};
 use crate::warm::{self, Warmer};
+use crate::CommitLogOffset;
 
 pub(crate) struct CommitLog {
     dir: PathBuf,

@@ -15,8 +15,6 @@ mod flush;
 mod json_file;
 mod mapped_file;
 mod offsets;
-mod position;
-pub mod record;
 mod recovery;
 mod retention;
 mod store;
@@ -29,8 +27,10 @@ pub use error::{chain as error_chain, StoreError};
 pub use flush::FlushedHook;
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;
-pub use position::{CommitLogOffset, QueueOffset};
-pub use record::{NewMessage, RecordError};
+pub use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
+/// The record codec lives with the wire: the same bytes travel in pull bodies.
+pub use quiver_protocol::record;
+pub use quiver_protocol::record::{NewMessage, RecordError};
 pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{

@@ -16,8 +16,8 @@ use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
 use crate::mapped_file::{data_ranges, load_segments, sync_dir, MappedSegment};
-use crate::position::CommitLogOffset;
 use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned, BLANK_FILLER_BYTES};
+use crate::CommitLogOffset;
 
 /// What recovery found and did; `Display` gives one log line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -19,10 +19,10 @@ use crate::dispatch::{is_safe_topic_dir, Dispatcher, QueueRegistry};
 use crate::error::{chain, StoreError};
 use crate::flush::{self, FlushControl, FlushTarget, FlushedHook};
 use crate::mapped_file::sync_dir;
-use crate::position::{CommitLogOffset, QueueOffset};
 use crate::record::{self, NewMessage, Placement, Record};
 use crate::recovery::{self, RecoveryReport};
 use crate::retention::{self, DeleteReason, Pressure, RetentionReport};
+use crate::{CommitLogOffset, QueueOffset};
 
 /// Where an appended message landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
