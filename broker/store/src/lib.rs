@@ -21,7 +21,7 @@ mod store;
 mod tail_fill;
 mod warm;
 
-pub use config::{ConfigError, FlushMode, StoreConfig};
+pub use config::{ConfigError, FlushMode, StoreConfig, MIN_SEGMENT_SIZE_BYTES};
 pub use disk::{DiskStatus, RefusalReason, WriteRefusal};
 pub use error::{chain as error_chain, StoreError};
 pub use flush::FlushedHook;
