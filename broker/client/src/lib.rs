@@ -7,6 +7,8 @@
 //!
 //! Offset semantics follow RocketMQ 4.x's clients; the pure parts ([`allocate`], [`process_queue`],
 //! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
+
+#![forbid(unsafe_code)]
 #![doc = include_str!("../README.md")]
 
 pub mod admin;

@@ -293,8 +293,7 @@ impl CommitLog {
         if direct {
             self.fill_before_copy(writer, end)?;
             // SAFETY: beyond the published end; only the writer touches it.
-            let dst = unsafe { writer.tail.slice_mut(at, size) };
-            encode(dst, offset)?;
+            unsafe { writer.tail.write_with(at, size, |dst| encode(dst, offset)) }?;
         } else {
             let start = writer.staged.len();
             writer.staged.resize(start + size, 0);

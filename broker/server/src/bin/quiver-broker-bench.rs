@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
 
+#![forbid(unsafe_code)]
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

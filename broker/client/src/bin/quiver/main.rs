@@ -1,5 +1,7 @@
 //! `quiver`: produce, consume, topics, lag, offset resets and cluster state for Quiver brokers.
 
+#![forbid(unsafe_code)]
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
