@@ -249,25 +249,35 @@ fn is_host_port(value: &str) -> bool {
 impl BrokerConfig {
     /// Checks every bound; the error names the first bad field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_addresses()?;
+        self.validate_sizes()?;
+        self.validate_limits()?;
+        // The disk settings are the store's: its check names the field at fault.
+        self.store_config()
+            .validate()
+            .map_err(|error| invalid(error.field, error.reason))?;
+        if self.shutdown_timeout_ms < 100 {
+            return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
+        }
+        Ok(())
+    }
+
+    /// The data directory, addresses and names.
+    fn validate_addresses(&self) -> Result<(), ConfigError> {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data-dir", "must not be empty"));
         }
-        for (field, value) in [("listen", &self.listen), ("http-listen", &self.http_listen)] {
+        let addresses = [("listen", &self.listen), ("http-listen", &self.http_listen)]
+            .into_iter()
+            .chain(
+                self.advertise
+                    .iter()
+                    .map(|advertise| ("advertise", advertise)),
+            )
+            .chain(self.peers.iter().map(|peer| ("peers", peer)));
+        for (field, value) in addresses {
             if !is_host_port(value) {
                 return Err(invalid(field, format!("`{value}` is not host:port")));
-            }
-        }
-        if let Some(advertise) = &self.advertise {
-            if !is_host_port(advertise) {
-                return Err(invalid(
-                    "advertise",
-                    format!("`{advertise}` is not host:port"),
-                ));
-            }
-        }
-        for peer in &self.peers {
-            if !is_host_port(peer) {
-                return Err(invalid("peers", format!("`{peer}` is not host:port")));
             }
         }
         let name_ok = |s: &str| {
@@ -282,6 +292,11 @@ impl BrokerConfig {
         if !name_ok(&self.cluster) {
             return Err(invalid("cluster", "1..=127 chars of [A-Za-z0-9_.-]"));
         }
+        Ok(())
+    }
+
+    /// Segment, message and queue sizes, and the permission.
+    fn validate_sizes(&self) -> Result<(), ConfigError> {
         if self.segment_size < MIN_SEGMENT_SIZE_BYTES {
             return Err(invalid("segment-size", "must be at least 65536 bytes"));
         }
@@ -306,14 +321,21 @@ impl BrokerConfig {
                 "must be 6 (read-write), 4 (read-only) or 2 (write-only)",
             ));
         }
-        if self.max_connections == 0 {
-            return Err(invalid("max-connections", "must be at least 1"));
-        }
-        if self.max_parked_pulls == 0 {
-            return Err(invalid("max-parked-pulls", "must be at least 1"));
-        }
-        if self.max_inflight_per_connection == 0 {
-            return Err(invalid("max-inflight-per-connection", "must be at least 1"));
+        Ok(())
+    }
+
+    /// Connection, in-flight and timing bounds.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let at_least_one = [
+            ("max-connections", self.max_connections),
+            ("max-parked-pulls", self.max_parked_pulls),
+            (
+                "max-inflight-per-connection",
+                self.max_inflight_per_connection,
+            ),
+        ];
+        if let Some((field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
+            return Err(invalid(field, "must be at least 1"));
         }
         if self.max_inflight_bytes < quiver_protocol::MAX_FRAME_BYTES
             || self.max_inflight_bytes > u32::MAX as usize
@@ -334,13 +356,6 @@ impl BrokerConfig {
         }
         if self.file_reserved_hours == 0 {
             return Err(invalid("file-reserved-hours", "must be at least 1"));
-        }
-        // The disk settings are the store's: its check names the field at fault.
-        self.store_config()
-            .validate()
-            .map_err(|error| invalid(error.field, error.reason))?;
-        if self.shutdown_timeout_ms < 100 {
-            return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
         }
         Ok(())
     }
