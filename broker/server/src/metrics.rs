@@ -45,7 +45,7 @@ type FlowsBy = foldhash::HashMap<Box<str>, Flow>;
 
 /// Counters of traffic, labelled by topic (in) and topic + group (out). A series is inserted
 /// under the write lock on its first message only; after that sends and pulls share the read
-/// lock and add to atomics, so they never wait on one another (see `record_in`).
+/// lock and add to atomics, so they do not exclude one another.
 #[derive(Default)]
 pub struct Metrics {
     /// By topic.
@@ -393,4 +393,57 @@ fn counter_family<L: EncodeLabelSet, V: EncodeCounterValue>(
         ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_adds_up_per_topic_and_group() {
+        let metrics = Metrics::default();
+        metrics.record_in("b", 1, 10);
+        metrics.record_in("a", 2, 20);
+        metrics.record_in("b", 3, 30);
+        metrics.record_out("b", "g", 1, 10);
+        metrics.record_out("b", "g", 1, 5);
+        metrics.record_out("b", "h", 4, 40);
+        let inbound: Vec<_> = metrics.inbound_totals().into_iter().collect();
+        assert_eq!(inbound, [("a".into(), (2, 20)), ("b".into(), (4, 40))]);
+        let outbound = metrics.outbound_totals();
+        assert_eq!(outbound[&("b".into(), "g".into())], (2, 15));
+        assert_eq!(outbound[&("b".into(), "h".into())], (4, 40));
+    }
+
+    #[test]
+    fn recovering_exposition_is_not_ready_only() {
+        let registry = registry("C\"1", BrokerSlot::default());
+        assert_eq!(
+            encode(&registry),
+            "# HELP quiver_broker_ready 1 once recovery finished and the broker serves.\n\
+             # TYPE quiver_broker_ready gauge\n\
+             quiver_broker_ready{cluster=\"C\\\"1\"} 0\n"
+        );
+    }
+
+    #[test]
+    fn counters_keep_their_total_names_in_type_lines() {
+        let mut text = String::new();
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(TestCounter));
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        assert_eq!(
+            text,
+            "# HELP x_total X.\n# TYPE x_total counter\nx_total{reason=\"r\"} 7\n"
+        );
+    }
+
+    #[derive(Debug)]
+    struct TestCounter;
+
+    impl Collector for TestCounter {
+        fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+            counter_family(&mut encoder, "x_total", "X.", [([("reason", "r")], 7u64)])
+        }
+    }
 }
