@@ -18,6 +18,9 @@ use crate::persist;
 use crate::topics::TopicManager;
 use quiver_protocol::body::perm;
 
+/// The broker once it has opened; empty while the store recovers.
+pub type BrokerSlot = Arc<std::sync::OnceLock<Arc<Broker>>>;
+
 /// Everything a request processor may touch.
 pub struct Broker {
     pub config: BrokerConfig,
