@@ -156,7 +156,7 @@ impl RemotingAdmin {
             )
             .await?;
         Ok(match reply.code {
-            response::SUCCESS => quiver_store::record::store_timestamp_of(&reply.body),
+            response::SUCCESS => quiver_protocol::record::store_timestamp_of(&reply.body),
             // Nothing there (moved or not yet dispatched): the time lag stays unknown.
             _ => None,
         })

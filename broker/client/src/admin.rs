@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use quiver_protocol::body;
 use quiver_protocol::header as h;
+use quiver_protocol::offset::QueueOffset;
 use quiver_protocol::{code, ExtFields, RemotingCommand};
-use quiver_store::QueueOffset;
 
 use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
@@ -17,10 +17,8 @@ use crate::remoting::expect_success;
 use crate::subscription::Subscription;
 use crate::MessageQueue;
 
-/// Read and write permission bits of a topic or broker.
-pub const PERM_READ_WRITE: i32 = 6;
-/// Read-only: a broker being drained.
-pub const PERM_READ_ONLY: i32 = 4;
+/// Permission bits of a topic or broker, as the wire defines them.
+pub use quiver_protocol::body::perm::{READ_ONLY as PERM_READ_ONLY, READ_WRITE as PERM_READ_WRITE};
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TopicSpec {

@@ -64,7 +64,7 @@ pub enum ClientError {
         topic: String,
         queue_id: u32,
         #[source]
-        source: quiver_store::record::RecordError,
+        source: quiver_protocol::record::RecordError,
     },
     #[error("batch for topic {topic} cannot be encoded")]
     BatchEncode {

@@ -7,6 +7,8 @@
 //!
 //! Offset semantics follow RocketMQ 4.x's clients; the pure parts ([`allocate`], [`process_queue`],
 //! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
+
+#![forbid(unsafe_code)]
 #![doc = include_str!("../README.md")]
 
 pub mod admin;
@@ -34,5 +36,5 @@ pub use pull_consumer::PullConsumer;
 pub use pull_from_where::ConsumeFromWhere;
 pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumerConfig};
 pub use quiver_protocol::body::MessageQueue;
-pub use quiver_store::QueueOffset;
+pub use quiver_protocol::offset::QueueOffset;
 pub use subscription::Subscription;

@@ -8,8 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use quiver_protocol::message as wire;
-use quiver_store::record::Record;
-use quiver_store::{CommitLogOffset, QueueOffset};
+use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
+use quiver_protocol::record::Record;
 
 use crate::pull_from_where::is_retry_topic;
 use crate::MessageQueue;
@@ -93,7 +93,7 @@ fn split_keys(keys: Option<&String>) -> Vec<&str> {
 
 /// RocketMQ's `k\x01v\x02` property string.
 pub(crate) fn encoded_properties(properties: &BTreeMap<String, String>) -> String {
-    quiver_store::record::encode_properties(
+    quiver_protocol::record::encode_properties(
         properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     )
 }
@@ -148,7 +148,7 @@ pub struct ReceivedMessage {
 
 impl ReceivedMessage {
     pub fn from_record(record: Record, queue: MessageQueue, size_bytes: u64) -> Self {
-        let properties = quiver_store::record::parse_properties(&record.properties);
+        let properties = quiver_protocol::record::parse_properties(&record.properties);
         // Redeliveries come from %RETRY%group; users see the topic the producer chose.
         let topic = match properties.get(wire::PROPERTY_RETRY_TOPIC) {
             Some(original) if is_retry_topic(&record.topic) => original.clone(),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::hash::Hash;
 
 use parking_lot::Mutex;
-use quiver_store::QueueOffset;
+use quiver_protocol::offset::QueueOffset;
 
 /// How an offset update treats a smaller value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

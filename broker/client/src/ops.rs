@@ -9,8 +9,8 @@ use quiver_protocol::header::{
     QueryConsumerOffsetRequestHeader, QueryConsumerOffsetResponseHeader,
     UpdateConsumerOffsetRequestHeader,
 };
+use quiver_protocol::offset::QueueOffset;
 use quiver_protocol::{code, ExtFields, RemotingCommand};
-use quiver_store::QueueOffset;
 
 use crate::client::ClientCore;
 use crate::error::{ClientError, Result};
@@ -382,7 +382,7 @@ fn decode_messages(
     let mut messages = Vec::new();
     while !body.is_empty() {
         let (record, used) =
-            quiver_store::record::decode(body).map_err(|source| ClientError::Records {
+            quiver_protocol::record::decode(body).map_err(|source| ClientError::Records {
                 addr: addr.to_owned(),
                 topic: queue.topic.clone(),
                 queue_id: queue.queue_id,

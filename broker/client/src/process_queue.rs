@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use quiver_store::QueueOffset;
+use quiver_protocol::offset::QueueOffset;
 
 /// What removing consumed messages means for the committed offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

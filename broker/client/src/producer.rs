@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use quiver_protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
 use quiver_protocol::message as wire;
+use quiver_protocol::offset::QueueOffset;
 use quiver_protocol::{code, HeaderError, RemotingCommand};
-use quiver_store::QueueOffset;
 
 use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
@@ -288,7 +288,7 @@ fn single_request(
 
 /// Java's `String.hashCode`, so a key lands on the queue a Java producer would pick.
 fn java_hash(key: &str) -> i64 {
-    quiver_store::record::tags_code(key)
+    quiver_protocol::record::tags_code(key)
 }
 
 impl ProducerInner {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_store::QueueOffset;
+use quiver_protocol::offset::QueueOffset;
 
 use crate::client::{ClientConfig, ClientCore};
 use crate::error::Result;

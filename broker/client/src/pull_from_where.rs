@@ -1,6 +1,6 @@
 //! Where a newly assigned queue starts (RocketMQ's `computePullFromWhere`).
 
-use quiver_store::QueueOffset;
+use quiver_protocol::offset::QueueOffset;
 
 /// Where a group with no committed offset starts reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

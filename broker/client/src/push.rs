@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quiver_protocol::header::UnregisterClientRequestHeader;
+use quiver_protocol::offset::QueueOffset;
 use quiver_protocol::{code, ExtFields, RemotingCommand};
-use quiver_store::QueueOffset;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 

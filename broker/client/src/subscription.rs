@@ -59,7 +59,7 @@ impl Subscription {
     pub fn tag_codes(&self) -> Vec<i64> {
         self.tags
             .iter()
-            .map(|t| quiver_store::record::tags_code(t))
+            .map(|t| quiver_protocol::record::tags_code(t))
             .collect()
     }
 

@@ -8,6 +8,9 @@
 //! - [`header`]: typed extFields per request code (`from_ext` / `to_ext`).
 //! - [`body`]: JSON bodies as Java (fastjson) and C++ (jsoncpp) peers write and read them.
 //! - [`message`]: batch bodies, offset message ids, property names.
+//! - [`record`]: the message record, byte for byte as the CommitLog stores it and a pull body
+//!   carries it.
+//! - [`offset`]: typed CommitLog and ConsumeQueue positions.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -31,6 +34,8 @@
 //! assert_eq!(reply.opaque, 7);
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod body;
 pub mod code;
 mod command;
@@ -38,12 +43,15 @@ mod error;
 pub mod frame;
 pub mod header;
 pub mod message;
+pub mod offset;
+pub mod record;
 
 pub use command::{
     language_code, language_name, ExtFields, RemotingCommand, SerializeType, FLAG_ONEWAY,
     FLAG_RESPONSE, LANGUAGE_JAVA, LANGUAGE_RUST, PROTOCOL_VERSION,
 };
 pub use error::{BodyError, FrameError, HeaderError, MessageError};
+pub use offset::{CommitLogOffset, QueueOffset};
 
 /// Largest frame accepted or produced: the bytes after the length prefix.
 pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;

@@ -1,12 +1,12 @@
 //! Shared broker state: the store, offsets, topics, groups, consumers and parked pulls.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use quiver_store::{CommitLogOffset, ConsumerOffsets, MessageStore, QueueOffset, StoreError};
 
-use crate::config::{BrokerConfig, PERM_WRITE_BIT};
+use crate::config::BrokerConfig;
 use crate::consumers::ConsumerManager;
 use crate::error::BrokerError;
 use crate::groups::GroupManager;
@@ -16,9 +16,10 @@ use crate::metrics::Metrics;
 use crate::peers::PeerView;
 use crate::persist;
 use crate::topics::TopicManager;
+use quiver_protocol::body::perm;
 
-/// Read bit of brokerPermission (RocketMQ PermName.PERM_READ).
-pub const PERM_READ_BIT: u32 = 4;
+/// The broker once it has opened; empty while the store recovers.
+pub type BrokerSlot = Arc<std::sync::OnceLock<Arc<Broker>>>;
 
 /// Everything a request processor may touch.
 pub struct Broker {
@@ -36,7 +37,7 @@ pub struct Broker {
     pub locks: QueueLocks,
     pub peers: PeerView,
     pub metrics: Metrics,
-    permission: AtomicU32,
+    permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
     /// Serialises writers of config/brokerRuntime.json.
@@ -81,7 +82,7 @@ impl Broker {
             None => config.broker_permission,
         };
         Ok(Broker {
-            permission: AtomicU32::new(permission),
+            permission: AtomicI32::new(permission),
             flushed,
             runtime_lock: parking_lot::Mutex::new(()),
             delay_delivered: parking_lot::Mutex::default(),
@@ -127,20 +128,20 @@ impl Broker {
         self.ready.store(ready, Ordering::Release);
     }
 
-    pub fn permission(&self) -> u32 {
+    pub fn permission(&self) -> i32 {
         self.permission.load(Ordering::Acquire)
     }
 
-    pub fn set_permission(&self, permission: u32) {
+    pub fn set_permission(&self, permission: i32) {
         self.permission.store(permission, Ordering::Release);
     }
 
     pub fn is_writable(&self) -> bool {
-        self.permission() & PERM_WRITE_BIT != 0
+        perm::is_writeable(self.permission())
     }
 
     pub fn is_readable(&self) -> bool {
-        self.permission() & PERM_READ_BIT != 0
+        perm::is_readable(self.permission())
     }
 
     /// Persists the settings changed at run time (UPDATE_BROKER_CONFIG). Blocking.
@@ -217,7 +218,7 @@ where
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RuntimeSettings {
-    broker_permission: u32,
+    broker_permission: i32,
 }
 
 fn runtime_settings_path(config: &BrokerConfig) -> std::path::PathBuf {

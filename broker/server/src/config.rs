@@ -4,37 +4,39 @@ use std::path::{Path, PathBuf};
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use quiver_protocol::body::perm;
 use serde::{Deserialize, Serialize};
 
-/// When a send is acknowledged relative to the data reaching the disk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum FlushMode {
-    /// Acknowledge once written to the page cache; flushed in the background.
-    #[default]
-    Async,
-    /// Acknowledge only once durable (group commit).
-    Sync,
-}
+pub use quiver_store::FlushMode;
+use quiver_store::MIN_SEGMENT_SIZE_BYTES;
 
-impl From<FlushMode> for quiver_store::FlushMode {
-    fn from(mode: FlushMode) -> Self {
-        match mode {
-            FlushMode::Async => quiver_store::FlushMode::Async,
-            FlushMode::Sync => quiver_store::FlushMode::Sync,
-        }
-    }
-}
-
-/// brokerPermission value of a broker that takes reads and writes.
-pub const PERM_READ_WRITE: u32 = 6;
-/// brokerPermission value of a broker being drained: pulls only.
-pub const PERM_READ_ONLY: u32 = 4;
-/// Write bit of brokerPermission (RocketMQ PermName.PERM_WRITE).
-pub const PERM_WRITE_BIT: u32 = 2;
-
-const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
 const MAX_MESSAGE_SIZE_LIMIT_BYTES: u32 = 15 * 1024 * 1024;
+
+/// Each default once: clap's `--help` and `BrokerConfig::default()` both read these.
+pub mod defaults {
+    pub const DATA_DIR: &str = "./data";
+    pub const LISTEN: &str = "0.0.0.0:10911";
+    pub const HTTP_LISTEN: &str = "0.0.0.0:8080";
+    pub const BROKER_NAME: &str = "broker-0";
+    pub const CLUSTER: &str = "DefaultCluster";
+    pub const SEGMENT_SIZE: u64 = 1 << 30;
+    pub const DEFAULT_QUEUE_NUMS: u32 = 8;
+    pub const MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
+    pub const WORKER_THREADS: usize = 0;
+    pub const MAX_CONNECTIONS: usize = 4096;
+    pub const MAX_PARKED_PULLS: usize = 65536;
+    pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
+    pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
+    pub const CLIENT_EXPIRY_MS: u64 = 120_000;
+    pub const PERSIST_INTERVAL_MS: u64 = 5_000;
+    pub const MAX_RECONSUME_TIMES: i32 = 16;
+    pub const FILE_RESERVED_HOURS: u64 = 72;
+    pub const DISK_HIGH_WATER_RATIO: f64 = 0.90;
+    pub const DISK_CLEAN_RATIO: f64 = 0.75;
+    pub const DISK_FORCE_CLEAN_RATIO: f64 = 0.85;
+    pub const DISK_CHECK_INTERVAL_MS: u64 = 1000;
+    pub const SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+}
 
 /// Every setting of the broker. Each field is a flag `--<name>`, an environment variable
 /// `QUIVER_<NAME>` and a key `<name>` of the `--config` file (TOML or JSON).
@@ -46,169 +48,169 @@ const MAX_MESSAGE_SIZE_LIMIT_BYTES: u32 = 15 * 1024 * 1024;
     about = "A RocketMQ 4.x compatible message broker"
 )]
 pub struct BrokerConfig {
-    /// Directory of the CommitLog, ConsumeQueues and config/ files. Default ./data.
-    #[arg(long, env = "QUIVER_DATA_DIR", default_value = "./data")]
+    /// Directory of the CommitLog, ConsumeQueues and config/ files.
+    #[arg(long, env = "QUIVER_DATA_DIR", default_value = defaults::DATA_DIR)]
     pub data_dir: PathBuf,
 
-    /// Address of the remoting port; it also answers name-server requests. Default 0.0.0.0:10911.
-    #[arg(long, env = "QUIVER_LISTEN", default_value = "0.0.0.0:10911")]
+    /// Address of the remoting port; it also answers name-server requests.
+    #[arg(long, env = "QUIVER_LISTEN", default_value = defaults::LISTEN)]
     pub listen: String,
 
-    /// Address of the HTTP port (/metrics, /healthz, /readyz). Default 0.0.0.0:8080.
-    #[arg(long, env = "QUIVER_HTTP_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Address of the HTTP port (/metrics, /healthz, /readyz).
+    #[arg(long, env = "QUIVER_HTTP_LISTEN", default_value = defaults::HTTP_LISTEN)]
     pub http_listen: String,
 
     /// host:port clients reach this broker at (routes, message ids). Default: the listen address.
     #[arg(long, env = "QUIVER_ADVERTISE")]
     pub advertise: Option<String>,
 
-    /// Name of this broker in routes. Default broker-0; 1..=127 chars of [A-Za-z0-9_-.].
-    #[arg(long, env = "QUIVER_BROKER_NAME", default_value = "broker-0")]
+    /// Name of this broker in routes. 1..=127 chars of [A-Za-z0-9_-.].
+    #[arg(long, env = "QUIVER_BROKER_NAME", default_value = defaults::BROKER_NAME)]
     pub broker_name: String,
 
-    /// Cluster name in routes and metric labels. Default DefaultCluster.
-    #[arg(long, env = "QUIVER_CLUSTER", default_value = "DefaultCluster")]
+    /// Cluster name in routes and metric labels.
+    #[arg(long, env = "QUIVER_CLUSTER", default_value = defaults::CLUSTER)]
     pub cluster: String,
 
     /// Other brokers' advertised host:port, comma separated; each is named by its own
-    /// answer to GET_BROKER_CONFIG. Default none.
+    /// answer to GET_BROKER_CONFIG.
     #[arg(long, env = "QUIVER_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
 
-    /// async (acknowledge from page cache) or sync (acknowledge once durable). Default async.
-    #[arg(long, env = "QUIVER_FLUSH_MODE", value_enum, default_value_t = FlushMode::Async)]
+    /// async (acknowledge from page cache) or sync (acknowledge once durable).
+    #[arg(long, env = "QUIVER_FLUSH_MODE", default_value_t = FlushMode::Async)]
     pub flush_mode: FlushMode,
 
     /// Sync mode: zero-fill and fsync each CommitLog segment before it takes writes, so
-    /// group-commit fsyncs never allocate blocks. Default false (see BENCHMARKS.md).
+    /// group-commit fsyncs never allocate blocks (off by default: see BENCHMARKS.md).
     #[arg(long, env = "QUIVER_WARM_SEGMENTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub warm_segments: bool,
 
-    /// CommitLog segment file size in bytes. Default 1 GiB; at least 64 KiB.
-    #[arg(long, env = "QUIVER_SEGMENT_SIZE", default_value_t = 1 << 30)]
+    /// CommitLog segment file size in bytes. At least 64 KiB.
+    #[arg(long, env = "QUIVER_SEGMENT_SIZE", default_value_t = defaults::SEGMENT_SIZE)]
     pub segment_size: u64,
 
-    /// Create a topic on its first send or route lookup. Default true.
+    /// Create a topic on its first send or route lookup.
     #[arg(long, env = "QUIVER_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
     pub auto_create_topics: bool,
 
-    /// Queues of an auto-created topic. Default 8 (RocketMQ uses 4; 8 spreads 4 consumers
-    /// evenly with room to grow); 1..=1024.
-    #[arg(long, env = "QUIVER_DEFAULT_QUEUE_NUMS", default_value_t = 8)]
+    /// Queues of an auto-created topic, 1..=1024 (RocketMQ uses 4; the default 8 spreads 4
+    /// consumers evenly with room to grow).
+    #[arg(long, env = "QUIVER_DEFAULT_QUEUE_NUMS", default_value_t = defaults::DEFAULT_QUEUE_NUMS)]
     pub default_queue_nums: u32,
 
-    /// Largest message body accepted, in bytes. Default 4 MiB; 1..=15 MiB and at most half
+    /// Largest message body accepted, in bytes. 1..=15 MiB and at most half
     /// of segment-size.
-    #[arg(long, env = "QUIVER_MAX_MESSAGE_SIZE", default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, env = "QUIVER_MAX_MESSAGE_SIZE", default_value_t = defaults::MAX_MESSAGE_SIZE)]
     pub max_message_size: u32,
 
-    /// 6 read-write, 4 read-only (draining), 2 write-only. Default 6. Changeable at run time.
-    #[arg(long, env = "QUIVER_BROKER_PERMISSION", default_value_t = PERM_READ_WRITE)]
-    pub broker_permission: u32,
+    /// 6 read-write, 4 read-only (draining), 2 write-only. Changeable at run time.
+    #[arg(long, env = "QUIVER_BROKER_PERMISSION", default_value_t = perm::READ_WRITE)]
+    pub broker_permission: i32,
 
-    /// Worker threads of the async runtime. Default 0: one per CPU core.
-    #[arg(long, env = "QUIVER_WORKER_THREADS", default_value_t = 0)]
+    /// Worker threads of the async runtime; 0: one per CPU core.
+    #[arg(long, env = "QUIVER_WORKER_THREADS", default_value_t = defaults::WORKER_THREADS)]
     pub worker_threads: usize,
 
-    /// Open client connections at most; more are closed on accept. Default 4096; >= 1.
-    #[arg(long, env = "QUIVER_MAX_CONNECTIONS", default_value_t = 4096)]
+    /// Open client connections at most; more are closed on accept. >= 1.
+    #[arg(long, env = "QUIVER_MAX_CONNECTIONS", default_value_t = defaults::MAX_CONNECTIONS)]
     pub max_connections: usize,
 
     /// Pull requests parked for long polling at most; more get PULL_NOT_FOUND at once.
-    /// Default 65536; >= 1.
-    #[arg(long, env = "QUIVER_MAX_PARKED_PULLS", default_value_t = 65536)]
+    /// >= 1.
+    #[arg(long, env = "QUIVER_MAX_PARKED_PULLS", default_value_t = defaults::MAX_PARKED_PULLS)]
     pub max_parked_pulls: usize,
 
     /// Requests of one connection being processed at once; reading pauses beyond it, which
-    /// bounds memory held by in-flight requests. Default 256; >= 1.
+    /// bounds memory held by in-flight requests. >= 1.
     #[arg(
         long,
         env = "QUIVER_MAX_INFLIGHT_PER_CONNECTION",
-        default_value_t = 256
+        default_value_t = defaults::MAX_INFLIGHT_PER_CONNECTION
     )]
     pub max_inflight_per_connection: usize,
 
     /// Bytes of requests being processed at once across all connections; reading pauses
-    /// beyond it. Default 268435456 (256 MiB); at least 16 MiB (one largest frame).
-    #[arg(long, env = "QUIVER_MAX_INFLIGHT_BYTES", default_value_t = 256 * 1024 * 1024)]
+    /// beyond it. At least 16 MiB (one largest frame).
+    #[arg(long, env = "QUIVER_MAX_INFLIGHT_BYTES", default_value_t = defaults::MAX_INFLIGHT_BYTES)]
     pub max_inflight_bytes: usize,
 
-    /// A client without a heartbeat for this long is dropped. Default 120000 ms; >= 1000.
-    #[arg(long, env = "QUIVER_CLIENT_EXPIRY_MS", default_value_t = 120_000)]
+    /// A client without a heartbeat for this long is dropped. >= 1000.
+    #[arg(long, env = "QUIVER_CLIENT_EXPIRY_MS", default_value_t = defaults::CLIENT_EXPIRY_MS)]
     pub client_expiry_ms: u64,
 
-    /// How often consumer offsets, topics and groups are persisted. Default 5000 ms; >= 100.
-    #[arg(long, env = "QUIVER_PERSIST_INTERVAL_MS", default_value_t = 5_000)]
+    /// How often consumer offsets, topics and groups are persisted. >= 100.
+    #[arg(long, env = "QUIVER_PERSIST_INTERVAL_MS", default_value_t = defaults::PERSIST_INTERVAL_MS)]
     pub persist_interval_ms: u64,
 
     /// Redeliveries before a message goes to %DLQ%<group>, for groups with no config.
-    /// Default 16; 0..=64.
-    #[arg(long, env = "QUIVER_MAX_RECONSUME_TIMES", default_value_t = 16)]
+    /// 0..=64.
+    #[arg(long, env = "QUIVER_MAX_RECONSUME_TIMES", default_value_t = defaults::MAX_RECONSUME_TIMES)]
     pub max_reconsume_times: i32,
 
-    /// Hours a CommitLog segment is kept. Default 72; >= 1.
-    #[arg(long, env = "QUIVER_FILE_RESERVED_HOURS", default_value_t = 72)]
+    /// Hours a CommitLog segment is kept. >= 1.
+    #[arg(long, env = "QUIVER_FILE_RESERVED_HOURS", default_value_t = defaults::FILE_RESERVED_HOURS)]
     pub file_reserved_hours: u64,
 
     /// Share of the data disk in use above which sends are refused (SERVICE_NOT_AVAILABLE),
     /// while pulls, offset commits and admin reads go on; sends resume once usage drops.
-    /// Default 0.90; in (0, 1].
-    #[arg(long, env = "QUIVER_DISK_HIGH_WATER_RATIO", default_value_t = 0.90)]
+    /// In (0, 1].
+    #[arg(long, env = "QUIVER_DISK_HIGH_WATER_RATIO", default_value_t = defaults::DISK_HIGH_WATER_RATIO)]
     pub disk_high_water_ratio: f64,
 
     /// Share of the data disk in use above which retention deletes CommitLog segments before
     /// `file-reserved-hours`, oldest first, but only those every consumer group has read.
-    /// Default 0.75; in (0, 1].
-    #[arg(long, env = "QUIVER_DISK_CLEAN_RATIO", default_value_t = 0.75)]
+    /// In (0, 1].
+    #[arg(long, env = "QUIVER_DISK_CLEAN_RATIO", default_value_t = defaults::DISK_CLEAN_RATIO)]
     pub disk_clean_ratio: f64,
 
     /// Share of the data disk in use above which retention deletes the oldest CommitLog
-    /// segment even if a group has not read it (logged and counted). Default 0.85; in (0, 1],
+    /// segment even if a group has not read it (logged and counted). In (0, 1],
     /// at least `disk-clean-ratio`.
-    #[arg(long, env = "QUIVER_DISK_FORCE_CLEAN_RATIO", default_value_t = 0.85)]
+    #[arg(long, env = "QUIVER_DISK_FORCE_CLEAN_RATIO", default_value_t = defaults::DISK_FORCE_CLEAN_RATIO)]
     pub disk_force_clean_ratio: f64,
 
-    /// How often the data disk's usage is read to refuse or resume sends, in ms. Default
-    /// 1000; >= 10.
-    #[arg(long, env = "QUIVER_DISK_CHECK_INTERVAL_MS", default_value_t = 1000)]
+    /// How often the data disk's usage is read to refuse or resume sends, in ms.
+    /// >= 10.
+    #[arg(long, env = "QUIVER_DISK_CHECK_INTERVAL_MS", default_value_t = defaults::DISK_CHECK_INTERVAL_MS)]
     pub disk_check_interval_ms: u64,
 
-    /// Bound on the graceful part of shutdown, in ms. Default 10000; >= 100.
-    #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    /// Bound on the graceful part of shutdown, in ms. >= 100.
+    #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = defaults::SHUTDOWN_TIMEOUT_MS)]
     pub shutdown_timeout_ms: u64,
 }
 
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
-            data_dir: PathBuf::from("./data"),
-            listen: "0.0.0.0:10911".into(),
-            http_listen: "0.0.0.0:8080".into(),
+            data_dir: PathBuf::from(defaults::DATA_DIR),
+            listen: defaults::LISTEN.into(),
+            http_listen: defaults::HTTP_LISTEN.into(),
             advertise: None,
-            broker_name: "broker-0".into(),
-            cluster: "DefaultCluster".into(),
+            broker_name: defaults::BROKER_NAME.into(),
+            cluster: defaults::CLUSTER.into(),
             peers: Vec::new(),
             flush_mode: FlushMode::Async,
             warm_segments: false,
-            segment_size: 1 << 30,
+            segment_size: defaults::SEGMENT_SIZE,
             auto_create_topics: true,
-            default_queue_nums: 8,
-            max_message_size: 4 * 1024 * 1024,
-            broker_permission: PERM_READ_WRITE,
-            worker_threads: 0,
-            max_connections: 4096,
-            max_parked_pulls: 65536,
-            max_inflight_per_connection: 256,
-            max_inflight_bytes: 256 * 1024 * 1024,
-            client_expiry_ms: 120_000,
-            persist_interval_ms: 5_000,
-            max_reconsume_times: 16,
-            file_reserved_hours: 72,
-            disk_high_water_ratio: 0.90,
-            disk_clean_ratio: 0.75,
-            disk_force_clean_ratio: 0.85,
-            disk_check_interval_ms: 1000,
-            shutdown_timeout_ms: 10_000,
+            default_queue_nums: defaults::DEFAULT_QUEUE_NUMS,
+            max_message_size: defaults::MAX_MESSAGE_SIZE,
+            broker_permission: perm::READ_WRITE,
+            worker_threads: defaults::WORKER_THREADS,
+            max_connections: defaults::MAX_CONNECTIONS,
+            max_parked_pulls: defaults::MAX_PARKED_PULLS,
+            max_inflight_per_connection: defaults::MAX_INFLIGHT_PER_CONNECTION,
+            max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
+            client_expiry_ms: defaults::CLIENT_EXPIRY_MS,
+            persist_interval_ms: defaults::PERSIST_INTERVAL_MS,
+            max_reconsume_times: defaults::MAX_RECONSUME_TIMES,
+            file_reserved_hours: defaults::FILE_RESERVED_HOURS,
+            disk_high_water_ratio: defaults::DISK_HIGH_WATER_RATIO,
+            disk_clean_ratio: defaults::DISK_CLEAN_RATIO,
+            disk_force_clean_ratio: defaults::DISK_FORCE_CLEAN_RATIO,
+            disk_check_interval_ms: defaults::DISK_CHECK_INTERVAL_MS,
+            shutdown_timeout_ms: defaults::SHUTDOWN_TIMEOUT_MS,
         }
     }
 }
@@ -247,25 +249,35 @@ fn is_host_port(value: &str) -> bool {
 impl BrokerConfig {
     /// Checks every bound; the error names the first bad field.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_addresses()?;
+        self.validate_sizes()?;
+        self.validate_limits()?;
+        // The disk settings are the store's: its check names the field at fault.
+        self.store_config()
+            .validate()
+            .map_err(|error| invalid(error.field, error.reason))?;
+        if self.shutdown_timeout_ms < 100 {
+            return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
+        }
+        Ok(())
+    }
+
+    /// The data directory, addresses and names.
+    fn validate_addresses(&self) -> Result<(), ConfigError> {
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data-dir", "must not be empty"));
         }
-        for (field, value) in [("listen", &self.listen), ("http-listen", &self.http_listen)] {
+        let addresses = [("listen", &self.listen), ("http-listen", &self.http_listen)]
+            .into_iter()
+            .chain(
+                self.advertise
+                    .iter()
+                    .map(|advertise| ("advertise", advertise)),
+            )
+            .chain(self.peers.iter().map(|peer| ("peers", peer)));
+        for (field, value) in addresses {
             if !is_host_port(value) {
                 return Err(invalid(field, format!("`{value}` is not host:port")));
-            }
-        }
-        if let Some(advertise) = &self.advertise {
-            if !is_host_port(advertise) {
-                return Err(invalid(
-                    "advertise",
-                    format!("`{advertise}` is not host:port"),
-                ));
-            }
-        }
-        for peer in &self.peers {
-            if !is_host_port(peer) {
-                return Err(invalid("peers", format!("`{peer}` is not host:port")));
             }
         }
         let name_ok = |s: &str| {
@@ -280,6 +292,11 @@ impl BrokerConfig {
         if !name_ok(&self.cluster) {
             return Err(invalid("cluster", "1..=127 chars of [A-Za-z0-9_.-]"));
         }
+        Ok(())
+    }
+
+    /// Segment, message and queue sizes, and the permission.
+    fn validate_sizes(&self) -> Result<(), ConfigError> {
         if self.segment_size < MIN_SEGMENT_SIZE_BYTES {
             return Err(invalid("segment-size", "must be at least 65536 bytes"));
         }
@@ -298,20 +315,27 @@ impl BrokerConfig {
         if self.max_message_size == 0 || self.max_message_size > MAX_MESSAGE_SIZE_LIMIT_BYTES {
             return Err(invalid("max-message-size", "must be in 1..=15728640"));
         }
-        if !matches!(self.broker_permission, 2 | 4 | 6) {
+        if !perm::is_broker_permission(self.broker_permission) {
             return Err(invalid(
                 "broker-permission",
                 "must be 6 (read-write), 4 (read-only) or 2 (write-only)",
             ));
         }
-        if self.max_connections == 0 {
-            return Err(invalid("max-connections", "must be at least 1"));
-        }
-        if self.max_parked_pulls == 0 {
-            return Err(invalid("max-parked-pulls", "must be at least 1"));
-        }
-        if self.max_inflight_per_connection == 0 {
-            return Err(invalid("max-inflight-per-connection", "must be at least 1"));
+        Ok(())
+    }
+
+    /// Connection, in-flight and timing bounds.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let at_least_one = [
+            ("max-connections", self.max_connections),
+            ("max-parked-pulls", self.max_parked_pulls),
+            (
+                "max-inflight-per-connection",
+                self.max_inflight_per_connection,
+            ),
+        ];
+        if let Some((field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
+            return Err(invalid(field, "must be at least 1"));
         }
         if self.max_inflight_bytes < quiver_protocol::MAX_FRAME_BYTES
             || self.max_inflight_bytes > u32::MAX as usize
@@ -333,13 +357,6 @@ impl BrokerConfig {
         if self.file_reserved_hours == 0 {
             return Err(invalid("file-reserved-hours", "must be at least 1"));
         }
-        // The disk settings are the store's: its check names the field at fault.
-        self.store_config()
-            .validate()
-            .map_err(|error| invalid(error.field, error.reason))?;
-        if self.shutdown_timeout_ms < 100 {
-            return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
-        }
         Ok(())
     }
 
@@ -357,7 +374,7 @@ impl BrokerConfig {
         quiver_store::StoreConfig {
             data_dir: self.data_dir.clone(),
             segment_size_bytes: self.segment_size,
-            flush_mode: self.flush_mode.into(),
+            flush_mode: self.flush_mode,
             warm_segments: self.warm_segments,
             file_reserved_hours: self.file_reserved_hours,
             max_message_size_bytes: self.max_message_size,

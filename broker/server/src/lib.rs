@@ -4,6 +4,8 @@
 //! use the broker address as their name server); a second port serves `/metrics`, `/healthz`
 //! and `/readyz`. [`run`] takes both listeners and a shutdown future so tests own all three.
 
+#![forbid(unsafe_code)]
+
 pub mod broker;
 pub mod config;
 pub mod consumers;

@@ -1,5 +1,7 @@
 //! `quiver-broker`: parses the config, starts tracing, binds the ports and runs until SIGTERM.
 
+#![forbid(unsafe_code)]
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

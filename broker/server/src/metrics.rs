@@ -1,61 +1,102 @@
-//! Broker metrics (docs/METRICS.md): counters kept here, gauges computed at scrape time.
+//! Broker metrics (docs/METRICS.md): traffic counters kept here on atomics, everything else read
+//! at scrape time, all exposed through one prometheus-client collector.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeLabelSet, EncodeMetric,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use quiver_store::QueueOffset;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, BrokerSlot};
 
-#[derive(Default, Clone, Copy)]
+/// Messages and body bytes of one series.
+#[derive(Default)]
 struct Flow {
-    messages: u64,
-    body_bytes: u64,
+    messages: AtomicU64,
+    body_bytes: AtomicU64,
 }
 
-/// Counters of traffic, labelled by topic (in) and topic + group (out).
+impl Flow {
+    fn add(&self, messages: u64, body_bytes: u64) {
+        self.messages.fetch_add(messages, Ordering::Relaxed);
+        self.body_bytes.fetch_add(body_bytes, Ordering::Relaxed);
+    }
+
+    fn load(&self) -> (u64, u64) {
+        (
+            self.messages.load(Ordering::Relaxed),
+            self.body_bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Traffic series by one label value, looked up by `&str` (no allocation once it exists).
+type FlowsBy = foldhash::HashMap<Box<str>, Flow>;
+
+/// Counters of traffic, labelled by topic (in) and topic + group (out). A series is inserted
+/// under the write lock on its first message only; after that sends and pulls share the read
+/// lock and add to atomics, so they do not exclude one another.
 #[derive(Default)]
 pub struct Metrics {
-    inbound: Mutex<BTreeMap<String, Flow>>,
-    outbound: Mutex<BTreeMap<(String, String), Flow>>,
+    /// By topic.
+    inbound: RwLock<FlowsBy>,
+    /// By topic, then consumer group.
+    outbound: RwLock<foldhash::HashMap<Box<str>, FlowsBy>>,
     pub connections: AtomicI64,
 }
 
 impl Metrics {
     pub fn record_in(&self, topic: &str, messages: u64, body_bytes: u64) {
-        let mut inbound = self.inbound.lock();
-        // A topic's key is allocated once, on its first message, not on every send.
-        let flow = match inbound.get_mut(topic) {
-            Some(flow) => flow,
-            None => inbound.entry(topic.to_owned()).or_default(),
-        };
-        flow.messages += messages;
-        flow.body_bytes += body_bytes;
+        if let Some(flow) = self.inbound.read().get(topic) {
+            return flow.add(messages, body_bytes);
+        }
+        let mut inbound = self.inbound.write();
+        let flow = inbound.entry(topic.into()).or_default();
+        flow.add(messages, body_bytes);
     }
 
     pub fn record_out(&self, topic: &str, group: &str, messages: u64, body_bytes: u64) {
-        let mut outbound = self.outbound.lock();
+        if let Some(flow) = self.outbound.read().get(topic).and_then(|by| by.get(group)) {
+            return flow.add(messages, body_bytes);
+        }
+        let mut outbound = self.outbound.write();
         let flow = outbound
-            .entry((topic.to_string(), group.to_string()))
+            .entry(topic.into())
+            .or_default()
+            .entry(group.into())
             .or_default();
-        flow.messages += messages;
-        flow.body_bytes += body_bytes;
+        flow.add(messages, body_bytes);
     }
-}
 
-/// Escapes a label value for the Prometheus text format.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+    /// (topic) -> (messages, body bytes), sorted so scrapes list series in a stable order.
+    fn inbound_totals(&self) -> BTreeMap<String, (u64, u64)> {
+        let inbound = self.inbound.read();
+        inbound
+            .iter()
+            .map(|(topic, flow)| (topic.to_string(), flow.load()))
+            .collect()
+    }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+    /// (topic, group) -> (messages, body bytes), sorted.
+    fn outbound_totals(&self) -> BTreeMap<(String, String), (u64, u64)> {
+        let outbound = self.outbound.read();
+        let series = outbound.iter().flat_map(|(topic, groups)| {
+            groups
+                .iter()
+                .map(move |(group, flow)| ((topic.to_string(), group.to_string()), flow.load()))
+        });
+        series.collect()
+    }
 }
 
 /// Per (group, topic) lag: messages, age of the oldest unconsumed message, committed sum.
@@ -92,133 +133,129 @@ pub fn consumer_lag(broker: &Broker, now_ms: i64) -> BTreeMap<(String, String), 
     result
 }
 
-/// The exposition while the store recovers: not ready, nothing else known yet.
-pub fn render_recovering(cluster: &str) -> String {
-    let mut out = String::new();
-    header(
-        &mut out,
-        "quiver_broker_ready",
-        "gauge",
-        "1 once recovery finished and the broker serves.",
-    );
-    let _ = writeln!(
-        out,
-        "quiver_broker_ready{{cluster=\"{}\"}} 0",
-        label(cluster)
-    );
-    out
+/// The registry of the HTTP port: the broker's collector, every series labelled `cluster`.
+pub fn registry(cluster: &str, broker: BrokerSlot) -> Registry {
+    let cluster_label = (Cow::Borrowed("cluster"), Cow::Owned(cluster.to_owned()));
+    let mut registry = Registry::with_labels(std::iter::once(cluster_label));
+    registry.register_collector(Box::new(BrokerCollector { broker }));
+    registry
 }
 
-/// The Prometheus text exposition of the broker; blocking (reads the store).
-pub fn render(broker: &Broker, now_ms: i64) -> String {
-    let cluster = label(&broker.config.cluster);
-    let mut out = String::new();
-    let inbound = broker.metrics.inbound.lock().clone();
-    header(
-        &mut out,
+/// The Prometheus text exposition (format 0.0.4, the one the broker always served; counters
+/// keep their `_total` names in TYPE lines); blocking (the collector reads the store).
+pub fn encode(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut text, registry)
+        .expect("writing to a String cannot fail");
+    text
+}
+
+/// The Content-Type of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+const READY_HELP: &str = "1 once recovery finished and the broker serves.";
+
+/// Reads every series at scrape time; while the store recovers only `quiver_broker_ready 0`.
+struct BrokerCollector {
+    broker: BrokerSlot,
+}
+
+impl fmt::Debug for BrokerCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrokerCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for BrokerCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let Some(broker) = self.broker.get() else {
+            return gauge(&mut encoder, "quiver_broker_ready", READY_HELP, 0u64);
+        };
+        encode_traffic(&mut encoder, &broker.metrics)?;
+        encode_lag(&mut encoder, &consumer_lag(broker, crate::now_ms()))?;
+        encode_broker(&mut encoder, broker)?;
+        encode_disk(&mut encoder, broker)
+    }
+}
+
+fn encode_traffic(encoder: &mut DescriptorEncoder<'_>, metrics: &Metrics) -> fmt::Result {
+    let inbound = metrics.inbound_totals();
+    let by_topic = |pick: fn((u64, u64)) -> u64| {
+        inbound
+            .iter()
+            .map(move |(topic, &flow)| ([("topic", topic.as_str())], pick(flow)))
+    };
+    counter_family(
+        encoder,
         "rocketmq_messages_in_total",
-        "counter",
         "Messages stored.",
-    );
-    for (topic, flow) in &inbound {
-        let _ = writeln!(
-            out,
-            "rocketmq_messages_in_total{{cluster=\"{cluster}\",topic=\"{}\"}} {}",
-            label(topic),
-            flow.messages
-        );
-    }
-    header(
-        &mut out,
+        by_topic(|(messages, _)| messages),
+    )?;
+    counter_family(
+        encoder,
         "rocketmq_throughput_in_total",
-        "counter",
         "Body bytes stored.",
-    );
-    for (topic, flow) in &inbound {
-        let _ = writeln!(
-            out,
-            "rocketmq_throughput_in_total{{cluster=\"{cluster}\",topic=\"{}\"}} {}",
-            label(topic),
-            flow.body_bytes
-        );
-    }
-    let outbound = broker.metrics.outbound.lock().clone();
-    header(
-        &mut out,
+        by_topic(|(_, body_bytes)| body_bytes),
+    )?;
+    let outbound = metrics.outbound_totals();
+    let by_topic_group = |pick: fn((u64, u64)) -> u64| {
+        outbound.iter().map(move |((topic, group), &flow)| {
+            let labels = [
+                ("topic", topic.as_str()),
+                ("consumer_group", group.as_str()),
+            ];
+            (labels, pick(flow))
+        })
+    };
+    counter_family(
+        encoder,
         "rocketmq_messages_out_total",
-        "counter",
         "Messages returned by pulls.",
-    );
-    for ((topic, group), flow) in &outbound {
-        let _ = writeln!(
-            out,
-            "rocketmq_messages_out_total{{cluster=\"{cluster}\",topic=\"{}\",consumer_group=\"{}\"}} {}",
-            label(topic),
-            label(group),
-            flow.messages
-        );
-    }
-    header(
-        &mut out,
+        by_topic_group(|(messages, _)| messages),
+    )?;
+    counter_family(
+        encoder,
         "rocketmq_throughput_out_total",
-        "counter",
         "Body bytes returned by pulls.",
-    );
-    for ((topic, group), flow) in &outbound {
-        let _ = writeln!(
-            out,
-            "rocketmq_throughput_out_total{{cluster=\"{cluster}\",topic=\"{}\",consumer_group=\"{}\"}} {}",
-            label(topic),
-            label(group),
-            flow.body_bytes
-        );
-    }
-    let lag = consumer_lag(broker, now_ms);
-    header(
-        &mut out,
+        by_topic_group(|(_, body_bytes)| body_bytes),
+    )
+}
+
+fn encode_lag(
+    encoder: &mut DescriptorEncoder<'_>,
+    lag: &BTreeMap<(String, String), GroupTopicLag>,
+) -> fmt::Result {
+    let by_group_topic = |pick: fn(&GroupTopicLag) -> u64| {
+        lag.iter().map(move |((group, topic), value)| {
+            let labels = [
+                ("consumer_group", group.as_str()),
+                ("topic", topic.as_str()),
+            ];
+            (labels, pick(value))
+        })
+    };
+    gauge_family(
+        encoder,
         "rocketmq_consumer_lag_messages",
-        "gauge",
         "Sum over queues with a commit of max(0, maxOffset - committedOffset).",
-    );
-    for ((group, topic), value) in &lag {
-        let _ = writeln!(
-            out,
-            "rocketmq_consumer_lag_messages{{cluster=\"{cluster}\",consumer_group=\"{}\",topic=\"{}\"}} {}",
-            label(group),
-            label(topic),
-            value.lag_messages
-        );
-    }
-    header(
-        &mut out,
+        by_group_topic(|lag| lag.lag_messages),
+    )?;
+    gauge_family(
+        encoder,
         "rocketmq_consumer_lag_latency",
-        "gauge",
         "Milliseconds since the oldest unconsumed message was stored; 0 when caught up.",
-    );
-    for ((group, topic), value) in &lag {
-        let _ = writeln!(
-            out,
-            "rocketmq_consumer_lag_latency{{cluster=\"{cluster}\",consumer_group=\"{}\",topic=\"{}\"}} {}",
-            label(group),
-            label(topic),
-            value.lag_latency_ms
-        );
-    }
-    header(
-        &mut out,
+        by_group_topic(|lag| u64::try_from(lag.lag_latency_ms).unwrap_or(0)),
+    )?;
+    gauge_family(
+        encoder,
         "quiver_consumer_committed_offset",
-        "gauge",
         "Sum over queues of committed offsets.",
-    );
-    for ((group, topic), value) in &lag {
-        let _ = writeln!(
-            out,
-            "quiver_consumer_committed_offset{{cluster=\"{cluster}\",consumer_group=\"{}\",topic=\"{}\"}} {}",
-            label(group),
-            label(topic),
-            value.committed_sum
-        );
-    }
+        by_group_topic(|lag| lag.committed_sum),
+    )
+}
+
+/// The store's sizes and the broker's own state, one unlabelled (but `cluster`) gauge each.
+fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
     let stats = broker.store.stats();
     let gauges: [(&str, &str, u64); 7] = [
         (
@@ -238,7 +275,7 @@ pub fn render(broker: &Broker, now_ms: i64) -> String {
         ),
         (
             "quiver_broker_ready",
-            "1 once recovery finished and the broker serves.",
+            READY_HELP,
             u64::from(broker.is_ready()),
         ),
         (
@@ -258,93 +295,155 @@ pub fn render(broker: &Broker, now_ms: i64) -> String {
         ),
     ];
     for (name, help, value) in gauges {
-        header(&mut out, name, "gauge", help);
-        let _ = writeln!(out, "{name}{{cluster=\"{cluster}\"}} {value}");
+        gauge(encoder, name, help, value)?;
     }
-    render_disk(broker, &cluster, &mut out);
-    out
+    Ok(())
 }
 
 /// The data disk, the write gate and retention's deletions.
-fn render_disk(broker: &Broker, cluster: &str, out: &mut String) {
+fn encode_disk(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
     let store = &broker.store;
     let disk = store.disk_status();
-    let gauges: [(&str, &str, f64); 4] = [
-        (
-            "quiver_store_disk_used_ratio",
-            "Used share of the store's file system.",
-            disk.used_ratio,
-        ),
-        (
-            "quiver_store_disk_free_bytes",
-            "Bytes of the store's file system the broker may still use.",
-            disk.available_bytes as f64,
-        ),
-        (
-            "quiver_store_disk_high_water_ratio",
-            "disk-high-water-ratio: above it sends are refused.",
-            disk.high_water_ratio,
-        ),
-        (
-            "quiver_store_writable",
-            "1 while the store takes writes; 0 while a full or failed disk refuses them.",
-            if disk.refusal.is_none() { 1.0 } else { 0.0 },
-        ),
-    ];
-    for (name, help, value) in gauges {
-        header(out, name, "gauge", help);
-        let _ = writeln!(out, "{name}{{cluster=\"{cluster}\"}} {value}");
-    }
-    header(
-        out,
+    gauge(
+        encoder,
+        "quiver_store_disk_used_ratio",
+        "Used share of the store's file system.",
+        disk.used_ratio,
+    )?;
+    gauge(
+        encoder,
+        "quiver_store_disk_free_bytes",
+        "Bytes of the store's file system the broker may still use.",
+        disk.available_bytes,
+    )?;
+    gauge(
+        encoder,
+        "quiver_store_disk_high_water_ratio",
+        "disk-high-water-ratio: above it sends are refused.",
+        disk.high_water_ratio,
+    )?;
+    gauge(
+        encoder,
+        "quiver_store_writable",
+        "1 while the store takes writes; 0 while a full or failed disk refuses them.",
+        u64::from(disk.refusal.is_none()),
+    )?;
+    let refusal = disk
+        .refusal
+        .as_ref()
+        .map(|r| ([("reason", r.reason.as_str())], 1u64));
+    gauge_family(
+        encoder,
         "quiver_store_write_refusal",
-        "gauge",
         "1 for the reason the store refuses writes now; absent while it takes them.",
-    );
-    if let Some(refusal) = &disk.refusal {
-        let _ = writeln!(
-            out,
-            "quiver_store_write_refusal{{cluster=\"{cluster}\",reason=\"{}\"}} 1",
-            refusal.reason.as_str()
-        );
-    }
-    let refusals = store
-        .write_refusals()
-        .into_iter()
-        .map(|(reason, count)| (reason.as_str(), count));
-    counter_by_reason(
-        out,
-        cluster,
+        refusal,
+    )?;
+    let by_reason = |(reason, count): (&'static str, u64)| ([("reason", reason)], count);
+    let refusals = store.write_refusals().into_iter();
+    counter_family(
+        encoder,
         "quiver_store_write_refusals_total",
         "Writes (sends, retries, scheduled deliveries) refused by the store, by reason.",
-        refusals,
-    );
-    let deletions = store
-        .deleted_segments()
-        .into_iter()
-        .map(|(reason, count)| (reason.as_str(), count));
-    counter_by_reason(
-        out,
-        cluster,
+        refusals.map(|(reason, count)| by_reason((reason.as_str(), count))),
+    )?;
+    let deletions = store.deleted_segments().into_iter();
+    counter_family(
+        encoder,
         "quiver_store_segments_deleted_total",
         "CommitLog files deleted by retention, by reason.",
-        deletions,
-    );
+        deletions.map(|(reason, count)| by_reason((reason.as_str(), count))),
+    )
 }
 
-/// One counter family labelled by `reason`, every reason listed (0 included).
-fn counter_by_reason(
-    out: &mut String,
-    cluster: &str,
+/// One gauge without labels of its own.
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    counts: impl Iterator<Item = (&'static str, u64)>,
-) {
-    header(out, name, "counter", help);
-    for (reason, count) in counts {
-        let _ = writeln!(
-            out,
-            "{name}{{cluster=\"{cluster}\",reason=\"{reason}\"}} {count}"
+    value: impl EncodeGaugeValue,
+) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(metric)
+}
+
+/// One gauge family: a sample per label set.
+fn gauge_family<L: EncodeLabelSet, V: EncodeGaugeValue>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One counter family, named as exposed (`..._total`): the encoder appends the suffix itself.
+fn counter_family<L: EncodeLabelSet, V: EncodeCounterValue>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result {
+    let family = name.strip_suffix("_total").unwrap_or(name);
+    let mut metric = encoder.encode_descriptor(family, help, None, MetricType::Counter)?;
+    for (labels, value) in series {
+        ConstCounter::new(value).encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traffic_adds_up_per_topic_and_group() {
+        let metrics = Metrics::default();
+        metrics.record_in("b", 1, 10);
+        metrics.record_in("a", 2, 20);
+        metrics.record_in("b", 3, 30);
+        metrics.record_out("b", "g", 1, 10);
+        metrics.record_out("b", "g", 1, 5);
+        metrics.record_out("b", "h", 4, 40);
+        let inbound: Vec<_> = metrics.inbound_totals().into_iter().collect();
+        assert_eq!(inbound, [("a".into(), (2, 20)), ("b".into(), (4, 40))]);
+        let outbound = metrics.outbound_totals();
+        assert_eq!(outbound[&("b".into(), "g".into())], (2, 15));
+        assert_eq!(outbound[&("b".into(), "h".into())], (4, 40));
+    }
+
+    #[test]
+    fn recovering_exposition_is_not_ready_only() {
+        let registry = registry("C\"1", BrokerSlot::default());
+        assert_eq!(
+            encode(&registry),
+            "# HELP quiver_broker_ready 1 once recovery finished and the broker serves.\n\
+             # TYPE quiver_broker_ready gauge\n\
+             quiver_broker_ready{cluster=\"C\\\"1\"} 0\n"
         );
+    }
+
+    #[test]
+    fn counters_keep_their_total_names_in_type_lines() {
+        let mut text = String::new();
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(TestCounter));
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &registry).unwrap();
+        assert_eq!(
+            text,
+            "# HELP x_total X.\n# TYPE x_total counter\nx_total{reason=\"r\"} 7\n"
+        );
+    }
+
+    #[derive(Debug)]
+    struct TestCounter;
+
+    impl Collector for TestCounter {
+        fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+            counter_family(&mut encoder, "x_total", "X.", [([("reason", "r")], 7u64)])
+        }
     }
 }

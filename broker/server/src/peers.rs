@@ -57,7 +57,7 @@ pub struct PeerInfo {
     pub address: String,
     pub broker_name: String,
     pub cluster: String,
-    pub permission: u32,
+    pub permission: i32,
     pub topics: BTreeMap<String, TopicConfig>,
 }
 
@@ -158,7 +158,7 @@ async fn poll(address: &str) -> Result<PeerInfo, PeerError> {
         permission: properties
             .get("brokerPermission")
             .and_then(|p| p.parse().ok())
-            .unwrap_or(crate::config::PERM_READ_WRITE),
+            .unwrap_or(quiver_protocol::body::perm::READ_WRITE),
         topics,
     })
 }

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use quiver_protocol::message as msg;
-use quiver_store::record::{decode, encode_properties, parse_properties};
+use quiver_store::record::{decode, encode_properties, parse_properties, Record};
 use quiver_store::{GetStatus, QueueOffset};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -112,87 +113,10 @@ fn deliver_due(broker: &Broker, mut table: Table) -> Result<Table, (Table, Broke
     let now = crate::now_ms();
     let mut moved = false;
     for (index, delay_ms) in DELAY_LEVELS_MS.iter().enumerate() {
-        let queue_id = index as u32;
-        let start = *table.get(&queue_id).unwrap_or(&0);
-        let max = broker.store.max_offset(SCHEDULE_TOPIC, queue_id).0;
-        let mut next = start.max(broker.store.min_offset(SCHEDULE_TOPIC, queue_id).0);
-        while next < max {
-            let got = match broker.store.get(
-                SCHEDULE_TOPIC,
-                queue_id,
-                QueueOffset(next),
-                SCAN_BATCH,
-                16 * 1024 * 1024,
-                &|_| true,
-            ) {
-                Ok(got) => got,
-                Err(source) => return Err((table, BrokerError::Store { op: "get", source })),
-            };
-            if got.status != GetStatus::Found {
-                next = got
-                    .next_begin_offset
-                    .0
-                    .max(next + u64::from(got.messages.is_empty()));
-                break;
-            }
-            let mut due_targets = Vec::new();
-            let mut not_due = false;
-            for raw in &got.messages {
-                let record = match decode(raw) {
-                    Ok((record, _)) => record,
-                    Err(error) => {
-                        tracing::error!(%error, queue_id, offset = next, "undecodable scheduled message skipped");
-                        next += 1;
-                        continue;
-                    }
-                };
-                if record.store_timestamp_ms + delay_ms > now {
-                    not_due = true;
-                    break;
-                }
-                let mut properties = record.properties_map();
-                let real_topic = properties.remove(msg::PROPERTY_REAL_TOPIC);
-                let real_queue = properties
-                    .remove(msg::PROPERTY_REAL_QUEUE_ID)
-                    .and_then(|q| q.parse::<u32>().ok())
-                    .unwrap_or(0);
-                properties.remove(msg::PROPERTY_DELAY);
-                next = record.queue_offset.0 + 1;
-                let Some(real_topic) = real_topic else {
-                    tracing::warn!(queue_id, "scheduled message without REAL_TOPIC dropped");
-                    continue;
-                };
-                due_targets.push(StoreTarget {
-                    topic: real_topic,
-                    queue_id: real_queue,
-                    flag: record.flag,
-                    body: record.body.clone(),
-                    properties: encode_properties(
-                        properties.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                    ),
-                    sys_flag: record.sys_flag,
-                    born_timestamp_ms: record.born_timestamp_ms,
-                    born_host: record.born_host,
-                    reconsume_times: record.reconsume_times,
-                });
-            }
-            if !due_targets.is_empty() {
-                for target in &due_targets {
-                    crate::processor::ensure_topic(broker, &target.topic);
-                }
-                if let Err(source) = store_message(broker, &due_targets) {
-                    return Err((table, BrokerError::Store { op: "put", source }));
-                }
-            }
-            if next != start {
-                moved = true;
-            }
-            table.insert(queue_id, next);
-            if not_due {
-                break;
-            }
+        match deliver_level(broker, &mut table, index as u32, *delay_ms, now) {
+            Ok(level_moved) => moved |= level_moved,
+            Err(error) => return Err((table, error)),
         }
-        table.insert(queue_id, next);
     }
     if moved {
         if let Err(error) = crate::persist::write_json(
@@ -205,4 +129,108 @@ fn deliver_due(broker: &Broker, mut table: Table) -> Result<Table, (Table, Broke
         }
     }
     Ok(table)
+}
+
+/// Re-stores the due messages of one delay level, recording progress in `table` after each
+/// batch stored (so a failure never re-delivers a stored batch); true if the offset moved.
+fn deliver_level(
+    broker: &Broker,
+    table: &mut Table,
+    queue_id: u32,
+    delay_ms: i64,
+    now: i64,
+) -> Result<bool, BrokerError> {
+    let start = *table.get(&queue_id).unwrap_or(&0);
+    let max = broker.store.max_offset(SCHEDULE_TOPIC, queue_id).0;
+    let mut next = start.max(broker.store.min_offset(SCHEDULE_TOPIC, queue_id).0);
+    let mut moved = false;
+    while next < max {
+        let got = broker
+            .store
+            .get(
+                SCHEDULE_TOPIC,
+                queue_id,
+                QueueOffset(next),
+                SCAN_BATCH,
+                16 * 1024 * 1024,
+                &|_| true,
+            )
+            .map_err(|source| BrokerError::Store { op: "get", source })?;
+        if got.status != GetStatus::Found {
+            next = got
+                .next_begin_offset
+                .0
+                .max(next + u64::from(got.messages.is_empty()));
+            break;
+        }
+        let (due_targets, not_due) =
+            due_in_batch(&got.messages, queue_id, delay_ms, now, &mut next);
+        if !due_targets.is_empty() {
+            for target in &due_targets {
+                crate::processor::ensure_topic(broker, &target.topic);
+            }
+            store_message(broker, &due_targets)
+                .map_err(|source| BrokerError::Store { op: "put", source })?;
+        }
+        moved |= next != start;
+        table.insert(queue_id, next);
+        if not_due {
+            break;
+        }
+    }
+    table.insert(queue_id, next);
+    Ok(moved)
+}
+
+/// The due messages at the head of `messages`, moved past as they are taken (`next`), and
+/// whether a message not yet due stopped the walk.
+fn due_in_batch(
+    messages: &[Bytes],
+    queue_id: u32,
+    delay_ms: i64,
+    now: i64,
+    next: &mut u64,
+) -> (Vec<StoreTarget>, bool) {
+    let mut due_targets = Vec::new();
+    for raw in messages {
+        let record = match decode(raw) {
+            Ok((record, _)) => record,
+            Err(error) => {
+                tracing::error!(%error, queue_id, offset = *next, "undecodable scheduled message skipped");
+                *next += 1;
+                continue;
+            }
+        };
+        if record.store_timestamp_ms + delay_ms > now {
+            return (due_targets, true);
+        }
+        *next = record.queue_offset.0 + 1;
+        match released(&record) {
+            Some(target) => due_targets.push(target),
+            None => tracing::warn!(queue_id, "scheduled message without REAL_TOPIC dropped"),
+        }
+    }
+    (due_targets, false)
+}
+
+/// A parked message as it goes to its real topic and queue, without the delay properties.
+fn released(record: &Record) -> Option<StoreTarget> {
+    let mut properties = record.properties_map();
+    let real_topic = properties.remove(msg::PROPERTY_REAL_TOPIC);
+    let real_queue = properties
+        .remove(msg::PROPERTY_REAL_QUEUE_ID)
+        .and_then(|q| q.parse::<u32>().ok())
+        .unwrap_or(0);
+    properties.remove(msg::PROPERTY_DELAY);
+    Some(StoreTarget {
+        topic: real_topic?,
+        queue_id: real_queue,
+        flag: record.flag,
+        body: record.body.clone(),
+        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        sys_flag: record.sys_flag,
+        born_timestamp_ms: record.born_timestamp_ms,
+        born_host: record.born_host,
+        reconsume_times: record.reconsume_times,
+    })
 }

@@ -49,7 +49,7 @@ pub async fn run(
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut background = JoinSet::new();
-    let slot: crate::http::BrokerSlot = Arc::default();
+    let slot: crate::broker::BrokerSlot = Arc::default();
     if let Some(http_listener) = http_listener {
         background.spawn(crate::http::serve(
             http_listener,

@@ -14,10 +14,10 @@ use crate::mapped_file::{
     fill_end, find_segment, page_size, segment_name, write_with_zeros_at, zero_fill_ahead,
     MappedSegment, SegmentList,
 };
-use crate::position::CommitLogOffset;
 use crate::record::{self, BLANK_FILLER_BYTES};
 use crate::tail_fill::{FillPlan, TailFiller};
 use crate::warm::{self, Warmer};
+use crate::CommitLogOffset;
 
 pub(crate) struct CommitLog {
     dir: PathBuf,
@@ -293,8 +293,7 @@ impl CommitLog {
         if direct {
             self.fill_before_copy(writer, end)?;
             // SAFETY: beyond the published end; only the writer touches it.
-            let dst = unsafe { writer.tail.slice_mut(at, size) };
-            encode(dst, offset)?;
+            unsafe { writer.tail.write_with(at, size, |dst| encode(dst, offset)) }?;
         } else {
             let start = writer.staged.len();
             writer.staged.resize(start + size, 0);

@@ -15,6 +15,34 @@ pub enum FlushMode {
     Sync,
 }
 
+impl FlushMode {
+    /// The name in flags, config files and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlushMode::Async => "async",
+            FlushMode::Sync => "sync",
+        }
+    }
+}
+
+impl std::fmt::Display for FlushMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for FlushMode {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<FlushMode, String> {
+        match name {
+            "async" => Ok(FlushMode::Async),
+            "sync" => Ok(FlushMode::Sync),
+            other => Err(format!("`{other}` is not a flush mode: async or sync")),
+        }
+    }
+}
+
 /// Smallest accepted CommitLog segment: room for a maximal header plus some body.
 pub const MIN_SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
 

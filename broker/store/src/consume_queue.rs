@@ -249,7 +249,11 @@ impl ConsumeQueue {
         let segment = tail.segment.as_ref().expect("prepare() before write()");
         let at = index * UNIT_BYTES - segment.base();
         // SAFETY: at or beyond max_offset, so unpublished; only the writer touches it.
-        unsafe { segment.slice_mut(at, UNIT_BYTES as usize) }.copy_from_slice(&unit.encode());
+        unsafe {
+            segment.write_with(at, UNIT_BYTES as usize, |dst| {
+                dst.copy_from_slice(&unit.encode())
+            })
+        };
     }
 
     /// Publishes units below `max`.

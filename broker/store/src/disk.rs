@@ -115,23 +115,15 @@ impl Usage {
 
 /// statvfs of the file system holding `path`.
 pub(crate) fn read_usage(path: &Path) -> std::io::Result<Usage> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: statvfs only writes into the zeroed struct we pass it.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c_path is a valid NUL-terminated string and stats a valid out pointer.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fragment = stats.f_frsize as u64;
-    let total = stats.f_blocks as u64 * fragment;
-    let free = stats.f_bfree as u64 * fragment;
+    let stats = rustix::fs::statvfs(path)?;
+    let fragment = stats.f_frsize;
+    let total = stats.f_blocks * fragment;
+    let free = stats.f_bfree * fragment;
     Ok(Usage {
         used: total.saturating_sub(free),
         total,
-        available: stats.f_bavail as u64 * fragment,
-        read_only: stats.f_flag & libc::ST_RDONLY != 0,
+        available: stats.f_bavail * fragment,
+        read_only: stats.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY),
     })
 }
 

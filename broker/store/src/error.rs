@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::config::ConfigError;
 use crate::disk::WriteRefusal;
-use crate::position::CommitLogOffset;
 use crate::record::RecordError;
+use crate::CommitLogOffset;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -9,7 +9,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::config::FlushMode;
 use crate::error::StoreError;
-use crate::position::CommitLogOffset;
+use crate::CommitLogOffset;
 
 const PAGE_BYTES: u64 = 4096;
 const FAILED_FLUSH_BACKOFF: Duration = Duration::from_millis(100);

@@ -15,22 +15,22 @@ mod flush;
 mod json_file;
 mod mapped_file;
 mod offsets;
-mod position;
-pub mod record;
 mod recovery;
 mod retention;
 mod store;
 mod tail_fill;
 mod warm;
 
-pub use config::{ConfigError, FlushMode, StoreConfig};
+pub use config::{ConfigError, FlushMode, StoreConfig, MIN_SEGMENT_SIZE_BYTES};
 pub use disk::{DiskStatus, RefusalReason, WriteRefusal};
 pub use error::{chain as error_chain, StoreError};
 pub use flush::FlushedHook;
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;
-pub use position::{CommitLogOffset, QueueOffset};
-pub use record::{NewMessage, RecordError};
+pub use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
+/// The record codec lives with the wire: the same bytes travel in pull bodies.
+pub use quiver_protocol::record;
+pub use quiver_protocol::record::{NewMessage, RecordError};
 pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{

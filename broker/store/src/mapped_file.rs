@@ -85,7 +85,6 @@ pub(crate) fn write_with_zeros_at(
     at: u64,
     zeros: u64,
 ) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     if zeros == 0 {
         return file.write_all_at(data, at);
@@ -97,26 +96,14 @@ pub(crate) fn write_with_zeros_at(
         parts.push(&ZEROS[..n as usize]);
         left -= n;
     }
-    let iov: Vec<libc::iovec> = parts
+    let slices: Vec<std::io::IoSlice<'_>> = parts
         .iter()
-        .map(|part| libc::iovec {
-            iov_base: part.as_ptr() as *mut libc::c_void,
-            iov_len: part.len(),
-        })
+        .map(|part| std::io::IoSlice::new(part))
         .collect();
-    let offset = libc::off_t::try_from(at)
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: every iovec points into a live slice of its length; the call only reads them.
-    let written =
-        unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as i32, offset) };
-    let mut done = if written < 0 {
-        let error = std::io::Error::last_os_error();
-        if error.kind() != std::io::ErrorKind::Interrupted {
-            return Err(error);
-        }
-        0
-    } else {
-        written as u64
+    let mut done = match rustix::io::pwritev(file, &slices, at) {
+        Ok(written) => written as u64,
+        Err(rustix::io::Errno::INTR) => 0,
+        Err(errno) => return Err(errno.into()),
     };
     // A short write (a signal, a full disk) finishes part by part, or reports why not.
     let mut part_at = at;
@@ -161,14 +148,13 @@ pub(crate) fn start_writeback(_file: &File, _at: u64, _len: u64) -> std::io::Res
 /// throughout; best effort: on failure the pwrite allocates them itself.
 #[cfg(target_os = "linux")]
 pub(crate) fn load_pages(file: &File, at: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    let (Ok(at), Ok(len)) = (i64::try_from(at), i64::try_from(len)) else {
-        return;
-    };
-    // SAFETY: a valid descriptor; the call only reads its arguments.
-    unsafe {
-        libc::posix_fadvise(file.as_raw_fd(), at, len, libc::POSIX_FADV_WILLNEED);
-    }
+    // Best effort: on failure the pwrite allocates the pages itself.
+    let _ = rustix::fs::fadvise(
+        file,
+        at,
+        std::num::NonZeroU64::new(len),
+        rustix::fs::Advice::WillNeed,
+    );
 }
 
 /// Elsewhere the pwrite allocates the pages.
@@ -179,26 +165,21 @@ pub(crate) fn load_pages(_file: &File, _at: u64, _len: u64) {}
 /// SEEK_HOLE); all of it when the file system cannot tell.
 #[cfg(target_os = "linux")]
 pub(crate) fn data_ranges(path: &Path, from: u64, len: u64) -> Vec<(u64, u64)> {
-    use std::os::fd::AsRawFd;
+    use rustix::fs::{seek, SeekFrom};
     let everything = vec![(from, len)];
     let Ok(file) = File::open(path) else {
         return everything;
     };
-    let seek = |at: u64, whence: libc::c_int| -> Option<u64> {
-        let at = libc::off_t::try_from(at).ok()?;
-        // SAFETY: a valid descriptor; lseek only reads its arguments.
-        let found = unsafe { libc::lseek(file.as_raw_fd(), at, whence) };
-        u64::try_from(found).ok()
-    };
     let mut ranges = Vec::new();
     let mut at = from;
     while at < len {
-        let Some(data) = seek(at, libc::SEEK_DATA) else {
-            // ENXIO: nothing but holes from `at` on; anything else: scan it all.
-            let no_more_data = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
-            return if no_more_data { ranges } else { everything };
+        let data = match seek(&file, SeekFrom::Data(at)) {
+            Ok(data) => data,
+            // ENXIO: nothing but holes from `at` on.
+            Err(rustix::io::Errno::NXIO) => return ranges,
+            Err(_) => return everything,
         };
-        let Some(hole) = seek(data, libc::SEEK_HOLE) else {
+        let Ok(hole) = seek(&file, SeekFrom::Hole(data)) else {
             return everything;
         };
         if data >= len {
@@ -219,29 +200,21 @@ pub(crate) fn data_ranges(_path: &Path, from: u64, len: u64) -> Vec<(u64, u64)> 
 /// The kernel's page size (4 KiB on x86-64, up to 64 KiB elsewhere).
 pub(crate) fn page_size() -> u64 {
     static PAGE_SIZE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *PAGE_SIZE.get_or_init(|| {
-        // SAFETY: sysconf has no preconditions.
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        u64::try_from(size).unwrap_or(4096).max(1)
-    })
+    *PAGE_SIZE.get_or_init(|| rustix::param::page_size().max(1) as u64)
 }
 
 /// Zeroes `len` bytes of `file` at `at`: by punching a hole when `whole_pages` (no space
 /// needed), else (or where holes are not supported) by writing zeros.
 fn zero_on_disk(file: &File, at: u64, len: u64, whole_pages: bool) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
+    use rustix::fs::FallocateFlags;
     use std::os::unix::fs::FileExt;
     if whole_pages && len % page_size() == 0 {
-        if let (Ok(offset), Ok(length)) = (libc::off_t::try_from(at), libc::off_t::try_from(len)) {
-            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-            // SAFETY: a valid descriptor; the call only reads its arguments.
-            if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, length) } == 0 {
-                return Ok(());
-            }
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(error);
-            }
+        let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(file, mode, at, len) {
+            Ok(()) => return Ok(()),
+            // Holes not supported here: write the zeros.
+            Err(rustix::io::Errno::OPNOTSUPP) => {}
+            Err(errno) => return Err(errno.into()),
         }
     }
     let mut done = 0;
@@ -376,16 +349,23 @@ impl MappedSegment {
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(at as usize), len) }
     }
 
-    /// A writable view of `len` bytes at file position `at`.
+    /// Lends `write` the `len` bytes at file position `at`, writable, for the call only: the
+    /// mutable view never outlives it, so no `&mut [u8]` escapes a shared segment.
     ///
     /// # Safety
     /// The caller is the only one accessing the region (not yet published, or recovery).
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn slice_mut(&self, at: u64, len: usize) -> &mut [u8] {
+    pub(crate) unsafe fn write_with<R>(
+        &self,
+        at: u64,
+        len: usize,
+        write: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
         assert!(at + len as u64 <= self.len, "segment write past its end");
         assert!(!self.read_only, "write into a segment mapped read-only");
-        // SAFETY: in bounds of the live mapping; exclusive per the caller.
-        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(at as usize), len) }
+        // SAFETY: in bounds of the live mapping; exclusive per the caller, for this call.
+        let region =
+            unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(at as usize), len) };
+        write(region)
     }
 
     /// A zero-copy `Bytes` over a published region; it keeps the mapping alive.

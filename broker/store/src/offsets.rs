@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 use crate::json_file::{read_with_backup, write_json_atomically};
-use crate::position::QueueOffset;
+use crate::QueueOffset;
 
 /// Separates topic and group in a table key, as RocketMQ does.
 const TOPIC_GROUP_SEPARATOR: char = '@';

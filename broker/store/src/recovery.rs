@@ -16,8 +16,8 @@ use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
 use crate::mapped_file::{data_ranges, load_segments, sync_dir, MappedSegment};
-use crate::position::CommitLogOffset;
 use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned, BLANK_FILLER_BYTES};
+use crate::CommitLogOffset;
 
 /// What recovery found and did; `Display` gives one log line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -243,21 +243,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         ..RecoveryReport::default()
     };
     let log_min = segments.first().map_or(0, |s| s.base());
-    let written_end = segments.last().map_or(0, |s| s.end());
-    // Where the log must be validated from, and where the queues may lack units.
-    let (validate_from, redispatch_from) = match checkpoint {
-        None => (log_min, log_min),
-        Some(c) if c.clean_shutdown => (
-            segment_start(&segments, written_end.saturating_sub(1)),
-            c.consume_queue_durable_offset.clamp(log_min, written_end),
-        ),
-        Some(c) => (
-            segment_start(&segments, c.commit_log_durable_offset),
-            c.consume_queue_durable_offset.clamp(log_min, written_end),
-        ),
-    };
-    // Validate everything re-dispatch will walk, too.
-    let validate_from = segment_start(&segments, validate_from.min(redispatch_from));
+    let (validate_from, redispatch_from) = recovery_starts(&segments, checkpoint);
     report.scanned_from = CommitLogOffset(validate_from);
 
     let outcome = scan_log(&segments, validate_from, BodyCrc::Verify, |_| Ok(()))?;
@@ -275,53 +261,18 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         report.truncated_at = Some(CommitLogOffset(log_end));
     }
 
-    let registry: QueueRegistry = RwLock::new(HashMap::new());
-    let mut dispatcher = Dispatcher::new(&queue_root, config.consume_queue_units_per_file);
-    {
-        let mut map = registry.write();
-        for queue in &queues {
-            map.entry(queue.topic().to_owned())
-                .or_default()
-                .insert(queue.queue_id(), Arc::clone(queue));
-            dispatcher.adopt(Arc::clone(queue));
-        }
-    }
+    let (registry, mut dispatcher) = adopt_queues(&queue_root, config, &queues);
     let redispatch_from = redispatch_from.min(log_end);
     report.redispatched_from = CommitLogOffset(redispatch_from);
-    if redispatch_from < log_end {
-        let start = segment_start(&segments, redispatch_from);
-        // The first pass verified every record up to the log end.
-        scan_log(&segments, start, BodyCrc::Skip, |header| {
-            if header.physical_offset.0 < redispatch_from {
-                return Ok(());
-            }
-            match dispatcher.redispatch(&registry, header)? {
-                Redispatch::AlreadyIndexed => {}
-                Redispatch::Indexed => report.redispatched_units += 1,
-                Redispatch::IndexedAfterHole { expected } => {
-                    tracing::warn!(
-                        topic = header.topic,
-                        queue_id = header.queue_id,
-                        expected,
-                        found = header.queue_offset.0,
-                        "consume queue has a hole"
-                    );
-                    report.redispatched_units += 1;
-                    report.queue_holes += 1;
-                }
-            }
-            Ok(())
-        })?;
-    }
-    let all_queues: Vec<Arc<ConsumeQueue>> = registry
-        .read()
-        .values()
-        .flat_map(|m| m.values().cloned())
-        .collect();
-    for queue in &all_queues {
-        queue.flush()?;
-    }
-    report.queues = all_queues.len();
+    redispatch(
+        &segments,
+        redispatch_from,
+        log_end,
+        &registry,
+        &mut dispatcher,
+        &mut report,
+    )?;
+    report.queues = flush_queues(&registry)?;
 
     let commit_log = CommitLog::new(
         &log_dir,
@@ -342,6 +293,100 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         log_end,
         report,
     })
+}
+
+/// Where the log must be validated from, and where the queues may lack units: the whole log
+/// without a checkpoint, the last segment after a clean shutdown, else from the checkpoint.
+fn recovery_starts(segments: &[Arc<MappedSegment>], checkpoint: Option<Checkpoint>) -> (u64, u64) {
+    let log_min = segments.first().map_or(0, |s| s.base());
+    let written_end = segments.last().map_or(0, |s| s.end());
+    let (validate_from, redispatch_from) = match checkpoint {
+        None => (log_min, log_min),
+        Some(c) if c.clean_shutdown => (
+            segment_start(segments, written_end.saturating_sub(1)),
+            c.consume_queue_durable_offset.clamp(log_min, written_end),
+        ),
+        Some(c) => (
+            segment_start(segments, c.commit_log_durable_offset),
+            c.consume_queue_durable_offset.clamp(log_min, written_end),
+        ),
+    };
+    // Validate everything re-dispatch will walk, too.
+    (
+        segment_start(segments, validate_from.min(redispatch_from)),
+        redispatch_from,
+    )
+}
+
+/// The registry of the queues found on disk and a dispatcher that owns their tails.
+fn adopt_queues(
+    queue_root: &Path,
+    config: &StoreConfig,
+    queues: &[Arc<ConsumeQueue>],
+) -> (QueueRegistry, Dispatcher) {
+    let registry: QueueRegistry = RwLock::new(HashMap::new());
+    let mut dispatcher = Dispatcher::new(queue_root, config.consume_queue_units_per_file);
+    {
+        let mut map = registry.write();
+        for queue in queues {
+            map.entry(queue.topic().to_owned())
+                .or_default()
+                .insert(queue.queue_id(), Arc::clone(queue));
+            dispatcher.adopt(Arc::clone(queue));
+        }
+    }
+    (registry, dispatcher)
+}
+
+/// Indexes the records from `from` to `log_end` that the queues lack.
+fn redispatch(
+    segments: &[Arc<MappedSegment>],
+    from: u64,
+    log_end: u64,
+    registry: &QueueRegistry,
+    dispatcher: &mut Dispatcher,
+    report: &mut RecoveryReport,
+) -> Result<(), StoreError> {
+    if from >= log_end {
+        return Ok(());
+    }
+    let start = segment_start(segments, from);
+    // The first pass verified every record up to the log end.
+    scan_log(segments, start, BodyCrc::Skip, |header| {
+        if header.physical_offset.0 < from {
+            return Ok(());
+        }
+        match dispatcher.redispatch(registry, header)? {
+            Redispatch::AlreadyIndexed => {}
+            Redispatch::Indexed => report.redispatched_units += 1,
+            Redispatch::IndexedAfterHole { expected } => {
+                tracing::warn!(
+                    topic = header.topic,
+                    queue_id = header.queue_id,
+                    expected,
+                    found = header.queue_offset.0,
+                    "consume queue has a hole"
+                );
+                report.redispatched_units += 1;
+                report.queue_holes += 1;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Makes every queue durable; returns how many there are.
+fn flush_queues(registry: &QueueRegistry) -> Result<usize, StoreError> {
+    let all_queues: Vec<Arc<ConsumeQueue>> = registry
+        .read()
+        .values()
+        .flat_map(|m| m.values().cloned())
+        .collect();
+    for queue in &all_queues {
+        queue.flush()?;
+    }
+    Ok(all_queues.len())
 }
 
 /// Removes a zero-length last file (a crash between create and size).

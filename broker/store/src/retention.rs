@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use crate::error::StoreError;
 use crate::mapped_file::MappedSegment;
-use crate::position::CommitLogOffset;
+use crate::CommitLogOffset;
 
 /// Why a file was deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,10 +19,10 @@ use crate::dispatch::{is_safe_topic_dir, Dispatcher, QueueRegistry};
 use crate::error::{chain, StoreError};
 use crate::flush::{self, FlushControl, FlushTarget, FlushedHook};
 use crate::mapped_file::sync_dir;
-use crate::position::{CommitLogOffset, QueueOffset};
 use crate::record::{self, NewMessage, Placement, Record};
 use crate::recovery::{self, RecoveryReport};
 use crate::retention::{self, DeleteReason, Pressure, RetentionReport};
+use crate::{CommitLogOffset, QueueOffset};
 
 /// Where an appended message landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,7 +393,6 @@ impl Shared {
 /// file system): two stores on one directory would corrupt each other. The kernel drops it
 /// when the process dies, even by kill -9.
 fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs::File, StoreError> {
-    use std::os::fd::AsRawFd;
     let path = if read_only {
         data_dir.to_path_buf()
     } else {
@@ -410,12 +409,12 @@ fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs:
             .open(&path)
     };
     let file = opened.map_err(|e| StoreError::io("open lock file", &path, e))?;
-    // SAFETY: flock on a file descriptor we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if let Err(errno) =
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+    {
         return Err(StoreError::Locked {
             path,
-            source: std::io::Error::last_os_error(),
+            source: errno.into(),
         });
     }
     Ok(file)

@@ -350,8 +350,7 @@ mod tests {
                 file.write_all_at(&vec![n | 1; size as usize], end).unwrap();
             } else {
                 // SAFETY: only this thread writes records, and the filler keeps off them.
-                let dst = unsafe { segment.slice_mut(end, size as usize) };
-                dst.fill(n | 1);
+                unsafe { segment.write_with(end, size as usize, |dst| dst.fill(n | 1)) };
             }
             end += size;
             n = n.wrapping_add(1);

@@ -223,6 +223,13 @@ pub mod perm {
     pub const READ_WRITE: i32 = READ | WRITE;
     /// 4: a broker being drained keeps serving pulls but takes no sends.
     pub const READ_ONLY: i32 = READ;
+    /// 2: takes sends, serves no pulls.
+    pub const WRITE_ONLY: i32 = WRITE;
+
+    /// The values a whole broker's brokerPermission may take.
+    pub fn is_broker_permission(perm: i32) -> bool {
+        matches!(perm, READ_WRITE | READ_ONLY | WRITE_ONLY)
+    }
 
     pub fn is_readable(perm: i32) -> bool {
         perm & READ != 0

@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
 
+#![forbid(unsafe_code)]
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -36,7 +38,7 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     batch: usize,
     /// Flush mode of the broker and the store.
-    #[arg(long, value_enum, default_value_t = FlushMode::Async)]
+    #[arg(long, default_value_t = FlushMode::Async)]
     flush_mode: FlushMode,
 }
 
@@ -327,7 +329,7 @@ fn store_scenario(args: &Args, batch: usize) -> anyhow::Result<Figures> {
     let store = MessageStore::open(StoreConfig {
         data_dir: dir.path().to_path_buf(),
         segment_size_bytes: 256 * 1024 * 1024,
-        flush_mode: args.flush_mode.into(),
+        flush_mode: args.flush_mode,
         ..StoreConfig::default()
     })?;
     let payload = vec![b'x'; args.size];

@@ -2,6 +2,7 @@
 //! subscription groups (200, 201, 207), stats (202, 203, 208) and offset reset (222).
 
 use bytes::Bytes;
+use quiver_protocol::body::perm;
 use quiver_protocol::body::{
     Connection, ConsumeStats, ConsumerConnection, MessageQueue, OffsetWrapper, ResetOffsetBody,
     TopicOffset, TopicStatsTable,
@@ -17,7 +18,6 @@ use quiver_store::QueueOffset;
 
 use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
-use crate::config::{PERM_READ_ONLY, PERM_READ_WRITE};
 use crate::topics::validate_topic_name;
 use quiver_protocol::body::{KvTable, SubscriptionGroupConfig, TopicConfig};
 
@@ -39,7 +39,7 @@ pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         ));
     };
     let perm = Some(header.perm)
-        .filter(|p| (0..=quiver_protocol::body::perm::READ_WRITE | 1).contains(p))
+        .filter(|p| (0..=perm::READ_WRITE | perm::INHERIT).contains(p))
         .ok_or_else(|| bad_request(format!("perm {} is not a permission", header.perm)))?;
     let config = TopicConfig {
         topic_name: name.to_string(),
@@ -191,10 +191,10 @@ pub async fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             .ok_or_else(|| bad_request(format!("`{line}` is not key=value")))?;
         match key.trim() {
             "brokerPermission" => {
-                let permission: u32 = value.trim().parse().map_err(|_| {
+                let permission: i32 = value.trim().parse().map_err(|_| {
                     bad_request(format!("brokerPermission `{value}` is not a number"))
                 })?;
-                if !matches!(permission, 2 | PERM_READ_ONLY | PERM_READ_WRITE) {
+                if !perm::is_broker_permission(permission) {
                     return Err(bad_request("brokerPermission must be 6, 4 or 2"));
                 }
                 updates.push(permission);

@@ -1,16 +1,18 @@
 //! CONSUMER_SEND_MSG_BACK (36): a failed message goes to %RETRY%<group> after a delay level,
 //! or to %DLQ%<group> once it has been redelivered maxReconsumeTimes times.
 
+use std::collections::BTreeMap;
+
 use quiver_protocol::code::response;
 use quiver_protocol::header::{ConsumerSendMsgBackRequestHeader, SendBackDelay};
 use quiver_protocol::message as msg;
 use quiver_protocol::RemotingCommand;
-use quiver_store::record::{encode_properties, property};
+use quiver_store::record::{encode_properties, property, Record};
 use quiver_store::CommitLogOffset;
 
 use super::send::topic_for_send;
 use super::{success, Ctx, Outcome, Refusal, StoreTarget};
-use crate::broker::blocking;
+use crate::broker::{blocking, Broker};
 use crate::schedule;
 use crate::topics::{DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC};
 
@@ -79,42 +81,12 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             ),
         )
     })?;
-    let mut properties = record.properties_map();
-    if property(&record.properties, msg::PROPERTY_RETRY_TOPIC).is_none() {
-        properties.insert(msg::PROPERTY_RETRY_TOPIC.into(), record.topic.clone());
-    }
-    let origin = origin_msg_id
-        .or_else(|| {
-            property(&record.properties, msg::PROPERTY_ORIGIN_MESSAGE_ID).map(str::to_string)
-        })
-        .unwrap_or_else(|| msg::offset_msg_id(record.store_host, record.physical_offset.0));
-    properties.insert(msg::PROPERTY_ORIGIN_MESSAGE_ID.into(), origin);
-    properties.remove(msg::PROPERTY_DELAY);
+    let properties = retry_properties(&record, origin_msg_id);
     let target = decide(record.reconsume_times, max_reconsume_times, requested);
-    let (topic, queue_id, properties) = match target {
-        SendBackTarget::DeadLetter => {
-            let dlq = format!("{DLQ_PREFIX}{group}");
-            topic_for_send(broker, &dlq)?;
-            tracing::info!(group, topic = %record.topic, reconsume_times = record.reconsume_times, "message dead-lettered");
-            let encoded =
-                encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            (dlq, 0, encoded)
-        }
-        SendBackTarget::Retry { level } => {
-            let retry = format!("{RETRY_PREFIX}{group}");
-            let config = topic_for_send(broker, &retry)?;
-            let retry_queue =
-                u32::try_from(physical % u64::from(config.write_queue_nums.max(1))).unwrap_or(0);
-            let encoded =
-                encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-            let delayed = schedule::delay_properties(&encoded, &retry, retry_queue, level);
-            (
-                SCHEDULE_TOPIC.to_string(),
-                schedule::queue_of_level(level),
-                delayed,
-            )
-        }
-    };
+    if target == SendBackTarget::DeadLetter {
+        tracing::info!(group, topic = %record.topic, reconsume_times = record.reconsume_times, "message dead-lettered");
+    }
+    let (topic, queue_id, properties) = destination(broker, &group, physical, target, &properties)?;
     let target = vec![StoreTarget {
         topic,
         queue_id,
@@ -128,6 +100,54 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     }];
     super::store_message_async(broker, &target).await?;
     Ok(success(req, &[]))
+}
+
+/// The record's properties for its next delivery: where it came from (RETRY_TOPIC, kept from
+/// the first failure) and its origin message id; any delay level is the retry's, not its own.
+fn retry_properties(record: &Record, origin_msg_id: Option<String>) -> BTreeMap<String, String> {
+    let mut properties = record.properties_map();
+    if property(&record.properties, msg::PROPERTY_RETRY_TOPIC).is_none() {
+        properties.insert(msg::PROPERTY_RETRY_TOPIC.into(), record.topic.clone());
+    }
+    let origin = origin_msg_id
+        .or_else(|| {
+            property(&record.properties, msg::PROPERTY_ORIGIN_MESSAGE_ID).map(str::to_string)
+        })
+        .unwrap_or_else(|| msg::offset_msg_id(record.store_host, record.physical_offset.0));
+    properties.insert(msg::PROPERTY_ORIGIN_MESSAGE_ID.into(), origin);
+    properties.remove(msg::PROPERTY_DELAY);
+    properties
+}
+
+/// Topic, queue and encoded properties of the copy: %DLQ% at once, or %RETRY% after the
+/// level's delay (parked in the schedule topic).
+fn destination(
+    broker: &Broker,
+    group: &str,
+    physical: u64,
+    target: SendBackTarget,
+    properties: &BTreeMap<String, String>,
+) -> Result<(String, u32, String), Refusal> {
+    let encoded = encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    match target {
+        SendBackTarget::DeadLetter => {
+            let dlq = format!("{DLQ_PREFIX}{group}");
+            topic_for_send(broker, &dlq)?;
+            Ok((dlq, 0, encoded))
+        }
+        SendBackTarget::Retry { level } => {
+            let retry = format!("{RETRY_PREFIX}{group}");
+            let config = topic_for_send(broker, &retry)?;
+            let retry_queue =
+                u32::try_from(physical % u64::from(config.write_queue_nums.max(1))).unwrap_or(0);
+            let delayed = schedule::delay_properties(&encoded, &retry, retry_queue, level);
+            Ok((
+                SCHEDULE_TOPIC.to_string(),
+                schedule::queue_of_level(level),
+                delayed,
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ struct Member {
     name: String,
     cluster: String,
     address: String,
-    permission: u32,
+    permission: i32,
     topic: Option<TopicConfig>,
 }
 
@@ -73,7 +73,7 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             broker_name: member.name.clone(),
             read_queue_nums: config.read_queue_nums,
             write_queue_nums: config.write_queue_nums,
-            perm: config.perm & i32::try_from(member.permission).unwrap_or(0),
+            perm: config.perm & member.permission,
             topic_sys_flag: config.topic_sys_flag,
         });
         route

@@ -115,16 +115,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
     let header = SendMessageRequestHeader::from_request(req)?;
     let properties_text = header.properties.clone().unwrap_or_default();
-    if !broker.is_writable() {
-        return Err(Refusal::new(
-            response::NO_PERMISSION,
-            format!(
-                "broker {} is not writable (brokerPermission {})",
-                broker.config.broker_name,
-                broker.permission()
-            ),
-        ));
-    }
+    check_broker_writable(broker)?;
     refuse_unsupported(header.sys_flag, &properties_text)?;
     let topic = topic_for_send(broker, &header.topic)?;
     if topic.perm & quiver_protocol::body::perm::WRITE == 0 {
@@ -133,18 +124,67 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             format!("topic {} is not writable", header.topic),
         ));
     }
-    let mut queue_id = match u32::try_from(header.queue_id) {
+    let queue_id = match u32::try_from(header.queue_id) {
         Ok(id) if id < topic.write_queue_nums => id,
         Ok(id) => id % topic.write_queue_nums.max(1),
         Err(_) => (crate::now_ms() as u32) % topic.write_queue_nums.max(1),
     };
+    let sending = Sending {
+        header: &header,
+        properties: &properties_text,
+        queue_id,
+        born_host: ctx.connection.remote,
+        max_body: broker.config.max_message_size as usize,
+    };
+    let targets = if header.is_batch() {
+        sending.batch_targets(&req.body)?
+    } else {
+        vec![sending.single_target(broker, &req.body)?]
+    };
+    let results = store_message_async(broker, &targets).await?;
+    let ids: Vec<String> = results
+        .iter()
+        .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
+        .collect();
+    tracing::trace!(topic = %header.topic, count = targets.len(), "stored");
     // The answer names the queue the client chose, even when a delay parks the message.
-    let requested_queue = queue_id;
-    let born_host = ctx.connection.remote;
-    let max_body = broker.config.max_message_size as usize;
-    let mut targets = Vec::new();
-    if header.is_batch() {
-        let batch = msg::decode_batch(&req.body).map_err(|e| {
+    let reply = SendMessageResponseHeader {
+        msg_id: ids.join(","),
+        queue_id: i32::try_from(queue_id).unwrap_or(i32::MAX),
+        queue_offset: i64::try_from(results[0].queue_offset.0).unwrap_or(i64::MAX),
+    };
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_ext_fields(reply.to_ext()))
+}
+
+fn check_broker_writable(broker: &Broker) -> Result<(), Refusal> {
+    if broker.is_writable() {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        response::NO_PERMISSION,
+        format!(
+            "broker {} is not writable (brokerPermission {})",
+            broker.config.broker_name,
+            broker.permission()
+        ),
+    ))
+}
+
+/// One send request, checked, on its way to the store.
+struct Sending<'a> {
+    header: &'a SendMessageRequestHeader,
+    properties: &'a str,
+    queue_id: u32,
+    born_host: SocketAddr,
+    max_body: usize,
+}
+
+impl Sending<'_> {
+    /// The messages of a batch body, each with the request's properties merged in.
+    fn batch_targets(&self, body: &Bytes) -> Result<Vec<StoreTarget>, Refusal> {
+        let batch = msg::decode_batch(body).map_err(|e| {
             Refusal::new(
                 response::MESSAGE_ILLEGAL,
                 format!("batch body is malformed: {e}"),
@@ -153,6 +193,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         if batch.is_empty() {
             return Err(Refusal::new(response::MESSAGE_ILLEGAL, "batch is empty"));
         }
+        let mut targets = Vec::with_capacity(batch.len());
         for BatchMessage {
             body,
             flag,
@@ -160,8 +201,8 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             ..
         } in batch
         {
-            check_body(body.len(), max_body)?;
-            refuse_unsupported(header.sys_flag, &properties)?;
+            check_body(body.len(), self.max_body)?;
+            refuse_unsupported(self.header.sys_flag, &properties)?;
             if property(&properties, msg::PROPERTY_DELAY).is_some_and(|level| level != "0") {
                 // As Apache: a delay level applies to one message, never inside a batch.
                 return Err(Refusal::new(
@@ -170,25 +211,31 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                 ));
             }
             targets.push(StoreTarget {
-                topic: header.topic.clone(),
-                queue_id,
+                topic: self.header.topic.clone(),
+                queue_id: self.queue_id,
                 flag,
                 body,
-                properties: merge_properties(&properties_text, &properties),
-                sys_flag: header.sys_flag,
-                born_timestamp_ms: header.born_timestamp,
-                born_host,
-                reconsume_times: header.reconsume_times_or_zero(),
+                properties: merge_properties(self.properties, &properties),
+                sys_flag: self.header.sys_flag,
+                born_timestamp_ms: self.header.born_timestamp,
+                born_host: self.born_host,
+                reconsume_times: self.header.reconsume_times_or_zero(),
             });
         }
-    } else {
-        check_body(req.body.len(), max_body)?;
-        let mut properties = properties_text.clone();
-        let reconsume_times = header.reconsume_times_or_zero();
-        let mut target_topic = header.topic.clone();
+        Ok(targets)
+    }
+
+    /// A single message, dead-lettered past its retries or parked for its delay level.
+    fn single_target(&self, broker: &Broker, body: &Bytes) -> Result<StoreTarget, Refusal> {
+        check_body(body.len(), self.max_body)?;
+        let mut properties = self.properties.to_string();
+        let reconsume_times = self.header.reconsume_times_or_zero();
+        let mut target_topic = self.header.topic.clone();
+        let mut queue_id = self.queue_id;
         // A client that could not send back re-sends to %RETRY%: dead-letter it past the limit.
-        if let Some(group) = header.topic.strip_prefix(RETRY_PREFIX) {
-            let max = header
+        if let Some(group) = self.header.topic.strip_prefix(RETRY_PREFIX) {
+            let max = self
+                .header
                 .max_reconsume_times
                 .unwrap_or_else(|| broker.groups.get_or_create(group).retry_max_times);
             if reconsume_times >= max {
@@ -206,33 +253,18 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             target_topic = crate::topics::SCHEDULE_TOPIC.to_string();
             queue_id = schedule::queue_of_level(level);
         }
-        targets.push(StoreTarget {
+        Ok(StoreTarget {
             topic: target_topic,
             queue_id,
-            flag: header.flag,
-            body: req.body.clone(),
+            flag: self.header.flag,
+            body: body.clone(),
             properties,
-            sys_flag: header.sys_flag,
-            born_timestamp_ms: header.born_timestamp,
-            born_host,
+            sys_flag: self.header.sys_flag,
+            born_timestamp_ms: self.header.born_timestamp,
+            born_host: self.born_host,
             reconsume_times,
-        });
+        })
     }
-    let count = targets.len();
-    let results = store_message_async(broker, &targets).await?;
-    let ids: Vec<String> = results
-        .iter()
-        .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
-        .collect();
-    tracing::trace!(topic = %header.topic, count, "stored");
-    let reply = SendMessageResponseHeader {
-        msg_id: ids.join(","),
-        queue_id: i32::try_from(requested_queue).unwrap_or(i32::MAX),
-        queue_offset: i64::try_from(results[0].queue_offset.0).unwrap_or(i64::MAX),
-    };
-    Ok(req
-        .response_to(response::SUCCESS, None)
-        .with_ext_fields(reply.to_ext()))
 }
 
 /// Refuses what a client can ask for and Quiver does not implement, instead of storing the

@@ -1,5 +1,7 @@
 //! `quiver`: produce, consume, topics, lag, offset resets and cluster state for Quiver brokers.
 
+#![forbid(unsafe_code)]
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -17,8 +19,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use quiver_client::{
     Admin, BrokerState, ClientConfig, ClientError, ConsumeFromWhere, ConsumeMode, ConsumeOutcome,
-    Message, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueSelector,
-    ReceivedMessage, ResetTarget, TopicSpec,
+    Message, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueLag, QueueSelector,
+    ReceivedMessage, ResetTarget, TopicRoute, TopicSpec,
 };
 use table::Table;
 
@@ -341,7 +343,8 @@ fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> anyhow::Result<()> {
+/// The bodies to send: the arguments, the lines of --file, or the lines of stdin.
+fn read_bodies(args: &ProduceArgs) -> anyhow::Result<Vec<String>> {
     let bodies: Vec<String> = if let Some(path) = &args.file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -359,6 +362,11 @@ async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> any
     if bodies.is_empty() {
         bail!("no messages to send: pass them as arguments, with --file, or on stdin");
     }
+    Ok(bodies)
+}
+
+async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> anyhow::Result<()> {
+    let bodies = read_bodies(&args)?;
     let mut config = ProducerConfig::new("");
     config.client = client;
     config.group = args.group.clone();
@@ -381,7 +389,7 @@ async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> any
     let mut tasks = tokio::task::JoinSet::new();
     let mut results = Vec::new();
     let mut first_error = None;
-    for _ in 0..args.repeat {
+    'sending: for _ in 0..args.repeat {
         for body in &bodies {
             let permit = semaphore
                 .clone()
@@ -405,7 +413,7 @@ async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> any
                 collect(done, &mut results, &mut first_error, args.quiet);
             }
             if first_error.is_some() {
-                break;
+                break 'sending;
             }
         }
     }
@@ -417,17 +425,31 @@ async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> any
     if let Some(error) = first_error {
         return Err(error).context(format!("sending to topic {}", args.topic));
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    print_produced(
+        output,
+        &results,
+        args.quiet,
+        started.elapsed().as_secs_f64(),
+    )
+}
+
+/// What was sent: every result unless `quiet`, and the rate.
+fn print_produced(
+    output: Output,
+    results: &[serde_json::Value],
+    quiet: bool,
+    elapsed: f64,
+) -> anyhow::Result<()> {
     match output {
         Output::Json => print_json(&serde_json::json!({
             "sent": results.len(),
             "seconds": elapsed,
-            "results": if args.quiet { Vec::new() } else { results.clone() },
+            "results": if quiet { &[][..] } else { results },
         }))?,
         Output::Table => {
-            if !args.quiet {
+            if !quiet {
                 let mut table = Table::new(&["MSG_ID", "BROKER", "QUEUE", "OFFSET"]);
-                for r in &results {
+                for r in results {
                     table.row(vec![
                         r["msg_id"].as_str().unwrap_or_default().to_owned(),
                         r["broker"].as_str().unwrap_or_default().to_owned(),
@@ -562,20 +584,7 @@ async fn consume(client: ClientConfig, output: Output, args: ConsumeArgs) -> any
                     return ConsumeOutcome::Retry;
                 }
                 if print {
-                    let line = match output {
-                        Output::Json => message_json(message).to_string(),
-                        Output::Table => format!(
-                            "{}\t{}:{}@{}\ttags={}\tkeys={}\t{}",
-                            message.topic,
-                            message.queue.broker_name,
-                            message.queue.queue_id,
-                            message.queue_offset,
-                            message.tags().unwrap_or("-"),
-                            message.keys().join(","),
-                            String::from_utf8_lossy(&message.body)
-                        ),
-                    };
-                    let _ = writeln!(stdout, "{line}");
+                    let _ = writeln!(stdout, "{}", consumed_line(message, output));
                 }
                 if max.is_some_and(|max| n >= max) {
                     let _ = done_tx.send(true);
@@ -590,18 +599,7 @@ async fn consume(client: ClientConfig, output: Output, args: ConsumeArgs) -> any
         .await
         .context(format!("starting to consume {}", args.topic))?;
     let idle = args.idle_timeout_secs.map(Duration::from_secs);
-    let mut check = tokio::time::interval(Duration::from_millis(200));
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = done_rx.changed() => break,
-            _ = check.tick() => {
-                if idle.is_some_and(|idle| last_message.lock().elapsed() >= idle) {
-                    break;
-                }
-            }
-        }
-    }
+    wait_until_done(&mut done_rx, idle, &last_message).await;
     consumer
         .shutdown()
         .await
@@ -616,6 +614,43 @@ async fn consume(client: ClientConfig, output: Output, args: ConsumeArgs) -> any
         }
     }
     Ok(())
+}
+
+/// One consumed message as `consume` prints it.
+fn consumed_line(message: &ReceivedMessage, output: Output) -> String {
+    match output {
+        Output::Json => message_json(message).to_string(),
+        Output::Table => format!(
+            "{}\t{}:{}@{}\ttags={}\tkeys={}\t{}",
+            message.topic,
+            message.queue.broker_name,
+            message.queue.queue_id,
+            message.queue_offset,
+            message.tags().unwrap_or("-"),
+            message.keys().join(","),
+            String::from_utf8_lossy(&message.body)
+        ),
+    }
+}
+
+/// Until Ctrl-C, --max reached, or no message for `idle`.
+async fn wait_until_done(
+    done: &mut tokio::sync::watch::Receiver<bool>,
+    idle: Option<Duration>,
+    last_message: &parking_lot::Mutex<Instant>,
+) {
+    let mut check = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return,
+            _ = done.changed() => return,
+            _ = check.tick() => {
+                if idle.is_some_and(|idle| last_message.lock().elapsed() >= idle) {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 async fn topics(
@@ -661,47 +696,117 @@ async fn topics(
                 ),
             }
         }
-        TopicsCommand::Route { name } => {
-            let route = admin.route(&name).await?;
-            match output {
-                Output::Json => print_json(&serde_json::json!({
-                    "topic": route.topic,
-                    "brokers": route.brokers,
-                    "read_queues": route.read_queues.iter().map(|q| (q.broker_name.clone(), q.queue_id)).collect::<Vec<_>>(),
-                    "write_queues": route.write_queues.iter().map(|q| (q.broker_name.clone(), q.queue_id)).collect::<Vec<_>>(),
-                }))?,
-                Output::Table => {
-                    let mut table =
-                        Table::new(&["BROKER", "ADDRESS", "READ_QUEUES", "WRITE_QUEUES"]);
-                    for (broker, addr) in &route.brokers {
-                        let reads = route
-                            .read_queues
-                            .iter()
-                            .filter(|q| &q.broker_name == broker)
-                            .count();
-                        let writes = route
-                            .write_queues
-                            .iter()
-                            .filter(|q| &q.broker_name == broker)
-                            .count();
-                        table.row(vec![
-                            broker.clone(),
-                            addr.clone(),
-                            reads.to_string(),
-                            writes.to_string(),
-                        ]);
-                    }
-                    print!("{}", table.render());
-                }
-            }
-        }
+        TopicsCommand::Route { name } => print_route(&*admin.route(&name).await?, output)?,
     }
     admin.shutdown().await;
     Ok(())
 }
 
+/// A topic's route: brokers and their queue counts.
+fn print_route(route: &TopicRoute, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => print_json(&serde_json::json!({
+            "topic": route.topic,
+            "brokers": route.brokers,
+            "read_queues": route.read_queues.iter().map(|q| (q.broker_name.clone(), q.queue_id)).collect::<Vec<_>>(),
+            "write_queues": route.write_queues.iter().map(|q| (q.broker_name.clone(), q.queue_id)).collect::<Vec<_>>(),
+        }))?,
+        Output::Table => {
+            let mut table = Table::new(&["BROKER", "ADDRESS", "READ_QUEUES", "WRITE_QUEUES"]);
+            for (broker, addr) in &route.brokers {
+                let reads = route
+                    .read_queues
+                    .iter()
+                    .filter(|q| &q.broker_name == broker)
+                    .count();
+                let writes = route
+                    .write_queues
+                    .iter()
+                    .filter(|q| &q.broker_name == broker)
+                    .count();
+                table.row(vec![
+                    broker.clone(),
+                    addr.clone(),
+                    reads.to_string(),
+                    writes.to_string(),
+                ]);
+            }
+            print!("{}", table.render());
+        }
+    }
+    Ok(())
+}
+
 fn optional<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+}
+
+/// Per-queue lag, and per group and topic the total (table) or one JSON row per queue.
+fn print_lag(lags: &[QueueLag], output: Output, watch: bool) -> anyhow::Result<()> {
+    match output {
+        Output::Json => {
+            let rows: Vec<serde_json::Value> = lags
+                .iter()
+                .map(|lag| {
+                    serde_json::json!({
+                        "group": lag.group,
+                        "topic": lag.queue.topic,
+                        "broker": lag.queue.broker_name,
+                        "queue_id": lag.queue.queue_id,
+                        "broker_offset": lag.broker_offset.0,
+                        "consumer_offset": lag.consumer_offset.map(|o| o.0),
+                        "lag_messages": lag.lag_messages,
+                        "lag_seconds": lag.lag_seconds,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string(&rows)?);
+        }
+        Output::Table => {
+            let mut table = Table::new(&[
+                "GROUP",
+                "TOPIC",
+                "BROKER",
+                "QUEUE",
+                "BROKER_OFFSET",
+                "CONSUMER_OFFSET",
+                "LAG",
+                "LAG_SECONDS",
+            ]);
+            let mut totals: BTreeMap<(String, String), (u64, bool)> = BTreeMap::new();
+            for lag in lags {
+                table.row(vec![
+                    lag.group.clone(),
+                    lag.queue.topic.clone(),
+                    lag.queue.broker_name.clone(),
+                    lag.queue.queue_id.to_string(),
+                    lag.broker_offset.to_string(),
+                    optional(lag.consumer_offset),
+                    optional(lag.lag_messages),
+                    optional(lag.lag_seconds.map(|s| format!("{s:.1}"))),
+                ]);
+                let total = totals
+                    .entry((lag.group.clone(), lag.queue.topic.clone()))
+                    .or_default();
+                total.0 += lag.lag_messages.unwrap_or(0);
+                total.1 |= lag.lag_messages.is_none();
+            }
+            if watch && std::io::stdout().is_terminal() {
+                // Clear the screen so the table refreshes in place.
+                print!("\x1b[2J\x1b[H");
+            }
+            print!("{}", table.render());
+            for ((group, topic), (total, has_unknown)) in totals {
+                let note = if has_unknown {
+                    " (some queues never committed)"
+                } else {
+                    ""
+                };
+                println!("total {group}/{topic}: {total}{note}");
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn lag(client: ClientConfig, output: Output, args: LagArgs) -> anyhow::Result<()> {
@@ -720,69 +825,7 @@ async fn lag(client: ClientConfig, output: Output, args: LagArgs) -> anyhow::Res
                     .with_context(|| format!("lag of group {group}"))?,
             );
         }
-        match output {
-            Output::Json => {
-                let rows: Vec<serde_json::Value> = lags
-                    .iter()
-                    .map(|lag| {
-                        serde_json::json!({
-                            "group": lag.group,
-                            "topic": lag.queue.topic,
-                            "broker": lag.queue.broker_name,
-                            "queue_id": lag.queue.queue_id,
-                            "broker_offset": lag.broker_offset.0,
-                            "consumer_offset": lag.consumer_offset.map(|o| o.0),
-                            "lag_messages": lag.lag_messages,
-                            "lag_seconds": lag.lag_seconds,
-                        })
-                    })
-                    .collect();
-                println!("{}", serde_json::to_string(&rows)?);
-            }
-            Output::Table => {
-                let mut table = Table::new(&[
-                    "GROUP",
-                    "TOPIC",
-                    "BROKER",
-                    "QUEUE",
-                    "BROKER_OFFSET",
-                    "CONSUMER_OFFSET",
-                    "LAG",
-                    "LAG_SECONDS",
-                ]);
-                let mut totals: BTreeMap<(String, String), (u64, bool)> = BTreeMap::new();
-                for lag in &lags {
-                    table.row(vec![
-                        lag.group.clone(),
-                        lag.queue.topic.clone(),
-                        lag.queue.broker_name.clone(),
-                        lag.queue.queue_id.to_string(),
-                        lag.broker_offset.to_string(),
-                        optional(lag.consumer_offset),
-                        optional(lag.lag_messages),
-                        optional(lag.lag_seconds.map(|s| format!("{s:.1}"))),
-                    ]);
-                    let total = totals
-                        .entry((lag.group.clone(), lag.queue.topic.clone()))
-                        .or_default();
-                    total.0 += lag.lag_messages.unwrap_or(0);
-                    total.1 |= lag.lag_messages.is_none();
-                }
-                if args.watch && std::io::stdout().is_terminal() {
-                    // Clear the screen so the table refreshes in place.
-                    print!("\x1b[2J\x1b[H");
-                }
-                print!("{}", table.render());
-                for ((group, topic), (total, has_unknown)) in totals {
-                    let note = if has_unknown {
-                        " (some queues never committed)"
-                    } else {
-                        ""
-                    };
-                    println!("total {group}/{topic}: {total}{note}");
-                }
-            }
-        }
+        print_lag(&lags, output, args.watch)?;
         if !args.watch {
             break;
         }

@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use bytes::Bytes;
 
-use crate::position::{CommitLogOffset, QueueOffset};
+use crate::offset::{CommitLogOffset, QueueOffset};
 
 pub const MESSAGE_MAGIC: u32 = 0xDAA3_20A7;
 pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
@@ -35,12 +35,9 @@ pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
 pub const BORN_HOST_V6_FLAG: i32 = 0x10;
 /// SYSFLAG bit: STOREHOST is IPv6 (16 + 4 bytes).
 pub const STORE_HOST_V6_FLAG: i32 = 0x20;
-/// Separates a property's name from its value.
-pub const NAME_VALUE_SEPARATOR: char = '\u{1}';
-/// Ends each property.
-pub const PROPERTY_SEPARATOR: char = '\u{2}';
+pub use crate::message::{NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR};
 /// The property whose Java hash code becomes the ConsumeQueue tags code.
-pub const TAGS_PROPERTY: &str = "TAGS";
+pub const TAGS_PROPERTY: &str = crate::message::PROPERTY_TAGS;
 /// Bytes of a record with IPv4 hosts, an empty body, topic and properties.
 pub const FIXED_OVERHEAD_BYTES: usize = 91;
 /// Bytes of the blank filler that ends a segment.
