@@ -81,8 +81,8 @@ impl BrokerPermission {
     /// The RocketMQ `brokerPermission` value.
     pub fn wire_value(self) -> i32 {
         match self {
-            BrokerPermission::ReadOnly => 4,
-            BrokerPermission::ReadWrite => 6,
+            BrokerPermission::ReadOnly => quiver_protocol::body::perm::READ_ONLY,
+            BrokerPermission::ReadWrite => quiver_protocol::body::perm::READ_WRITE,
         }
     }
 }

@@ -4,6 +4,8 @@
 //! at a time and drained before scale-down; `ConsumerGroup` resources are created on their
 //! brokers and get their lag in status and in Prometheus.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod controller;
 pub mod crd;
