@@ -17,6 +17,8 @@ use serde_json::{json, Value};
 pub struct RequestRecord {
     /// get, list, watch, create, update, patch, delete.
     pub verb: String,
+    /// The API group, "" for the core group.
+    pub group: String,
     /// The resource plural.
     pub resource: String,
     /// Namespace; empty for cluster-wide.
@@ -25,6 +27,8 @@ pub struct RequestRecord {
     pub name: String,
     /// "status" or empty.
     pub subresource: String,
+    /// A patch (server-side apply) that created the object: authorized as create too.
+    pub created: bool,
 }
 
 /// The next `remaining` requests with this method and path (no query) answer `code`.
@@ -44,27 +48,41 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// Logs a request; the code to fail it with, if a failure rule matches.
+    /// Logs a request (its index in the log, for [`Hooks::mark_created`]); the code to fail it
+    /// with, if a failure rule matches.
     pub fn record(
         &mut self,
         verb: &str,
         route: &Route,
         method: &Method,
         path: &str,
-    ) -> Option<u16> {
+    ) -> (usize, Option<u16>) {
+        let index = self.requests.len();
         self.requests.push(RequestRecord {
             verb: verb.to_string(),
+            group: route.rt.group.to_string(),
             resource: route.rt.plural.to_string(),
             namespace: route.namespace.clone().unwrap_or_default(),
             name: route.name.clone().unwrap_or_default(),
             subresource: route.subresource.clone().unwrap_or_default(),
+            created: false,
         });
         let rule = self
             .failures
             .iter_mut()
-            .find(|rule| rule.remaining > 0 && rule.method == method && rule.path == path)?;
-        rule.remaining -= 1;
-        Some(rule.code)
+            .find(|rule| rule.remaining > 0 && rule.method == method && rule.path == path);
+        let code = rule.map(|rule| {
+            rule.remaining -= 1;
+            rule.code
+        });
+        (index, code)
+    }
+
+    /// Notes that the request at `index` (a patch) created its object.
+    pub fn mark_created(&mut self, index: usize) {
+        if let Some(request) = self.requests.get_mut(index) {
+            request.created = true;
+        }
     }
 }
 

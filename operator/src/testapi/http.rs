@@ -223,7 +223,7 @@ impl RequestContext {
 fn respond(shared: &Arc<Shared>, request: RequestContext) -> Result<Response<Body>, ApiError> {
     let route = route(&request.path)?;
     let verb = verb(&request.method, &route, &request.query);
-    let injected = shared.hooks.lock().expect("hooks lock poisoned").record(
+    let (index, injected) = shared.hooks.lock().expect("hooks lock poisoned").record(
         verb,
         &route,
         &request.method,
@@ -247,7 +247,14 @@ fn respond(shared: &Arc<Shared>, request: RequestContext) -> Result<Response<Bod
                 &ops::list(&store, route.rt, namespace, &labels, &fields),
             ))
         }
-        _ => write_or_get(shared, &route, verb, &namespace, &request),
+        _ => {
+            let response = write_or_get(shared, &route, verb, &namespace, &request)?;
+            if verb == "patch" && response.status() == 201 {
+                let mut hooks = shared.hooks.lock().expect("hooks lock poisoned");
+                hooks.mark_created(index);
+            }
+            Ok(response)
+        }
     }
 }
 

@@ -9,6 +9,15 @@
 //! garbage collection; admission of the CRDs (OpenAPI schema and CEL rules) and of PVC resizes;
 //! a simulated StatefulSet controller and kubelet ([`statefulset`]).
 //!
+//! Knowingly simplified: lists ignore `limit` (no `continue`); watches ignore
+//! `sendInitialEvents` (kube's default ListWatch does not send it); every list is atomic for
+//! field ownership (no associative-list merge keys), strategic merge is a JSON merge, and
+//! managedFields carry no `time`; deletion is background only (Orphan honoured, Foreground
+//! treated as background) and garbage collection runs at once; pods are removed at once, with
+//! no grace period; admission covers the CRDs (pruning, defaults, type/required/enum/bounds/
+//! lengths, CEL; no `pattern`/`format`), StatefulSet and PVC spec immutability, PVC resize and
+//! DefaultStorageClass, and nothing else (no RBAC, quota, namespace existence).
+//!
 //! Simulated time: run tests with `#[tokio::test(start_paused = true)]` (a current-thread
 //! runtime) and keep server and client in that one runtime. The server spawns a "time pump" that
 //! sleeps [`TIME_TICK`] in a loop: tokio's auto-advance then moves the clock by at most one tick

@@ -260,7 +260,7 @@ pub fn commit_update(
     }
     admission::mutate(store, rt, &mut new, false);
     let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-    if spec_changed(&old, &new) {
+    if rt.tracks_generation() && spec_changed(&old, &new) {
         new["metadata"]["generation"] = (generation + 1).into();
     }
     if admit {
@@ -312,7 +312,9 @@ pub fn commit_create(
     }
     metadata["uid"] = uid.into();
     metadata["creationTimestamp"] = super::sim_timestamp().into();
-    metadata["generation"] = 1.into();
+    if rt.tracks_generation() {
+        metadata["generation"] = 1.into();
+    }
     if let Some(metadata) = metadata.as_object_mut() {
         for system in ["deletionTimestamp", "resourceVersion", "generateName"] {
             metadata.remove(system);
@@ -610,8 +612,10 @@ pub fn delete(
     let mut marked = stored;
     marked["metadata"]["deletionTimestamp"] = super::sim_timestamp().into();
     marked["metadata"]["deletionGracePeriodSeconds"] = 0.into();
-    let generation = marked["metadata"]["generation"].as_i64().unwrap_or(1);
-    marked["metadata"]["generation"] = (generation + 1).into();
+    if rt.tracks_generation() {
+        let generation = marked["metadata"]["generation"].as_i64().unwrap_or(1);
+        marked["metadata"]["generation"] = (generation + 1).into();
+    }
     Ok(store.commit(&key, Some(marked)))
 }
 

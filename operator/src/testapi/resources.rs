@@ -32,6 +32,12 @@ impl ResourceType {
         format!("{}/{}", self.api_version(), self.plural)
     }
 
+    /// Whether objects carry `metadata.generation` (ConfigMaps, Services, Leases, Events and
+    /// claims do not).
+    pub fn tracks_generation(&self) -> bool {
+        self.is_custom() || matches!(self.kind, "StatefulSet" | "PodDisruptionBudget" | "Pod")
+    }
+
     /// Whether this is one of the CRDs (admitted against their schema).
     pub fn is_custom(&self) -> bool {
         self.group == crate::crd::GROUP
