@@ -13,15 +13,16 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use clap::Parser;
 use quiver_broker::{BrokerConfig, FlushMode};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
-use quiver_protocol::{frame, ExtFields, RemotingCommand};
+use quiver_protocol::{ExtFields, RemotingCommand};
+use quiver_remoting::{Connection, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
 #[derive(Parser, Debug)]
 #[command(about = "Network and store benchmark of quiver-broker on loopback")]
@@ -59,47 +60,40 @@ fn body(size: usize) -> Bytes {
     Bytes::from(body)
 }
 
+/// Bounds one request, long polls included.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client connection and the task reading its answers.
 struct Conn {
-    stream: TcpStream,
-    buf: BytesMut,
-    opaque: i32,
+    connection: Connection,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.connection.close();
+        self.reader.abort();
+    }
 }
 
 impl Conn {
     async fn connect(addr: SocketAddr) -> anyhow::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Conn {
-            stream,
-            buf: BytesMut::with_capacity(1 << 20),
-            opaque: 0,
-        })
+        let (connection, mut incoming) = Connection::start(stream, Options::new(addr.to_string()));
+        // Routes the answers; the broker pushes nothing to these connections.
+        let reader = tokio::spawn(async move { while let Ok(Some(_)) = incoming.next().await {} });
+        Ok(Conn { connection, reader })
     }
 
     async fn call(
-        &mut self,
+        &self,
         code: i32,
         ext: ExtFields,
         body: Bytes,
     ) -> anyhow::Result<RemotingCommand> {
-        self.opaque += 1;
-        let request = RemotingCommand::request(code, ext)
-            .with_opaque(self.opaque)
-            .with_body(body);
-        let mut out = BytesMut::new();
-        frame::encode(&request, &mut out)?;
-        self.stream.write_all(&out).await?;
-        loop {
-            if let Some(reply) = frame::decode(&mut self.buf)? {
-                if reply.is_response() && reply.opaque == self.opaque {
-                    return Ok(reply);
-                }
-                continue;
-            }
-            if self.stream.read_buf(&mut self.buf).await? == 0 {
-                bail!("broker closed the connection");
-            }
-        }
+        let request = RemotingCommand::request(code, ext).with_body(body);
+        Ok(self.connection.request(request, CALL_TIMEOUT).await?)
     }
 }
 
@@ -130,7 +124,7 @@ async fn produce(
     size: usize,
     batch: usize,
 ) -> anyhow::Result<()> {
-    let mut conn = Conn::connect(addr).await?;
+    let conn = Conn::connect(addr).await?;
     let mut sent = 0;
     let mut round = producer;
     while sent < count {
@@ -175,7 +169,7 @@ async fn consume(
     total: u64,
     received: Arc<AtomicU64>,
 ) -> anyhow::Result<Vec<u64>> {
-    let mut conn = Conn::connect(addr).await?;
+    let conn = Conn::connect(addr).await?;
     let mut offset = 0u64;
     let mut latencies = Vec::new();
     while received.load(Ordering::Acquire) < total {
@@ -252,7 +246,7 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
         let _ = stopped.await;
     }));
     // Create the topic before consumers pull it.
-    let mut setup = loop {
+    let setup = loop {
         match Conn::connect(addr).await {
             Ok(conn) => break conn,
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
