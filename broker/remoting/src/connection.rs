@@ -107,7 +107,7 @@ impl Shared {
 
     /// No response can arrive any more: fails every pending request, and later ones at once.
     pub(crate) fn end(&self, reason: &str) {
-        let waiters = {
+        let (reason, waiters) = {
             let mut pending = self.pending.lock();
             let reason = pending
                 .ended
@@ -116,7 +116,6 @@ impl Shared {
             let waiters: Vec<Waiter> = pending.waiters.drain().map(|(_, w)| w).collect();
             (reason, waiters)
         };
-        let (reason, waiters) = waiters;
         for waiter in waiters {
             let _ = waiter.send(Err(self.closed_error(&reason)));
         }
@@ -124,6 +123,10 @@ impl Shared {
 
     fn ended(&self) -> Option<String> {
         self.pending.lock().ended.clone()
+    }
+
+    fn is_ended(&self) -> bool {
+        self.pending.lock().ended.is_some()
     }
 
     fn register(&self, opaque: i32, waiter: Waiter) -> Result<(), ConnectionError> {
@@ -288,9 +291,9 @@ impl Connection {
         mut request: RemotingCommand,
     ) -> Result<RemotingCommand, ConnectionError> {
         let shared = &*self.shared;
-        let Ok(_slot) = shared.request_slots.acquire().await else {
-            unreachable!("the request slots are never closed");
-        };
+        // Never closed, so the error is only for form's sake.
+        let _slot = (shared.request_slots.acquire().await)
+            .map_err(|_| shared.closed_error("the request slots were closed"))?;
         request.opaque = shared.next_opaque.fetch_add(1, Ordering::Relaxed);
         let (waiter, response) = oneshot::channel();
         shared.register(request.opaque, waiter)?;
@@ -340,7 +343,7 @@ impl Connection {
 
     /// True once no more responses can arrive or frames be sent: open a new connection.
     pub fn is_closed(&self) -> bool {
-        self.outbound.is_closed() || self.shared.ended().is_some()
+        self.outbound.is_closed() || self.shared.is_ended()
     }
 }
 
