@@ -19,10 +19,9 @@ use quiver_broker::{BrokerConfig, FlushMode};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
 use quiver_protocol::{ExtFields, RemotingCommand};
-use quiver_remoting::{Connection, Options};
+use quiver_remoting::{Connection, Incoming, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 #[derive(Parser, Debug)]
 #[command(about = "Network and store benchmark of quiver-broker on loopback")]
@@ -63,16 +62,15 @@ fn body(size: usize) -> Bytes {
 /// Bounds one request, long polls included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A client connection and the task reading its answers.
+/// A client connection whose answers are read by the task waiting for them.
 struct Conn {
     connection: Connection,
-    reader: JoinHandle<()>,
+    incoming: Incoming,
 }
 
 impl Drop for Conn {
     fn drop(&mut self) {
         self.connection.close();
-        self.reader.abort();
     }
 }
 
@@ -80,20 +78,34 @@ impl Conn {
     async fn connect(addr: SocketAddr) -> anyhow::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let (connection, mut incoming) = Connection::start(stream, Options::new(addr.to_string()));
-        // Routes the answers; the broker pushes nothing to these connections.
-        let reader = tokio::spawn(async move { while let Ok(Some(_)) = incoming.next().await {} });
-        Ok(Conn { connection, reader })
+        let (connection, incoming) = Connection::start(stream, Options::new(addr.to_string()));
+        Ok(Conn {
+            connection,
+            incoming,
+        })
     }
 
+    /// One request at a time, so the caller reads too: its answer arrives without a task
+    /// switch, as the hand-written loop this replaced did (the figures are the broker's).
     async fn call(
-        &self,
+        &mut self,
         code: i32,
         ext: ExtFields,
         body: Bytes,
     ) -> anyhow::Result<RemotingCommand> {
         let request = RemotingCommand::request(code, ext).with_body(body);
-        Ok(self.connection.request(request, CALL_TIMEOUT).await?)
+        let answer = self.connection.request(request, CALL_TIMEOUT);
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                biased;
+                answered = &mut answer => return Ok(answered?),
+                // Routes the answer; the broker pushes nothing to these connections.
+                read = self.incoming.next() => if read?.is_none() {
+                    bail!("broker closed the connection");
+                },
+            }
+        }
     }
 }
 
@@ -124,7 +136,7 @@ async fn produce(
     size: usize,
     batch: usize,
 ) -> anyhow::Result<()> {
-    let conn = Conn::connect(addr).await?;
+    let mut conn = Conn::connect(addr).await?;
     let mut sent = 0;
     let mut round = producer;
     while sent < count {
@@ -169,7 +181,7 @@ async fn consume(
     total: u64,
     received: Arc<AtomicU64>,
 ) -> anyhow::Result<Vec<u64>> {
-    let conn = Conn::connect(addr).await?;
+    let mut conn = Conn::connect(addr).await?;
     let mut offset = 0u64;
     let mut latencies = Vec::new();
     while received.load(Ordering::Acquire) < total {
@@ -246,7 +258,7 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
         let _ = stopped.await;
     }));
     // Create the topic before consumers pull it.
-    let setup = loop {
+    let mut setup = loop {
         match Conn::connect(addr).await {
             Ok(conn) => break conn,
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
