@@ -85,4 +85,12 @@ pub enum ClientError {
     Shutdown,
 }
 
+impl ClientError {
+    /// The broker does not know the request (an older broker or another implementation).
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, ClientError::Broker { code, .. }
+            if *code == quiver_protocol::code::response::REQUEST_CODE_NOT_SUPPORTED)
+    }
+}
+
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;

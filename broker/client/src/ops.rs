@@ -92,6 +92,12 @@ fn queue_id(queue: &MessageQueue) -> i32 {
 impl ClientCore {
     pub async fn pull(&self, spec: &PullSpec<'_>) -> Result<PullResult> {
         let addr = self.broker_addr(&spec.queue.broker_name)?;
+        self.pull_from(&addr, spec).await
+    }
+
+    /// Pulls from the broker at `addr`, whatever the route says serves the queue.
+    pub async fn pull_from(&self, addr: &str, spec: &PullSpec<'_>) -> Result<PullResult> {
+        let addr = addr.to_owned();
         let mut sys_flag = h::PULL_FLAG_SUBSCRIPTION;
         if spec.commit_offset.is_some() {
             sys_flag |= h::PULL_FLAG_COMMIT_OFFSET;

@@ -1,17 +1,15 @@
-//! The connection layer: one TCP connection per broker address, requests matched to
-//! responses by opaque, timeouts, and reconnect-on-next-use after a connection dies.
+//! The connection layer: one [`Connection`] per broker address, opened on first use and
+//! again on the next use after it died.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use quiver_protocol::{code, frame, RemotingCommand, SerializeType};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use quiver_protocol::{code, RemotingCommand, SerializeType};
+use quiver_remoting::{Connection, ConnectionError, Incoming, Options};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::error::{ClientError, Result};
@@ -26,136 +24,103 @@ pub struct InboundRequest {
     pub command: RemotingCommand,
 }
 
-type Pending = Arc<Mutex<HashMap<i32, oneshot::Sender<RemotingCommand>>>>;
-type ConnectionSlot = tokio::sync::Mutex<Option<Arc<Connection>>>;
+type LinkSlot = tokio::sync::Mutex<Option<Arc<Link>>>;
 
-struct Connection {
-    outbound: mpsc::UnboundedSender<Bytes>,
-    pending: Pending,
-    closed: Arc<AtomicBool>,
-    tasks: [JoinHandle<()>; 2],
+/// An open connection and the task reading it; dropping it closes both.
+struct Link {
+    connection: Connection,
+    reader: JoinHandle<()>,
 }
 
-impl Drop for Connection {
+impl Drop for Link {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.connection.close();
+        self.reader.abort();
     }
 }
 
-impl Connection {
+impl Link {
     async fn open(
         addr: &str,
         inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
     ) -> Result<Self> {
+        let connect_error = |source| ClientError::Connect {
+            addr: addr.to_owned(),
+            source,
+        };
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
-            .map_err(|elapsed| ClientError::Connect {
-                addr: addr.to_owned(),
-                source: std::io::Error::new(std::io::ErrorKind::TimedOut, elapsed),
+            .map_err(|elapsed| {
+                connect_error(std::io::Error::new(std::io::ErrorKind::TimedOut, elapsed))
             })?
-            .map_err(|source| ClientError::Connect {
-                addr: addr.to_owned(),
-                source,
-            })?;
+            .map_err(connect_error)?;
         // Requests are small and latency-bound: never wait for Nagle.
         stream.set_nodelay(true).map_err(|source| ClientError::Io {
             addr: addr.to_owned(),
             source,
         })?;
-        let (mut reader, mut writer) = stream.into_split();
-        let pending: Pending = Arc::default();
-        let closed = Arc::new(AtomicBool::new(false));
-        let (outbound, mut outbound_rx) = mpsc::unbounded_channel::<Bytes>();
-
-        let writer_closed = closed.clone();
-        let writer_addr = addr.to_owned();
-        let writer_task = tokio::spawn(async move {
-            while let Some(frame_bytes) = outbound_rx.recv().await {
-                if let Err(error) = writer.write_all(&frame_bytes).await {
-                    tracing::debug!(addr = %writer_addr, %error, "write failed; connection closed");
-                    break;
-                }
-            }
-            writer_closed.store(true, Ordering::Release);
-        });
-
-        let reader_closed = closed.clone();
-        let reader_pending = pending.clone();
-        let reader_addr = addr.to_owned();
-        let reply = outbound.clone();
-        let reader_task = tokio::spawn(async move {
-            let mut buffer = BytesMut::with_capacity(64 * 1024);
-            'read: loop {
-                // A frame's length prefix says how big it is: room for all of it at once, so a
-                // large answer (a pull's messages) is read into one allocation, not a doubling
-                // series of copies. A bad prefix is reported by `decode` below.
-                if let Ok(Some(frame_bytes)) = frame::frame_len(&buffer) {
-                    buffer.reserve(frame_bytes.saturating_sub(buffer.len()));
-                }
-                match reader.read_buf(&mut buffer).await {
-                    Ok(0) => break,
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::debug!(addr = %reader_addr, %error, "read failed; connection closed");
-                        break;
-                    }
-                }
-                loop {
-                    let command = match frame::decode(&mut buffer) {
-                        Ok(Some(command)) => command,
-                        Ok(None) => break,
-                        Err(error) => {
-                            tracing::warn!(addr = %reader_addr, %error, "undecodable frame; closing connection");
-                            break 'read;
-                        }
-                    };
-                    if command.is_response() {
-                        if let Some(waiter) = reader_pending.lock().remove(&command.opaque) {
-                            let _ = waiter.send(command);
-                        }
-                        continue;
-                    }
-                    match &inbound {
-                        Some(inbound) => {
-                            let _ = inbound.send(InboundRequest {
-                                addr: reader_addr.clone(),
-                                command,
-                            });
-                        }
-                        None if !command.is_oneway() => {
-                            let response = command.response_to(
-                                code::response::REQUEST_CODE_NOT_SUPPORTED,
-                                Some(format!(
-                                    "request code {} is not handled by this client",
-                                    command.code
-                                )),
-                            );
-                            let mut out = BytesMut::new();
-                            if frame::encode(&response, &mut out).is_ok() {
-                                let _ = reply.send(out.freeze());
-                            }
-                        }
-                        None => {}
-                    }
-                }
-            }
-            reader_closed.store(true, Ordering::Release);
-            // Dropping the waiters wakes every pending request with "connection closed".
-            reader_pending.lock().clear();
-        });
-
-        Ok(Connection {
-            outbound,
-            pending,
-            closed,
-            tasks: [writer_task, reader_task],
-        })
+        let (connection, incoming) = Connection::start(stream, Options::new(addr));
+        let reader = tokio::spawn(hand_over_inbound(
+            addr.to_owned(),
+            incoming,
+            connection.clone(),
+            inbound,
+        ));
+        Ok(Link { connection, reader })
     }
+}
 
-    fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.outbound.is_closed()
+/// Reads the connection (which routes responses) and hands broker-initiated requests to
+/// `inbound`, or refuses them when nobody takes them.
+async fn hand_over_inbound(
+    addr: String,
+    mut incoming: Incoming,
+    connection: Connection,
+    inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
+) {
+    loop {
+        let command = match incoming.next().await {
+            Ok(Some(request)) => request.command,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::debug!(%addr, %error, "connection closed");
+                return;
+            }
+        };
+        match &inbound {
+            Some(inbound) => {
+                let addr = addr.clone();
+                let _ = inbound.send(InboundRequest { addr, command });
+            }
+            None if !command.is_oneway() => {
+                let remark = format!(
+                    "request code {} is not handled by this client",
+                    command.code
+                );
+                let response =
+                    command.response_to(code::response::REQUEST_CODE_NOT_SUPPORTED, Some(remark));
+                let _ = connection.respond(response).await;
+            }
+            None => {}
+        }
+    }
+}
+
+/// The client's error for a connection's.
+fn client_error(addr: &str, error: ConnectionError) -> ClientError {
+    let addr = addr.to_owned();
+    match error {
+        ConnectionError::Closed { .. } => ClientError::ConnectionClosed { addr },
+        ConnectionError::Timeout {
+            code, timeout_ms, ..
+        } => ClientError::Timeout {
+            addr,
+            code,
+            timeout_ms,
+        },
+        ConnectionError::Encode { code, source, .. } => ClientError::Encode { addr, code, source },
+        ConnectionError::Io { source, .. } => ClientError::Io { addr, source },
+        ConnectionError::Malformed { .. } => ClientError::ConnectionClosed { addr },
     }
 }
 
@@ -163,8 +128,7 @@ impl Connection {
 pub struct RemotingClient {
     /// One slot per address, locked while connecting, so a slow or dead broker never
     /// delays requests to the others.
-    connections: Mutex<HashMap<String, Arc<ConnectionSlot>>>,
-    next_opaque: AtomicI32,
+    links: Mutex<HashMap<String, Arc<LinkSlot>>>,
     inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
     serialize_type: SerializeType,
 }
@@ -182,8 +146,7 @@ impl RemotingClient {
 
     fn build(inbound: Option<mpsc::UnboundedSender<InboundRequest>>) -> Self {
         Self {
-            connections: Mutex::new(HashMap::new()),
-            next_opaque: AtomicI32::new(1),
+            links: Mutex::new(HashMap::new()),
             inbound,
             serialize_type: SerializeType::RocketMq,
         }
@@ -196,34 +159,25 @@ impl RemotingClient {
         self
     }
 
-    async fn connection(&self, addr: &str) -> Result<Arc<Connection>> {
+    async fn connection(&self, addr: &str) -> Result<Connection> {
         let slot = self
-            .connections
+            .links
             .lock()
             .entry(addr.to_owned())
             .or_default()
             .clone();
         let mut current = slot.lock().await;
         if let Some(existing) = current.as_ref() {
-            if !existing.is_closed() {
-                return Ok(existing.clone());
+            if !existing.connection.is_closed() {
+                return Ok(existing.connection.clone());
             }
         }
         // Drop the dead connection now, even if reconnecting fails.
         *current = None;
-        let connection = Arc::new(Connection::open(addr, self.inbound.clone()).await?);
-        *current = Some(connection.clone());
+        let link = Arc::new(Link::open(addr, self.inbound.clone()).await?);
+        let connection = link.connection.clone();
+        *current = Some(link);
         Ok(connection)
-    }
-
-    fn encode(addr: &str, command: &RemotingCommand) -> Result<Bytes> {
-        let mut out = BytesMut::new();
-        frame::encode(command, &mut out).map_err(|source| ClientError::Encode {
-            addr: addr.to_owned(),
-            code: command.code,
-            source,
-        })?;
-        Ok(out.freeze())
     }
 
     /// Sends a request and waits for its response (any response code: callers interpret it).
@@ -233,65 +187,35 @@ impl RemotingClient {
         mut request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand> {
-        let request_code = request.code;
-        request.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
         request.serialize_type = self.serialize_type;
-        let opaque = request.opaque;
-        let bytes = Self::encode(addr, &request)?;
         let connection = self.connection(addr).await?;
-        let (waiter, response) = oneshot::channel();
-        connection.pending.lock().insert(opaque, waiter);
-        if connection.outbound.send(bytes).is_err() {
-            connection.pending.lock().remove(&opaque);
-            return Err(ClientError::ConnectionClosed {
-                addr: addr.to_owned(),
-            });
-        }
-        match tokio::time::timeout(timeout, response).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(ClientError::ConnectionClosed {
-                addr: addr.to_owned(),
-            }),
-            Err(_) => {
-                connection.pending.lock().remove(&opaque);
-                Err(ClientError::Timeout {
-                    addr: addr.to_owned(),
-                    code: request_code,
-                    timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                })
-            }
-        }
+        connection
+            .request(request, timeout)
+            .await
+            .map_err(|error| client_error(addr, error))
     }
 
     /// Sends a request that gets no response.
     pub async fn invoke_oneway(&self, addr: &str, request: RemotingCommand) -> Result<()> {
-        let mut request = request.into_oneway();
-        request.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
-        let bytes = Self::encode(addr, &request)?;
         let connection = self.connection(addr).await?;
         connection
-            .outbound
-            .send(bytes)
-            .map_err(|_| ClientError::ConnectionClosed {
-                addr: addr.to_owned(),
-            })
+            .send_oneway(request)
+            .await
+            .map_err(|error| client_error(addr, error))
     }
 
     /// Answers a broker-initiated request on the connection it came from.
     pub async fn reply(&self, addr: &str, response: RemotingCommand) -> Result<()> {
-        let bytes = Self::encode(addr, &response)?;
         let connection = self.connection(addr).await?;
         connection
-            .outbound
-            .send(bytes)
-            .map_err(|_| ClientError::ConnectionClosed {
-                addr: addr.to_owned(),
-            })
+            .respond(response)
+            .await
+            .map_err(|error| client_error(addr, error))
     }
 
     /// Closes every connection (pending requests fail with ConnectionClosed).
     pub async fn close_all(&self) {
-        self.connections.lock().clear();
+        self.links.lock().clear();
     }
 }
 

@@ -9,20 +9,20 @@ use parking_lot::Mutex;
 use quiver_protocol::body::{ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData};
 use quiver_protocol::header::NotifyConsumerIdsChangedRequestHeader;
 use quiver_protocol::RemotingCommand;
-use tokio::sync::mpsc;
+use quiver_remoting::Connection;
 
-/// A way to push a request to one client connection.
+/// One client connection: who it is, and the way to answer and push to it.
 #[derive(Clone, Debug)]
 pub struct ConnectionHandle {
     pub id: u64,
     pub remote: SocketAddr,
-    pub outbound: mpsc::Sender<RemotingCommand>,
+    pub remoting: Connection,
 }
 
 impl ConnectionHandle {
     /// Sends without waiting; a full or closed connection drops the push (it is advisory).
     pub fn push(&self, command: RemotingCommand) -> bool {
-        self.outbound.try_send(command).is_ok()
+        self.remoting.try_send(command)
     }
 }
 
@@ -177,8 +177,8 @@ mod tests {
         id: &str,
         connection_id: u64,
         heartbeat_ms: i64,
-    ) -> (ConsumerClient, mpsc::Receiver<RemotingCommand>) {
-        let (tx, rx) = mpsc::channel(8);
+    ) -> (ConsumerClient, tokio::sync::mpsc::Receiver<RemotingCommand>) {
+        let (remoting, rx) = Connection::detached("127.0.0.1:1", 8);
         let client = ConsumerClient {
             client_id: id.into(),
             language: "CPP".into(),
@@ -186,7 +186,7 @@ mod tests {
             connection: ConnectionHandle {
                 id: connection_id,
                 remote: "127.0.0.1:1".parse().unwrap(),
-                outbound: tx,
+                remoting,
             },
             last_heartbeat_ms: heartbeat_ms,
         };

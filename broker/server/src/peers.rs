@@ -5,11 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use parking_lot::RwLock;
 use quiver_protocol::code::{request, response};
-use quiver_protocol::{frame, ExtFields, RemotingCommand};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use quiver_protocol::{ExtFields, RemotingCommand};
+use quiver_remoting::{Connection, ConnectionError, Options};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -29,11 +28,11 @@ pub enum PeerError {
         #[source]
         source: std::io::Error,
     },
-    #[error("peer {address} sent a bad frame")]
-    Frame {
+    #[error("peer {address} did not answer")]
+    Connection {
         address: String,
         #[source]
-        source: quiver_protocol::FrameError,
+        source: ConnectionError,
     },
     #[error("peer {address} answered code {code}: {remark}")]
     Refused {
@@ -47,8 +46,6 @@ pub enum PeerError {
         what: &'static str,
         reason: String,
     },
-    #[error("peer {address} closed the connection")]
-    Closed { address: String },
 }
 
 /// What this broker knows about one peer.
@@ -124,18 +121,24 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
 }
 
 async fn poll(address: &str) -> Result<PeerInfo, PeerError> {
-    let io = |source| PeerError::Io {
-        address: address.to_string(),
-        source,
-    };
-    let mut stream = TcpStream::connect(address).await.map_err(io)?;
-    let config = call(&mut stream, address, request::GET_BROKER_CONFIG, 1).await?;
+    let stream = TcpStream::connect(address)
+        .await
+        .map_err(|source| PeerError::Io {
+            address: address.to_string(),
+            source,
+        })?;
+    let (connection, mut incoming) = Connection::start(stream, Options::new(address));
+    // The reader routes the answers; the peer sends nothing else.
+    let reading = tokio::spawn(async move { while let Ok(Some(_)) = incoming.next().await {} });
+    let answers = ask_config_and_topics(&connection, address).await;
+    connection.close();
+    reading.abort();
+    let (config, topics) = answers?;
     let properties: HashMap<String, String> = String::from_utf8_lossy(&config.body)
         .lines()
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
-    let topics = call(&mut stream, address, request::GET_ALL_TOPIC_CONFIG, 2).await?;
     let body_error = |what: &'static str, reason: String| PeerError::Body {
         address: address.to_string(),
         what,
@@ -163,43 +166,34 @@ async fn poll(address: &str) -> Result<PeerInfo, PeerError> {
     })
 }
 
+async fn ask_config_and_topics(
+    connection: &Connection,
+    address: &str,
+) -> Result<(RemotingCommand, RemotingCommand), PeerError> {
+    let config = call(connection, address, request::GET_BROKER_CONFIG).await?;
+    let topics = call(connection, address, request::GET_ALL_TOPIC_CONFIG).await?;
+    Ok((config, topics))
+}
+
 async fn call(
-    stream: &mut TcpStream,
+    connection: &Connection,
     address: &str,
     code: i32,
-    opaque: i32,
 ) -> Result<RemotingCommand, PeerError> {
-    let frame_error = |source| PeerError::Frame {
-        address: address.to_string(),
-        source,
-    };
-    let io = |source| PeerError::Io {
-        address: address.to_string(),
-        source,
-    };
-    let mut out = BytesMut::new();
-    let request = RemotingCommand::request(code, ExtFields::default()).with_opaque(opaque);
-    frame::encode(&request, &mut out).map_err(frame_error)?;
-    stream.write_all(&out).await.map_err(io)?;
-    let mut buf = BytesMut::with_capacity(8 * 1024);
-    loop {
-        if let Some(reply) = frame::decode(&mut buf).map_err(frame_error)? {
-            if reply.opaque != opaque || !reply.is_response() {
-                continue;
-            }
-            if reply.code != response::SUCCESS {
-                return Err(PeerError::Refused {
-                    address: address.to_string(),
-                    code: reply.code,
-                    remark: reply.remark.unwrap_or_default(),
-                });
-            }
-            return Ok(reply);
-        }
-        if stream.read_buf(&mut buf).await.map_err(io)? == 0 {
-            return Err(PeerError::Closed {
-                address: address.to_string(),
-            });
-        }
+    let request = RemotingCommand::request(code, ExtFields::default());
+    let reply = connection
+        .request(request, PEER_TIMEOUT)
+        .await
+        .map_err(|source| PeerError::Connection {
+            address: address.to_string(),
+            source,
+        })?;
+    if reply.code != response::SUCCESS {
+        return Err(PeerError::Refused {
+            address: address.to_string(),
+            code: reply.code,
+            remark: reply.remark.unwrap_or_default(),
+        });
     }
+    Ok(reply)
 }

@@ -1,5 +1,7 @@
 //! Admin operations: topics, routes, cluster, consume stats and lag, offset resets.
 
+mod per_broker;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,6 +82,17 @@ pub enum ResetTarget {
     Latest,
     /// The first message stored at or after this time (ms since the epoch).
     Timestamp(i64),
+}
+
+impl ResetTarget {
+    /// The broker's encoding: 0 earliest, -1 latest, else a time (at least 1: 0 is earliest).
+    pub fn wire_timestamp(self) -> i64 {
+        match self {
+            ResetTarget::Earliest => 0,
+            ResetTarget::Latest => -1,
+            ResetTarget::Timestamp(ms) => ms.max(1),
+        }
+    }
 }
 
 pub struct Admin {
@@ -175,20 +188,7 @@ impl Admin {
         }
         let addrs = self.broker_addrs().await?;
         for addr in &addrs {
-            let header = h::CreateTopicRequestHeader {
-                topic: spec.name.clone(),
-                default_topic: Some(crate::producer::AUTO_CREATE_TOPIC_KEY.to_owned()),
-                read_queue_nums: i32::try_from(spec.read_queue_nums).unwrap_or(i32::MAX),
-                write_queue_nums: i32::try_from(spec.write_queue_nums).unwrap_or(i32::MAX),
-                perm: spec.perm,
-                topic_filter_type: Some("SINGLE_TAG".to_owned()),
-                topic_sys_flag: Some(0),
-                order: Some(false),
-            };
-            let request =
-                RemotingCommand::request(code::request::UPDATE_AND_CREATE_TOPIC, header.to_ext());
-            let response = self.core.invoke(addr, request).await?;
-            expect_success(addr, code::request::UPDATE_AND_CREATE_TOPIC, response)?;
+            self.create_topic_at(addr, spec).await?;
         }
         Ok(addrs)
     }
@@ -240,25 +240,7 @@ impl Admin {
     pub async fn groups(&self) -> Result<Vec<String>> {
         let mut groups = Vec::new();
         for addr in self.broker_addrs().await? {
-            let request = RemotingCommand::request(
-                code::request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-                ExtFields::default(),
-            );
-            let response = self.core.invoke(&addr, request).await?;
-            let response = expect_success(
-                &addr,
-                code::request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-                response,
-            )?;
-            let wrapper =
-                body::SubscriptionGroupWrapper::decode(&response.body).map_err(|source| {
-                    ClientError::Body {
-                        addr: addr.clone(),
-                        request_code: code::request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-                        source,
-                    }
-                })?;
-            groups.extend(wrapper.subscription_group_table.into_keys());
+            groups.extend(self.groups_at(&addr).await?);
         }
         groups.sort();
         groups.dedup();
@@ -273,24 +255,9 @@ impl Admin {
     ) -> Result<BTreeMap<MessageQueue, body::OffsetWrapper>> {
         let mut table = BTreeMap::new();
         for addr in self.broker_addrs().await? {
-            let header = h::GetConsumeStatsRequestHeader {
-                consumer_group: group.to_owned(),
-                topic: topic.map(str::to_owned),
-            };
-            let request =
-                RemotingCommand::request(code::request::GET_CONSUME_STATS, header.to_ext());
-            let response = self.core.invoke(&addr, request).await?;
-            if response.code == code::response::SUBSCRIPTION_GROUP_NOT_EXIST {
-                continue;
+            if let Some(stats) = self.consume_stats_at(&addr, group, topic).await? {
+                table.extend(stats.offset_table);
             }
-            let response = expect_success(&addr, code::request::GET_CONSUME_STATS, response)?;
-            let stats =
-                body::ConsumeStats::decode(&response.body).map_err(|source| ClientError::Body {
-                    addr: addr.clone(),
-                    request_code: code::request::GET_CONSUME_STATS,
-                    source,
-                })?;
-            table.extend(stats.offset_table);
         }
         Ok(table)
     }
@@ -376,11 +343,7 @@ impl Admin {
                 .await?;
             moved.push((queue.clone(), offset));
         }
-        let timestamp = match target {
-            ResetTarget::Earliest => 0,
-            ResetTarget::Latest => -1,
-            ResetTarget::Timestamp(ts) => ts,
-        };
+        let timestamp = target.wire_timestamp();
         for addr in route.brokers.values() {
             let header = h::ResetOffsetRequestHeader {
                 topic: topic.to_owned(),

@@ -1,0 +1,399 @@
+//! [`Connection`] (the sending side, cheap to clone) and [`Incoming`] (the reading side).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use quiver_protocol::{FrameError, RemotingCommand};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::budget::ByteBudget;
+use crate::reader::{FrameReader, ReadFailure};
+use crate::writer::FrameWriter;
+
+/// Frames queued for the writer before senders wait.
+pub const DEFAULT_OUTBOUND_QUEUE: usize = 1024;
+/// Requests of ours awaiting their responses at once, per connection.
+pub const DEFAULT_MAX_PENDING_REQUESTS: usize = 4096;
+
+/// How a connection behaves; [`Options::new`] gives the defaults.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Who is at the other end, as errors and logs name it.
+    pub peer: String,
+    /// Written into every outgoing frame when set; otherwise each frame keeps its own.
+    pub language: Option<&'static str>,
+    pub outbound_queue: usize,
+    /// Requests beyond this wait (within their timeout) for an earlier one to be answered.
+    pub max_pending_requests: usize,
+    /// Counts buffered and handed-out inbound bytes; reading waits while it is spent.
+    pub read_budget: Option<ByteBudget>,
+}
+
+impl Options {
+    pub fn new(peer: impl Into<String>) -> Options {
+        Options {
+            peer: peer.into(),
+            language: None,
+            outbound_queue: DEFAULT_OUTBOUND_QUEUE,
+            max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
+            read_budget: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("connection to {peer} closed: {reason}")]
+    Closed { peer: String, reason: String },
+    #[error("request code {code} to {peer} got no response within {timeout_ms} ms")]
+    Timeout {
+        peer: String,
+        code: i32,
+        timeout_ms: u64,
+    },
+    #[error("cannot encode request code {code} for {peer}")]
+    Encode {
+        peer: String,
+        code: i32,
+        #[source]
+        source: FrameError,
+    },
+    #[error("reading from {peer} failed")]
+    Io {
+        peer: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{peer} sent a malformed frame")]
+    Malformed {
+        peer: String,
+        #[source]
+        source: FrameError,
+    },
+}
+
+type Waiter = oneshot::Sender<Result<RemotingCommand, ConnectionError>>;
+
+#[derive(Default)]
+struct Pending {
+    waiters: HashMap<i32, Waiter>,
+    /// Set once no response can arrive any more: why.
+    ended: Option<String>,
+}
+
+/// What both halves and every clone share.
+pub(crate) struct Shared {
+    pub(crate) peer: String,
+    next_opaque: AtomicI32,
+    pending: Mutex<Pending>,
+    request_slots: Semaphore,
+    closing: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn closed_error(&self, reason: &str) -> ConnectionError {
+        ConnectionError::Closed {
+            peer: self.peer.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// No response can arrive any more: fails every pending request, and later ones at once.
+    pub(crate) fn end(&self, reason: &str) {
+        let (reason, waiters) = {
+            let mut pending = self.pending.lock();
+            let reason = pending
+                .ended
+                .get_or_insert_with(|| reason.to_owned())
+                .clone();
+            let waiters: Vec<Waiter> = pending.waiters.drain().map(|(_, w)| w).collect();
+            (reason, waiters)
+        };
+        for waiter in waiters {
+            let _ = waiter.send(Err(self.closed_error(&reason)));
+        }
+    }
+
+    fn ended(&self) -> Option<String> {
+        self.pending.lock().ended.clone()
+    }
+
+    fn is_ended(&self) -> bool {
+        self.pending.lock().ended.is_some()
+    }
+
+    fn register(&self, opaque: i32, waiter: Waiter) -> Result<(), ConnectionError> {
+        let mut pending = self.pending.lock();
+        if let Some(reason) = &pending.ended {
+            return Err(self.closed_error(reason));
+        }
+        pending.waiters.insert(opaque, waiter);
+        Ok(())
+    }
+
+    fn unregister(&self, opaque: i32) {
+        self.pending.lock().waiters.remove(&opaque);
+    }
+
+    /// Hands a response to the request with its opaque; late or unasked-for ones are dropped.
+    fn complete(&self, response: RemotingCommand) {
+        let waiter = self.pending.lock().waiters.remove(&response.opaque);
+        match waiter {
+            Some(waiter) => {
+                let _ = waiter.send(Ok(response));
+            }
+            None => {
+                tracing::trace!(peer = %self.peer, opaque = response.opaque, "response nobody awaits")
+            }
+        }
+    }
+
+    pub(crate) fn fail_encode(&self, opaque: i32, code: i32, source: FrameError) {
+        let waiter = self.pending.lock().waiters.remove(&opaque);
+        if let Some(waiter) = waiter {
+            let peer = self.peer.clone();
+            let _ = waiter.send(Err(ConnectionError::Encode { peer, code, source }));
+        }
+    }
+}
+
+/// Removes a request's waiter however the request ends (answered, timed out, dropped).
+struct Registered<'a> {
+    shared: &'a Shared,
+    opaque: i32,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.shared.unregister(self.opaque);
+    }
+}
+
+/// The sending side of one connection: requests, oneway frames and responses. Clones share it;
+/// the socket's write side is shut once every clone is dropped or [`Connection::close`] is called.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+    outbound: mpsc::Sender<RemotingCommand>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.shared.peer)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// A request the other side sent, and the budget bytes its frame holds until dropped.
+#[derive(Debug)]
+pub struct Inbound {
+    pub command: RemotingCommand,
+    pub held_bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// The reading side: yields the other side's requests, and routes responses to [`Connection::request`].
+pub struct Incoming<R = OwnedReadHalf> {
+    reader: FrameReader<R>,
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Connection {
+    /// Splits `stream` into a [`Connection`] and its [`Incoming`]; the writer runs on its own task.
+    pub fn start(stream: TcpStream, options: Options) -> (Connection, Incoming) {
+        let (reader, writer) = stream.into_split();
+        Connection::from_parts(reader, writer, options)
+    }
+
+    /// As [`Connection::start`], over any reader and writer (e.g. an in-memory duplex).
+    pub fn from_parts<R, W>(reader: R, writer: W, options: Options) -> (Connection, Incoming<R>)
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (connection, outbound_rx, closing) = Connection::unstarted(&options);
+        let frame_writer = FrameWriter::new(writer, options.language, connection.shared.clone());
+        let writer_task = tokio::spawn(frame_writer.run(outbound_rx, closing));
+        let incoming = Incoming {
+            reader: FrameReader::new(reader, options.read_budget),
+            shared: connection.shared.clone(),
+            writer: Some(writer_task),
+        };
+        (connection, incoming)
+    }
+
+    /// A connection with no socket: what is sent arrives on the receiver (for testing code
+    /// that sends on a connection).
+    pub fn detached(
+        peer: impl Into<String>,
+        outbound_queue: usize,
+    ) -> (Connection, mpsc::Receiver<RemotingCommand>) {
+        let options = Options {
+            outbound_queue,
+            ..Options::new(peer)
+        };
+        let (connection, outbound_rx, _) = Connection::unstarted(&options);
+        (connection, outbound_rx)
+    }
+
+    fn unstarted(
+        options: &Options,
+    ) -> (
+        Connection,
+        mpsc::Receiver<RemotingCommand>,
+        watch::Receiver<bool>,
+    ) {
+        let (outbound, outbound_rx) = mpsc::channel(options.outbound_queue.max(1));
+        let (closing, closing_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            peer: options.peer.clone(),
+            next_opaque: AtomicI32::new(1),
+            pending: Mutex::default(),
+            request_slots: Semaphore::new(options.max_pending_requests.max(1)),
+            closing,
+        });
+        (Connection { shared, outbound }, outbound_rx, closing_rx)
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.shared.peer
+    }
+
+    /// Sends `request` with a fresh opaque and waits at most `timeout` (queueing included)
+    /// for the response with that opaque, whatever its code.
+    pub async fn request(
+        &self,
+        request: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand, ConnectionError> {
+        let code = request.code;
+        match tokio::time::timeout(timeout, self.exchange(request)).await {
+            Ok(answered) => answered,
+            Err(_) => Err(ConnectionError::Timeout {
+                peer: self.shared.peer.clone(),
+                code,
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        mut request: RemotingCommand,
+    ) -> Result<RemotingCommand, ConnectionError> {
+        let shared = &*self.shared;
+        // Never closed, so the error is only for form's sake.
+        let _slot = (shared.request_slots.acquire().await)
+            .map_err(|_| shared.closed_error("the request slots were closed"))?;
+        request.opaque = shared.next_opaque.fetch_add(1, Ordering::Relaxed);
+        let (waiter, response) = oneshot::channel();
+        shared.register(request.opaque, waiter)?;
+        let _registered = Registered {
+            shared,
+            opaque: request.opaque,
+        };
+        self.queue(request).await?;
+        match response.await {
+            Ok(answered) => answered,
+            Err(_) => Err(shared.closed_error("the connection was dropped")),
+        }
+    }
+
+    /// Sends `request` as a oneway frame (no response) with a fresh opaque.
+    pub async fn send_oneway(&self, request: RemotingCommand) -> Result<(), ConnectionError> {
+        let mut request = request.into_oneway();
+        request.opaque = self.shared.next_opaque.fetch_add(1, Ordering::Relaxed);
+        self.queue(request).await
+    }
+
+    /// Sends a frame as it is: a response to the other side's request (same opaque).
+    pub async fn respond(&self, response: RemotingCommand) -> Result<(), ConnectionError> {
+        self.queue(response).await
+    }
+
+    /// Sends a frame as it is without waiting; false when the queue is full or the connection
+    /// closed (for advisory pushes that must never hold their sender up).
+    pub fn try_send(&self, command: RemotingCommand) -> bool {
+        self.outbound.try_send(command).is_ok()
+    }
+
+    async fn queue(&self, command: RemotingCommand) -> Result<(), ConnectionError> {
+        self.outbound.send(command).await.map_err(|_| {
+            let reason = self.shared.ended();
+            self.shared
+                .closed_error(reason.as_deref().unwrap_or("the writer stopped"))
+        })
+    }
+
+    /// Fails pending requests, refuses new frames, writes what is queued and shuts the
+    /// socket's write side down.
+    pub fn close(&self) {
+        self.shared.end("closed by this side");
+        self.shared.closing.send_replace(true);
+    }
+
+    /// True once no more responses can arrive or frames be sent: open a new connection.
+    pub fn is_closed(&self) -> bool {
+        self.outbound.is_closed() || self.shared.is_ended()
+    }
+}
+
+impl<R: AsyncRead + Unpin> Incoming<R> {
+    /// The other side's next request; responses to ours are routed on the way. `Ok(None)` once
+    /// the other side closed. After `None` or an error, pending requests have failed.
+    pub async fn next(&mut self) -> Result<Option<Inbound>, ConnectionError> {
+        loop {
+            let (command, held_bytes) = match self.reader.next_frame().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => {
+                    self.shared.end("the peer closed the connection");
+                    return Ok(None);
+                }
+                Err(failure) => return Err(self.failed(failure)),
+            };
+            if command.is_response() {
+                self.shared.complete(command);
+                continue;
+            }
+            return Ok(Some(Inbound {
+                command,
+                held_bytes,
+            }));
+        }
+    }
+
+    fn failed(&self, failure: ReadFailure) -> ConnectionError {
+        let peer = self.shared.peer.clone();
+        let error = match failure {
+            ReadFailure::Io(source) => ConnectionError::Io { peer, source },
+            ReadFailure::Malformed(source) => ConnectionError::Malformed { peer, source },
+        };
+        self.shared.end(&error.to_string());
+        error
+    }
+
+    /// Stops reading and waits until the writer has sent what is queued and shut the socket
+    /// down, which it does once every [`Connection`] clone is dropped or one is closed.
+    pub async fn finish(mut self) {
+        self.shared.end("reading stopped");
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.await;
+        }
+    }
+}
+
+impl<R> Drop for Incoming<R> {
+    fn drop(&mut self) {
+        // Nobody reads responses any more.
+        self.shared.end("reading stopped");
+    }
+}

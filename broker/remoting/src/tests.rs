@@ -1,0 +1,263 @@
+//! Two connections joined by an in-memory pipe, one playing the broker and one the client.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use quiver_protocol::{code, ExtFields, RemotingCommand};
+use tokio::io::{DuplexStream, ReadHalf};
+
+use crate::{ByteBudget, Connection, ConnectionError, Incoming, Options};
+
+type Side = (Connection, Incoming<ReadHalf<DuplexStream>>);
+
+fn pair_with(client: Options, server: Options) -> (Side, Side) {
+    let (near, far) = tokio::io::duplex(64 * 1024);
+    let (near_read, near_write) = tokio::io::split(near);
+    let (far_read, far_write) = tokio::io::split(far);
+    (
+        Connection::from_parts(near_read, near_write, client),
+        Connection::from_parts(far_read, far_write, server),
+    )
+}
+
+fn pair() -> (Side, Side) {
+    pair_with(Options::new("server"), Options::new("client"))
+}
+
+fn request(code: i32) -> RemotingCommand {
+    RemotingCommand::request(code, ExtFields::default())
+}
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn responses_answer_their_requests_by_opaque_even_out_of_order() {
+    let ((client, mut client_in), (server, mut server_in)) = pair();
+    tokio::spawn(async move { while let Ok(Some(_)) = client_in.next().await {} });
+    let answering = tokio::spawn(async move {
+        let first = server_in.next().await.unwrap().unwrap().command;
+        let second = server_in.next().await.unwrap().unwrap().command;
+        for asked in [second, first] {
+            let answer = asked
+                .response_to(code::response::SUCCESS, None)
+                .with_body(Bytes::from(asked.code.to_string()));
+            server.respond(answer).await.unwrap();
+        }
+        server_in
+    });
+    let (a, b) = tokio::join!(
+        client.request(request(10), LONG),
+        client.request(request(11), LONG)
+    );
+    assert_eq!(a.unwrap().body, Bytes::from("10"));
+    assert_eq!(b.unwrap().body, Bytes::from("11"));
+    answering.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_oneway_frame_arrives_flagged_and_expects_nothing() {
+    let ((client, _client_in), (_server, mut server_in)) = pair();
+    client.send_oneway(request(34)).await.unwrap();
+    let got = server_in.next().await.unwrap().unwrap().command;
+    assert_eq!(got.code, 34);
+    assert!(got.is_oneway());
+}
+
+#[tokio::test]
+async fn the_server_asks_and_the_client_answers_on_the_same_connection() {
+    let ((client, mut client_in), (server, mut server_in)) = pair();
+    // The server's reader must run to route the client's answer back.
+    tokio::spawn(async move { while let Ok(Some(_)) = server_in.next().await {} });
+    tokio::spawn(async move {
+        while let Ok(Some(inbound)) = client_in.next().await {
+            let asked = inbound.command;
+            assert_eq!(asked.code, code::request::GET_CONSUMER_RUNNING_INFO);
+            let answer = asked
+                .response_to(code::response::SUCCESS, None)
+                .with_body(Bytes::from_static(b"running"));
+            client.respond(answer).await.unwrap();
+        }
+    });
+    let answer = server
+        .request(request(code::request::GET_CONSUMER_RUNNING_INFO), LONG)
+        .await
+        .unwrap();
+    assert_eq!(answer.body, Bytes::from_static(b"running"));
+}
+
+#[tokio::test]
+async fn an_unanswered_request_times_out_and_a_late_answer_is_dropped() {
+    let ((client, mut client_in), (server, mut server_in)) = pair();
+    let reading = tokio::spawn(async move { while let Ok(Some(_)) = client_in.next().await {} });
+    let error = client
+        .request(request(10), Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConnectionError::Timeout {
+                code: 10,
+                timeout_ms: 50,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    // The late answer finds no waiter; the next request gets its own answer.
+    let late = server_in.next().await.unwrap().unwrap().command;
+    server
+        .respond(late.response_to(code::response::SUCCESS, Some("late".into())))
+        .await
+        .unwrap();
+    let next = tokio::spawn(async move {
+        let asked = server_in.next().await.unwrap().unwrap().command;
+        server
+            .respond(asked.response_to(code::response::SUCCESS, Some("fresh".into())))
+            .await
+            .unwrap();
+    });
+    let answer = client.request(request(11), LONG).await.unwrap();
+    assert_eq!(answer.remark.as_deref(), Some("fresh"));
+    next.await.unwrap();
+    reading.abort();
+}
+
+#[tokio::test]
+async fn closing_fails_pending_requests_and_the_peer_sees_the_end() {
+    let ((client, mut client_in), (_server, mut server_in)) = pair();
+    tokio::spawn(async move { while let Ok(Some(_)) = client_in.next().await {} });
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { client.request(request(10), LONG).await })
+    };
+    assert_eq!(server_in.next().await.unwrap().unwrap().command.code, 10);
+    client.close();
+    match waiting.await.unwrap() {
+        Err(ConnectionError::Closed { reason, .. }) => assert_eq!(reason, "closed by this side"),
+        other => panic!("expected closed, got {other:?}"),
+    }
+    assert!(client.is_closed());
+    assert!(
+        server_in.next().await.unwrap().is_none(),
+        "the write side was shut"
+    );
+    assert!(matches!(
+        client.request(request(11), LONG).await,
+        Err(ConnectionError::Closed { .. })
+    ));
+}
+
+#[tokio::test]
+async fn the_peer_hanging_up_fails_pending_requests() {
+    let ((client, mut client_in), (server, server_in)) = pair();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { client.request(request(10), LONG).await })
+    };
+    let reading = tokio::spawn(async move { client_in.next().await.map(|next| next.is_none()) });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    server.close();
+    drop(server_in);
+    assert!(reading.await.unwrap().unwrap(), "end of stream");
+    match waiting.await.unwrap() {
+        Err(ConnectionError::Closed { reason, .. }) => {
+            assert_eq!(reason, "the peer closed the connection")
+        }
+        other => panic!("expected closed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn requests_beyond_the_bound_wait_for_an_answer() {
+    let client_options = Options {
+        max_pending_requests: 1,
+        ..Options::new("server")
+    };
+    let ((client, mut client_in), (server, mut server_in)) =
+        pair_with(client_options, Options::new("client"));
+    tokio::spawn(async move { while let Ok(Some(_)) = client_in.next().await {} });
+    let first = {
+        let client = client.clone();
+        tokio::spawn(async move { client.request(request(10), LONG).await })
+    };
+    let asked = server_in.next().await.unwrap().unwrap().command;
+    // The only slot is taken: the second waits for it, here past its timeout, unsent.
+    let second = client.request(request(11), Duration::from_millis(50)).await;
+    assert!(matches!(
+        second,
+        Err(ConnectionError::Timeout { code: 11, .. })
+    ));
+    server
+        .respond(asked.response_to(code::response::SUCCESS, None))
+        .await
+        .unwrap();
+    assert_eq!(first.await.unwrap().unwrap().code, code::response::SUCCESS);
+    let third = tokio::spawn(async move { client.request(request(12), LONG).await });
+    let next = server_in.next().await.unwrap().unwrap().command;
+    assert_eq!(next.code, 12, "the timed-out request was never sent");
+    server
+        .respond(next.response_to(code::response::SUCCESS, None))
+        .await
+        .unwrap();
+    assert!(third.await.unwrap().is_ok());
+}
+
+#[tokio::test]
+async fn large_chained_bodies_arrive_byte_exact_and_the_language_is_rewritten() {
+    let server_options = Options {
+        language: Some(quiver_protocol::LANGUAGE_JAVA),
+        ..Options::new("client")
+    };
+    let ((client, mut client_in), (server, mut server_in)) =
+        pair_with(Options::new("server"), server_options);
+    tokio::spawn(async move { while let Ok(Some(_)) = server_in.next().await {} });
+    let part = |len: usize, seed: u8| -> Bytes {
+        (0..len)
+            .map(|n| (n % 251) as u8 ^ seed)
+            .collect::<Vec<u8>>()
+            .into()
+    };
+    let mut push = request(40).into_oneway();
+    push.body = part(200 * 1024, 1);
+    push.body_chain = vec![part(70_000, 2), part(3, 3)];
+    let expected: Vec<u8> = [part(200 * 1024, 1), part(70_000, 2), part(3, 3)].concat();
+    assert!(server.try_send(push));
+    let got = client_in.next().await.unwrap().unwrap().command;
+    assert_eq!(got.body.as_ref(), expected.as_slice());
+    assert_eq!(got.language, "JAVA");
+    drop(client);
+}
+
+#[tokio::test]
+async fn a_detached_connection_hands_frames_to_its_receiver() {
+    let (connection, mut frames) = Connection::detached("test", 1);
+    assert!(connection.try_send(request(40)));
+    assert!(!connection.try_send(request(41)), "the queue holds one");
+    assert_eq!(frames.recv().await.unwrap().code, 40);
+}
+
+#[tokio::test]
+async fn a_request_keeps_its_frame_bytes_counted_until_dropped() {
+    let budget = ByteBudget::new(1 << 20);
+    let server_options = Options {
+        read_budget: Some(budget.clone()),
+        ..Options::new("client")
+    };
+    let ((client, _client_in), (_server, mut server_in)) =
+        pair_with(Options::new("server"), server_options);
+    let body = Bytes::from(vec![7u8; 1000]);
+    client
+        .send_oneway(request(10).with_body(body))
+        .await
+        .unwrap();
+    let inbound = server_in.next().await.unwrap().unwrap();
+    let held = inbound
+        .held_bytes
+        .as_ref()
+        .map_or(0, |bytes| bytes.num_permits());
+    assert!(held > 1000, "the whole frame is counted: {held}");
+    let before = budget.semaphore.available_permits();
+    drop(inbound);
+    assert_eq!(budget.semaphore.available_permits(), before + held);
+}
