@@ -6,7 +6,7 @@
 //! interval: a lagging group costs one status write per interval, a quiet one none.
 
 use super::conditions::{self, Desired, Status};
-use super::{object_key, publish, write_status_if_changed, Context, Error};
+use super::{error_chain, object_key, publish, write_status_if_changed, Context, Error};
 use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
@@ -462,7 +462,7 @@ async fn record_failure(
     error: &Error,
     now_ms: i64,
 ) {
-    let message = format!("lag poll failed: {}", with_causes(error));
+    let message = format!("lag poll failed: {}", error_chain(error));
     // The retry, on the error's backoff, must poll rather than wait for the interval.
     forget_last_poll(ctx, group);
     ctx.metrics.lag_unknown(&series_of(group, namespace));
@@ -482,20 +482,6 @@ async fn record_failure(
     {
         tracing::warn!(error = %write_error, "could not write the poll failure to status");
     }
-}
-
-/// `error` and its sources, outermost first, each said once: what the condition shows.
-fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Status when the lag cannot be known: lag figures cleared (unknown, not stale), every
