@@ -52,9 +52,6 @@ async fn a_lagging_group_is_polled_and_written_once_per_interval() {
     server.insert(&broker);
     let mut group = ConsumerGroup::test();
     group.metadata.uid = None;
-    // Already finalized: the test server fails kube's add-finalizer patch (a JSON patch `test`
-    // of an absent path against null, which a real API server passes).
-    group.metadata.finalizers = Some(vec![crate::controller::group::FINALIZER.to_string()]);
     server.insert(&group);
     let ctx = Arc::new(
         Context::new(server.client(), admin.clone(), Arc::default(), LAG_INTERVAL)
