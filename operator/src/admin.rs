@@ -19,8 +19,7 @@ impl fmt::Display for BrokerAddr {
 }
 
 /// A position in a consume queue (count of messages before it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct QueueOffset(pub u64);
+pub use quiver_protocol::offset::QueueOffset;
 
 /// One queue of a group's consume stats.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,16 +110,8 @@ pub struct TopicConfig {
     pub queues: i32,
 }
 
-/// Where an offset reset moves a group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResetTarget {
-    /// Each queue's min offset.
-    Earliest,
-    /// Each queue's max offset.
-    Latest,
-    /// The first message stored at or after this time (ms since epoch).
-    Timestamp(i64),
-}
+/// Where an offset reset moves a group: Earliest, Latest or a store time (ms since epoch).
+pub use quiver_client::ResetTarget;
 
 /// A broker's store and disk state, from GET_BROKER_RUNTIME_INFO (Apache's `KVTable`). Every
 /// field is optional: Apache brokers send only the `commitLogDisk*` keys, and a key a broker did

@@ -69,7 +69,9 @@ where
         .with_identity(&candidate.identity)
         .with_duration(LEASE_DURATION_SECONDS)
         .with_grace(LEASE_GRACE_SECONDS)
-        .with_field_manager("quiver-operator")
+        // One field manager per candidate: taking an orphaned Lease relies on the apply of a
+        // second taker conflicting, which a manager shared by every replica never does.
+        .with_field_manager(format!("quiver-operator-{}", candidate.identity))
         .build()
         .await
         .map_err(|source| LeaderError::Prepare {

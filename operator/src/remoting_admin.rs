@@ -1,32 +1,23 @@
-//! `BrokerAdmin` over the RocketMQ remoting protocol: quiver-protocol's codec on a tokio
-//! TcpStream, one short connection per call (the operator calls each broker a few times per
-//! lag interval, so pooling buys nothing).
+//! `BrokerAdmin` over quiver-client's admin: the client's one connection per broker address
+//! and its per-broker calls, with the answers turned into the operator's types.
 
 use crate::admin::{
     AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats, QueueConsumeStats,
     QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig,
     TopicStats,
 };
-use bytes::BytesMut;
 use futures::future::{BoxFuture, FutureExt};
-use quiver_protocol::body::{self, SubscriptionGroupConfig};
-use quiver_protocol::code::{request, response};
-use quiver_protocol::{frame, ExtFields, RemotingCommand};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use quiver_client::{Admin, ClientConfig, ClientError, TopicSpec};
+use quiver_protocol::body::SubscriptionGroupConfig;
+use std::future::Future;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Default bound on one call: connect, send, and read the response.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// PULL_MESSAGE sysFlag bit: the request carries its own subscription expression.
-const PULL_FLAG_SUBSCRIPTION: i32 = 1 << 2;
 
 /// Talks to brokers directly by address.
 pub struct RemotingAdmin {
-    call_timeout: Duration,
-    next_opaque: AtomicI32,
+    admin: Admin,
 }
 
 impl Default for RemotingAdmin {
@@ -35,131 +26,13 @@ impl Default for RemotingAdmin {
     }
 }
 
-fn ext<const N: usize>(fields: [(&str, String); N]) -> ExtFields {
-    fields
-        .into_iter()
-        .map(|(key, value)| (key.to_string(), value))
-        .collect()
-}
-
 impl RemotingAdmin {
-    /// An admin whose calls each take at most `call_timeout`.
+    /// An admin whose calls each take at most `call_timeout`. It needs no name server: every
+    /// call names its broker.
     pub fn new(call_timeout: Duration) -> RemotingAdmin {
         RemotingAdmin {
-            call_timeout,
-            next_opaque: AtomicI32::new(1),
+            admin: Admin::new(ClientConfig::new("").with_request_timeout(call_timeout)),
         }
-    }
-
-    /// Sends `command` (named `name` in errors) and returns the response with the same opaque.
-    pub async fn call(
-        &self,
-        addr: &BrokerAddr,
-        command: RemotingCommand,
-        name: &'static str,
-    ) -> Result<RemotingCommand, AdminError> {
-        let opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
-        let encoded = frame::encode_to_bytes(&command.with_opaque(opaque)).map_err(|source| {
-            AdminError::Malformed {
-                addr: addr.clone(),
-                request: name,
-                source: Box::new(source),
-            }
-        })?;
-        let exchange = async {
-            let mut stream = TcpStream::connect(&addr.0)
-                .await
-                .map_err(|source| unreachable(addr, source))?;
-            stream
-                .write_all(&encoded)
-                .await
-                .map_err(|source| unreachable(addr, source))?;
-            let mut buffer = BytesMut::with_capacity(8 * 1024);
-            loop {
-                match frame::decode(&mut buffer) {
-                    Ok(Some(reply)) if reply.is_response() && reply.opaque == opaque => {
-                        return Ok(reply)
-                    }
-                    // Pushes from the broker (none expected) are skipped.
-                    Ok(Some(_)) => continue,
-                    Ok(None) => {}
-                    Err(source) => {
-                        return Err(AdminError::Malformed {
-                            addr: addr.clone(),
-                            request: name,
-                            source: Box::new(source),
-                        })
-                    }
-                }
-                let read = stream
-                    .read_buf(&mut buffer)
-                    .await
-                    .map_err(|source| unreachable(addr, source))?;
-                if read == 0 {
-                    let closed = std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "connection closed before the response",
-                    );
-                    return Err(unreachable(addr, closed));
-                }
-            }
-        };
-        match tokio::time::timeout(self.call_timeout, exchange).await {
-            Ok(result) => result,
-            Err(elapsed) => Err(AdminError::Unreachable {
-                addr: addr.clone(),
-                source: Box::new(elapsed),
-            }),
-        }
-    }
-
-    async fn invoke_ok(
-        &self,
-        addr: &BrokerAddr,
-        command: RemotingCommand,
-        name: &'static str,
-    ) -> Result<RemotingCommand, AdminError> {
-        let reply = self.call(addr, command, name).await?;
-        if reply.code == response::SUCCESS {
-            Ok(reply)
-        } else {
-            Err(rejected(addr, name, &reply))
-        }
-    }
-
-    /// Store time of the message at `offset`, read with a one-message pull that commits nothing.
-    async fn store_time_at(
-        &self,
-        addr: &BrokerAddr,
-        group: &str,
-        queue: &body::MessageQueue,
-        offset: i64,
-    ) -> Result<Option<i64>, AdminError> {
-        let fields = ext([
-            ("consumerGroup", group.to_string()),
-            ("topic", queue.topic.clone()),
-            ("queueId", queue.queue_id.to_string()),
-            ("queueOffset", offset.to_string()),
-            ("maxMsgNums", "1".to_string()),
-            ("sysFlag", PULL_FLAG_SUBSCRIPTION.to_string()),
-            ("commitOffset", "-1".to_string()),
-            ("suspendTimeoutMillis", "0".to_string()),
-            ("subscription", "*".to_string()),
-            ("subVersion", "0".to_string()),
-            ("expressionType", "TAG".to_string()),
-        ]);
-        let reply = self
-            .call(
-                addr,
-                RemotingCommand::request(request::PULL_MESSAGE, fields),
-                "PULL_MESSAGE",
-            )
-            .await?;
-        Ok(match reply.code {
-            response::SUCCESS => quiver_protocol::record::store_timestamp_of(&reply.body),
-            // Nothing there (moved or not yet dispatched): the time lag stays unknown.
-            _ => None,
-        })
     }
 
     async fn consume_stats_of(
@@ -167,23 +40,11 @@ impl RemotingAdmin {
         addr: &BrokerAddr,
         group: &str,
     ) -> Result<ConsumeStats, AdminError> {
-        let command = RemotingCommand::request(
-            request::GET_CONSUME_STATS,
-            ext([("consumerGroup", group.to_string())]),
-        );
-        let reply = self.call(addr, command, "GET_CONSUME_STATS").await?;
-        if reply.code == response::SUBSCRIPTION_GROUP_NOT_EXIST {
+        let request = "GET_CONSUME_STATS";
+        let stats = self.admin.consume_stats_at(&addr.0, group, None);
+        let Some(stats) = answer(addr, request, stats).await? else {
             return Ok(ConsumeStats::default());
-        }
-        if reply.code != response::SUCCESS {
-            return Err(rejected(addr, "GET_CONSUME_STATS", &reply));
-        }
-        let stats =
-            body::ConsumeStats::decode(&reply.body).map_err(|source| AdminError::Malformed {
-                addr: addr.clone(),
-                request: "GET_CONSUME_STATS",
-                source: Box::new(source),
-            })?;
+        };
         let mut queues = Vec::with_capacity(stats.offset_table.len());
         for (queue, offsets) in stats.offset_table {
             let broker_offset = QueueOffset(u64::try_from(offsets.broker_offset).unwrap_or(0));
@@ -191,8 +52,8 @@ impl RemotingAdmin {
             let consumer_offset = u64::try_from(offsets.consumer_offset).ok().map(QueueOffset);
             let oldest_unconsumed_store_ms = match consumer_offset {
                 Some(committed) if committed < broker_offset => {
-                    self.store_time_at(addr, group, &queue, offsets.consumer_offset)
-                        .await?
+                    let stored = self.admin.store_time_at(&addr.0, group, &queue, committed);
+                    answer(addr, "PULL_MESSAGE", stored).await?
                 }
                 _ => None,
             };
@@ -209,19 +70,43 @@ impl RemotingAdmin {
     }
 }
 
-fn unreachable(addr: &BrokerAddr, source: std::io::Error) -> AdminError {
-    AdminError::Unreachable {
-        addr: addr.clone(),
-        source: Box::new(source),
-    }
+/// The call's answer, its failure in the operator's terms: the broker did not answer
+/// (Unreachable), refused (Rejected) or answered something undecodable (Malformed).
+async fn answer<T>(
+    addr: &BrokerAddr,
+    request: &'static str,
+    call: impl Future<Output = Result<T, ClientError>>,
+) -> Result<T, AdminError> {
+    call.await
+        .map_err(|error| admin_error(addr, request, error))
 }
 
-fn rejected(addr: &BrokerAddr, name: &'static str, reply: &RemotingCommand) -> AdminError {
-    AdminError::Rejected {
-        addr: addr.clone(),
-        request: name,
-        code: reply.code,
-        remark: reply.remark.clone().unwrap_or_default(),
+fn admin_error(addr: &BrokerAddr, request: &'static str, error: ClientError) -> AdminError {
+    let addr = addr.clone();
+    match error {
+        ClientError::Broker { code, remark, .. } => AdminError::Rejected {
+            addr,
+            request,
+            code,
+            remark,
+        },
+        ClientError::BrokerBusy { remark, .. } => AdminError::Rejected {
+            addr,
+            request,
+            code: quiver_protocol::code::response::SYSTEM_BUSY,
+            remark,
+        },
+        error @ (ClientError::Header { .. }
+        | ClientError::Body { .. }
+        | ClientError::Records { .. }) => AdminError::Malformed {
+            addr,
+            request,
+            source: Box::new(error),
+        },
+        error => AdminError::Unreachable {
+            addr,
+            source: Box::new(error),
+        },
     }
 }
 
@@ -240,20 +125,8 @@ impl BrokerAdmin for RemotingAdmin {
         topic: &'a str,
     ) -> BoxFuture<'a, Result<TopicStats, AdminError>> {
         async move {
-            let command = RemotingCommand::request(
-                request::GET_TOPIC_STATS_INFO,
-                ext([("topic", topic.to_string())]),
-            );
-            let reply = self
-                .invoke_ok(addr, command, "GET_TOPIC_STATS_INFO")
-                .await?;
-            let table = body::TopicStatsTable::decode(&reply.body).map_err(|source| {
-                AdminError::Malformed {
-                    addr: addr.clone(),
-                    request: "GET_TOPIC_STATS_INFO",
-                    source: Box::new(source),
-                }
-            })?;
+            let call = self.admin.topic_stats_at(&addr.0, topic);
+            let table = answer(addr, "GET_TOPIC_STATS_INFO", call).await?;
             let queues = table
                 .offset_table
                 .into_iter()
@@ -277,28 +150,9 @@ impl BrokerAdmin for RemotingAdmin {
         group: &'a str,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
         async move {
-            let command = RemotingCommand::request(
-                request::GET_CONSUMER_CONNECTION_LIST,
-                ext([("consumerGroup", group.to_string())]),
-            );
-            let reply = self
-                .call(addr, command, "GET_CONSUMER_CONNECTION_LIST")
-                .await?;
-            if reply.code == response::CONSUMER_NOT_ONLINE {
-                return Ok(Vec::new());
-            }
-            if reply.code != response::SUCCESS {
-                return Err(rejected(addr, "GET_CONSUMER_CONNECTION_LIST", &reply));
-            }
-            let connections = body::ConsumerConnection::decode(&reply.body).map_err(|source| {
-                AdminError::Malformed {
-                    addr: addr.clone(),
-                    request: "GET_CONSUMER_CONNECTION_LIST",
-                    source: Box::new(source),
-                }
-            })?;
+            let call = self.admin.members_at(&addr.0, group);
+            let connections = answer(addr, "GET_CONSUMER_CONNECTION_LIST", call).await?;
             Ok(connections
-                .connection_set
                 .into_iter()
                 .map(|connection| connection.client_id)
                 .collect())
@@ -310,25 +164,8 @@ impl BrokerAdmin for RemotingAdmin {
         &'a self,
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
-        async move {
-            let command = RemotingCommand::request(
-                request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-                ExtFields::default(),
-            );
-            let reply = self
-                .invoke_ok(addr, command, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG")
-                .await?;
-            let wrapper =
-                body::SubscriptionGroupWrapper::decode(&reply.body).map_err(|source| {
-                    AdminError::Malformed {
-                        addr: addr.clone(),
-                        request: "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
-                        source: Box::new(source),
-                    }
-                })?;
-            Ok(wrapper.subscription_group_table.into_keys().collect())
-        }
-        .boxed()
+        let call = self.admin.groups_at(&addr.0);
+        answer(addr, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG", call).boxed()
     }
 
     fn topics<'a>(
@@ -336,20 +173,9 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
         async move {
-            let command =
-                RemotingCommand::request(request::GET_ALL_TOPIC_CONFIG, ExtFields::default());
-            let reply = self
-                .invoke_ok(addr, command, "GET_ALL_TOPIC_CONFIG")
-                .await?;
-            let wrapper =
-                body::TopicConfigSerializeWrapper::decode(&reply.body).map_err(|source| {
-                    AdminError::Malformed {
-                        addr: addr.clone(),
-                        request: "GET_ALL_TOPIC_CONFIG",
-                        source: Box::new(source),
-                    }
-                })?;
-            Ok(wrapper.topic_config_table.into_keys().collect())
+            let call = self.admin.topics_at(&addr.0);
+            let topics = answer(addr, "GET_ALL_TOPIC_CONFIG", call).await?;
+            Ok(topics.into_iter().map(|topic| topic.name).collect())
         }
         .boxed()
     }
@@ -359,19 +185,10 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
         permission: BrokerPermission,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
-        async move {
-            let properties = BTreeMap::from([(
-                "brokerPermission".to_string(),
-                permission.wire_value().to_string(),
-            )]);
-            let command =
-                RemotingCommand::request(request::UPDATE_BROKER_CONFIG, ExtFields::default())
-                    .with_body(body::encode_properties_text(&properties));
-            self.invoke_ok(addr, command, "UPDATE_BROKER_CONFIG")
-                .await
-                .map(drop)
-        }
-        .boxed()
+        let call = self
+            .admin
+            .set_broker_permission(&addr.0, permission.wire_value());
+        answer(addr, "UPDATE_BROKER_CONFIG", call).boxed()
     }
 
     fn create_topic<'a>(
@@ -380,20 +197,10 @@ impl BrokerAdmin for RemotingAdmin {
         topic: &'a TopicConfig,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
         async move {
-            let fields = ext([
-                ("topic", topic.name.clone()),
-                ("defaultTopic", "TBW102".to_string()),
-                ("readQueueNums", topic.queues.to_string()),
-                ("writeQueueNums", topic.queues.to_string()),
-                ("perm", BrokerPermission::ReadWrite.wire_value().to_string()),
-                ("topicFilterType", "SINGLE_TAG".to_string()),
-                ("topicSysFlag", "0".to_string()),
-                ("order", "false".to_string()),
-            ]);
-            let command = RemotingCommand::request(request::UPDATE_AND_CREATE_TOPIC, fields);
-            self.invoke_ok(addr, command, "UPDATE_AND_CREATE_TOPIC")
-                .await
-                .map(drop)
+            let queues = u32::try_from(topic.queues).unwrap_or(1);
+            let spec = TopicSpec::new(topic.name.clone(), queues);
+            let call = self.admin.create_topic_at(&addr.0, &spec);
+            answer(addr, "UPDATE_AND_CREATE_TOPIC", call).await
         }
         .boxed()
     }
@@ -411,14 +218,8 @@ impl BrokerAdmin for RemotingAdmin {
                 retry_max_times: group.max_reconsume_times,
                 ..SubscriptionGroupConfig::named(group.group.clone())
             };
-            let command = RemotingCommand::request(
-                request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                ExtFields::default(),
-            )
-            .with_body(config.encode());
-            self.invoke_ok(addr, command, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP")
-                .await
-                .map(drop)
+            let call = self.admin.upsert_group_at(&addr.0, &config);
+            answer(addr, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP", call).await
         }
         .boxed()
     }
@@ -430,25 +231,8 @@ impl BrokerAdmin for RemotingAdmin {
         topic: &'a str,
         target: ResetTarget,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
-        async move {
-            // The broker's encoding: 0 earliest, -1 latest, else a timestamp in ms.
-            let timestamp = match target {
-                ResetTarget::Earliest => 0,
-                ResetTarget::Latest => -1,
-                ResetTarget::Timestamp(ms) => ms.max(1),
-            };
-            let fields = ext([
-                ("topic", topic.to_string()),
-                ("group", group.to_string()),
-                ("timestamp", timestamp.to_string()),
-                ("isForce", "true".to_string()),
-            ]);
-            let command = RemotingCommand::request(request::INVOKE_BROKER_TO_RESET_OFFSET, fields);
-            self.invoke_ok(addr, command, "INVOKE_BROKER_TO_RESET_OFFSET")
-                .await
-                .map(drop)
-        }
-        .boxed()
+        let call = self.admin.reset_offsets_at(&addr.0, group, topic, target);
+        answer(addr, "INVOKE_BROKER_TO_RESET_OFFSET", call).boxed()
     }
 
     fn delete_group<'a>(
@@ -456,17 +240,8 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
         group: &'a str,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
-        async move {
-            let fields = ext([
-                ("groupName", group.to_string()),
-                ("cleanOffset", "true".to_string()),
-            ]);
-            let command = RemotingCommand::request(request::DELETE_SUBSCRIPTIONGROUP, fields);
-            self.invoke_ok(addr, command, "DELETE_SUBSCRIPTIONGROUP")
-                .await
-                .map(drop)
-        }
-        .boxed()
+        let call = self.admin.delete_group_at(&addr.0, group);
+        answer(addr, "DELETE_SUBSCRIPTIONGROUP", call).boxed()
     }
 
     fn runtime_info<'a>(
@@ -474,20 +249,11 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<RuntimeInfo, AdminError>> {
         async move {
-            let command =
-                RemotingCommand::request(request::GET_BROKER_RUNTIME_INFO, ExtFields::default());
             // An older broker answers REQUEST_CODE_NOT_SUPPORTED: a Rejected error the caller
             // recognises with `is_unsupported`.
-            let reply = self
-                .invoke_ok(addr, command, "GET_BROKER_RUNTIME_INFO")
-                .await?;
-            let table =
-                body::KvTable::decode(&reply.body).map_err(|source| AdminError::Malformed {
-                    addr: addr.clone(),
-                    request: "GET_BROKER_RUNTIME_INFO",
-                    source: Box::new(source),
-                })?;
-            Ok(RuntimeInfo::from_table(&table.table))
+            let call = self.admin.runtime_info_at(&addr.0);
+            let table = answer(addr, "GET_BROKER_RUNTIME_INFO", call).await?;
+            Ok(RuntimeInfo::from_table(&table))
         }
         .boxed()
     }
@@ -496,6 +262,12 @@ impl BrokerAdmin for RemotingAdmin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use quiver_protocol::body;
+    use quiver_protocol::code::{request, response};
+    use quiver_protocol::{frame, RemotingCommand};
+    use std::collections::BTreeMap;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     /// A broker stand-in on loopback that answers one request with `answer(request)`.

@@ -56,18 +56,12 @@ async fn start_broker_with(adjust: impl FnOnce(&mut quiver_broker::BrokerConfig)
 }
 
 /// One SEND_MESSAGE to an explicit queue, the way a RocketMQ 4.x producer sends it.
-async fn send(admin: &RemotingAdmin, addr: &BrokerAddr, queue_id: i32, body: &str) {
-    send_with_properties(admin, addr, queue_id, body, "").await;
+async fn send(addr: &BrokerAddr, queue_id: i32, body: &str) {
+    send_with_properties(addr, queue_id, body, "").await;
 }
 
 /// SEND_MESSAGE with message properties in RocketMQ's `key\x01value\x02` encoding.
-async fn send_with_properties(
-    admin: &RemotingAdmin,
-    addr: &BrokerAddr,
-    queue_id: i32,
-    body: &str,
-    properties: &str,
-) {
+async fn send_with_properties(addr: &BrokerAddr, queue_id: i32, body: &str, properties: &str) {
     let fields: ExtFields = [
         ("producerGroup", "test-producer".to_string()),
         ("topic", "orders".to_string()),
@@ -84,10 +78,7 @@ async fn send_with_properties(
     .collect();
     let command = RemotingCommand::request(request::SEND_MESSAGE, fields)
         .with_body(body.as_bytes().to_vec().into());
-    let reply = admin
-        .call(addr, command, "SEND_MESSAGE")
-        .await
-        .expect("send");
+    let reply = raw_call(addr, command).await.expect("send");
     assert_eq!(
         reply.code,
         response::SUCCESS,
@@ -143,18 +134,25 @@ async fn heartbeat(addr: &BrokerAddr, group: &str, client_id: &str) -> tokio::ne
 }
 
 /// `brokerPermission` as GET_BROKER_CONFIG reports it.
-async fn broker_permission(admin: &RemotingAdmin, addr: &BrokerAddr) -> String {
+async fn broker_permission(addr: &BrokerAddr) -> String {
     let command = RemotingCommand::request(request::GET_BROKER_CONFIG, ExtFields::default());
-    let reply = admin
-        .call(addr, command, "GET_BROKER_CONFIG")
-        .await
-        .expect("broker config");
+    let reply = raw_call(addr, command).await.expect("broker config");
     let text = String::from_utf8(reply.body.to_vec()).expect("utf-8 properties");
     text.lines()
         .find_map(|line| line.strip_prefix("brokerPermission="))
         .unwrap_or_else(|| panic!("no brokerPermission in {text}"))
         .trim()
         .to_string()
+}
+
+/// One request as any RocketMQ client sends it, over quiver-client's connection.
+async fn raw_call(
+    addr: &BrokerAddr,
+    command: RemotingCommand,
+) -> quiver_client::Result<RemotingCommand> {
+    quiver_client::ClientCore::new(quiver_client::ClientConfig::new(""))
+        .invoke(&addr.0, command)
+        .await
 }
 
 fn now_ms() -> i64 {
@@ -204,7 +202,7 @@ async fn every_admin_call_works_against_a_real_broker() {
 
     let before_send_ms = now_ms();
     for index in 0..10 {
-        send(&admin, &addr, index % 2, &format!("m{index}")).await;
+        send(&addr, index % 2, &format!("m{index}")).await;
     }
     let topic = admin
         .topic_stats(&addr, "orders")
@@ -280,12 +278,12 @@ async fn every_admin_call_works_against_a_real_broker() {
         .set_permission(&addr, BrokerPermission::ReadOnly)
         .await
         .expect("read-only");
-    assert_eq!(broker_permission(&admin, &addr).await, "4");
+    assert_eq!(broker_permission(&addr).await, "4");
     admin
         .set_permission(&addr, BrokerPermission::ReadWrite)
         .await
         .expect("read-write");
-    assert_eq!(broker_permission(&admin, &addr).await, "6");
+    assert_eq!(broker_permission(&addr).await, "6");
 
     admin
         .delete_group(&addr, "billing")
@@ -328,10 +326,10 @@ async fn a_draining_broker_lists_its_topics_and_what_they_hold() {
         .await
         .expect("create topic");
     for index in 0..6 {
-        send(&admin, &addr, index % 2, &format!("m{index}")).await;
+        send(&addr, index % 2, &format!("m{index}")).await;
     }
     // Delay level 18 (two hours): parked in SCHEDULE_TOPIC_XXXX queue 17.
-    send_with_properties(&admin, &addr, 0, "later", "DELAY\u{1}18\u{2}").await;
+    send_with_properties(&addr, 0, "later", "DELAY\u{1}18\u{2}").await;
 
     let topics = admin.topics(&addr).await.expect("topics");
     for expected in ["orders", "TBW102", SCHEDULE_TOPIC] {
@@ -374,13 +372,9 @@ async fn a_draining_broker_lists_its_topics_and_what_they_hold() {
 }
 
 /// The raw GET_BROKER_RUNTIME_INFO table.
-async fn runtime_table(
-    admin: &RemotingAdmin,
-    addr: &BrokerAddr,
-) -> std::collections::BTreeMap<String, String> {
+async fn runtime_table(addr: &BrokerAddr) -> std::collections::BTreeMap<String, String> {
     let command = RemotingCommand::request(request::GET_BROKER_RUNTIME_INFO, ExtFields::default());
-    let reply = admin
-        .call(addr, command, "GET_BROKER_RUNTIME_INFO")
+    let reply = raw_call(addr, command)
         .await
         .expect("runtime info answered");
     assert_eq!(reply.code, response::SUCCESS, "{:?}", reply.remark);
@@ -411,7 +405,7 @@ const RUNTIME_KEYS: [&str; 6] = [
 async fn runtime_info_reports_the_disk_of_a_writable_broker() {
     let broker = start_broker_with(|config| config.disk_high_water_ratio = 1.0).await;
     let admin = RemotingAdmin::new(Duration::from_secs(5));
-    let table = runtime_table(&admin, &broker.addr).await;
+    let table = runtime_table(&broker.addr).await;
     for key in RUNTIME_KEYS {
         assert!(table.contains_key(key), "{key} missing from {table:?}");
     }

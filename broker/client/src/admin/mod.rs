@@ -208,25 +208,8 @@ impl Admin {
     pub async fn topics(&self) -> Result<Vec<TopicSpec>> {
         let mut topics: BTreeMap<String, TopicSpec> = BTreeMap::new();
         for addr in self.broker_addrs().await? {
-            let request =
-                RemotingCommand::request(code::request::GET_ALL_TOPIC_CONFIG, ExtFields::default());
-            let response = self.core.invoke(&addr, request).await?;
-            let response = expect_success(&addr, code::request::GET_ALL_TOPIC_CONFIG, response)?;
-            let wrapper =
-                body::TopicConfigSerializeWrapper::decode(&response.body).map_err(|source| {
-                    ClientError::Body {
-                        addr: addr.clone(),
-                        request_code: code::request::GET_ALL_TOPIC_CONFIG,
-                        source,
-                    }
-                })?;
-            for (name, config) in wrapper.topic_config_table {
-                topics.entry(name.clone()).or_insert(TopicSpec {
-                    name,
-                    read_queue_nums: config.read_queue_nums,
-                    write_queue_nums: config.write_queue_nums,
-                    perm: config.perm,
-                });
+            for topic in self.topics_at(&addr).await? {
+                topics.entry(topic.name.clone()).or_insert(topic);
             }
         }
         Ok(topics.into_values().collect())

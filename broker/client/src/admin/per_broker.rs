@@ -143,6 +143,29 @@ impl Admin {
         Ok(wrapper.subscription_group_table.into_keys().collect())
     }
 
+    /// Every topic one broker holds, with its queue counts and permission, sorted by name.
+    pub async fn topics_at(&self, addr: &str) -> Result<Vec<TopicSpec>> {
+        let request =
+            RemotingCommand::request(code::request::GET_ALL_TOPIC_CONFIG, ExtFields::default());
+        let response = self.call_ok(addr, request).await?;
+        let wrapper = decoded(
+            addr,
+            code::request::GET_ALL_TOPIC_CONFIG,
+            body::TopicConfigSerializeWrapper::decode,
+            &response,
+        )?;
+        Ok(wrapper
+            .topic_config_table
+            .into_iter()
+            .map(|(name, config)| TopicSpec {
+                name,
+                read_queue_nums: config.read_queue_nums,
+                write_queue_nums: config.write_queue_nums,
+                perm: config.perm,
+            })
+            .collect())
+    }
+
     /// Creates or updates a topic on one broker.
     pub async fn create_topic_at(&self, addr: &str, spec: &TopicSpec) -> Result<()> {
         let header = h::CreateTopicRequestHeader {
