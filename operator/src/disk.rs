@@ -68,26 +68,34 @@ enum Standing {
 /// `default_high_water` stands in for a broker that does not report its high water;
 /// `storage_size` is the Broker's `spec.storage.size`, named in the suggestion.
 pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size: &str) -> Desired {
-    let mut pressed = Vec::new();
-    let mut fine = Vec::new();
-    let mut silent = Vec::new();
-    let mut any_refused_otherwise = false;
-    let mut more_space_helps = false;
+    let mut tally = Tally::default();
     for disk in disks {
-        let info = match &disk.probe {
-            DiskProbe::Reported(info) => info,
-            DiskProbe::Unsupported => {
-                silent.push(format!(
-                    "{} (older broker without GET_BROKER_RUNTIME_INFO)",
-                    disk.broker
-                ));
-                continue;
-            }
-            DiskProbe::NoAnswer(error) => {
-                silent.push(format!("{} (did not answer: {error})", disk.broker));
-                continue;
-            }
-        };
+        match &disk.probe {
+            DiskProbe::Reported(info) => tally.add_report(&disk.broker, info, default_high_water),
+            DiskProbe::Unsupported => tally.silent.push(format!(
+                "{} (older broker without GET_BROKER_RUNTIME_INFO)",
+                disk.broker
+            )),
+            DiskProbe::NoAnswer(error) => tally
+                .silent
+                .push(format!("{} (did not answer: {error})", disk.broker)),
+        }
+    }
+    tally.condition(storage_size)
+}
+
+/// The brokers sorted by what their reports say, for the condition's message.
+#[derive(Default)]
+struct Tally {
+    pressed: Vec<String>,
+    fine: Vec<String>,
+    silent: Vec<String>,
+    any_refused_otherwise: bool,
+    more_space_helps: bool,
+}
+
+impl Tally {
+    fn add_report(&mut self, broker: &str, info: &RuntimeInfo, default_high_water: f64) {
         let high_water = info.high_water_ratio.unwrap_or(default_high_water);
         let above = info.disk_used_ratio.is_some_and(|used| used > high_water);
         let refusal = info.write_refusal.as_deref();
@@ -100,76 +108,65 @@ pub fn disk_pressure(disks: &[BrokerDisk], default_high_water: f64, storage_size
             _ => Standing::AboveHighWater,
         };
         let usage = usage(info, high_water);
-        match standing {
-            Standing::Fine => fine.push(format!("{}: {usage}", disk.broker)),
-            Standing::AboveHighWater | Standing::Refused => {
-                if matches!(standing, Standing::Refused) {
-                    any_refused_otherwise = true;
-                }
-                if matches!(standing, Standing::AboveHighWater) || refusal == Some(REFUSAL_NO_SPACE)
-                {
-                    more_space_helps = true;
-                }
-                let what = if refused {
-                    let reason = refusal.unwrap_or("no reason given");
-                    match &info.write_refusal_message {
-                        Some(message) => {
-                            format!("refuses sends ({reason}: {message}), still serves reads")
-                        }
-                        None => format!("refuses sends ({reason}), still serves reads"),
-                    }
-                } else {
-                    "is above its high water, so it refuses sends".to_string()
-                };
-                pressed.push(format!("{}: {usage}, {what}", disk.broker));
-            }
+        if matches!(standing, Standing::Fine) {
+            self.fine.push(format!("{broker}: {usage}"));
+            return;
         }
-    }
-    let silent_note = if silent.is_empty() {
-        String::new()
-    } else {
-        format!("; unknown on {}", silent.join(", "))
-    };
-    if !pressed.is_empty() {
-        let advice = if more_space_helps {
-            format!(
-                "raise spec.storage.size (now {storage_size}): the operator expands each broker's \
-                 volume claim in place if the storage class allows volume expansion; or free \
-                 space with shorter retention (spec.retention)"
-            )
+        self.any_refused_otherwise |= matches!(standing, Standing::Refused);
+        self.more_space_helps |=
+            matches!(standing, Standing::AboveHighWater) || refusal == Some(REFUSAL_NO_SPACE);
+        let what = if refused {
+            let reason = refusal.unwrap_or("no reason given");
+            match &info.write_refusal_message {
+                Some(message) => format!("refuses sends ({reason}: {message}), still serves reads"),
+                None => format!("refuses sends ({reason}), still serves reads"),
+            }
         } else {
-            "more space will not help: check the pod's volume and node (kubectl describe pod, \
-             the broker's log)"
-                .to_string()
+            "is above its high water, so it refuses sends".to_string()
         };
-        return Desired::new(
-            CONDITION,
-            Status::True,
-            if any_refused_otherwise {
+        self.pressed.push(format!("{broker}: {usage}, {what}"));
+    }
+
+    fn condition(self, storage_size: &str) -> Desired {
+        let silent_note = if self.silent.is_empty() {
+            String::new()
+        } else {
+            format!("; unknown on {}", self.silent.join(", "))
+        };
+        if !self.pressed.is_empty() {
+            let advice = if self.more_space_helps {
+                format!(
+                    "raise spec.storage.size (now {storage_size}): the operator expands each \
+                     broker's volume claim in place if the storage class allows volume \
+                     expansion; or free space with shorter retention (spec.retention)"
+                )
+            } else {
+                "more space will not help: check the pod's volume and node (kubectl describe \
+                 pod, the broker's log)"
+                    .to_string()
+            };
+            let reason = if self.any_refused_otherwise {
                 REASON_WRITES_REFUSED
             } else {
                 REASON_ABOVE_HIGH_WATER
-            },
-            format!("{}. To fix: {advice}{silent_note}", pressed.join("; ")),
-        );
-    }
-    if !fine.is_empty() {
-        return Desired::new(
-            CONDITION,
-            Status::False,
-            REASON_OK,
-            format!(
+            };
+            let message = format!("{}. To fix: {advice}{silent_note}", self.pressed.join("; "));
+            return Desired::new(CONDITION, Status::True, reason, message);
+        }
+        if !self.fine.is_empty() {
+            let message = format!(
                 "below high water and writable: {}{silent_note}",
-                fine.join("; ")
-            ),
-        );
+                self.fine.join("; ")
+            );
+            return Desired::new(CONDITION, Status::False, REASON_OK, message);
+        }
+        let message = if self.silent.is_empty() {
+            "no broker to ask yet".to_string()
+        } else {
+            format!("no broker reported its disk: {}", self.silent.join(", "))
+        };
+        Desired::new(CONDITION, Status::Unknown, REASON_UNKNOWN, message)
     }
-    let message = if silent.is_empty() {
-        "no broker to ask yet".to_string()
-    } else {
-        format!("no broker reported its disk: {}", silent.join(", "))
-    };
-    Desired::new(CONDITION, Status::Unknown, REASON_UNKNOWN, message)
 }
 
 /// "disk 93% used of 90% high water (Total : 48.0 MiB, Free : 3.1 MiB.)".
