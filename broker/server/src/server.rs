@@ -65,11 +65,7 @@ pub async fn run(
         }
     };
     let _ = slot.set(broker.clone());
-    background.spawn(persist_loop(broker.clone(), stop_rx.clone()));
-    background.spawn(client_expiry_loop(broker.clone(), stop_rx.clone()));
-    background.spawn(retention_loop(broker.clone(), stop_rx.clone()));
-    background.spawn(crate::schedule::run(broker.clone(), stop_rx.clone()));
-    background.spawn(crate::peers::run(broker.clone(), stop_rx.clone()));
+    spawn_background_loops(&mut background, &broker, &stop_rx);
     broker.set_ready(true);
     tracing::info!(
         listen = %bound,
@@ -97,28 +93,44 @@ pub async fn run(
             "tasks still running at the shutdown bound; stopping them"
         );
     }
-    blocking(&broker, |broker| {
-        let persisted = broker.persist_all().or_else(|error| {
-            // A full or read-only disk: what could not be written is lost with the process
-            // (consumers redeliver from the last persisted offsets); the store still stops.
-            match broker.store.disk_status().refusal {
-                Some(refusal) => {
-                    tracing::warn!(error = %crate::error::chain(&error), reason = refusal.reason.as_str(),
-                        "cannot persist offsets, topics and groups at shutdown");
-                    Ok(())
-                }
-                None => Err(error),
-            }
-        });
-        let stopped = broker
-            .store
-            .shutdown()
-            .map_err(BrokerError::store("shutdown"));
-        persisted.and(stopped)
-    })
-    .await??;
+    blocking(&broker, persist_and_stop).await??;
     tracing::info!("quiver-broker stopped cleanly");
     Ok(())
+}
+
+/// The loops that run beside the connections until `stop`: persistence, client expiry,
+/// retention, delayed delivery and peer polling.
+fn spawn_background_loops(
+    background: &mut JoinSet<()>,
+    broker: &Arc<Broker>,
+    stop: &watch::Receiver<bool>,
+) {
+    background.spawn(persist_loop(broker.clone(), stop.clone()));
+    background.spawn(client_expiry_loop(broker.clone(), stop.clone()));
+    background.spawn(retention_loop(broker.clone(), stop.clone()));
+    background.spawn(crate::schedule::run(broker.clone(), stop.clone()));
+    background.spawn(crate::peers::run(broker.clone(), stop.clone()));
+}
+
+/// Persists offsets, topics and groups, then stops the store. Blocking.
+fn persist_and_stop(broker: &Broker) -> Result<(), BrokerError> {
+    let persisted = broker.persist_all().or_else(|error| {
+        // A full or read-only disk: what could not be written is lost with the process
+        // (consumers redeliver from the last persisted offsets); the store still stops.
+        match broker.store.disk_status().refusal {
+            Some(refusal) => {
+                tracing::warn!(error = %crate::error::chain(&error), reason = refusal.reason.as_str(),
+                    "cannot persist offsets, topics and groups at shutdown");
+                Ok(())
+            }
+            None => Err(error),
+        }
+    });
+    let stopped = broker
+        .store
+        .shutdown()
+        .map_err(BrokerError::store("shutdown"));
+    persisted.and(stopped)
 }
 
 async fn accept_loop(
