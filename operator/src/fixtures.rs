@@ -9,7 +9,6 @@ use crate::admin::{
 use crate::crd::{
     Broker, BrokerSpec, BrokerStatus, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec,
     FlushDiskType, PodOverrides, RetentionSpec, StorageSpec, TopicSpec, VolumeRetentionPolicy,
-    PAUSE_ANNOTATION,
 };
 use futures::future::{BoxFuture, FutureExt};
 use http::{Request, Response, StatusCode};
@@ -34,8 +33,6 @@ pub trait BrokerFixture: Sized {
     fn storage_size(self, size: &str) -> Self;
     /// Fills every optional field.
     fn full_spec(self) -> Self;
-    /// Sets the pause annotation.
-    fn paused(self) -> Self;
     /// Sets the status.
     fn with_status(self, status: BrokerStatus) -> Self;
 }
@@ -120,14 +117,6 @@ impl BrokerFixture for Broker {
             termination_grace_period_seconds: Some(120),
             ..PodOverrides::default()
         });
-        self
-    }
-
-    fn paused(mut self) -> Self {
-        self.metadata.annotations = Some(BTreeMap::from([(
-            PAUSE_ANNOTATION.to_string(),
-            "true".to_string(),
-        )]));
         self
     }
 
@@ -624,21 +613,7 @@ struct FakeApiState {
     objects: BTreeMap<String, Value>,
     posted: Vec<Value>,
     requests: Vec<String>,
-    calls: Vec<ApiCall>,
     failures: Vec<(String, String, u16)>,
-}
-
-/// One request as the API server's authorizer sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ApiCall {
-    /// HTTP method.
-    pub method: String,
-    /// Path without the query.
-    pub path: String,
-    /// The query string.
-    pub query: String,
-    /// A server-side apply that created the object (the API server also checks `create`).
-    pub created: bool,
 }
 
 /// The parts of an API path: group ("" for the core group), resource, namespace, name and
@@ -769,7 +744,7 @@ impl FakeApiServer {
                 if method == "GET" && query_value(&query, "watch").is_some() {
                     // No watch events: the watch stays open with nothing to say, as a quiet
                     // cluster's would (an error would make the controller back off instead).
-                    record(&task_state, &method, &path, &query, false);
+                    record(&task_state, &method, &path);
                     tokio::spawn(async move {
                         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
                         send.send_response(Response::new(Body::empty()));
@@ -826,16 +801,6 @@ impl FakeApiServer {
         self.with_state(|state| state.requests.clone())
     }
 
-    /// Every request so far, with its query and whether an apply created the object.
-    pub fn calls(&self) -> Vec<ApiCall> {
-        self.with_state(|state| state.calls.clone())
-    }
-
-    /// Every object stored, by path.
-    pub fn objects(&self) -> BTreeMap<String, Value> {
-        self.with_state(|state| state.objects.clone())
-    }
-
     /// Reasons of the Events created so far, in order.
     pub fn event_reasons(&self) -> Vec<String> {
         self.with_state(|state| {
@@ -848,29 +813,6 @@ impl FakeApiServer {
         })
     }
 
-    /// The Events created so far, in order.
-    pub fn events(&self) -> Vec<Value> {
-        self.with_state(|state| {
-            state
-                .posted
-                .iter()
-                .filter(|object| object["kind"] == "Event")
-                .cloned()
-                .collect()
-        })
-    }
-
-    /// Replaces the status of the object at `path`, as another controller would.
-    pub fn set_status(&self, path: &str, status: Value) {
-        self.with_state(|state| {
-            let object = state
-                .objects
-                .get_mut(path)
-                .unwrap_or_else(|| panic!("no object at {path}"));
-            object["status"] = status;
-        });
-    }
-
     /// Edits the object at `path` in place, as a user would.
     pub fn edit(&self, path: &str, edit: impl FnOnce(&mut Value)) {
         self.with_state(|state| {
@@ -881,11 +823,6 @@ impl FakeApiServer {
                     .unwrap_or_else(|| panic!("no object at {path}")),
             )
         });
-    }
-
-    /// Forgets the request log.
-    pub fn clear_requests(&self) {
-        self.with_state(|state| state.requests.clear());
     }
 
     /// The next `method` request to `path` fails with `status`.
@@ -902,15 +839,9 @@ fn status_error(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code})
 }
 
-fn record(state: &Mutex<FakeApiState>, method: &str, path: &str, query: &str, created: bool) {
+fn record(state: &Mutex<FakeApiState>, method: &str, path: &str) {
     let mut state = state.lock().expect("fake api lock poisoned");
     state.requests.push(format!("{method} {path}"));
-    state.calls.push(ApiCall {
-        method: method.to_string(),
-        path: path.to_string(),
-        query: query.to_string(),
-        created,
-    });
 }
 
 fn handle_request(
@@ -919,15 +850,7 @@ fn handle_request(
     content_type: &str,
     body: &[u8],
 ) -> (StatusCode, Value) {
-    let creates = method == "PATCH"
-        && content_type.starts_with("application/apply-patch")
-        && !path.ends_with("/status")
-        && !state
-            .lock()
-            .expect("fake api lock poisoned")
-            .objects
-            .contains_key(path);
-    record(state, method, path, query, creates);
+    record(state, method, path);
     let mut state = state.lock().expect("fake api lock poisoned");
     if let Some(index) = state
         .failures
@@ -1081,34 +1004,6 @@ pub mod paths {
     /// ConsumerGroup `name`.
     pub fn group(name: &str) -> String {
         format!("/apis/quiver.io/v1alpha1/namespaces/ns/consumergroups/{name}")
-    }
-    /// StatefulSet `name`.
-    pub fn statefulset(name: &str) -> String {
-        format!("/apis/apps/v1/namespaces/ns/statefulsets/{name}")
-    }
-    /// Service `name`.
-    pub fn service(name: &str) -> String {
-        format!("/api/v1/namespaces/ns/services/{name}")
-    }
-    /// ConfigMap `name`.
-    pub fn config_map(name: &str) -> String {
-        format!("/api/v1/namespaces/ns/configmaps/{name}")
-    }
-    /// PodDisruptionBudget `name`.
-    pub fn pdb(name: &str) -> String {
-        format!("/apis/policy/v1/namespaces/ns/poddisruptionbudgets/{name}")
-    }
-    /// PersistentVolumeClaim `name`.
-    pub fn pvc(name: &str) -> String {
-        format!("/api/v1/namespaces/ns/persistentvolumeclaims/{name}")
-    }
-    /// Pod `name`.
-    pub fn pod(name: &str) -> String {
-        format!("/api/v1/namespaces/ns/pods/{name}")
-    }
-    /// StorageClass `name` (cluster-scoped).
-    pub fn storage_class(name: &str) -> String {
-        format!("/apis/storage.k8s.io/v1/storageclasses/{name}")
     }
 }
 

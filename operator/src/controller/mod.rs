@@ -457,7 +457,8 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{BrokerFixture, FakeAdmin, FakeApiServer};
+    use crate::fixtures::{BrokerFixture, FakeAdmin};
+    use crate::testapi::TestApiServer;
 
     #[test]
     fn the_error_chain_names_every_cause_once() {
@@ -489,9 +490,9 @@ mod tests {
 
     #[tokio::test]
     async fn backoff_doubles_and_is_capped_then_resets() {
-        let (client, _server) = FakeApiServer::start();
+        let server = TestApiServer::start().await;
         let ctx = Arc::new(Context::new(
-            client,
+            server.client(),
             Arc::new(FakeAdmin::default()),
             Arc::default(),
             Duration::from_secs(1),

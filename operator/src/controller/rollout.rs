@@ -162,17 +162,19 @@ pub fn deadline_exceeded(last_progress: Timestamp, now: Timestamp, deadline_seco
     waited_ms > deadline_seconds.saturating_mul(1000)
 }
 
-/// Whether the StatefulSet status can show a stuck pod: it describes the current template, a
-/// rollout is unfinished and a pod is not Ready. Saves listing pods on every pass.
+/// Whether the StatefulSet status can show a stuck pod: it describes the current template, has
+/// an update revision, and a pod is not Ready. Saves listing pods on every pass. Not judged by
+/// `updateRevision != currentRevision`: a template set back to the revision the pods ran before
+/// reuses that revision's name, so the two are equal while a pod of the bad revision still blocks.
 pub fn may_have_stuck_pod(sts: &StatefulSet) -> bool {
     let Some(status) = &sts.status else {
         return false;
     };
     let current = status.observed_generation.is_some()
         && status.observed_generation >= sts.metadata.generation;
-    let unfinished =
-        status.update_revision.is_some() && status.update_revision != status.current_revision;
-    current && unfinished && status.ready_replicas.unwrap_or(0) < status.replicas
+    current
+        && status.update_revision.is_some()
+        && status.ready_replicas.unwrap_or(0) < status.replicas
 }
 
 /// The pod to delete so the StatefulSet recreates it at the update revision: the highest ordinal
@@ -373,16 +375,35 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_or_finished_statefulset_has_no_stuck_pod() {
+    fn a_pod_of_the_bad_revision_is_stuck_after_the_template_goes_back_to_the_current_one() {
+        let broker = Broker::test().replicas(3);
+        // rev1 -> rev2 (bad) -> rev1 again: the StatefulSet reuses rev1, so update == current.
+        let mut reverted = mid_rollout(&broker, 2, 2);
+        if let Some(status) = reverted.status.as_mut() {
+            status.update_revision = Some("rev1".into());
+        }
+        let pods = [
+            pod("qb-0", "rev1", true),
+            pod("qb-1", "rev1", true),
+            pod("qb-2", "rev2", false),
+        ];
+        assert_eq!(
+            stuck_pod(&broker, &reverted, &pods),
+            Some("qb-2".to_string())
+        );
+    }
+
+    #[test]
+    fn a_stale_or_ready_statefulset_has_no_stuck_pod() {
         let broker = Broker::test().replicas(3);
         let mut stale = mid_rollout(&broker, 2, 2);
         stale.metadata.generation = Some(5);
         assert!(!may_have_stuck_pod(&stale));
-        let mut finished = mid_rollout(&broker, 0, 2);
-        if let Some(status) = finished.status.as_mut() {
-            status.current_revision = Some("rev3".into());
+        let mut unrevised = mid_rollout(&broker, 0, 2);
+        if let Some(status) = unrevised.status.as_mut() {
+            status.update_revision = None;
         }
-        assert!(!may_have_stuck_pod(&finished));
+        assert!(!may_have_stuck_pod(&unrevised));
         let all_ready = mid_rollout(&broker, 2, 3);
         assert!(!may_have_stuck_pod(&all_ready));
         assert!(may_have_stuck_pod(&mid_rollout(&broker, 2, 2)));

@@ -1,115 +1,72 @@
-//! A new Broker gets every object, applied server-side and owned by it, and a status.
+//! A new Broker gets every object, applied server-side and owned by it, a status that goes from
+//! starting to Ready, and its spec topics created on every broker once Ready.
 
-use super::{condition, context, settle_statefulset, stored_broker};
-use crate::controller::broker::{reconcile, IDLE_REQUEUE, PROGRESS_REQUEUE};
+use super::{addr, condition, eventually, Scenario};
 use crate::crd::Broker;
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
+use crate::fixtures::BrokerFixture;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::runtime::controller::Action;
-use std::sync::Arc;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Resource;
+use serde_json::Value;
+use std::time::Duration;
 
-#[tokio::test]
+fn owner_kind(object: Option<Value>) -> Value {
+    let object = object.expect("object applied");
+    object["metadata"]["ownerReferences"][0]["kind"].clone()
+}
+
+#[tokio::test(start_paused = true)]
 async fn creates_every_object_then_reports_ready() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
-    let broker = Broker::test().replicas(3);
-    api.insert(&paths::broker("qb"), &broker);
-
-    let action = reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(
-        action,
-        Action::requeue(PROGRESS_REQUEUE),
-        "pods are starting"
-    );
-
-    let requests = api.requests();
-    assert_eq!(requests[0], format!("GET {}", paths::statefulset("qb")));
-    for path in [
-        paths::config_map("qb-config"),
-        paths::service("qb-headless"),
-        paths::service("qb"),
-        paths::pdb("qb"),
-        paths::statefulset("qb"),
-    ] {
-        assert!(
-            requests.contains(&format!("PATCH {path}")),
-            "{path} not applied: {requests:?}"
-        );
-        let owner = &api.get(&path).expect("object stored")["metadata"]["ownerReferences"][0];
-        assert_eq!(owner["kind"], "Broker");
-        assert_eq!(owner["controller"], true);
-    }
-    assert_eq!(
-        requests.last().unwrap(),
-        &format!("PATCH {}/status", paths::broker("qb"))
-    );
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    assert_eq!(sts.spec.replicas, Some(3));
-
-    let status = stored_broker(&api).status.expect("status written");
-    assert_eq!(status.observed_generation, Some(1));
-    assert_eq!(status.brokers.len(), 3);
-    assert_eq!(status.brokers[2].address, "qb-2.qb-headless.ns.svc:10911");
-    assert_eq!(
-        condition(&status.conditions, "Ready"),
-        ("False".into(), "BrokersNotReady".into())
-    );
+    let scenario = Scenario::start(true).await;
+    scenario.create_broker(Broker::test().replicas(3).image("quiver:1").full_spec());
+    eventually(Duration::from_secs(30), || {
+        scenario.server.raw::<StatefulSet>("ns", "qb").is_some()
+            && scenario.broker().status.is_some()
+    })
+    .await;
+    let status = scenario.status();
     assert_eq!(
         condition(&status.conditions, "Progressing"),
         ("True".into(), "BrokersStarting".into())
     );
+    let server = &scenario.server;
+    for owned in [
+        owner_kind(server.raw::<StatefulSet>("ns", "qb")),
+        owner_kind(server.raw::<ConfigMap>("ns", "qb-config")),
+        owner_kind(server.raw::<Service>("ns", "qb-headless")),
+        owner_kind(server.raw::<Service>("ns", "qb")),
+        owner_kind(server.raw::<PodDisruptionBudget>("ns", "qb")),
+    ] {
+        assert_eq!(owned, Broker::kind(&()).as_ref());
+    }
+    assert!(
+        scenario.admin.topics(&addr(0)).is_empty(),
+        "no topic calls before the brokers are Ready"
+    );
 
-    settle_statefulset(&api, 3, 3);
-    let action = reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("reconciles");
-    assert_eq!(action, Action::requeue(IDLE_REQUEUE));
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(status.ready_replicas, 3);
+    eventually(Duration::from_secs(300), || scenario.broker_ready()).await;
+    let status = scenario.status();
+    assert_eq!((status.ready_replicas, status.brokers.len()), (3, 3));
+    assert_eq!(status.brokers[2].address, addr(2));
     assert_eq!(
         condition(&status.conditions, "Ready"),
         ("True".into(), "AllBrokersReady".into())
     );
-    assert_eq!(
-        condition(&status.conditions, "Progressing"),
-        ("False".into(), "Stable".into())
-    );
     assert_eq!(condition(&status.conditions, "Degraded").0, "False");
-}
-
-#[tokio::test]
-async fn spec_topics_are_created_on_every_ready_broker() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
-    let broker = Broker::test().replicas(2).full_spec();
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert!(
-        admin.topics(&super::addr(0)).is_empty(),
-        "no topic calls before the brokers are Ready"
-    );
-
-    settle_statefulset(&api, 2, 2);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(admin.topic_creates(), 2);
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("reconciles again");
-    assert_eq!(
-        admin.topic_creates(),
-        2,
-        "existing topics are not recreated"
-    );
-    for ordinal in 0..2 {
-        let topics = admin.topics(&super::addr(ordinal));
-        assert_eq!(topics.len(), 1);
+    eventually(Duration::from_secs(60), || {
+        scenario.admin.topic_creates() == 3
+    })
+    .await;
+    for ordinal in 0..3 {
+        let topics = scenario.admin.topics(&addr(ordinal));
         assert_eq!((topics[0].name.as_str(), topics[0].queues), ("orders", 4));
     }
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(
+        scenario.admin.topic_creates(),
+        3,
+        "existing topics are not recreated"
+    );
+    scenario.stop().await;
 }

@@ -1,61 +1,53 @@
-//! The pause annotation stops reconciliation and says so in a condition.
+//! The pause annotation: a spec change made while paused is not applied (Paused=True, one
+//! Paused event); removing the annotation applies it.
 
-use super::{condition, context, stored_broker};
-use crate::controller::broker::reconcile;
-use crate::crd::Broker;
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
-use kube::runtime::controller::Action;
-use std::sync::Arc;
+use super::{condition, eventually, holds_for, Scenario};
+use crate::crd::PAUSE_ANNOTATION;
+use std::time::Duration;
 
-#[tokio::test]
-async fn paused_broker_is_left_alone() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
-    let broker = Broker::test().replicas(3).paused();
-    api.insert(&paths::broker("qb"), &broker);
+fn template_image(scenario: &Scenario) -> String {
+    let spec = scenario.statefulset().spec.template.spec.expect("pod spec");
+    spec.containers[0].image.clone().unwrap_or_default()
+}
 
-    let action = reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(action, Action::await_change());
-    assert!(
-        api.get(&paths::statefulset("qb")).is_none(),
-        "nothing applied while paused"
-    );
-    let patched: Vec<String> = api
-        .requests()
-        .into_iter()
-        .filter(|r| r.starts_with("PATCH"))
-        .collect();
-    assert_eq!(
-        patched,
-        vec![format!("PATCH {}/status", paths::broker("qb"))]
-    );
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(
-        condition(&status.conditions, "Paused"),
-        ("True".into(), "PauseAnnotation".into())
-    );
+#[tokio::test(start_paused = true)]
+async fn a_change_made_while_paused_waits_for_the_annotation_to_go() {
+    let scenario = Scenario::settled(3).await;
+    scenario.annotate(PAUSE_ANNOTATION, "true");
+    eventually(Duration::from_secs(60), || {
+        condition(&scenario.status().conditions, "Paused").0 == "True"
+    })
+    .await;
+    scenario.set_image("quiver:2");
+    holds_for(
+        Duration::from_secs(300),
+        "nothing applied while paused",
+        || template_image(&scenario) == "quiver:1" && scenario.pods_ready_on(3, "quiver:1"),
+    )
+    .await;
+    let status = scenario.status();
     assert_eq!(
         condition(&status.conditions, "Progressing"),
         ("False".into(), "Paused".into())
     );
-    assert_eq!(api.event_reasons(), vec!["Paused"]);
+    assert_eq!(
+        scenario.events("Paused").len(),
+        1,
+        "one event for the pause"
+    );
 
-    // A second pass while paused publishes no second event.
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(api.event_reasons(), vec!["Paused"]);
-
-    // Removing the annotation resumes.
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["metadata"]["annotations"] = serde_json::json!({});
+    scenario.edit_broker(|broker| {
+        broker["metadata"]["annotations"]
+            .as_object_mut()
+            .expect("annotations")
+            .remove(PAUSE_ANNOTATION);
     });
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("reconciles");
-    assert!(api.get(&paths::statefulset("qb")).is_some());
-    let status = stored_broker(&api).status.unwrap();
+    eventually(Duration::from_secs(900), || {
+        scenario.pods_ready_on(3, "quiver:2") && scenario.broker_ready()
+    })
+    .await;
+    let status = scenario.status();
     assert_eq!(condition(&status.conditions, "Paused").0, "False");
+    assert_eq!(status.observed_generation, Some(2));
+    scenario.stop().await;
 }

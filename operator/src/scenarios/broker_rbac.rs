@@ -1,18 +1,19 @@
-//! RBAC is exactly what the code uses: every request the reconcilers, the controllers' watches
-//! and the leader election make against the fake API server is recorded, turned into
-//! (apiGroup, resource, verb), and compared with the rules of the chart's _rbac.tpl.
+//! RBAC is exactly what the code uses: every request the real operator (controllers, leader
+//! election) makes against the test API server while a Broker is created, rolled past a stuck
+//! pod, expanded, drained, failed and paused, and a ConsumerGroup is created and deleted, is
+//! turned into (apiGroup, resource, verb) and compared with the rules of the chart's _rbac.tpl.
 
-use super::broker_scale_down::settled_brokers;
-use super::{addr, context, set_pod, set_revisions, set_storage_class, settle_statefulset};
-use super::{stored_broker, stored_group, NOW_MS};
-use crate::controller::{self, broker, group};
-use crate::crd::{Broker, BrokerStatus, ConsumerGroup};
-use crate::fixtures::ResourcePath;
-use crate::fixtures::{paths, ApiCall, BrokerFixture, FakeAdmin, FakeApiServer, GroupFixture};
-use crate::leader::{self, Candidate};
-use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use super::{addr, condition, eventually, Scenario};
+use crate::crd::{Broker, ConsumerGroup, PAUSE_ANNOTATION};
+use crate::fixtures::{BrokerFixture, GroupFixture};
+use crate::testapi::{PodBehaviour, RequestRecord};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// (apiGroup, resource or resource/subresource, verb).
@@ -20,46 +21,45 @@ type Permission = (String, String, String);
 
 const RBAC_TEMPLATE: &str = include_str!("../../../charts/quiver-operator/templates/_rbac.tpl");
 const RBAC_MANIFEST: &str = include_str!("../../../charts/quiver-operator/templates/rbac.yaml");
+const LONG: Duration = Duration::from_secs(900);
 
-/// The verb the API server authorizes a request as.
-fn permissions_of(call: &ApiCall) -> Vec<Permission> {
-    let Some(path) = ResourcePath::parse(&call.path) else {
-        return Vec::new();
+/// The verbs the API server authorizes a request as: an apply that creates is also a create.
+fn permissions_of(request: &RequestRecord) -> Vec<Permission> {
+    let resource = match request.subresource.as_str() {
+        "" => request.resource.clone(),
+        sub => format!("{}/{sub}", request.resource),
     };
-    let resource = match &path.subresource {
-        Some(sub) => format!("{}/{sub}", path.resource),
-        None => path.resource.clone(),
-    };
-    let watching = call.query.split('&').any(|pair| pair.starts_with("watch="));
-    let verbs: Vec<&str> = match (call.method.as_str(), path.name.is_some()) {
-        ("GET", true) => vec!["get"],
-        ("GET", false) if watching => vec!["watch"],
-        ("GET", false) => vec!["list"],
-        ("POST", _) => vec!["create"],
-        ("PUT", _) => vec!["update"],
-        // Server-side apply that creates the object is also authorized as create.
-        ("PATCH", _) if call.created => vec!["patch", "create"],
-        ("PATCH", _) => vec!["patch"],
-        ("DELETE", true) => vec!["delete"],
-        ("DELETE", false) => vec!["deletecollection"],
-        _ => Vec::new(),
-    };
+    let mut verbs = vec![request.verb.clone()];
+    if request.created {
+        verbs.push("create".to_string());
+    }
     verbs
         .into_iter()
-        .map(|verb| (path.group.clone(), resource.clone(), verb.to_string()))
+        .map(|verb| (request.group.clone(), resource.clone(), verb))
         .collect()
 }
 
-/// Owner references with blockOwnerDeletion: the OwnerReferencesPermissionEnforcement admission
-/// plugin demands update on the owner's finalizers subresource.
-fn owner_finalizer_permissions(objects: &BTreeMap<String, Value>) -> BTreeSet<Permission> {
+/// Owner references with blockOwnerDeletion on what the operator applies: the
+/// OwnerReferencesPermissionEnforcement admission plugin demands update on the owner's
+/// finalizers subresource.
+fn owner_finalizer_permissions(scenario: &Scenario) -> BTreeSet<Permission> {
+    fn raw_all<K: Resource<DynamicType = ()> + DeserializeOwned + serde::Serialize>(
+        scenario: &Scenario,
+    ) -> Vec<Value> {
+        let objects = scenario.server.list::<K>("ns");
+        objects
+            .iter()
+            .map(|o| serde_json::to_value(o).expect("json"))
+            .collect()
+    }
+    let mut objects = raw_all::<StatefulSet>(scenario);
+    objects.extend(raw_all::<Service>(scenario));
+    objects.extend(raw_all::<ConfigMap>(scenario));
+    objects.extend(raw_all::<PodDisruptionBudget>(scenario));
     let mut needed = BTreeSet::new();
-    for object in objects.values() {
-        for owner in object["metadata"]["ownerReferences"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
+    for object in objects {
+        let owners = object["metadata"]["ownerReferences"].as_array().cloned();
+        for owner in owners.unwrap_or_default() {
             if owner["blockOwnerDeletion"] != true {
                 continue;
             }
@@ -67,154 +67,111 @@ fn owner_finalizer_permissions(objects: &BTreeMap<String, Value>) -> BTreeSet<Pe
                 .as_str()
                 .and_then(|version| version.rsplit_once('/'))
                 .map_or("", |(group, _)| group);
-            let plural = format!(
-                "{}s",
-                owner["kind"].as_str().unwrap_or_default().to_lowercase()
-            );
+            let kind = owner["kind"].as_str().unwrap_or_default().to_lowercase();
             needed.insert((
                 group.to_string(),
-                format!("{plural}/finalizers"),
-                "update".to_string(),
+                format!("{kind}s/finalizers"),
+                "update".into(),
             ));
         }
     }
     needed
 }
 
-/// Everything the Broker reconciler does: create, roll (with a stuck pod), drain, expand, pause,
-/// a failure report.
-async fn broker_calls() -> (Vec<ApiCall>, BTreeMap<String, Value>) {
-    let (api, admin, ctx) = settled_brokers(3).await;
-    settle_statefulset(&api, 2, 0);
-    set_revisions(&api, "rev1", "rev2");
-    set_pod(&api, 2, "rev1", false);
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["replicas"] = 2.into();
-        broker["spec"]["storage"]["size"] = "20Gi".into();
+/// Rolled to a crash-looping image past the deadline, then fixed: the stuck pod is listed and
+/// deleted.
+async fn roll_past_a_stuck_pod(scenario: &Scenario) {
+    scenario
+        .server
+        .set_image_behaviour("quiver:bad", PodBehaviour::CrashLoop);
+    scenario.edit_broker(|broker| {
+        broker["spec"]["image"] = "quiver:bad".into();
+        broker["spec"]["progressDeadlineSeconds"] = 60.into();
     });
-    api.insert(
-        &paths::pvc("data-qb-0"),
-        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-               "metadata": {"name": "data-qb-0", "namespace": "ns"},
-               "spec": {"resources": {"requests": {"storage": "10Gi"}}}}),
-    );
-    set_storage_class(&api, "standard", true, true);
+    eventually(LONG, || {
+        !scenario.events("ProgressDeadlineExceeded").is_empty()
+    })
+    .await;
+    scenario.set_image("quiver:2");
+    eventually(LONG, || {
+        scenario.pods_ready_on(3, "quiver:2") && scenario.broker_ready()
+    })
+    .await;
+}
+
+/// Claims grown, a drain held then finished.
+async fn expand_and_drain(scenario: &Scenario) {
+    scenario.edit_broker(|broker| broker["spec"]["storage"]["size"] = "20Gi".into());
+    eventually(LONG, || {
+        scenario
+            .condition("VolumeExpansion")
+            .is_some_and(|(_, reason)| reason == "VolumesExpanded")
+    })
+    .await;
+    let admin = &scenario.admin;
     admin.set_queue(&addr(2), "billing", ("orders", 0), 100, Some(40), None);
-    for _ in 0..2 {
-        broker::reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-            .await
-            .expect("reconciles");
-    }
-    // Twice: the repeated Warning event is a patch of the event series.
-    for _ in 0..2 {
-        api.fail_next("PATCH", &paths::statefulset("qb"), 500);
-        broker::reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-            .await
-            .expect_err("a failure, reported on the Broker");
-    }
-    let paused = stored_broker(&api).paused();
-    broker::reconcile(Arc::new(paused), ctx)
-        .await
-        .expect("paused");
-    (api.calls(), api.objects())
+    scenario.scale_to(2);
+    eventually(LONG, || scenario.status().drain.is_some()).await;
+    admin.consume_all(&addr(2), "billing");
+    eventually(LONG, || {
+        scenario.sts_replicas() == 2 && scenario.broker_ready()
+    })
+    .await;
 }
 
-/// Everything the ConsumerGroup reconciler does: finalizer, status, cleanup.
-async fn group_calls() -> Vec<ApiCall> {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
-    let owner = Broker::test().replicas(1).with_status(BrokerStatus {
-        current_replicas: 1,
-        ..BrokerStatus::default()
-    });
-    api.insert(&paths::broker("qb"), &owner);
-    let mut consumer_group = ConsumerGroup::test();
-    consumer_group.spec.delete_offsets_on_delete = true;
-    api.insert(&paths::group("billing"), &consumer_group);
-    admin.set_queue(
-        &addr(0),
-        "billing",
-        ("orders", 0),
-        10,
-        Some(4),
-        Some(NOW_MS),
-    );
-    for _ in 0..2 {
-        group::reconcile(Arc::new(stored_group(&api)), ctx.clone())
-            .await
-            .expect("applies");
-    }
-    api.edit(&paths::group("billing"), |group| {
-        group["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z".into();
-    });
-    group::reconcile(Arc::new(stored_group(&api)), ctx)
-        .await
-        .expect("cleans up");
-    api.calls()
+/// Two failed applies (the repeated Warning event patches its series), then a pause.
+async fn fail_then_pause(scenario: &Scenario) {
+    let path = "/apis/apps/v1/namespaces/ns/statefulsets/qb";
+    scenario.server.fail_next(http::Method::PATCH, path, 2, 500);
+    scenario.set_image("quiver:3");
+    eventually(LONG, || {
+        scenario.pods_ready_on(2, "quiver:3") && scenario.broker_ready()
+    })
+    .await;
+    scenario.annotate(PAUSE_ANNOTATION, "true");
+    eventually(LONG, || {
+        condition(&scenario.status().conditions, "Paused").0 == "True"
+    })
+    .await;
 }
 
-/// Resources the controllers have listed, and those they went on to watch.
-fn listed_and_watched(api: &FakeApiServer) -> (BTreeSet<String>, BTreeSet<String>) {
-    let mut listed = BTreeSet::new();
-    let mut watched = BTreeSet::new();
-    for call in api.calls().into_iter().filter(|call| call.method == "GET") {
-        let Some(path) = ResourcePath::parse(&call.path).filter(|path| path.name.is_none()) else {
-            continue;
-        };
-        if call.query.contains("watch=") {
-            watched.insert(path.resource);
-        } else {
-            listed.insert(path.resource);
-        }
-    }
-    (listed, watched)
+/// A group with deleteOffsetsOnDelete: finalizer, status, cleanup on delete.
+async fn group_lifecycle(scenario: &Scenario) {
+    let mut group = ConsumerGroup::test();
+    (group.metadata.uid, group.metadata.generation) = (None, None);
+    group.spec.delete_offsets_on_delete = true;
+    scenario.server.insert(&group);
+    eventually(LONG, || {
+        let stored = scenario.server.object::<ConsumerGroup>("ns", "billing");
+        stored.is_some_and(|group| group.status.is_some() && group.metadata.finalizers.is_some())
+    })
+    .await;
+    scenario
+        .server
+        .delete::<ConsumerGroup>("ns", "billing")
+        .expect("deleted");
+    eventually(LONG, || {
+        scenario
+            .server
+            .raw::<ConsumerGroup>("ns", "billing")
+            .is_none()
+    })
+    .await;
 }
 
-/// Resolves once every listed resource is watched too and nothing new was listed for 3 s:
-/// every stream of both controllers is running.
-async fn watches_settled(api: Arc<FakeApiServer>) {
-    let mut last = BTreeSet::new();
-    let mut stable_since = tokio::time::Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let (listed, watched) = listed_and_watched(&api);
-        if listed != last {
-            last = listed;
-            stable_since = tokio::time::Instant::now();
-        } else if !last.is_empty()
-            && watched == last
-            && stable_since.elapsed() > Duration::from_secs(3)
-        {
-            return;
-        }
-    }
-}
-
-/// The controllers' watches and the leader election, run under the Lease until every watch
-/// started.
-async fn controller_and_lease_calls() -> Vec<ApiCall> {
-    let (client, api) = FakeApiServer::start();
-    let api = Arc::new(api);
-    let ctx = context(client.clone(), Arc::new(FakeAdmin::default()));
-    let candidate = Candidate {
-        namespace: "ns".into(),
-        identity: "operator-a".into(),
-    };
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(30),
-        leader::run_while_leading(
-            client,
-            candidate,
-            watches_settled(api.clone()),
-            |shutdown| controller::run(ctx, Some("ns".to_string()), shutdown),
-        ),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("stops within 30 s: {:?}", listed_and_watched(&api)))
-    .expect("election works");
-    assert_eq!(outcome, leader::Leadership::Stopped);
-    api.calls()
+/// Every request of one operator run through all of the above.
+async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
+    let scenario = Scenario::start_elected().await;
+    scenario.create_broker(Broker::test().replicas(3).image("quiver:1"));
+    eventually(LONG, || scenario.broker_ready()).await;
+    roll_past_a_stuck_pod(&scenario).await;
+    expand_and_drain(&scenario).await;
+    fail_then_pause(&scenario).await;
+    group_lifecycle(&scenario).await;
+    let owners = owner_finalizer_permissions(&scenario);
+    let requests = scenario.server.requests();
+    scenario.stop().await;
+    (requests, owners)
 }
 
 /// The rules of one `define` block of _rbac.tpl.
@@ -255,38 +212,25 @@ fn diff(used: &BTreeSet<Permission>, granted: &BTreeSet<Permission>) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_chart_grants_exactly_what_the_code_calls() {
-    let (mut calls, objects) = broker_calls().await;
-    calls.extend(group_calls().await);
-    calls.extend(controller_and_lease_calls().await);
-    let mut used: BTreeSet<Permission> = calls.iter().flat_map(permissions_of).collect();
-    used.extend(owner_finalizer_permissions(&objects));
-
+    let (requests, owners) = operator_requests().await;
+    // Only the operator talks to the server in this scenario (the test's own reads and edits
+    // go around HTTP), so every request is one of its calls.
+    let mut used: BTreeSet<Permission> = requests.iter().flat_map(permissions_of).collect();
+    used.extend(owners);
     let is_lease = |p: &Permission| p.0 == "coordination.k8s.io";
     // Cluster-scoped: only ever called without a namespace.
-    let namespaced: BTreeSet<String> = calls
+    let namespaced: BTreeSet<&str> = requests
         .iter()
-        .filter_map(|call| ResourcePath::parse(&call.path))
-        .filter(|path| path.namespace.is_some())
-        .map(|path| path.resource)
+        .filter(|request| !request.namespace.is_empty())
+        .map(|request| request.resource.as_str())
         .collect();
-    let is_cluster = |p: &Permission| {
-        let resource = p.1.split('/').next().unwrap_or_default();
-        !namespaced.contains(resource)
-    };
-    let leader_used: BTreeSet<Permission> = used.iter().filter(|p| is_lease(p)).cloned().collect();
-    let cluster_used: BTreeSet<Permission> = used
-        .iter()
-        .filter(|p| !is_lease(p) && is_cluster(p))
-        .cloned()
-        .collect();
-    let managed_used: BTreeSet<Permission> = used
-        .iter()
-        .filter(|p| !is_lease(p) && !is_cluster(p))
-        .cloned()
-        .collect();
-
+    let is_cluster = |p: &Permission| !namespaced.contains(p.1.split('/').next().unwrap_or(""));
+    let (leader_used, rest): (BTreeSet<Permission>, BTreeSet<Permission>) =
+        used.into_iter().partition(|p| is_lease(p));
+    let (cluster_used, managed_used): (BTreeSet<Permission>, BTreeSet<Permission>) =
+        rest.into_iter().partition(|p| is_cluster(p));
     for (define, used) in [
         ("quiver-operator.managedRules", &managed_used),
         ("quiver-operator.clusterRules", &cluster_used),

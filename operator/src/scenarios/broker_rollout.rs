@@ -1,102 +1,45 @@
-//! A spec change rolls the pods one at a time, highest ordinal first, each waiting for Ready.
+//! An image change rolls the pods one at a time: the partition steps down from the highest
+//! ordinal, at no sampled moment are two pods not Ready, and the Broker ends Ready at the new
+//! generation with every pod on the new image.
 
-use super::{condition, context, settle_statefulset, stored_broker};
-use crate::controller::broker::reconcile;
-use crate::crd::Broker;
-use crate::desired::TEMPLATE_HASH_ANNOTATION;
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use std::sync::Arc;
+use super::{eventually, Scenario};
+use std::time::Duration;
 
-fn partition(api: &FakeApiServer) -> i32 {
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    sts.spec
-        .update_strategy
-        .unwrap()
-        .rolling_update
-        .unwrap()
-        .partition
-        .unwrap()
-}
-
-fn template_image(api: &FakeApiServer) -> String {
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    sts.spec.template.spec.unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap()
-}
-
-#[tokio::test]
-async fn image_change_rolls_pods_in_order() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
-    let broker = Broker::test().replicas(3).image("quiver:1");
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("creates");
-    settle_statefulset(&api, 3, 3);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("settles");
-    assert_eq!(partition(&api), 0);
-    let old_hash = api.get(&paths::statefulset("qb")).unwrap()["spec"]["template"]["metadata"]
-        ["annotations"][TEMPLATE_HASH_ANNOTATION]
-        .clone();
-
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["image"] = "quiver:2".into();
-        broker["metadata"]["generation"] = 2.into();
-    });
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("starts rollout");
-    assert_eq!(template_image(&api), "quiver:2");
-    assert_ne!(
-        api.get(&paths::statefulset("qb")).unwrap()["spec"]["template"]["metadata"]["annotations"]
-            [TEMPLATE_HASH_ANNOTATION],
-        old_hash
-    );
-    let mut partitions = vec![partition(&api)];
-    let status = stored_broker(&api).status.unwrap();
+#[tokio::test(start_paused = true)]
+async fn an_image_change_rolls_one_pod_at_a_time_from_the_highest_ordinal() {
+    let scenario = Scenario::settled(3).await;
+    scenario.set_image("quiver:2");
+    let mut partitions = vec![scenario.partition()];
+    let mut updated_order: Vec<String> = Vec::new();
+    eventually(Duration::from_secs(900), || {
+        let pods = scenario.pods();
+        let not_ready = pods.iter().filter(|(_, _, ready)| !*ready).count();
+        assert!(not_ready <= 1, "two pods down at once: {pods:?}");
+        for (name, image, _) in &pods {
+            if image == "quiver:2" && !updated_order.contains(name) {
+                updated_order.push(name.clone());
+            }
+        }
+        let partition = scenario.partition();
+        if partitions.last() != Some(&partition) {
+            partitions.push(partition);
+        }
+        scenario.pods_ready_on(3, "quiver:2") && scenario.broker_ready()
+    })
+    .await;
     assert_eq!(
-        condition(&status.conditions, "Progressing"),
-        ("True".into(), "RollingUpdate".into())
+        partitions,
+        [0, 2, 1, 0],
+        "the partition steps down one at a time"
     );
-    assert_eq!(status.rollout.as_ref().map(|r| r.partition), Some(2));
-
-    // The StatefulSet controller updated none yet: the partition holds.
-    settle_statefulset(&api, 3, 0);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("waits");
-    assert_eq!(partition(&api), 2);
-
-    while partition(&api) > 0 {
-        let current = partition(&api);
-        // The pod at the partition restarted on the new template but is not Ready yet.
-        settle_statefulset(&api, 2, 3 - current);
-        reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-            .await
-            .expect("waits for ready");
-        assert_eq!(partition(&api), current, "no step while a pod is not Ready");
-        settle_statefulset(&api, 3, 3 - current);
-        reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-            .await
-            .expect("steps");
-        partitions.push(partition(&api));
-    }
-    assert_eq!(partitions, vec![2, 1, 0]);
-    // The recorder folds the second RolloutStep into the first one's event series.
-    assert_eq!(api.event_reasons(), vec!["RolloutStarted", "RolloutStep"]);
-
-    settle_statefulset(&api, 3, 3);
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("settles");
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(status.rollout, None);
-    assert_eq!(condition(&status.conditions, "Progressing").0, "False");
+    assert_eq!(
+        updated_order,
+        ["qb-2", "qb-1", "qb-0"],
+        "highest ordinal first"
+    );
+    let status = scenario.status();
     assert_eq!(status.observed_generation, Some(2));
+    assert!(status.rollout.is_none(), "no rollout left in status");
+    scenario.event("RolloutStarted", "Normal");
+    scenario.stop().await;
 }

@@ -1,134 +1,91 @@
-//! A rollout to an image that never becomes Ready: after spec.progressDeadlineSeconds the Broker
-//! is Degraded (ProgressDeadlineExceeded, with a Warning event); fixing the image in the spec is
-//! enough to recover, because the operator deletes the pod stuck at the bad revision that the
-//! StatefulSet controller would otherwise wait for forever (kubernetes/kubernetes#67250).
+//! A rollout to an image that never becomes Ready: the StatefulSet (OrderedReady) waits on the
+//! crash-looping pod forever, so after spec.progressDeadlineSeconds the Broker is Degraded
+//! (ProgressDeadlineExceeded, Warning event). Editing the CR is enough to recover, with a third
+//! image or with the previous good one (whose revision the StatefulSet reuses, so update and
+//! current revision are equal): the operator deletes the pod stuck at the bad revision.
 
-use super::{
-    condition, set_pod, set_revisions, settle_statefulset, stored_broker, LAG_INTERVAL, NOW_MS,
-};
-use crate::controller::broker::reconcile;
-use crate::controller::Context;
-use crate::crd::Broker;
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use super::{condition, eventually, Scenario};
+use crate::testapi::PodBehaviour;
+use std::time::Duration;
 
-static CLOCK_MS: AtomicI64 = AtomicI64::new(NOW_MS);
+const DEADLINE_SECONDS: i64 = 120;
 
-fn scenario_clock() -> i64 {
-    CLOCK_MS.load(Ordering::SeqCst)
-}
-
-fn edit_image(api: &FakeApiServer, image: &str) {
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["image"] = image.into();
-        let generation = broker["metadata"]["generation"].as_i64().unwrap_or(1);
-        broker["metadata"]["generation"] = (generation + 1).into();
+/// Three brokers on quiver:1 rolled to quiver:bad: qb-2 crash-loops, qb-0 and qb-1 keep
+/// serving, and the Broker is Degraded once the deadline passes.
+async fn stuck_on_a_bad_image() -> Scenario {
+    let scenario = Scenario::settled(3).await;
+    scenario
+        .server
+        .set_image_behaviour("quiver:bad", PodBehaviour::CrashLoop);
+    scenario.edit_broker(|broker| {
+        broker["spec"]["image"] = "quiver:bad".into();
+        broker["spec"]["progressDeadlineSeconds"] = DEADLINE_SECONDS.into();
     });
+    eventually(Duration::from_secs(600), || {
+        condition(&scenario.status().conditions, "Degraded")
+            == ("True".into(), "ProgressDeadlineExceeded".into())
+    })
+    .await;
+    scenario.event("ProgressDeadlineExceeded", "Warning");
+    let pods = scenario.pods();
+    assert_eq!(
+        pods,
+        [
+            ("qb-0".into(), "quiver:1".into(), true),
+            ("qb-1".into(), "quiver:1".into(), true),
+            ("qb-2".into(), "quiver:bad".into(), false),
+        ],
+        "only the highest ordinal tried the bad image"
+    );
+    assert!(
+        scenario.events("StuckPodDeleted").is_empty(),
+        "a pod at the update revision is a spec problem: left alone"
+    );
+    scenario
 }
 
-fn partition(api: &FakeApiServer) -> i32 {
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    crate::controller::rollout::current_partition(&sts)
+/// After the fix: every pod Ready on `image`, the stuck pod deleted by the operator, not
+/// Degraded.
+async fn recovers_to(scenario: &Scenario, image: &str) {
+    eventually(Duration::from_secs(900), || {
+        scenario.pods_ready_on(3, image) && scenario.broker_ready()
+    })
+    .await;
+    let deleted = scenario.event("StuckPodDeleted", "Warning");
+    assert!(
+        deleted["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("qb-2"),
+        "{deleted}"
+    );
+    let status = scenario.status();
+    assert_eq!(condition(&status.conditions, "Degraded").0, "False");
+    assert_eq!(
+        status.observed_generation,
+        scenario.broker().metadata.generation
+    );
 }
 
-#[tokio::test]
-async fn a_bad_image_exceeds_the_deadline_and_a_fixed_spec_recovers_without_help() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = Arc::new(
-        Context::new(
-            client,
-            Arc::new(FakeAdmin::default()),
-            Arc::default(),
-            LAG_INTERVAL,
-        )
-        .with_clock(scenario_clock),
-    );
-    let broker = Broker::test().replicas(3).image("quiver:1");
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("creates");
-    settle_statefulset(&api, 3, 3);
-    set_revisions(&api, "rev1", "rev1");
-    for ordinal in 0..3 {
-        set_pod(&api, ordinal, "rev1", true);
-    }
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("settles");
+#[tokio::test(start_paused = true)]
+async fn a_third_image_recovers_without_a_manual_pod_delete() {
+    let scenario = stuck_on_a_bad_image().await;
+    scenario.set_image("quiver:3");
+    recovers_to(&scenario, "quiver:3").await;
+    scenario.stop().await;
+}
 
-    // A bad image: qb-2 is recreated at rev2 and crash-loops.
-    edit_image(&api, "quiver:bad");
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("rolls");
-    assert_eq!(partition(&api), 2);
-    settle_statefulset(&api, 2, 1);
-    set_revisions(&api, "rev1", "rev2");
-    set_pod(&api, 2, "rev2", false);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("waits");
-    assert!(
-        api.get(&paths::pod("qb-2")).is_some(),
-        "a pod at the update revision is left alone"
-    );
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(condition(&status.conditions, "Degraded").0, "False");
-
-    CLOCK_MS.fetch_add(601_000, Ordering::SeqCst);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("still waits");
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(
-        condition(&status.conditions, "Degraded"),
-        ("True".into(), "ProgressDeadlineExceeded".into())
-    );
-    assert_eq!(
-        condition(&status.conditions, "Progressing").1,
-        "RollingUpdate"
-    );
-    assert!(api
-        .event_reasons()
-        .contains(&"ProgressDeadlineExceeded".to_string()));
-
-    // The fix: a new image. The StatefulSet moves its update revision to rev3, but qb-2 is
-    // still the crash-looping rev2 pod, which it would wait on forever.
-    edit_image(&api, "quiver:good");
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("applies the fix");
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(
-        condition(&status.conditions, "Degraded").0,
-        "False",
-        "a new spec gets a full deadline"
-    );
-    settle_statefulset(&api, 2, 0);
-    set_revisions(&api, "rev1", "rev3");
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("unsticks");
-    assert!(
-        api.get(&paths::pod("qb-2")).is_none(),
-        "the stuck rev2 pod is deleted"
-    );
-    assert!(api.event_reasons().contains(&"StuckPodDeleted".to_string()));
-    assert!(
-        api.get(&paths::pod("qb-1")).is_some(),
-        "pods below the partition are left alone"
-    );
-
-    // The StatefulSet controller recreates qb-2 at rev3 and it becomes Ready: the rollout steps.
-    set_pod(&api, 2, "rev3", true);
-    settle_statefulset(&api, 3, 1);
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("steps");
-    assert_eq!(partition(&api), 1);
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(condition(&status.conditions, "Degraded").0, "False");
+#[tokio::test(start_paused = true)]
+async fn the_previous_good_image_recovers_without_a_manual_pod_delete() {
+    let scenario = stuck_on_a_bad_image().await;
+    let before = scenario.statefulset().status.expect("status");
+    scenario.set_image("quiver:1");
+    // The template is back to the current revision: the StatefulSet names it as before.
+    eventually(Duration::from_secs(60), || {
+        let status = scenario.statefulset().status.expect("status");
+        status.update_revision == before.current_revision
+    })
+    .await;
+    recovers_to(&scenario, "quiver:1").await;
+    scenario.stop().await;
 }

@@ -1,72 +1,35 @@
-//! Scale-down makes the leaving brokers read-only and waits until every group consumed them.
+//! Scale-down drain, topics without groups included: the leaving broker turns read-only, the
+//! status lists the groups and the topics still to be read, the StatefulSet keeps its replicas
+//! until everything is consumed, then scales down.
 
-use super::{addr, condition, condition_message, settle_statefulset, stored_broker, NOW_MS};
+use super::{addr, condition, eventually, holds_for, Scenario, NOW_MS};
 use crate::admin::BrokerPermission;
-use crate::controller::broker::reconcile;
-use crate::crd::Broker;
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use std::sync::Arc;
+use std::time::Duration;
 
-pub(super) fn sts_replicas(api: &FakeApiServer) -> i32 {
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    sts.spec.replicas.unwrap()
-}
+#[tokio::test(start_paused = true)]
+async fn the_statefulset_keeps_the_leaving_broker_until_groups_and_topics_are_read() {
+    let scenario = Scenario::settled(3).await;
+    let admin = &scenario.admin;
+    // On qb-2: billing has 60 unread messages of orders; audit-log holds 20 that no group has
+    // ever committed on.
+    admin.set_queue(&addr(2), "billing", ("orders", 0), 100, Some(40), None);
+    admin.set_topic_queue(&addr(2), ("orders", 0), (0, 100), Some(NOW_MS - 5_000));
+    admin.set_topic_queue(&addr(2), ("audit-log", 0), (10, 30), Some(NOW_MS - 5_000));
+    scenario.scale_to(2);
 
-async fn three_settled_brokers() -> (FakeApiServer, Arc<FakeAdmin>, Arc<crate::Context>) {
-    settled_brokers(3).await
-}
-
-/// A Broker of `replicas` brokers, created and every pod Ready.
-pub(super) async fn settled_brokers(
-    replicas: i32,
-) -> (FakeApiServer, Arc<FakeAdmin>, Arc<crate::Context>) {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = super::context(client, admin.clone());
-    let broker = Broker::test().replicas(replicas);
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("creates");
-    settle_statefulset(&api, replicas, replicas);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("settles");
-    (api, admin, ctx)
-}
-
-#[tokio::test]
-async fn replicas_drop_only_after_the_drain() {
-    let (api, admin, ctx) = three_settled_brokers().await;
-    admin.set_queue(
-        &addr(2),
-        "billing",
-        ("orders", 0),
-        100,
-        Some(40),
-        Some(NOW_MS - 1_000),
-    );
-    admin.set_queue(&addr(2), "audit", ("orders", 0), 100, Some(100), None);
-    admin.set_queue(
-        &addr(1),
-        "billing",
-        ("orders", 0),
-        100,
-        Some(0),
-        Some(NOW_MS - 1_000),
-    );
-
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["replicas"] = 2.into()
-    });
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("starts drain");
+    eventually(Duration::from_secs(60), || {
+        scenario.status().drain.is_some()
+    })
+    .await;
+    let status = scenario.status();
+    let drain = status.drain.clone().expect("draining");
+    assert_eq!(drain.brokers, ["qb-2"]);
+    assert_eq!(drain.pending_groups, ["billing"]);
+    assert_eq!(drain.pending_topics, ["audit-log"]);
+    assert_eq!(drain.messages_without_group, 20);
     assert_eq!(
-        sts_replicas(&api),
-        3,
-        "replicas kept while the leaving broker holds unconsumed messages"
+        condition(&status.conditions, "Progressing"),
+        ("True".into(), "Draining".into())
     );
     assert_eq!(admin.permission(&addr(2)), Some(BrokerPermission::ReadOnly));
     assert_eq!(
@@ -74,139 +37,35 @@ async fn replicas_drop_only_after_the_drain() {
         None,
         "staying brokers untouched"
     );
-    let status = stored_broker(&api).status.unwrap();
-    let drain = status.drain.clone().expect("drain in status");
-    assert_eq!(drain.brokers, vec!["qb-2"]);
-    assert_eq!(drain.remaining_messages, 60);
-    assert_eq!(drain.pending_groups, vec!["billing"]);
-    assert_eq!(
-        condition(&status.conditions, "Progressing"),
-        ("True".into(), "Draining".into())
-    );
+    scenario.event("DrainStarted", "Normal");
+    holds_for(
+        Duration::from_secs(180),
+        "three brokers while draining",
+        || scenario.sts_replicas() == 3 && scenario.pods().len() == 3,
+    )
+    .await;
 
-    let config = api.get(&paths::config_map("qb-config")).unwrap();
-    let leaving: serde_json::Value =
-        serde_json::from_str(config["data"]["qb-2.json"].as_str().unwrap()).unwrap();
-    assert_eq!(
-        leaving["broker-permission"], 4,
-        "a restart mid-drain stays read-only"
-    );
-    let staying: serde_json::Value =
-        serde_json::from_str(config["data"]["qb-1.json"].as_str().unwrap()).unwrap();
-    assert!(staying.get("broker-permission").is_none());
-
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("still draining");
-    assert_eq!(
-        api.event_reasons(),
-        vec!["DrainStarted"],
-        "draining restarts nothing"
-    );
-    assert_eq!(sts_replicas(&api), 3);
-
+    // billing catches up; the groups are gone from the drain, the topic still holds it.
     admin.consume_all(&addr(2), "billing");
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("finishes drain");
-    assert_eq!(sts_replicas(&api), 2);
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(status.drain, None);
-    assert_eq!(status.current_replicas, 2);
-    // The peer list in the config changed: the remaining brokers restart one at a time.
-    assert_eq!(
-        api.event_reasons(),
-        vec!["DrainStarted", "Drained", "RolloutStarted"]
-    );
-}
+    eventually(Duration::from_secs(60), || {
+        scenario
+            .status()
+            .drain
+            .is_some_and(|drain| drain.pending_groups.is_empty())
+    })
+    .await;
+    assert_eq!(scenario.sts_replicas(), 3, "audit-log is still unread");
 
-#[tokio::test]
-async fn scaling_back_up_mid_drain_makes_the_broker_writable_again() {
-    let (api, admin, ctx) = three_settled_brokers().await;
-    admin.set_queue(&addr(2), "billing", ("orders", 0), 100, Some(40), None);
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["replicas"] = 2.into()
-    });
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("starts drain");
-    assert_eq!(admin.permission(&addr(2)), Some(BrokerPermission::ReadOnly));
-
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["replicas"] = 3.into()
-    });
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("cancels drain");
-    assert_eq!(
-        admin.permission(&addr(2)),
-        Some(BrokerPermission::ReadWrite)
-    );
-    assert_eq!(sts_replicas(&api), 3);
-    assert_eq!(stored_broker(&api).status.unwrap().drain, None);
-}
-
-#[tokio::test]
-async fn an_unreachable_leaving_broker_is_reported_and_an_image_fix_still_applies() {
-    let (api, admin, ctx) = three_settled_brokers().await;
-    // qb-2 crash-loops on a bad image: it answers nothing.
-    admin.make_unreachable(&addr(2));
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["replicas"] = 2.into();
-        broker["spec"]["image"] = "quiver:fixed".into();
-        broker["metadata"]["generation"] = 2.into();
-    });
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("the drain of qb-2 fails alone, the pass goes on");
-    assert_eq!(
-        sts_replicas(&api),
-        3,
-        "no scale-down without a checked drain"
-    );
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    assert_eq!(
-        sts.spec.template.spec.unwrap().containers[0]
-            .image
-            .as_deref(),
-        Some("quiver:fixed"),
-        "the image fix is applied while the drain waits"
-    );
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(
-        condition(&status.conditions, "Degraded"),
-        ("True".into(), "LeavingBrokerUnreachable".into())
-    );
-    let message = condition_message(&status.conditions, "Degraded");
-    assert!(
-        message.contains("qb-2")
-            && message.contains("unreachable")
-            && message.contains("connection refused"),
-        "{message}"
-    );
-    let drain = status.drain.expect("still draining");
-    assert_eq!(drain.unreachable_brokers, vec!["qb-2"]);
-    assert!(api
-        .event_reasons()
-        .contains(&"LeavingBrokerUnreachable".to_string()));
-
-    // The same failure on the next pass writes no new event.
-    let events = api.event_reasons().len();
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("still waiting");
-    assert_eq!(
-        api.event_reasons().len(),
-        events,
-        "{:?}",
-        api.event_reasons()
-    );
-
-    admin.make_reachable(&addr(2));
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("drains now");
-    assert_eq!(sts_replicas(&api), 2);
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(condition(&status.conditions, "Degraded").0, "False");
+    // A new group reads audit-log on qb-2 to the end: nothing is left, the broker goes.
+    admin.set_queue(&addr(2), "auditor", ("audit-log", 0), 30, Some(30), None);
+    eventually(Duration::from_secs(600), || {
+        scenario.sts_replicas() == 2
+            && scenario.pods_ready_on(2, "quiver:1")
+            && scenario.broker_ready()
+    })
+    .await;
+    scenario.event("Drained", "Normal");
+    let status = scenario.status();
+    assert_eq!((status.drain, status.current_replicas), (None, 2));
+    scenario.stop().await;
 }

@@ -1,55 +1,51 @@
-//! No reconcile storm: the operator's own status writes pass no watch filter, and a pass that
-//! changes nothing a user reads writes no status at all.
+//! No reconcile storm: a settled Broker under the real controller, over ten idle simulated
+//! minutes, is reconciled only on its idle requeue and never has its status written; the watch
+//! filter passes spec and metadata changes but not the operator's own status writes.
 
-use super::{context, settle_statefulset, stored_broker};
-use crate::controller::broker::reconcile;
+use super::Scenario;
+use crate::controller::broker::IDLE_REQUEUE;
 use crate::controller::reconcile_trigger;
 use crate::crd::{Broker, FORCE_SCALE_DOWN_ANNOTATION, PAUSE_ANNOTATION};
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
-use std::sync::Arc;
+use crate::fixtures::BrokerFixture;
+use std::time::Duration;
 
-fn status_writes(api: &FakeApiServer) -> usize {
-    let status_path = format!("PATCH {}/status", paths::broker("qb"));
-    api.requests()
-        .iter()
-        .filter(|request| **request == status_path)
-        .count()
+const TEN_MINUTES: Duration = Duration::from_secs(600);
+
+#[tokio::test(start_paused = true)]
+async fn a_settled_broker_is_reconciled_on_its_idle_requeue_only_and_never_written() {
+    let scenario = Scenario::settled(3).await;
+    // Let the last status write and the pods' last changes come back through the watches.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let reconciles_before = scenario.reconciles();
+    let writes = || {
+        scenario
+            .server
+            .request_count("patch", "brokers", "qb", "status")
+    };
+    let writes_before = writes();
+
+    tokio::time::sleep(TEN_MINUTES).await;
+    // Nothing changes, so only the idle requeue (every 300 s) wakes the Broker: two in ten
+    // minutes, one more if the last settling pass was just before the window.
+    let requeues = (TEN_MINUTES.as_secs() / IDLE_REQUEUE.as_secs()) + 1;
+    let reconciles = scenario.reconciles() - reconciles_before;
+    assert!(
+        (1..=requeues).contains(&reconciles),
+        "{reconciles} reconciles in ten idle minutes"
+    );
+    assert_eq!(writes() - writes_before, 0, "an idle pass writes no status");
+    assert!(scenario.broker_ready());
+    scenario.stop().await;
 }
 
-#[tokio::test]
-async fn a_settled_broker_is_reconciled_without_writing_its_status() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
+#[test]
+fn the_watch_filter_passes_spec_and_metadata_changes_but_not_status() {
     let broker = Broker::test().replicas(3);
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("creates");
-    settle_statefulset(&api, 3, 3);
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("settles");
-    api.clear_requests();
-    for _ in 0..5 {
-        reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-            .await
-            .expect("idle pass");
-    }
-    assert_eq!(status_writes(&api), 0, "{:?}", api.requests());
-    assert!(api.event_reasons().is_empty(), "{:?}", api.event_reasons());
-}
-
-#[tokio::test]
-async fn the_watch_filter_passes_spec_and_metadata_changes_but_not_status() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
-    let broker = Broker::test().replicas(3);
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker.clone()), ctx)
-        .await
-        .expect("creates");
-    let written = stored_broker(&api);
-    assert!(written.status.is_some());
+    let mut written = broker.clone();
+    written.status = Some(crate::crd::BrokerStatus {
+        ready_replicas: 3,
+        ..Default::default()
+    });
     assert_eq!(
         reconcile_trigger(&written),
         reconcile_trigger(&broker),

@@ -1,94 +1,73 @@
-//! A larger storage size patches the existing claims and reports resize progress, once the
-//! default StorageClass is seen to allow volume expansion.
+//! A larger storage size, the StorageClass allowing expansion: every claim is patched, the
+//! resize is followed in status, and the StatefulSet's claim templates stay as created.
 
-use super::{condition, context, set_storage_class, settle_statefulset, stored_broker};
-use crate::controller::broker::reconcile;
-use crate::crd::Broker;
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use serde_json::json;
-use std::sync::Arc;
+use super::{condition, eventually, Scenario};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use std::time::Duration;
 
-#[tokio::test]
-async fn claims_grow_and_progress_is_reported() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
-    let broker = Broker::test().replicas(1);
-    api.insert(&paths::broker("qb"), &broker);
-    reconcile(Arc::new(broker), ctx.clone())
-        .await
-        .expect("creates");
-    settle_statefulset(&api, 1, 1);
-    let claim = json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data-qb-0", "namespace": "ns"},
-        "spec": {"resources": {"requests": {"storage": "10Gi"}}},
-        "status": {"capacity": {"storage": "10Gi"}},
-    });
-    api.insert(&paths::pvc("data-qb-0"), &claim);
-    set_storage_class(&api, "standard", true, true);
+fn claim_sizes(scenario: &Scenario) -> Vec<(String, String)> {
+    scenario
+        .server
+        .list::<PersistentVolumeClaim>("ns")
+        .into_iter()
+        .map(|claim| {
+            let request = claim
+                .spec
+                .and_then(|spec| spec.resources)
+                .and_then(|r| r.requests);
+            let capacity = claim.status.and_then(|status| status.capacity);
+            let size = |sizes: Option<std::collections::BTreeMap<_, _>>| {
+                sizes
+                    .and_then(|mut sizes| sizes.remove("storage"))
+                    .map(|q: k8s_openapi::apimachinery::pkg::api::resource::Quantity| q.0)
+                    .unwrap_or_default()
+            };
+            (size(request), size(capacity))
+        })
+        .collect()
+}
 
-    api.edit(&paths::broker("qb"), |broker| {
-        broker["spec"]["storage"]["size"] = "20Gi".into()
-    });
-    reconcile(Arc::new(stored_broker(&api)), ctx.clone())
-        .await
-        .expect("expands");
-    let stored_claim = api.get(&paths::pvc("data-qb-0")).unwrap();
-    assert_eq!(
-        stored_claim["spec"]["resources"]["requests"]["storage"],
-        "20Gi"
-    );
-    let sts: StatefulSet = api.object(&paths::statefulset("qb"));
-    let template_size = &sts.spec.volume_claim_templates.unwrap()[0]
-        .spec
-        .clone()
-        .unwrap()
-        .resources
-        .unwrap()
-        .requests
-        .unwrap()["storage"];
-    assert_eq!(
-        template_size.0, "10Gi",
-        "volumeClaimTemplates are immutable and left as created"
-    );
-    let status = stored_broker(&api).status.unwrap();
-    let storage = status.storage.clone().expect("storage progress");
-    assert_eq!(
-        (
-            storage.requested.as_str(),
-            storage.resized_claims,
-            storage.total_claims
-        ),
-        ("20Gi", 0, 1)
-    );
-    assert_eq!(
-        condition(&status.conditions, "Progressing"),
-        ("True".into(), "ExpandingVolumes".into())
-    );
-    assert_eq!(
-        condition(&status.conditions, "VolumeExpansion"),
-        ("True".into(), "Expanding".into())
-    );
-
-    api.set_status(
-        &paths::pvc("data-qb-0"),
-        json!({"capacity": {"storage": "20Gi"}}),
-    );
-    api.clear_requests();
-    reconcile(Arc::new(stored_broker(&api)), ctx)
-        .await
-        .expect("observes the resize");
-    assert!(
-        !api.requests()
-            .contains(&format!("PATCH {}", paths::pvc("data-qb-0"))),
-        "no patch once requested"
-    );
-    let status = stored_broker(&api).status.unwrap();
-    assert_eq!(status.storage.unwrap().resized_claims, 1);
-    assert_eq!(condition(&status.conditions, "Progressing").0, "False");
+#[tokio::test(start_paused = true)]
+async fn claims_grow_and_the_status_follows_the_resize() {
+    let scenario = Scenario::settled(2).await;
+    scenario.edit_broker(|broker| broker["spec"]["storage"]["size"] = "20Gi".into());
+    eventually(Duration::from_secs(120), || {
+        scenario
+            .condition("VolumeExpansion")
+            .is_some_and(|(status, _)| status == "True")
+    })
+    .await;
+    eventually(Duration::from_secs(300), || {
+        let storage = scenario.status().storage;
+        storage.is_some_and(|storage| storage.resized_claims == 2) && scenario.broker_ready()
+    })
+    .await;
+    let grown = ("20Gi".to_string(), "20Gi".to_string());
+    assert_eq!(claim_sizes(&scenario), [grown.clone(), grown]);
+    let status = scenario.status();
     assert_eq!(
         condition(&status.conditions, "VolumeExpansion"),
         ("True".into(), "VolumesExpanded".into())
     );
+    let storage = status.storage.expect("storage");
+    assert_eq!(
+        (storage.requested.as_str(), storage.total_claims),
+        ("20Gi", 2)
+    );
+    let template = scenario
+        .statefulset()
+        .spec
+        .volume_claim_templates
+        .expect("claims");
+    let requests = template[0]
+        .spec
+        .clone()
+        .and_then(|s| s.resources)
+        .and_then(|r| r.requests);
+    assert_eq!(
+        requests.expect("requests")["storage"].0,
+        "10Gi",
+        "volumeClaimTemplates are immutable and left as created"
+    );
+    scenario.stop().await;
 }
