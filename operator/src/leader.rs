@@ -132,17 +132,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::FakeApiServer;
+    use crate::testapi::TestApiServer;
+    use k8s_openapi::api::coordination::v1::Lease;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
 
-    const LEASE_PATH: &str =
-        "/apis/coordination.k8s.io/v1/namespaces/ops/leases/quiver-operator-leader";
+    /// The holder of the operator's Lease in namespace `ops`, as the API server stores it.
+    fn holder(server: &TestApiServer) -> serde_json::Value {
+        let lease = server
+            .raw::<Lease>("ops", "quiver-operator-leader")
+            .expect("lease exists");
+        lease["spec"]["holderIdentity"].clone()
+    }
 
     #[tokio::test]
     async fn leads_until_stopped_then_releases_the_lease() {
-        let (client, api) = FakeApiServer::start();
+        let server = Arc::new(TestApiServer::start().await);
         let led = Arc::new(AtomicBool::new(false));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let stop = async move {
@@ -153,18 +159,14 @@ mod tests {
             identity: "operator-a".into(),
         };
         let lead_flag = led.clone();
-        let api = Arc::new(api);
-        let api_in_lead = api.clone();
+        let server_in_lead = server.clone();
         let election = tokio::spawn(run_while_leading(
-            client,
+            server.client(),
             candidate,
             stop,
             move |shutdown| async move {
                 lead_flag.store(true, Ordering::SeqCst);
-                let holder = api_in_lead.get(LEASE_PATH).expect("lease created")["spec"]
-                    ["holderIdentity"]
-                    .clone();
-                assert_eq!(holder, "operator-a");
+                assert_eq!(holder(&server_in_lead), "operator-a");
                 stop_tx.send(()).expect("election running");
                 shutdown.await;
             },
@@ -176,47 +178,41 @@ mod tests {
             .expect("election works");
         assert_eq!(outcome, Leadership::Stopped);
         assert!(led.load(Ordering::SeqCst), "controllers ran while leading");
-        let lease = api.get(LEASE_PATH).expect("lease kept");
-        assert!(
-            lease["spec"]["holderIdentity"].is_null(),
-            "released: {lease}"
-        );
+        assert!(holder(&server).is_null(), "released");
     }
 
     #[tokio::test]
     async fn a_lease_held_by_another_replica_is_not_taken() {
-        let (client, api) = FakeApiServer::start();
+        let server = TestApiServer::start().await;
         let renew = k8s_openapi::jiff::Timestamp::now().to_string();
-        api.insert(
-            LEASE_PATH,
-            serde_json::json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": "quiver-operator-leader", "namespace": "ops", "resourceVersion": "1"},
-                "spec": {"holderIdentity": "operator-b", "leaseDurationSeconds": 3600, "acquireTime": renew, "renewTime": renew},
-            }),
-        );
+        server.insert(&serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "quiver-operator-leader", "namespace": "ops"},
+            "spec": {"holderIdentity": "operator-b", "leaseDurationSeconds": 3600, "acquireTime": renew, "renewTime": renew},
+        }));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let candidate = Candidate {
             namespace: "ops".into(),
             identity: "operator-a".into(),
         };
         let election = tokio::spawn(run_while_leading(
-            client,
+            server.client(),
             candidate,
             async move {
                 stop_rx.await.ok();
             },
             |_shutdown| async { panic!("must not lead while operator-b holds the lease") },
         ));
-        // Let the candidate poll the lease a few times before stopping it.
+        // Let the candidate read the lease a few times before stopping it.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while api
-            .requests()
-            .iter()
-            .filter(|request| request.starts_with("GET"))
-            .count()
-            < 2
-        {
+        let lease_reads = || {
+            server
+                .requests()
+                .iter()
+                .filter(|request| request.verb == "get" && request.resource == "leases")
+                .count()
+        };
+        while lease_reads() < 2 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the candidate never read the lease"
@@ -230,9 +226,6 @@ mod tests {
             .expect("task joins")
             .expect("election works");
         assert_eq!(outcome, Leadership::Stopped);
-        assert_eq!(
-            api.get(LEASE_PATH).unwrap()["spec"]["holderIdentity"],
-            "operator-b"
-        );
+        assert_eq!(holder(&server), "operator-b");
     }
 }
