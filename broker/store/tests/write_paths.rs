@@ -307,15 +307,9 @@ fn wait_allocated(segment: &Path, settled: impl Fn(u64) -> bool) -> u64 {
 
 /// Lone puts until the log passes `past`; every `every` puts, once the fill thread has caught
 /// up (bounded wait: it is a thread, and a chunk it is writing shows part-way), at least
-/// `ahead` bytes are allocated past the log end, in whole `in_multiples_of` when given. Then every put reads back and a crash recovers at
-/// the zeros.
-fn lone_puts_find_blocks_filled_ahead(
-    flush_mode: FlushMode,
-    past: u64,
-    every: u64,
-    ahead: u64,
-    in_multiples_of: Option<u64>,
-) {
+/// `ahead` bytes are allocated past the log end. Then every put reads back and a crash
+/// recovers at the zeros.
+fn lone_puts_find_blocks_filled_ahead(flush_mode: FlushMode, past: u64, every: u64, ahead: u64) {
     let dir = tempfile::tempdir().unwrap();
     let (config, store, segment) = store_with_8_mib_segments(dir.path(), flush_mode);
     let mut puts = Vec::new();
@@ -325,9 +319,7 @@ fn lone_puts_find_blocks_filled_ahead(
         puts.push((n, store.put(&msg(&body, n), n as i64).unwrap()));
         if n % every == 0 {
             let end = store.stats().max_physical_offset.0;
-            let settled = |filled: u64| {
-                filled >= end + ahead && in_multiples_of.is_none_or(|unit| filled % unit == 0)
-            };
+            let settled = |filled: u64| filled >= end + ahead;
             let filled = wait_allocated(&segment, settled);
             assert!(
                 settled(filled),
@@ -344,12 +336,14 @@ fn lone_puts_find_blocks_filled_ahead(
 fn async_lone_puts_find_megabytes_filled_ahead_by_the_thread() {
     const MIB: u64 = 1024 * 1024;
     // Past three megabytes, most copied through the mapping (those under a page): at least a
-    // megabyte filled past the log end, in whole megabytes.
-    lone_puts_find_blocks_filled_ahead(FlushMode::Async, 3 * MIB, 100, MIB, Some(MIB));
+    // megabyte filled past the log end. Not necessarily in whole megabytes: on a busy machine
+    // the writer can outrun the thread and fill what it needs itself, to the page
+    // (commit_log's unit tests cover that path; tail_fill's the thread's steps).
+    lone_puts_find_blocks_filled_ahead(FlushMode::Async, 3 * MIB, 100, MIB);
 }
 
 #[test]
 fn sync_mode_keeps_zero_filled_blocks_ahead_of_its_records() {
     // Past the first filled megabyte and a half: at least half a megabyte filled ahead.
-    lone_puts_find_blocks_filled_ahead(FlushMode::Sync, 1536 * 1024, 50, 512 * 1024, None);
+    lone_puts_find_blocks_filled_ahead(FlushMode::Sync, 1536 * 1024, 50, 512 * 1024);
 }
