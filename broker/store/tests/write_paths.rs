@@ -337,8 +337,8 @@ fn async_lone_puts_find_megabytes_filled_ahead_by_the_thread() {
     const MIB: u64 = 1024 * 1024;
     // Past three megabytes, most copied through the mapping (those under a page): at least a
     // megabyte filled past the log end. Not necessarily in whole megabytes: on a busy machine
-    // the writer can outrun the thread and fill what it needs itself, to the page
-    // (commit_log's unit tests cover that path; tail_fill's the thread's steps).
+    // the writer can outrun the thread and fill what it needs itself, to the page (commit_log's
+    // unit tests cover that path).
     lone_puts_find_blocks_filled_ahead(FlushMode::Async, 3 * MIB, 100, MIB);
 }
 
