@@ -6,7 +6,9 @@
 //! interval: a lagging group costs one status write per interval, a quiet one none.
 
 use super::conditions::{self, Desired, Status};
-use super::{error_chain, object_key, publish, write_status_if_changed, Context, Error};
+use super::{
+    error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
+};
 use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
@@ -828,8 +830,36 @@ fn consuming_condition(lag: u64, judged: &Judged, note: &str) -> Desired {
     Desired::new("Consuming", status, reason, message)
 }
 
+/// Deletion of the group: removed from its brokers when asked, then its series and memory. A
+/// failure keeps the finalizer (the object stays, with its deletionTimestamp) and is made
+/// visible: Ready=False with reason CleanupFailed and the cause, and a Warning event.
 #[instrument(skip(group, ctx), fields(group = %group.name_any()))]
 async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
+    if let Err(error) = delete_from_brokers(group, namespace, ctx).await {
+        let message = format!(
+            "deletion waits: removing the group from its brokers failed: {}",
+            error_chain(&error)
+        );
+        let previous = group
+            .status
+            .as_ref()
+            .map(|status| status.conditions.clone())
+            .unwrap_or_default();
+        let failure = Desired::new("Ready", false, "CleanupFailed", message);
+        report_failure(ctx, group, &previous, &failure, "DeletingGroup").await;
+        return Err(error);
+    }
+    ctx.metrics.forget_group(&series_of(group, namespace));
+    forget_last_poll(ctx, group);
+    Ok(Action::await_change())
+}
+
+/// With `deleteOffsetsOnDelete`, deletes the group and its offsets on every broker.
+async fn delete_from_brokers(
+    group: &ConsumerGroup,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
     let name = group.name_any();
     if group.spec.delete_offsets_on_delete {
         let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
@@ -857,9 +887,7 @@ async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Resul
             .await;
         }
     }
-    ctx.metrics.forget_group(&series_of(group, namespace));
-    forget_last_poll(ctx, group);
-    Ok(Action::await_change())
+    Ok(())
 }
 
 fn forget_last_poll(ctx: &Context, group: &ConsumerGroup) {

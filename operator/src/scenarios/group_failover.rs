@@ -1,100 +1,83 @@
-//! A new leader continues the judgement from status: the window's runs are persisted, so a
-//! fresh Context declares Stalled exactly when the old one would have.
+//! A new operator continues the judgement from status: the window's runs are persisted in
+//! status.lagWindow, so a fresh operator (nothing in memory) declares Stalled when the old one
+//! would have; without the persisted window it would start over.
 
-use super::group_support::{poll_after, simulated_context, two_brokers};
-use super::{addr, condition, stored_group, LAG_INTERVAL};
-use crate::controller::group::{DEFAULT_WINDOW, FINALIZER};
-use crate::controller::Context;
+use super::group_support::{GroupScenario, FIRST_POLL};
+use super::{addr, eventually, holds_for, LAG_INTERVAL};
+use crate::controller::group::DEFAULT_WINDOW;
 use crate::crd::ConsumerGroup;
-use crate::fixtures::{paths, simulated_clock, FakeAdmin, FakeApiServer, GroupFixture};
-use std::sync::Arc;
+use k8s_openapi::jiff::Timestamp;
 
-fn stuck_group(api: &FakeApiServer, admin: &FakeAdmin) {
-    two_brokers(api);
-    let mut group = ConsumerGroup::test();
-    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-    api.insert(&paths::group("billing"), &group);
+/// Group billing with lag that never moves and a member connected, judged by a first operator
+/// for half the default window; the stall's start as status says it.
+async fn half_a_window_stuck() -> (GroupScenario, String) {
+    let mut scenario = GroupScenario::start().await;
+    let admin = &scenario.admin;
     admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(40), None);
     admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    scenario.create_group(|_| {});
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    holds_for(DEFAULT_WINDOW / 2, "not stalled in half a window", || {
+        scenario.condition("Stalled").0 == "False"
+    })
+    .await;
+    let stuck_since = scenario
+        .status()
+        .lag_window
+        .and_then(|window| window.stuck_since)
+        .expect("the stall's start is in status");
+    scenario.stop_operator().await;
+    (scenario, stuck_since)
 }
 
-#[tokio::test]
-async fn a_fresh_context_continues_the_window_from_status() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let old_leader = simulated_context(client.clone(), admin.clone());
-    stuck_group(&api, &admin);
-    // Half a window with the old leader: not stalled yet.
-    let half = DEFAULT_WINDOW.as_secs() / LAG_INTERVAL.as_secs() / 2;
-    for _ in 0..=half {
-        poll_after(&api, &old_leader, LAG_INTERVAL)
-            .await
-            .expect("polls");
-    }
-    let status = stored_group(&api).status.expect("status");
-    assert_eq!(condition(&status.conditions, "Stalled").0, "False");
-    let stuck_since = status
-        .lag_window
-        .as_ref()
-        .and_then(|window| window.stuck_since.clone())
-        .expect("the stall's start is in status");
-    drop(old_leader);
+fn millis(text: &str) -> i64 {
+    text.parse::<Timestamp>()
+        .expect("a timestamp")
+        .as_millisecond()
+}
 
-    // A new leader, with nothing in memory, after the other half of the window.
-    let now = simulated_clock();
-    let new_leader = Arc::new(
-        Context::new(client, admin.clone(), Arc::default(), LAG_INTERVAL)
-            .with_clock(simulated_clock),
+#[tokio::test(start_paused = true)]
+async fn a_fresh_operator_continues_the_window_from_status() {
+    let (mut scenario, stuck_since) = half_a_window_stuck().await;
+    scenario.start_operator();
+    eventually(DEFAULT_WINDOW / 2 + 3 * LAG_INTERVAL, || {
+        scenario.condition("Stalled").0 == "True"
+    })
+    .await;
+    let now = crate::testapi::sim_clock();
+    let window_ms = DEFAULT_WINDOW.as_millis() as i64;
+    let late = now - (millis(&stuck_since) + window_ms);
+    assert!(
+        (0..=3 * LAG_INTERVAL.as_millis() as i64).contains(&late),
+        "Stalled {late} ms after the window from {stuck_since} ended"
     );
-    poll_after(&api, &new_leader, DEFAULT_WINDOW / 2)
-        .await
-        .expect("polls");
-    assert!(simulated_clock() > now);
-    let status = stored_group(&api).status.unwrap();
     assert_eq!(
-        condition(&status.conditions, "Stalled"),
+        scenario.condition("Stalled"),
         ("True".into(), "CommitsNotMoving".into())
     );
-    let consuming = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Consuming")
-        .unwrap();
-    assert!(
-        consuming.message.contains(&stuck_since),
-        "{}",
-        consuming.message
-    );
-    assert!(new_leader.metrics.encode().contains(
+    let consuming = scenario.message("Consuming");
+    assert!(consuming.contains(&stuck_since), "{consuming}");
+    assert!(scenario.metrics().contains(
         r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 1"#
     ));
+    scenario.stop().await;
 }
 
-#[tokio::test]
-async fn without_the_persisted_window_a_new_leader_would_start_over() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let old_leader = simulated_context(client.clone(), admin.clone());
-    stuck_group(&api, &admin);
-    for _ in 0..DEFAULT_WINDOW.as_secs() / LAG_INTERVAL.as_secs() / 2 {
-        poll_after(&api, &old_leader, LAG_INTERVAL)
-            .await
-            .expect("polls");
-    }
-    api.edit(&paths::group("billing"), |group| {
-        group["status"]["lagWindow"] = serde_json::Value::Null;
-    });
-    let new_leader = Arc::new(
-        Context::new(client, admin.clone(), Arc::default(), LAG_INTERVAL)
-            .with_clock(simulated_clock),
-    );
-    poll_after(&api, &new_leader, DEFAULT_WINDOW / 2)
-        .await
-        .expect("polls");
-    let status = stored_group(&api).status.unwrap();
-    assert_eq!(
-        condition(&status.conditions, "Stalled").0,
-        "False",
-        "the judgement restarted: the persisted window is what carried it"
-    );
+#[tokio::test(start_paused = true)]
+async fn without_the_persisted_window_a_new_operator_would_start_over() {
+    let (mut scenario, _) = half_a_window_stuck().await;
+    scenario
+        .server
+        .edit_status::<ConsumerGroup>("ns", "billing", |group| {
+            group["status"]["lagWindow"] = serde_json::Value::Null;
+        });
+    assert!(scenario.status().lag_window.is_none());
+    scenario.start_operator();
+    holds_for(
+        DEFAULT_WINDOW / 2 + 2 * LAG_INTERVAL,
+        "the judgement restarted: the persisted window is what carried it",
+        || scenario.condition("Stalled").0 == "False",
+    )
+    .await;
+    scenario.stop().await;
 }

@@ -1,125 +1,94 @@
-//! A ConsumerGroup is created on its brokers and gets its lag in status and metrics.
+//! A ConsumerGroup is created on its brokers and gets its lag in status and metrics; a missing
+//! Broker is reported and retried; a group without commits shows unknown lag, not zero; the
+//! group is upserted on the brokers only when needed.
 
-use super::group_support::{poll_after, simulated_context, two_brokers};
-use super::{addr, condition, context, stored_group, LAG_INTERVAL, NOW_MS};
-use crate::controller::group::{reconcile, FINALIZER, MISSING_BROKER_REQUEUE};
-use crate::crd::{ConsumerGroup, LagThresholds};
-use crate::fixtures::{paths, FakeAdmin, FakeApiServer, GroupFixture};
-use kube::runtime::controller::Action;
-use std::sync::Arc;
+use super::group_support::{GroupScenario, FIRST_POLL, NEXT_POLL, POLL_SUCCESS};
+use super::{addr, eventually, holds_for, LAG_INTERVAL};
+use crate::controller::group::{FINALIZER, MISSING_BROKER_REQUEUE};
+use crate::crd::LagThresholds;
+use crate::testapi::sim_clock;
 use std::time::Duration;
+use tokio::time::Instant;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn lag_lands_in_status_and_metrics() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = simulated_context(client, admin.clone());
-    two_brokers(&api);
-    let mut group = ConsumerGroup::test();
-    group.spec.lag_thresholds = Some(LagThresholds {
-        messages: Some(5),
-        window_seconds: Some(60),
-        ..LagThresholds::default()
-    });
-    api.insert(&paths::group("billing"), &group);
+    let scenario = GroupScenario::start().await;
+    let admin = &scenario.admin;
+    let stored_at = sim_clock() - 5_000;
     admin.set_queue(
         &addr(0),
         "billing",
         ("orders", 0),
         100,
         Some(90),
-        Some(NOW_MS - 5_000),
+        Some(stored_at),
     );
     admin.set_queue(&addr(0), "billing", ("orders", 1), 50, None, None);
     admin.set_queue(&addr(1), "billing", ("orders", 0), 10, Some(10), None);
     admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
     admin.set_members(&addr(1), "billing", &["10.0.0.7@1"]);
-    admin.set_queue(
-        &addr(1),
-        "billing",
-        ("other-topic", 0),
-        10,
-        Some(0),
-        Some(NOW_MS),
-    );
+    let other = ("other-topic", 0);
+    admin.set_queue(&addr(1), "billing", other, 10, Some(0), Some(stored_at));
+    scenario.create_group(|group| {
+        group.spec.lag_thresholds = Some(LagThresholds {
+            messages: Some(5),
+            window_seconds: Some(60),
+            ..LagThresholds::default()
+        });
+    });
 
-    let action = reconcile(Arc::new(group), ctx.clone())
-        .await
-        .expect("adds the finalizer");
-    assert_eq!(action, Action::await_change());
-    assert_eq!(
-        stored_group(&api).metadata.finalizers,
-        Some(vec![FINALIZER.to_string()])
-    );
-
-    let action = reconcile(Arc::new(stored_group(&api)), ctx.clone())
-        .await
-        .expect("collects lag");
-    assert_eq!(action, Action::requeue(LAG_INTERVAL));
+    let first_poll = Instant::now();
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    let group = scenario.group();
+    assert_eq!(group.metadata.finalizers, Some(vec![FINALIZER.to_string()]));
     for ordinal in 0..2 {
         let config = admin
             .group(&addr(ordinal), "billing")
             .expect("group ensured on every broker");
-        assert_eq!(
-            (config.max_reconsume_times, config.consume_enable),
-            (16, true)
-        );
+        let configured = (config.max_reconsume_times, config.consume_enable);
+        assert_eq!(configured, (16, true));
     }
-    let status = stored_group(&api).status.expect("status written");
+    let status = scenario.status();
+    assert_eq!(status.observed_generation, Some(1));
     assert_eq!(
         status.total_lag,
         Some(10),
-        "only spec topics, only committed queues"
+        "only spec topics, committed queues"
     );
-    assert_eq!(status.lag_seconds, Some(5.0));
+    let lag_seconds = status.lag_seconds.expect("latency known");
+    assert!((5.0..10.0).contains(&lag_seconds), "{lag_seconds}");
     assert_eq!(status.topics.len(), 1);
     assert_eq!(status.topics[0].uncommitted_queues, 1);
     assert_eq!(status.top_queues.len(), 1);
+    let top = &status.top_queues[0];
     assert_eq!(
-        (
-            status.top_queues[0].broker.as_str(),
-            status.top_queues[0].queue_id,
-            status.top_queues[0].lag
-        ),
+        (top.broker.as_str(), top.queue_id, top.lag),
         ("qb-0", 0, 10)
     );
-    assert_eq!(
-        condition(&status.conditions, "Ready"),
-        ("True".into(), "GroupConfigured".into())
-    );
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
     assert_eq!(
         status.members,
         Some(1),
         "members counted once across brokers"
     );
-    assert!(
-        ready.message.contains("1 live members"),
-        "members counted once across brokers: {}",
-        ready.message
-    );
-    assert_eq!(
-        condition(&status.conditions, "Lagging"),
-        ("True".into(), "ThresholdExceeded".into())
-    );
-    assert_eq!(condition(&status.conditions, "Stalled").0, "False");
-    assert_eq!(
-        condition(&status.conditions, "Consuming"),
-        ("True".into(), "Progressing".into())
-    );
-
-    let metrics = ctx.metrics.encode();
+    let ready = scenario.message("Ready");
+    assert!(ready.contains("1 live members"), "{ready}");
+    let pairs = [
+        ("Ready", "True", "GroupConfigured"),
+        ("Lagging", "True", "ThresholdExceeded"),
+        ("Stalled", "False", "Progressing"),
+        ("Consuming", "True", "Progressing"),
+    ];
+    for (type_, status, reason) in pairs {
+        assert_eq!(scenario.condition(type_), (status.into(), reason.into()));
+    }
+    let metrics = scenario.metrics();
     for expected in [
         r#"rocketmq_consumer_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 10"#,
-        r#"rocketmq_consumer_lag_latency{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 5000"#,
+        r#"rocketmq_consumer_lag_latency{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 5"#,
         r#"quiver_consumer_queue_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders",broker="qb-0",queue_id="0"} 10"#,
         r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 0"#,
         r#"quiver_consumer_group_status{namespace="ns",cluster="qb",consumer_group="billing",status="ok"} 1"#,
-        r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 1"#,
+        &format!("{POLL_SUCCESS} 1"),
     ] {
         assert!(
             metrics.contains(expected),
@@ -128,162 +97,158 @@ async fn lag_lands_in_status_and_metrics() {
     }
     assert!(
         !metrics.contains(r#"queue_id="1""#),
-        "uncommitted queue has no series:\n{metrics}"
+        "uncommitted queue has no series"
     );
 
-    // No commit for the whole 60 s window while lagging: Stalled.
-    poll_after(&api, &ctx, Duration::from_secs(30))
-        .await
-        .expect("polls");
-    let status = stored_group(&api).status.unwrap();
-    assert_eq!(
-        condition(&status.conditions, "Stalled").0,
-        "False",
-        "30 s only"
+    // No commit for the whole 60 s window while lagging: Stalled, not before.
+    eventually(Duration::from_secs(150), || {
+        scenario.condition("Stalled").0 == "True"
+    })
+    .await;
+    let took = first_poll.elapsed();
+    assert!(
+        (Duration::from_secs(60)..Duration::from_secs(60) + 3 * LAG_INTERVAL).contains(&took),
+        "Stalled after {took:?}"
     );
-    poll_after(&api, &ctx, Duration::from_secs(30))
-        .await
-        .expect("polls");
-    let status = stored_group(&api).status.unwrap();
     assert_eq!(
-        condition(&status.conditions, "Stalled"),
+        scenario.condition("Stalled"),
         ("True".into(), "CommitsNotMoving".into())
     );
     assert_eq!(
-        condition(&status.conditions, "Consuming"),
+        scenario.condition("Consuming"),
         ("False".into(), "Stalled".into())
     );
-    assert!(ctx.metrics.encode().contains(
+    assert!(scenario.metrics().contains(
         r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 1"#
     ));
-    assert_eq!(api.event_reasons(), vec!["Stalled"]);
+    scenario.event("Stalled", "Warning");
 
-    // The group commits: no longer stalled, last commit time recorded.
+    // The group commits: within an interval no longer stalled, last commit time recorded.
     admin.consume_all(&addr(0), "billing");
-    poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
-    let status = stored_group(&api).status.unwrap();
-    assert_eq!(status.total_lag, Some(0));
-    assert_eq!(condition(&status.conditions, "Stalled").0, "False");
-    assert_eq!(condition(&status.conditions, "Lagging").0, "False");
+    eventually(NEXT_POLL, || scenario.status().total_lag == Some(0)).await;
+    assert_eq!(scenario.condition("Stalled").0, "False");
+    assert_eq!(scenario.condition("Lagging").0, "False");
     assert_eq!(
-        condition(&status.conditions, "Consuming"),
+        scenario.condition("Consuming"),
         ("True".into(), "CaughtUp".into())
     );
-    assert!(status.last_commit_time.is_some());
+    assert!(scenario.status().last_commit_time.is_some());
+    scenario.stop().await;
 }
 
-#[tokio::test]
-async fn missing_broker_is_reported_and_retried() {
-    let (client, api) = FakeApiServer::start();
-    let ctx = context(client, Arc::new(FakeAdmin::default()));
-    let mut group = ConsumerGroup::test();
-    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-    api.insert(&paths::group("billing"), &group);
-    let action = reconcile(Arc::new(group), ctx.clone())
-        .await
-        .expect("reconciles");
-    assert_eq!(action, Action::requeue(MISSING_BROKER_REQUEUE));
-    let status = stored_group(&api).status.unwrap();
+#[tokio::test(start_paused = true)]
+async fn a_missing_broker_is_reported_then_retried() {
+    let mut scenario = GroupScenario::without_broker().await;
+    scenario.start_operator();
+    scenario.create_group(|_| {});
+    eventually(Duration::from_secs(10), || {
+        scenario.condition("Ready") == ("False".into(), "BrokerNotFound".into())
+    })
+    .await;
     assert_eq!(
-        condition(&status.conditions, "Ready"),
-        ("False".into(), "BrokerNotFound".into())
-    );
-    assert_eq!(
-        condition(&status.conditions, "Consuming"),
+        scenario.condition("Consuming"),
         ("Unknown".into(), "BrokerNotFound".into())
     );
-    assert_eq!(status.total_lag, None);
-    assert_eq!(api.event_reasons(), vec!["BrokerNotFound"]);
-    assert!(ctx.metrics.encode().contains(
-        r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"} 0"#
-    ));
+    assert_eq!(scenario.status().total_lag, None);
+    scenario.event("BrokerNotFound", "Warning");
+    assert!(scenario.metrics().contains(&format!("{POLL_SUCCESS} 0")));
+
+    // Created later: picked up on the retry, without any change to the group.
+    let created = Instant::now();
+    scenario.create_broker();
+    scenario
+        .admin
+        .set_queue(&addr(0), "billing", ("orders", 0), 10, Some(10), None);
+    eventually(MISSING_BROKER_REQUEUE + Duration::from_secs(15), || {
+        scenario.polled()
+    })
+    .await;
+    let took = created.elapsed();
+    assert!(
+        took <= MISSING_BROKER_REQUEUE + Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(scenario.status().total_lag, Some(0));
+    assert!(scenario.metrics().contains(&format!("{POLL_SUCCESS} 1")));
+    scenario.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_group_without_commits_shows_unknown_lag_not_zero() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = context(client, admin.clone());
-    two_brokers(&api);
+    let scenario = GroupScenario::start().await;
     let topic = crate::admin::TopicConfig {
         name: "orders".into(),
         queues: 4,
     };
     for ordinal in 0..2 {
         let addr = crate::admin::BrokerAddr(addr(ordinal));
-        crate::admin::BrokerAdmin::create_topic(admin.as_ref(), &addr, &topic)
+        crate::admin::BrokerAdmin::create_topic(scenario.admin.as_ref(), &addr, &topic)
             .await
             .expect("topic created");
     }
-    let mut group = ConsumerGroup::test();
-    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-    group.spec.consume_from_where = crate::crd::ConsumeFromWhere::ConsumeFromFirstOffset;
-    api.insert(&paths::group("billing"), &group);
-
-    reconcile(Arc::new(group), ctx.clone())
-        .await
-        .expect("polls");
-    let config = admin.group(&addr(0), "billing").expect("group ensured");
+    scenario.create_group(|group| {
+        group.spec.consume_from_where = crate::crd::ConsumeFromWhere::ConsumeFromFirstOffset;
+    });
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    let config = scenario.admin.group(&addr(0), "billing").expect("ensured");
     assert!(
         config.consume_from_min_enable,
         "first offset maps to consumeFromMinEnable"
     );
-    let status = stored_group(&api).status.unwrap();
+    let status = scenario.status();
     assert_eq!(status.total_lag, None, "unknown, not zero");
     assert_eq!(status.lag_seconds, None);
     assert_eq!(status.topics.len(), 1);
     assert_eq!(status.topics[0].lag, None);
     assert_eq!(
         status.topics[0].uncommitted_queues, 8,
-        "4 queues on each of 2 brokers"
+        "4 queues on 2 brokers"
     );
-    assert_eq!(condition(&status.conditions, "Lagging").0, "False");
+    assert_eq!(scenario.condition("Lagging").0, "False");
+    assert_eq!(
+        scenario.condition("Consuming"),
+        ("Unknown".into(), "LagUnknown".into())
+    );
+    let metrics = scenario.metrics();
     assert!(
-        !ctx.metrics
-            .encode()
-            .contains("rocketmq_consumer_lag_messages{"),
-        "no series"
+        !metrics.contains("rocketmq_consumer_lag_messages{"),
+        "{metrics}"
     );
+    scenario.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_group_is_upserted_only_when_needed() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = simulated_context(client, admin.clone());
-    two_brokers(&api);
-    let mut group = ConsumerGroup::test();
-    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-    api.insert(&paths::group("billing"), &group);
+    let scenario = GroupScenario::start().await;
+    scenario.create_group(|_| {});
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    assert_eq!(scenario.admin.upserts(), 2, "created on both brokers");
+    let polls = scenario.polls();
+    holds_for(3 * LAG_INTERVAL, "no upsert on a lag poll", || {
+        scenario.admin.upserts() == 2
+    })
+    .await;
+    assert!(scenario.polls() >= polls + 2, "polled meanwhile");
 
-    reconcile(Arc::new(group), ctx.clone())
-        .await
-        .expect("first poll");
-    assert_eq!(admin.upserts(), 2, "created on both brokers");
-    poll_after(&api, &ctx, LAG_INTERVAL)
-        .await
-        .expect("second poll");
-    assert_eq!(admin.upserts(), 2, "a lag poll does not rewrite the group");
-
-    admin.forget_group(&addr(1), "billing");
-    poll_after(&api, &ctx, LAG_INTERVAL)
-        .await
-        .expect("third poll");
-    assert_eq!(admin.upserts(), 3, "recreated where it went missing");
-
-    api.edit(&paths::group("billing"), |group| {
-        group["spec"]["maxReconsumeTimes"] = 3.into();
-        group["metadata"]["generation"] = 2.into();
-    });
-    reconcile(Arc::new(stored_group(&api)), ctx)
-        .await
-        .expect("spec change");
-    assert_eq!(admin.upserts(), 5, "a new spec goes to every broker");
-    assert_eq!(
-        admin
-            .group(&addr(0), "billing")
-            .unwrap()
-            .max_reconsume_times,
-        3
+    scenario.admin.forget_group(&addr(1), "billing");
+    eventually(NEXT_POLL, || scenario.admin.upserts() == 3).await;
+    assert!(
+        scenario.admin.group(&addr(1), "billing").is_some(),
+        "recreated"
     );
+
+    // A new spec goes to every broker at once, not at the next interval.
+    scenario.edit_group(|group| group["spec"]["maxReconsumeTimes"] = 3.into());
+    eventually(Duration::from_secs(10), || scenario.admin.upserts() == 5).await;
+    let config = scenario.admin.group(&addr(0), "billing").unwrap();
+    assert_eq!(config.max_reconsume_times, 3);
+    eventually(Duration::from_secs(10), || {
+        scenario.status().observed_generation == Some(2)
+    })
+    .await;
+    holds_for(2 * LAG_INTERVAL, "no upsert after", || {
+        scenario.admin.upserts() == 5
+    })
+    .await;
+    scenario.stop().await;
 }

@@ -1,116 +1,84 @@
-//! A lagging group is polled once per lag interval, however often it is woken, and its status
-//! is written at most once per poll — never when nothing a user reads changed.
+//! A group is polled once per lag interval, however often it is woken, and its status is written
+//! only when something a user reads changed: a quiet group and a stalled one are not written
+//! again over ten simulated minutes. (The lagging group, written once per interval, is
+//! group_storm.)
 
-use super::group_support::{
-    poll_after, polls, reconcile_until_quiet, simulated_context, status_writes, two_brokers,
-};
-use super::{addr, stored_group, LAG_INTERVAL, NOW_MS};
-use crate::controller::group::{reconcile, FINALIZER};
-use crate::crd::ConsumerGroup;
-use crate::fixtures::{advance_simulated_clock, paths, FakeAdmin, FakeApiServer, GroupFixture};
-use kube::runtime::controller::Action;
-use std::sync::Arc;
+use super::group_support::{GroupScenario, FIRST_POLL};
+use super::{addr, eventually, holds_for, LAG_INTERVAL};
 use std::time::Duration;
 
-/// Intervals in 10 simulated minutes.
-const TEN_MINUTES: u64 = 600 / LAG_INTERVAL.as_secs();
+const TEN_MINUTES: Duration = Duration::from_secs(600);
 
-fn lagging_group(api: &FakeApiServer, admin: &FakeAdmin) {
-    two_brokers(api);
-    let mut group = ConsumerGroup::test();
-    group.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-    api.insert(&paths::group("billing"), &group);
-    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+/// Polls expected in `period`: one per interval (each a little longer than the interval by the
+/// poll's own requests), never more.
+fn about_one_per_interval(polls: usize, period: Duration) -> bool {
+    let intervals = (period.as_secs() / LAG_INTERVAL.as_secs()) as usize;
+    (intervals * 3 / 4..=intervals + 1).contains(&polls)
 }
 
-#[tokio::test]
-async fn a_lagging_group_writes_status_at_most_once_per_interval() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = simulated_context(client, admin.clone());
-    lagging_group(&api, &admin);
-    for interval in 0..TEN_MINUTES {
-        // Producers outpace the consumer: lag and its age change at every poll.
-        let committed = 10 * interval;
-        admin.set_queue(
-            &addr(0),
-            "billing",
-            ("orders", 0),
-            100 + 20 * interval,
-            Some(committed),
-            Some(NOW_MS - 1_000),
-        );
-        let (polls_before, writes_before) = (polls(&api), status_writes(&api));
-        let action = reconcile_until_quiet(&api, &ctx).await.expect("polls");
-        assert_eq!(action, Action::requeue(LAG_INTERVAL), "interval {interval}");
-        assert_eq!(
-            polls(&api) - polls_before,
-            1,
-            "one poll in interval {interval}"
-        );
-        assert!(
-            status_writes(&api) - writes_before <= 1,
-            "interval {interval}: {} writes",
-            status_writes(&api) - writes_before
-        );
-        // Woken mid-interval (a resync, another field's change): no poll, requeued for the rest.
-        advance_simulated_clock(Duration::from_secs(5));
-        let early = reconcile(Arc::new(stored_group(&api)), ctx.clone())
-            .await
-            .expect("early wake");
-        assert_eq!(
-            early,
-            Action::requeue(LAG_INTERVAL - Duration::from_secs(5))
-        );
-        assert_eq!(polls(&api) - polls_before, 1, "no extra poll");
-        advance_simulated_clock(LAG_INTERVAL - Duration::from_secs(5));
-    }
-    assert!(status_writes(&api) as u64 <= TEN_MINUTES);
-}
-
-#[tokio::test]
-async fn a_quiet_group_is_never_written_again() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = simulated_context(client, admin.clone());
-    lagging_group(&api, &admin);
+#[tokio::test(start_paused = true)]
+async fn a_quiet_group_is_polled_once_per_interval_and_never_written_again() {
+    let scenario = GroupScenario::start().await;
     // Caught up and idle.
+    let admin = &scenario.admin;
     admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(100), None);
-    reconcile_until_quiet(&api, &ctx).await.expect("first poll");
-    let after_first = status_writes(&api);
-    for _ in 0..TEN_MINUTES {
-        poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
-    }
-    assert_eq!(
-        status_writes(&api),
-        after_first,
-        "nothing changed, nothing written"
+    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    scenario.create_group(|_| {});
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    let (writes, polls, reconciles) = (
+        scenario.status_writes(),
+        scenario.polls(),
+        scenario.reconciles(),
     );
+
+    // Woken mid-interval by a change the controller sees (a label): no extra poll.
+    scenario.edit_group(|group| group["metadata"]["labels"]["team"] = "payments".into());
+    let woken = eventually(Duration::from_secs(10), || {
+        scenario.reconciles() > reconciles
+    })
+    .await;
+    assert!(woken < Duration::from_secs(10), "woken after {woken:?}");
+    assert_eq!(scenario.polls(), polls, "woken early: no poll");
+
+    holds_for(TEN_MINUTES, "nothing changed, nothing written", || {
+        scenario.status_writes() == writes
+    })
+    .await;
+    let polled = scenario.polls() - polls;
+    assert!(
+        about_one_per_interval(polled, TEN_MINUTES),
+        "{polled} polls"
+    );
+    let woken = scenario.reconciles() - reconciles;
+    assert!(
+        woken as usize <= polled + 2,
+        "{woken} reconciles for {polled} polls"
+    );
+    scenario.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stalled_group_of_unknown_age_stops_writing_once_judged() {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = simulated_context(client, admin.clone());
-    lagging_group(&api, &admin);
+    let scenario = GroupScenario::start().await;
     // Lag that never moves, and no store time to age it: status settles once Stalled.
+    let admin = &scenario.admin;
     admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(40), None);
-    for _ in 0..=TEN_MINUTES {
-        poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
-    }
-    let judged = stored_group(&api).status.expect("status");
+    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    scenario.create_group(|_| {});
+    eventually(TEN_MINUTES + 2 * LAG_INTERVAL, || {
+        scenario.condition("Stalled").0 == "True"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (writes, polls) = (scenario.status_writes(), scenario.polls());
+    holds_for(TEN_MINUTES, "judged once, written once", || {
+        scenario.status_writes() == writes
+    })
+    .await;
+    let polled = scenario.polls() - polls;
     assert!(
-        judged
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Stalled" && c.status == "True"),
-        "{:?}",
-        judged.conditions
+        about_one_per_interval(polled, TEN_MINUTES),
+        "{polled} polls"
     );
-    let writes = status_writes(&api);
-    for _ in 0..TEN_MINUTES {
-        poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
-    }
-    assert_eq!(status_writes(&api), writes);
+    scenario.stop().await;
 }

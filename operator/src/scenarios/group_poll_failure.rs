@@ -1,49 +1,40 @@
 //! A failed lag poll is visible, not just logged: Ready=False with reason PollFailed and the
-//! cause, a Warning event, the lag series dropped and `quiver_lag_poll_success` 0 — and the
-//! reconcile still fails, for backoff. Repeating the same failure does not rewrite status.
+//! cause, a Warning event, the lag series dropped and `quiver_lag_poll_success` 0; the poll is
+//! retried on the error's backoff, not held until the interval, and the same failure does not
+//! rewrite status. Back, lag, series and Ready return.
 
-use super::group_support::{poll_after, polls, simulated_context, status_writes, two_brokers};
-use super::{addr, condition, stored_group, LAG_INTERVAL, NOW_MS};
-use crate::controller::Context;
-use crate::crd::ConsumerGroup;
-use crate::fixtures::{paths, FakeAdmin, FakeApiServer, GroupFixture};
-use std::sync::Arc;
+use super::group_support::{GroupScenario, FIRST_POLL, NEXT_POLL, POLL_SUCCESS};
+use super::{addr, eventually, LAG_INTERVAL};
 use std::time::Duration;
 
-const POLL_SUCCESS: &str =
-    r#"quiver_lag_poll_success{namespace="ns",cluster="qb",consumer_group="billing"}"#;
+const BROKER_PATH: &str = "/apis/quiver.io/v1alpha1/namespaces/ns/brokers/qb";
 
-async fn polled_group() -> (FakeApiServer, Arc<FakeAdmin>, Arc<Context>) {
-    let (client, api) = FakeApiServer::start();
-    let admin = Arc::new(FakeAdmin::default());
-    let ctx = simulated_context(client, admin.clone());
-    two_brokers(&api);
-    let mut group = ConsumerGroup::test();
-    group.metadata.finalizers = Some(vec![crate::controller::group::FINALIZER.to_string()]);
-    api.insert(&paths::group("billing"), &group);
+async fn polled_group() -> GroupScenario {
+    let scenario = GroupScenario::start().await;
+    let stored_at = crate::testapi::sim_clock();
+    let admin = &scenario.admin;
     admin.set_queue(
         &addr(0),
         "billing",
         ("orders", 0),
         100,
         Some(90),
-        Some(NOW_MS),
+        Some(stored_at),
     );
     admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
-    poll_after(&api, &ctx, LAG_INTERVAL)
-        .await
-        .expect("first poll");
-    let metrics = ctx.metrics.encode();
+    scenario.create_group(|_| {});
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    let metrics = scenario.metrics();
     assert!(metrics.contains(&format!("{POLL_SUCCESS} 1")), "{metrics}");
     assert!(
         metrics.contains("rocketmq_consumer_lag_messages{"),
         "{metrics}"
     );
-    (api, admin, ctx)
+    scenario
 }
 
-fn assert_lag_unknown(ctx: &Context) {
-    let metrics = ctx.metrics.encode();
+fn assert_lag_unknown(scenario: &GroupScenario) {
+    let metrics = scenario.metrics();
     assert!(metrics.contains(&format!("{POLL_SUCCESS} 0")), "{metrics}");
     for gone in [
         "rocketmq_consumer_lag_messages{",
@@ -56,86 +47,84 @@ fn assert_lag_unknown(ctx: &Context) {
     }
 }
 
-#[tokio::test]
-async fn no_broker_answering_is_a_condition_an_event_and_no_lag_series() {
-    let (api, admin, ctx) = polled_group().await;
-    admin.make_unreachable(&addr(0));
-    admin.make_unreachable(&addr(1));
+fn poll_failed(scenario: &GroupScenario) -> bool {
+    scenario.condition("Ready") == ("False".into(), "PollFailed".into())
+}
 
-    let error = poll_after(&api, &ctx, LAG_INTERVAL)
-        .await
-        .expect_err("the reconcile fails, for backoff");
-    assert_eq!(error.metric_label(), "finalizer");
-    let status = stored_group(&api).status.expect("status");
-    assert_eq!(
-        condition(&status.conditions, "Ready"),
-        ("False".into(), "PollFailed".into())
-    );
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
+#[tokio::test(start_paused = true)]
+async fn no_broker_answering_is_a_condition_an_event_and_no_lag_series() {
+    let scenario = polled_group().await;
+    scenario.admin.make_unreachable(&addr(0));
+    scenario.admin.make_unreachable(&addr(1));
+
+    eventually(NEXT_POLL, || poll_failed(&scenario)).await;
+    let ready = scenario.message("Ready");
     assert!(
-        ready.message.contains("reaching any broker") && ready.message.contains("unreachable"),
-        "{}",
-        ready.message
+        ready.contains("reaching any broker") && ready.contains("unreachable"),
+        "{ready}"
     );
     for type_ in ["Lagging", "Consuming", "Stalled"] {
         assert_eq!(
-            condition(&status.conditions, type_),
+            scenario.condition(type_),
             ("Unknown".into(), "PollFailed".into())
         );
     }
+    let status = scenario.status();
     assert_eq!(status.total_lag, None, "unknown, not the last value");
     assert!(
         status.lag_window.is_some(),
         "the judgement's memory is kept"
     );
-    assert_eq!(api.event_reasons(), vec!["PollFailed"]);
-    assert_lag_unknown(&ctx);
+    scenario.event("PollFailed", "Warning");
+    assert_lag_unknown(&scenario);
 
-    // The backoff retry, seconds later, polls again; the same failure writes nothing new.
-    let (writes, polled) = (status_writes(&api), polls(&api));
-    poll_after(&api, &ctx, Duration::from_secs(5))
-        .await
-        .expect_err("still failing");
-    assert_eq!(
-        polls(&api),
-        polled + 1,
-        "retried, not held until the interval"
+    // Retried on the backoff (5 s, then 10 s), well before the interval; the same failure
+    // writes nothing new.
+    let (writes, polls) = (scenario.status_writes(), scenario.polls());
+    let retried = eventually(LAG_INTERVAL, || scenario.polls() > polls).await;
+    assert!(
+        retried < Duration::from_secs(10),
+        "retried after {retried:?}"
     );
-    assert_eq!(status_writes(&api), writes);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(scenario.polls() >= polls + 2, "retried again");
+    assert_eq!(scenario.status_writes(), writes, "nothing new to write");
+    assert_lag_unknown(&scenario);
 
-    // Back: lag, series and Ready return.
-    admin.make_reachable(&addr(0));
-    admin.make_reachable(&addr(1));
-    poll_after(&api, &ctx, LAG_INTERVAL).await.expect("polls");
-    let status = stored_group(&api).status.unwrap();
-    assert_eq!(condition(&status.conditions, "Ready").0, "True");
-    assert_eq!(status.total_lag, Some(10));
-    assert!(ctx.metrics.encode().contains(&format!("{POLL_SUCCESS} 1")));
+    // Back: lag, series and Ready return at the next retry.
+    scenario.admin.make_reachable(&addr(0));
+    scenario.admin.make_reachable(&addr(1));
+    eventually(Duration::from_secs(60), || {
+        scenario.condition("Ready").0 == "True"
+    })
+    .await;
+    assert_eq!(scenario.status().total_lag, Some(10));
+    let metrics = scenario.metrics();
+    assert!(metrics.contains(&format!("{POLL_SUCCESS} 1")), "{metrics}");
+    assert!(
+        metrics.contains("rocketmq_consumer_lag_messages{"),
+        "{metrics}"
+    );
+    scenario.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_api_error_reading_the_broker_is_surfaced_the_same_way() {
-    let (api, _admin, ctx) = polled_group().await;
-    api.fail_next("GET", &paths::broker("qb"), 500);
-    poll_after(&api, &ctx, LAG_INTERVAL)
-        .await
-        .expect_err("the reconcile fails");
-    let status = stored_group(&api).status.unwrap();
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    assert_eq!(ready.reason, "PollFailed");
-    assert!(
-        ready.message.contains("reading Broker qb"),
-        "{}",
-        ready.message
-    );
-    assert_eq!(api.event_reasons(), vec!["PollFailed"]);
-    assert_lag_unknown(&ctx);
+    let scenario = polled_group().await;
+    scenario
+        .server
+        .fail_next(http::Method::GET, BROKER_PATH, 1, 500);
+    eventually(NEXT_POLL, || poll_failed(&scenario)).await;
+    let ready = scenario.message("Ready");
+    assert!(ready.contains("reading Broker qb"), "{ready}");
+    scenario.event("PollFailed", "Warning");
+    assert_lag_unknown(&scenario);
+
+    // One failure only: the backoff retry polls and recovers, before the interval.
+    eventually(Duration::from_secs(12), || {
+        scenario.condition("Ready").0 == "True"
+    })
+    .await;
+    assert!(scenario.metrics().contains(&format!("{POLL_SUCCESS} 1")));
+    scenario.stop().await;
 }
