@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
-use crate::json_file::{read_json_with_backup, write_json_atomically};
+use crate::json_file::{read_json_with_backup, write_json_into_existing_dir};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -34,6 +34,7 @@ pub(crate) fn load(data_dir: &Path) -> Option<Checkpoint> {
     }
 }
 
+/// Writes the checkpoint; never re-creates a data directory deleted under the store.
 pub(crate) fn save(data_dir: &Path, checkpoint: &Checkpoint) -> Result<(), StoreError> {
-    write_json_atomically(&checkpoint_path(data_dir), checkpoint)
+    write_json_into_existing_dir(&checkpoint_path(data_dir), checkpoint)
 }

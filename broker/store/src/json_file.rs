@@ -24,11 +24,29 @@ pub fn backup_path(path: &Path) -> PathBuf {
 /// Writes `value` to `path`: temp file, fsync, previous file renamed to `.bak`, rename,
 /// fsync of the directory. A crash leaves either the old or the new file (or `.bak`).
 pub fn write_json_atomically(path: &Path, value: &impl Serialize) -> Result<(), StoreError> {
+    let dir = parent_dir(path);
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create directory", dir, e))?;
+    write_json_into_existing_dir(path, value)
+}
+
+/// As [`write_json_atomically`], into a directory that must exist: a file of a data directory
+/// deleted under a running store fails to write (its temp file cannot be created) instead of
+/// bringing the directory back.
+pub(crate) fn write_json_into_existing_dir(
+    path: &Path,
+    value: &impl Serialize,
+) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Json {
         path: path.to_path_buf(),
         source: e,
     })?;
     write_atomically(path, &bytes)
+}
+
+fn parent_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// Serialises atomic writes in this process: two writers of one file would share its temp
@@ -37,11 +55,7 @@ static ATOMIC_WRITES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let _one_at_a_time = ATOMIC_WRITES.lock();
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create directory", dir, e))?;
+    let dir = parent_dir(path);
     let tmp = with_suffix(path, ".tmp");
     if let Err(error) = write_synced(&tmp, bytes) {
         // A full disk: the old file stays as it was, and the partial copy frees its blocks.
