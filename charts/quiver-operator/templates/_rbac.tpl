@@ -1,7 +1,7 @@
 {{/*
 RBAC rules: exactly the requests the operator makes, no more. operator/src/scenarios/broker_rbac.rs
 records every request of the reconcilers, the controllers' watches and the leader election against
-a fake API server and fails when these rules differ from them.
+the operator's test API server and fails when these rules differ from them.
 */}}
 
 {{/* Namespaced resources, granted cluster-wide or in the watched namespace only. */}}

@@ -1,5 +1,5 @@
-//! Controller scenarios, one behaviour per file (the controller-rs fixtures pattern). The Broker
-//! ones run the real `controller::run` against the test API server ([`crate::testapi`]) and the
+//! Controller scenarios, one behaviour per file (the controller-rs fixtures pattern). They
+//! run the real `controller::run` against the test API server ([`crate::testapi`]) and the
 //! in-memory brokers ([`FakeAdmin`]) in simulated time: [`Scenario`] sets that up.
 
 mod api_errors;
@@ -29,13 +29,12 @@ mod group_storm;
 mod group_support;
 
 use crate::controller::{self, Context};
-use crate::crd::{Broker, BrokerStatus, ConsumerGroup};
-use crate::fixtures::{paths, BrokerFixture, FakeAdmin, FakeApiServer};
+use crate::crd::{Broker, BrokerStatus};
+use crate::fixtures::{BrokerFixture, FakeAdmin};
 use crate::testapi::{sim_clock, TestApiServer};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::Client;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,20 +43,11 @@ use tokio::time::Instant;
 /// The fixed "now" of every scenario, ms since the epoch (the simulated clock starts there too).
 pub const NOW_MS: i64 = crate::testapi::SIM_EPOCH_MS;
 
-fn fixed_clock() -> i64 {
-    NOW_MS
-}
-
 /// Lag poll interval of the scenarios' context.
 pub const LAG_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Period of the simulated StatefulSet controller and kubelet.
 pub const SIM_PERIOD: Duration = Duration::from_secs(1);
-
-/// A context over `client` and `admin` with the fixed clock.
-pub fn context(client: Client, admin: Arc<FakeAdmin>) -> Arc<Context> {
-    Arc::new(Context::new(client, admin, Arc::default(), LAG_INTERVAL).with_clock(fixed_clock))
-}
 
 /// A context of an operator on `server`, its own metrics, following the simulated clock.
 pub fn sim_context(server: &TestApiServer, admin: Arc<FakeAdmin>) -> Arc<Context> {
@@ -69,11 +59,6 @@ pub fn sim_context(server: &TestApiServer, admin: Arc<FakeAdmin>) -> Arc<Context
 /// Remoting address of broker `ordinal` of Broker `qb` in `ns`.
 pub fn addr(ordinal: i32) -> String {
     format!("qb-{ordinal}.qb-headless.ns.svc:10911")
-}
-
-/// The ConsumerGroup as the fake API server holds it now.
-pub fn stored_group(api: &FakeApiServer) -> ConsumerGroup {
-    api.object(&paths::group("billing"))
 }
 
 /// The test API server (default StorageClass "standard", simulated StatefulSet controller and
