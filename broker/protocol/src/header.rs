@@ -583,12 +583,13 @@ pub enum ResetTarget {
 }
 
 impl ResetTarget {
-    /// The `timestamp` header value that carries this target.
+    /// The `timestamp` header value that carries this target; a time is at least 1, since 0
+    /// and negative values name the ends.
     pub fn wire_timestamp(self) -> i64 {
         match self {
             ResetTarget::Earliest => 0,
             ResetTarget::Latest => -1,
-            ResetTarget::Timestamp(timestamp) => timestamp,
+            ResetTarget::Timestamp(timestamp) => timestamp.max(1),
         }
     }
 
@@ -838,6 +839,9 @@ mod tests {
             );
         }
         assert_eq!(ResetTarget::from_wire_timestamp(-7), ResetTarget::Latest);
+        // A time never travels as an end's encoding.
+        assert_eq!(ResetTarget::Timestamp(0).wire_timestamp(), 1);
+        assert_eq!(ResetTarget::Timestamp(-5).wire_timestamp(), 1);
         let header = ResetOffsetRequestHeader {
             timestamp: -1,
             ..Default::default()

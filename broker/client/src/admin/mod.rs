@@ -14,9 +14,7 @@ use quiver_protocol::{code, ExtFields, RemotingCommand};
 use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
 use crate::message::now_ms;
-use crate::ops::{PullSpec, PullStatus};
 use crate::remoting::expect_success;
-use crate::subscription::Subscription;
 use crate::MessageQueue;
 
 /// Permission bits of a topic or broker, as the wire defines them.
@@ -75,25 +73,8 @@ pub struct QueueLag {
     pub lag_seconds: Option<f64>,
 }
 
-/// Where an offset reset moves a group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ResetTarget {
-    Earliest,
-    Latest,
-    /// The first message stored at or after this time (ms since the epoch).
-    Timestamp(i64),
-}
-
-impl ResetTarget {
-    /// The broker's encoding: 0 earliest, -1 latest, else a time (at least 1: 0 is earliest).
-    pub fn wire_timestamp(self) -> i64 {
-        match self {
-            ResetTarget::Earliest => 0,
-            ResetTarget::Latest => -1,
-            ResetTarget::Timestamp(ms) => ms.max(1),
-        }
-    }
-}
+/// Where an offset reset moves a group: the wire type, shared with the broker.
+pub use quiver_protocol::header::ResetTarget;
 
 pub struct Admin {
     core: Arc<ClientCore>,
@@ -275,29 +256,20 @@ impl Admin {
         Ok(lags)
     }
 
-    /// Store time of the message at `offset`, read with a one-message pull that commits nothing.
+    /// Store time of the message at `offset` on the broker the route names; None when unreadable.
     async fn store_timestamp(
         &self,
         group: &str,
         queue: &MessageQueue,
         offset: QueueOffset,
     ) -> Option<i64> {
-        self.core.route(&queue.topic).await.ok()?;
-        let subscription = Subscription::new(queue.topic.clone(), "*");
-        let spec = PullSpec {
-            group,
-            queue,
-            offset,
-            max_messages: 1,
-            subscription: &subscription,
-            commit_offset: None,
-            suspend: None,
+        let read = async {
+            self.core.route(&queue.topic).await?;
+            let addr = self.core.broker_addr(&queue.broker_name)?;
+            self.store_time_at(&addr, group, queue, offset).await
         };
-        match self.core.pull(&spec).await {
-            Ok(result) => match result.status {
-                PullStatus::Found(messages) => messages.first().map(|m| m.store_timestamp_ms),
-                _ => None,
-            },
+        match read.await {
+            Ok(stored) => stored,
             Err(error) => {
                 tracing::debug!(queue = %queue, %error, "could not read the first unconsumed message");
                 None
