@@ -438,18 +438,7 @@ async fn broker_missing(
     now_ms: i64,
 ) -> Result<Action, Error> {
     let message = format!("Broker {} does not exist", group.spec.broker_ref);
-    forget_last_poll(ctx, group);
-    ctx.metrics.lag_unknown(&series_of(group, namespace));
-    publish(
-        ctx,
-        group,
-        EventType::Warning,
-        "BrokerNotFound",
-        "PollingLag",
-        &message,
-    )
-    .await;
-    let status = lag_unknown_status(group, "BrokerNotFound", &message, now_ms);
+    let status = lag_unknown(group, namespace, ctx, "BrokerNotFound", &message, now_ms).await;
     let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
     write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await?;
     Ok(Action::requeue(MISSING_BROKER_REQUEUE))
@@ -465,25 +454,37 @@ async fn record_failure(
     now_ms: i64,
 ) {
     let message = format!("lag poll failed: {}", error_chain(error));
-    // The retry, on the error's backoff, must poll rather than wait for the interval.
-    forget_last_poll(ctx, group);
-    ctx.metrics.lag_unknown(&series_of(group, namespace));
-    publish(
-        ctx,
-        group,
-        EventType::Warning,
-        "PollFailed",
-        "PollingLag",
-        &message,
-    )
-    .await;
-    let status = lag_unknown_status(group, "PollFailed", &message, now_ms);
+    let status = lag_unknown(group, namespace, ctx, "PollFailed", &message, now_ms).await;
     let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
     if let Err(write_error) =
         write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await
     {
         tracing::warn!(error = %write_error, "could not write the poll failure to status");
     }
+}
+
+/// The steps shared when the lag cannot be known: the next try polls rather than waiting for
+/// the interval, the lag series are dropped, a Warning event says why; returns the status.
+async fn lag_unknown(
+    group: &ConsumerGroup,
+    namespace: &str,
+    ctx: &Context,
+    reason: &'static str,
+    message: &str,
+    now_ms: i64,
+) -> ConsumerGroupStatus {
+    forget_last_poll(ctx, group);
+    ctx.metrics.lag_unknown(&series_of(group, namespace));
+    publish(
+        ctx,
+        group,
+        EventType::Warning,
+        reason,
+        "PollingLag",
+        message,
+    )
+    .await;
+    lag_unknown_status(group, reason, message, now_ms)
 }
 
 /// Status when the lag cannot be known: lag figures cleared (unknown, not stale), every
