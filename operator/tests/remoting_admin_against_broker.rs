@@ -56,6 +56,21 @@ async fn start_broker_with(adjust: impl FnOnce(&mut quiver_broker::BrokerConfig)
 }
 
 /// One SEND_MESSAGE to an explicit queue, the way a RocketMQ 4.x producer sends it.
+/// A running broker, an admin client, and topic orders (2 queues) created through it.
+async fn broker_with_orders() -> (RunningBroker, RemotingAdmin) {
+    let broker = start_broker().await;
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    let topic_config = TopicConfig {
+        name: "orders".into(),
+        queues: 2,
+    };
+    admin
+        .create_topic(&broker.addr, &topic_config)
+        .await
+        .expect("create topic");
+    (broker, admin)
+}
+
 async fn send(addr: &BrokerAddr, queue_id: i32, body: &str) {
     send_with_properties(addr, queue_id, body, "").await;
 }
@@ -164,18 +179,8 @@ fn now_ms() -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_admin_call_works_against_a_real_broker() {
-    let broker = start_broker().await;
+    let (broker, admin) = broker_with_orders().await;
     let addr = broker.addr.clone();
-    let admin = RemotingAdmin::new(Duration::from_secs(5));
-
-    let topic_config = TopicConfig {
-        name: "orders".into(),
-        queues: 2,
-    };
-    admin
-        .create_topic(&addr, &topic_config)
-        .await
-        .expect("create topic");
     let group = SubscriptionGroup {
         group: "billing".into(),
         consume_enable: true,
@@ -303,28 +308,14 @@ async fn every_admin_call_works_against_a_real_broker() {
         "offsets dropped: {stats:?}"
     );
 
-    broker.stop.send(()).ok();
-    tokio::time::timeout(Duration::from_secs(15), broker.task)
-        .await
-        .expect("broker stops within 15 s")
-        .expect("broker task joins")
-        .expect("broker exits cleanly");
+    stop(broker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_broker_lists_its_topics_and_what_they_hold() {
     use quiver_operator::controller::drain::{backlog, SCHEDULE_TOPIC};
-    let broker = start_broker().await;
+    let (broker, admin) = broker_with_orders().await;
     let addr = broker.addr.clone();
-    let admin = RemotingAdmin::new(Duration::from_secs(5));
-    let topic_config = TopicConfig {
-        name: "orders".into(),
-        queues: 2,
-    };
-    admin
-        .create_topic(&addr, &topic_config)
-        .await
-        .expect("create topic");
     for index in 0..6 {
         send(&addr, index % 2, &format!("m{index}")).await;
     }

@@ -3,7 +3,7 @@
 //! would have; without the persisted window it would start over.
 
 use super::group_support::{GroupScenario, FIRST_POLL};
-use super::{addr, eventually, holds_for, LAG_INTERVAL};
+use super::{eventually, holds_for, LAG_INTERVAL};
 use crate::controller::group::DEFAULT_WINDOW;
 use crate::crd::ConsumerGroup;
 use k8s_openapi::jiff::Timestamp;
@@ -11,10 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 /// Group billing with lag that never moves and a member connected, judged by a first operator
 /// for half the default window; the stall's start as status says it.
 async fn half_a_window_stuck() -> (GroupScenario, String) {
-    let mut scenario = GroupScenario::start().await;
-    let admin = &scenario.admin;
-    admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(40), None);
-    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    let mut scenario = GroupScenario::with_one_queue(100, Some(40), None).await;
     scenario.create_group(|_| {});
     eventually(FIRST_POLL, || scenario.polled()).await;
     holds_for(DEFAULT_WINDOW / 2, "not stalled in half a window", || {

@@ -4,7 +4,7 @@
 //! group_storm.)
 
 use super::group_support::{GroupScenario, FIRST_POLL};
-use super::{addr, eventually, holds_for, LAG_INTERVAL};
+use super::{eventually, holds_for, LAG_INTERVAL};
 use std::time::Duration;
 
 const TEN_MINUTES: Duration = Duration::from_secs(600);
@@ -18,11 +18,8 @@ fn about_one_per_interval(polls: usize, period: Duration) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn a_quiet_group_is_polled_once_per_interval_and_never_written_again() {
-    let scenario = GroupScenario::start().await;
     // Caught up and idle.
-    let admin = &scenario.admin;
-    admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(100), None);
-    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    let scenario = GroupScenario::with_one_queue(100, Some(100), None).await;
     scenario.create_group(|_| {});
     eventually(FIRST_POLL, || scenario.polled()).await;
     let (writes, polls, reconciles) = (
@@ -59,11 +56,8 @@ async fn a_quiet_group_is_polled_once_per_interval_and_never_written_again() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_group_of_unknown_age_stops_writing_once_judged() {
-    let scenario = GroupScenario::start().await;
     // Lag that never moves, and no store time to age it: status settles once Stalled.
-    let admin = &scenario.admin;
-    admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(40), None);
-    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+    let scenario = GroupScenario::with_one_queue(100, Some(40), None).await;
     scenario.create_group(|_| {});
     eventually(TEN_MINUTES + 2 * LAG_INTERVAL, || {
         scenario.condition("Stalled").0 == "True"

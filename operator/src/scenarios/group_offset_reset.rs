@@ -18,10 +18,8 @@ fn replay(group: &mut crate::crd::ConsumerGroup) {
 
 #[tokio::test(start_paused = true)]
 async fn a_reset_applies_once_per_id_on_every_broker() {
-    let scenario = GroupScenario::start().await;
+    let scenario = GroupScenario::with_one_queue(100, Some(100), None).await;
     let admin = &scenario.admin;
-    admin.set_queue(&addr(0), "billing", ("orders", 0), 100, Some(100), None);
-    admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
     scenario.create_group(replay);
 
     eventually(FIRST_POLL, || scenario.polled()).await;

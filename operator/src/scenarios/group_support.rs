@@ -35,6 +35,28 @@ impl GroupScenario {
         scenario
     }
 
+    /// [`GroupScenario::start`] with group billing's one queue (orders, 0) on the first broker
+    /// at `broker_offset`, `committed` and the first unconsumed message `stored_at`, and one
+    /// member connected.
+    pub async fn with_one_queue(
+        broker_offset: u64,
+        committed: Option<u64>,
+        stored_at: Option<i64>,
+    ) -> GroupScenario {
+        let scenario = GroupScenario::start().await;
+        let admin = &scenario.admin;
+        admin.set_queue(
+            &addr(0),
+            "billing",
+            ("orders", 0),
+            broker_offset,
+            committed,
+            stored_at,
+        );
+        admin.set_members(&addr(0), "billing", &["10.0.0.7@1"]);
+        scenario
+    }
+
     /// The server and the brokers only: no Broker, no operator.
     pub async fn without_broker() -> GroupScenario {
         let server = TestApiServer::start().await;

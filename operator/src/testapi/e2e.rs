@@ -193,24 +193,29 @@ fn start_operator(
     (stop_tx, task)
 }
 
-fn pod_images(server: &TestApiServer) -> Vec<(String, String, bool)> {
-    server
-        .list::<Pod>("ns")
-        .into_iter()
-        .map(|pod| {
-            let image = pod.spec.as_ref().unwrap().containers[0]
-                .image
-                .clone()
-                .unwrap();
-            let ready = pod
-                .status
-                .and_then(|status| status.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            (pod.metadata.name.unwrap(), image, ready)
-        })
-        .collect()
+/// The opening most tests share: the simulated cluster and the operator running, a three-pod
+/// Broker applied as kubectl would and Ready.
+async fn operator_with_ready_broker(
+    server: &TestApiServer,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+    Api<Broker>,
+) {
+    server.add_storage_class("standard", true, true);
+    server.run_controllers(SIM_PERIOD);
+    let (stop, task) = start_operator(server);
+    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
+    brokers
+        .patch(
+            "qb",
+            &PatchParams::apply("kubectl"),
+            &apply_broker("quiver:1"),
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(600), || broker_ready(server)).await;
+    (stop, task, brokers)
 }
 
 fn apply_broker(image: &str) -> Patch<serde_json::Value> {
@@ -222,17 +227,8 @@ fn apply_broker(image: &str) -> Patch<serde_json::Value> {
 #[tokio::test(start_paused = true)]
 async fn a_settled_broker_writes_nothing_for_ten_idle_minutes() {
     let server = TestApiServer::start().await;
-    server.add_storage_class("standard", true, true);
     server.set_time_tick(Duration::from_secs(1));
-    server.run_controllers(SIM_PERIOD);
-    let (stop, task) = start_operator(&server);
-    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
-    let apply = PatchParams::apply("kubectl");
-    brokers
-        .patch("qb", &apply, &apply_broker("quiver:1"))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(600), || broker_ready(&server)).await;
+    let (stop, task, _brokers) = operator_with_ready_broker(&server).await;
     // Let the last status write and the pods settle.
     tokio::time::sleep(Duration::from_secs(30)).await;
     let (requests_before, rv_before) = (server.requests().len(), server.resource_version());
@@ -270,16 +266,8 @@ async fn a_settled_broker_writes_nothing_for_ten_idle_minutes() {
 #[tokio::test(start_paused = true)]
 async fn an_image_change_rolls_through_the_controller_one_pod_at_a_time() {
     let server = TestApiServer::start().await;
-    server.add_storage_class("standard", true, true);
-    server.run_controllers(SIM_PERIOD);
-    let (stop, task) = start_operator(&server);
-    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
+    let (stop, task, brokers) = operator_with_ready_broker(&server).await;
     let apply = PatchParams::apply("kubectl");
-    brokers
-        .patch("qb", &apply, &apply_broker("quiver:1"))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(600), || broker_ready(&server)).await;
 
     brokers
         .patch("qb", &apply, &apply_broker("quiver:2"))
@@ -288,7 +276,7 @@ async fn an_image_change_rolls_through_the_controller_one_pod_at_a_time() {
     let started = Instant::now();
     let mut updated_order: Vec<String> = Vec::new();
     loop {
-        let pods = pod_images(&server);
+        let pods = server.pod_states("ns");
         let available = pods.iter().filter(|(_, _, ready)| *ready).count();
         assert!(
             available >= 2,
@@ -373,16 +361,8 @@ async fn only_distinct_field_managers_make_a_second_lease_taker_conflict() {
 #[tokio::test(start_paused = true)]
 async fn a_group_holds_its_finalizer_until_cleanup_and_a_deleted_broker_takes_its_objects() {
     let server = TestApiServer::start().await;
-    server.add_storage_class("standard", true, true);
-    server.run_controllers(SIM_PERIOD);
-    let (stop, task) = start_operator(&server);
-    let brokers: Api<Broker> = Api::namespaced(server.client(), "ns");
+    let (stop, task, brokers) = operator_with_ready_broker(&server).await;
     let apply = PatchParams::apply("kubectl");
-    brokers
-        .patch("qb", &apply, &apply_broker("quiver:1"))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(600), || broker_ready(&server)).await;
 
     let groups: Api<ConsumerGroup> = Api::namespaced(server.client(), "ns");
     let group = json!({"apiVersion": "quiver.io/v1alpha1", "kind": "ConsumerGroup",

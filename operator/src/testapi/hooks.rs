@@ -201,6 +201,26 @@ impl TestApiServer {
             .collect()
     }
 
+    /// (name, first container's image, Ready) of every pod in `namespace`.
+    pub fn pod_states(&self, namespace: &str) -> Vec<(String, String, bool)> {
+        self.list::<k8s_openapi::api::core::v1::Pod>(namespace)
+            .into_iter()
+            .map(|pod| {
+                let image = pod.spec.as_ref().unwrap().containers[0]
+                    .image
+                    .clone()
+                    .unwrap();
+                let ready = pod
+                    .status
+                    .and_then(|status| status.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|condition| condition.type_ == "Ready" && condition.status == "True");
+                (pod.metadata.name.unwrap(), image, ready)
+            })
+            .collect()
+    }
+
     /// Creates `object` as a client would (admission included); its kind picks the resource.
     pub fn try_insert(&self, object: &impl Serialize) -> Result<Value, ApiError> {
         let value = serde_json::to_value(object).expect("object serializes");

@@ -605,27 +605,6 @@ fn statefulset(replicas: i32, image: &str) -> Value {
     })
 }
 
-/// (ordinal, image, ready) of every pod.
-fn pods(server: &TestApiServer) -> Vec<(String, String, bool)> {
-    server
-        .list::<Pod>("ns")
-        .into_iter()
-        .map(|pod| {
-            let image = pod.spec.as_ref().unwrap().containers[0]
-                .image
-                .clone()
-                .unwrap();
-            let ready = pod
-                .status
-                .and_then(|status| status.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True");
-            (pod.metadata.name.unwrap(), image, ready)
-        })
-        .collect()
-}
-
 fn set_image(server: &TestApiServer, image: &str) {
     server.edit::<StatefulSet>("ns", "web", |sts| {
         sts["spec"]["template"]["spec"]["containers"][0]["image"] = image.into();
@@ -641,7 +620,7 @@ fn step_until_all(
     let mut history = Vec::new();
     for _ in 0..limit {
         server.step();
-        let now = pods(server);
+        let now = server.pod_states("ns");
         history.push(now.clone());
         let replicas = server
             .object::<StatefulSet>("ns", "web")
@@ -655,7 +634,7 @@ fn step_until_all(
     }
     panic!(
         "not all pods at {image} after {limit} steps: {:?}",
-        pods(server)
+        server.pod_states("ns")
     );
 }
 
@@ -704,7 +683,8 @@ async fn the_statefulset_simulation_creates_in_order_and_rolls_one_pod_at_a_time
     for _ in 0..10 {
         server.step();
     }
-    let images: Vec<String> = pods(&server)
+    let images: Vec<String> = server
+        .pod_states("ns")
         .into_iter()
         .map(|(_, image, _)| image)
         .collect();
@@ -718,7 +698,11 @@ async fn the_statefulset_simulation_creates_in_order_and_rolls_one_pod_at_a_time
     for _ in 0..5 {
         server.step();
     }
-    let names: Vec<String> = pods(&server).into_iter().map(|(name, _, _)| name).collect();
+    let names: Vec<String> = server
+        .pod_states("ns")
+        .into_iter()
+        .map(|(name, _, _)| name)
+        .collect();
     assert_eq!(names, ["web-0"]);
     assert_eq!(
         server.list::<PersistentVolumeClaim>("ns").len(),
@@ -737,7 +721,7 @@ async fn a_crash_looping_pod_blocks_the_rollout_until_it_is_deleted() {
     for _ in 0..20 {
         server.step();
     }
-    let stuck = pods(&server);
+    let stuck = server.pod_states("ns");
     assert_eq!(stuck[2].1, "web:bad");
     assert!(!stuck[2].2, "crash-looping");
     assert_eq!(
@@ -750,7 +734,7 @@ async fn a_crash_looping_pod_blocks_the_rollout_until_it_is_deleted() {
         server.step();
     }
     assert_eq!(
-        pods(&server),
+        server.pod_states("ns"),
         stuck,
         "the fixed template does not replace the broken pod"
     );
