@@ -206,199 +206,265 @@ fn bench_size(
     scratch: &Path,
     size: usize,
 ) -> anyhow::Result<Vec<String>> {
-    let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    let record = record::encode(
-        &message(&body, 0),
-        Placement {
-            queue_offset: QueueOffset(0),
-            physical_offset: CommitLogOffset(0),
-            store_timestamp_ms: 0,
-        },
-    )?;
-    let record_bytes = record.len() as u64;
-    let row = |figure: &str, rate: Rate, extra: String, ratio: Option<(f64, String)>| Row {
-        body: size,
-        figure: figure.to_owned(),
-        rate,
-        extra,
-        ratio,
-    };
-
-    let memcpy = ceilings::memcpy(&record, plan.bounds)?;
-    print_row(&row(
-        "ceiling: memcpy (warm buffer)",
-        memcpy,
-        format!("{record_bytes} B records"),
-        None,
-    ));
-    let (fdatasync, fdatasync_p50) =
-        ceilings::write_fdatasync(scratch, &record, plan.sync_bounds, Blocks::Appended)?;
-    print_row(&row(
-        "ceiling: write+fdatasync, 1 writer",
-        fdatasync,
-        format!("p50 {} us", fdatasync_p50.as_micros()),
-        None,
-    ));
-
-    // What group commit can gain on this disk, writing as Sync mode does (into blocks filled
-    // ahead): one write of `writers` records per fdatasync against one of a single record.
-    let (overwrite, overwrite_p50) =
-        ceilings::write_fdatasync(scratch, &record, plan.sync_bounds, Blocks::Written)?;
-    print_row(&row(
-        "ceiling: same, into written blocks",
-        overwrite,
-        format!("p50 {} us", overwrite_p50.as_micros()),
-        None,
-    ));
-    let grouped_record = record.repeat(options.writers as usize);
-    let (grouped, _) =
-        ceilings::write_fdatasync(scratch, &grouped_record, plan.sync_bounds, Blocks::Written)?;
-    let grouped = Rate {
-        ops: grouped.ops * u64::from(options.writers),
-        bytes: grouped.bytes,
-        elapsed: grouped.elapsed,
-    };
-    let disk_gain = grouped.ops_per_sec() / overwrite.ops_per_sec();
-    print_row(&row(
-        &format!("ceiling: {} records/write, same", options.writers),
-        grouped,
-        format!("{disk_gain:.1}x one record"),
-        None,
-    ));
-
-    // Sync first: the Async run leaves gigabytes for writeback that would slow fsyncs. One
-    // writer and many alternate `rounds` times, and the pair with the median gain is shown:
-    // both halves of a ratio come from the same minutes of a machine whose speed drifts.
-    let mut pairs = Vec::new();
-    for _ in 0..plan.rounds {
-        let one = sync_append(plan, scratch, &body, record_bytes, 1)?;
-        let many = sync_append(plan, scratch, &body, record_bytes, options.writers)?;
-        pairs.push((one, many));
-    }
-    let gain_of =
-        |(one, many): &((Rate, String), (Rate, String))| many.0.ops_per_sec() / one.0.ops_per_sec();
-    let gains: Vec<String> = pairs.iter().map(|p| format!("{:.1}", gain_of(p))).collect();
-    pairs.sort_by(|a, b| gain_of(a).total_cmp(&gain_of(b)));
-    let ((sync_one, one_latency), (sync_many, many_latency)) = pairs.swap_remove(pairs.len() / 2);
-    print_row(&row(
-        "store: append Sync, 1 writer",
-        sync_one,
-        one_latency,
-        Some((
-            sync_one.ops_per_sec() / fdatasync.ops_per_sec(),
-            "write+fdatasync msgs/s".into(),
-        )),
-    ));
-    let gain = sync_many.ops_per_sec() / sync_one.ops_per_sec();
-    print_row(&row(
-        &format!("store: append Sync, {} writers", options.writers),
-        sync_many,
-        format!("{gain:.1}x 1 writer; {many_latency}"),
-        Some((
-            sync_many.ops_per_sec() / fdatasync.ops_per_sec(),
-            "write+fdatasync msgs/s".into(),
-        )),
-    ));
-
-    // Async append beside the fresh-mmap ceiling, best of `rounds` each (the machine is
-    // shared; the best round is the one least disturbed).
-    let dir = scratch.join(format!("async-{size}"));
-    let mut mmap: Option<Rate> = None;
-    let mut async_rate: Option<Rate> = None;
-    for _ in 0..plan.rounds {
-        // Both start from the same state: no earlier round's files in the page cache.
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        let ceiling = ceilings::fresh_mmap(scratch, &record, plan.segment_size_bytes, plan.bounds)?;
-        mmap = Some(best(mmap, ceiling));
-        async_rate = Some(best(
-            async_rate,
-            async_append(plan, &dir, &body, record_bytes)?,
-        ));
-    }
-    let (mmap, async_rate) = (
-        mmap.expect("at least one round"),
-        async_rate.expect("at least one round"),
-    );
-    print_row(&row(
-        "ceiling: fresh mmap sequential",
-        mmap,
-        format!("best of {}", plan.rounds),
-        None,
-    ));
-    let async_ratio = async_rate.mb_per_sec() / mmap.mb_per_sec();
-    print_row(&row(
-        "store: append Async, 1 writer",
-        async_rate,
-        format!("best of {}", plan.rounds),
-        Some((async_ratio, "fresh mmap MB/s".into())),
-    ));
-
-    // Re-dispatch and sequential read over what the last round wrote.
-    std::fs::remove_dir_all(dir.join("consumequeue"))?;
-    for name in ["checkpoint", "checkpoint.bak"] {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    let store = MessageStore::open(plan.config(&dir, FlushMode::Async))?;
-    let report = store.recovery_report();
-    let dispatch = Rate {
-        ops: report.redispatched_units,
-        bytes: report.redispatched_units * record_bytes,
-        elapsed: report.elapsed,
-    };
-    print_row(&row(
-        "store: dispatch (recovery rebuild)",
-        dispatch,
-        "validate+index".into(),
-        Some((
-            dispatch.ops_per_sec() / memcpy.ops_per_sec(),
-            "memcpy msgs/s".into(),
-        )),
-    ));
-
-    let read = sequential_read(&store, plan.bounds)?;
-    print_row(&row(
-        "store: sequential read (get x32)",
-        read,
-        "copied out".into(),
-        Some((
-            read.mb_per_sec() / memcpy.mb_per_sec(),
-            "memcpy MB/s".into(),
-        )),
-    ));
-    store.shutdown()?;
-    drop(store);
+    let bench = SizeBench::new(plan, options, scratch, size)?;
+    let ceilings = bench.ceilings()?;
+    let sync = bench.sync_append_pairs(&ceilings)?;
+    let (async_ratio, async_rate, dir) = bench.async_beside_mmap()?;
+    bench.rebuild_and_read(&dir, &ceilings)?;
     std::fs::remove_dir_all(&dir)?;
+    Ok(bench.verdicts(&ceilings, &sync, async_ratio, async_rate))
+}
 
-    let mut verdicts = Vec::new();
-    let met = |ok: bool| if ok { "met" } else { "MISSED" };
-    if size == 16 * 1024 {
-        verdicts.push(format!(
-            "target: 16 KiB Async append >= 70% of fresh mmap: {:.0}% -> {}",
-            async_ratio * 100.0,
-            met(async_ratio >= 0.70)
-        ));
+/// One body size's benchmark: its record and where it writes.
+struct SizeBench<'a> {
+    plan: &'a Plan,
+    options: &'a Options,
+    scratch: &'a Path,
+    size: usize,
+    body: Vec<u8>,
+    record: Vec<u8>,
+}
+
+/// The machine's figures for this record, measured first.
+struct Ceilings {
+    memcpy: Rate,
+    fdatasync: Rate,
+    /// What one write+fdatasync of `writers` records gains over one of a single record.
+    disk_gain: f64,
+}
+
+/// Sync append: the gain of many writers over one in each round, and the median's.
+struct SyncGain {
+    gain: f64,
+    gains: Vec<String>,
+}
+
+impl<'a> SizeBench<'a> {
+    fn new(
+        plan: &'a Plan,
+        options: &'a Options,
+        scratch: &'a Path,
+        size: usize,
+    ) -> anyhow::Result<Self> {
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let record = record::encode(
+            &message(&body, 0),
+            Placement {
+                queue_offset: QueueOffset(0),
+                physical_offset: CommitLogOffset(0),
+                store_timestamp_ms: 0,
+            },
+        )?;
+        Ok(SizeBench {
+            plan,
+            options,
+            scratch,
+            size,
+            body,
+            record,
+        })
     }
-    if size == 128 {
-        verdicts.push(format!(
-            "target: 128 B Async append >= 1,000,000 msgs/s: {:.0} -> {}",
-            async_rate.ops_per_sec(),
-            met(async_rate.ops_per_sec() >= 1_000_000.0)
-        ));
+
+    fn record_bytes(&self) -> u64 {
+        self.record.len() as u64
     }
-    verdicts.push(format!(
-        "target: {} B Sync with {} writers >= 8x 1 writer: {gain:.1}x, the median of {} pairs \
-         ({}) -> {} (the disk allows {disk_gain:.1}x: {} records per write+fdatasync into \
-         written blocks)",
-        size,
-        options.writers,
-        gains.len(),
-        gains.join(", "),
-        met(gain >= 8.0),
-        options.writers
-    ));
-    Ok(verdicts)
+
+    fn print(&self, figure: &str, rate: Rate, extra: String, ratio: Option<(f64, &str)>) {
+        print_row(&Row {
+            body: self.size,
+            figure: figure.to_owned(),
+            rate,
+            extra,
+            ratio: ratio.map(|(value, of)| (value, of.to_owned())),
+        });
+    }
+
+    fn ceilings(&self) -> anyhow::Result<Ceilings> {
+        let (plan, record) = (self.plan, &self.record);
+        let memcpy = ceilings::memcpy(record, plan.bounds)?;
+        let record_bytes = self.record_bytes();
+        self.print(
+            "ceiling: memcpy (warm buffer)",
+            memcpy,
+            format!("{record_bytes} B records"),
+            None,
+        );
+        let (fdatasync, fdatasync_p50) =
+            ceilings::write_fdatasync(self.scratch, record, plan.sync_bounds, Blocks::Appended)?;
+        let p50 = format!("p50 {} us", fdatasync_p50.as_micros());
+        self.print("ceiling: write+fdatasync, 1 writer", fdatasync, p50, None);
+
+        // What group commit can gain on this disk, writing as Sync mode does (into blocks filled
+        // ahead): one write of `writers` records per fdatasync against one of a single record.
+        let (overwrite, overwrite_p50) =
+            ceilings::write_fdatasync(self.scratch, record, plan.sync_bounds, Blocks::Written)?;
+        let p50 = format!("p50 {} us", overwrite_p50.as_micros());
+        self.print("ceiling: same, into written blocks", overwrite, p50, None);
+        let writers = self.options.writers;
+        let grouped_record = record.repeat(writers as usize);
+        let (grouped, _) = ceilings::write_fdatasync(
+            self.scratch,
+            &grouped_record,
+            plan.sync_bounds,
+            Blocks::Written,
+        )?;
+        let grouped = Rate {
+            ops: grouped.ops * u64::from(writers),
+            bytes: grouped.bytes,
+            elapsed: grouped.elapsed,
+        };
+        let disk_gain = grouped.ops_per_sec() / overwrite.ops_per_sec();
+        let figure = format!("ceiling: {writers} records/write, same");
+        self.print(
+            &figure,
+            grouped,
+            format!("{disk_gain:.1}x one record"),
+            None,
+        );
+        Ok(Ceilings {
+            memcpy,
+            fdatasync,
+            disk_gain,
+        })
+    }
+
+    /// Sync first: the Async run leaves gigabytes for writeback that would slow fsyncs. One
+    /// writer and many alternate `rounds` times, and the pair with the median gain is shown:
+    /// both halves of a ratio come from the same minutes of a machine whose speed drifts.
+    fn sync_append_pairs(&self, ceilings: &Ceilings) -> anyhow::Result<SyncGain> {
+        let (plan, writers, record_bytes) = (self.plan, self.options.writers, self.record_bytes());
+        let mut pairs = Vec::new();
+        for _ in 0..plan.rounds {
+            let one = sync_append(plan, self.scratch, &self.body, record_bytes, 1)?;
+            let many = sync_append(plan, self.scratch, &self.body, record_bytes, writers)?;
+            pairs.push((one, many));
+        }
+        let gain_of = |(one, many): &((Rate, String), (Rate, String))| {
+            many.0.ops_per_sec() / one.0.ops_per_sec()
+        };
+        let gains: Vec<String> = pairs.iter().map(|p| format!("{:.1}", gain_of(p))).collect();
+        pairs.sort_by(|a, b| gain_of(a).total_cmp(&gain_of(b)));
+        let ((one, one_latency), (many, many_latency)) = pairs.swap_remove(pairs.len() / 2);
+        let of_fdatasync = |rate: Rate| rate.ops_per_sec() / ceilings.fdatasync.ops_per_sec();
+        let of = "write+fdatasync msgs/s";
+        self.print(
+            "store: append Sync, 1 writer",
+            one,
+            one_latency,
+            Some((of_fdatasync(one), of)),
+        );
+        let gain = many.ops_per_sec() / one.ops_per_sec();
+        self.print(
+            &format!("store: append Sync, {writers} writers"),
+            many,
+            format!("{gain:.1}x 1 writer; {many_latency}"),
+            Some((of_fdatasync(many), of)),
+        );
+        Ok(SyncGain { gain, gains })
+    }
+
+    /// Async append beside the fresh-mmap ceiling, best of `rounds` each (the machine is
+    /// shared; the best round is the one least disturbed). Returns the store's directory.
+    fn async_beside_mmap(&self) -> anyhow::Result<(f64, Rate, PathBuf)> {
+        let plan = self.plan;
+        let dir = self.scratch.join(format!("async-{}", self.size));
+        let mut mmap: Option<Rate> = None;
+        let mut async_rate: Option<Rate> = None;
+        for _ in 0..plan.rounds {
+            // Both start from the same state: no earlier round's files in the page cache.
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            let ceiling = ceilings::fresh_mmap(
+                self.scratch,
+                &self.record,
+                plan.segment_size_bytes,
+                plan.bounds,
+            )?;
+            mmap = Some(best(mmap, ceiling));
+            let rate = async_append(plan, &dir, &self.body, self.record_bytes())?;
+            async_rate = Some(best(async_rate, rate));
+        }
+        let mmap = mmap.expect("at least one round");
+        let async_rate = async_rate.expect("at least one round");
+        let rounds = format!("best of {}", plan.rounds);
+        self.print("ceiling: fresh mmap sequential", mmap, rounds.clone(), None);
+        let async_ratio = async_rate.mb_per_sec() / mmap.mb_per_sec();
+        let of = Some((async_ratio, "fresh mmap MB/s"));
+        self.print("store: append Async, 1 writer", async_rate, rounds, of);
+        Ok((async_ratio, async_rate, dir))
+    }
+
+    /// Re-dispatch and sequential read over what the last Async round wrote in `dir`.
+    fn rebuild_and_read(&self, dir: &Path, ceilings: &Ceilings) -> anyhow::Result<()> {
+        std::fs::remove_dir_all(dir.join("consumequeue"))?;
+        for name in ["checkpoint", "checkpoint.bak"] {
+            let _ = std::fs::remove_file(dir.join(name));
+        }
+        let store = MessageStore::open(self.plan.config(dir, FlushMode::Async))?;
+        let report = store.recovery_report();
+        let dispatch = Rate {
+            ops: report.redispatched_units,
+            bytes: report.redispatched_units * self.record_bytes(),
+            elapsed: report.elapsed,
+        };
+        let of_memcpy = dispatch.ops_per_sec() / ceilings.memcpy.ops_per_sec();
+        let figure = "store: dispatch (recovery rebuild)";
+        self.print(
+            figure,
+            dispatch,
+            "validate+index".into(),
+            Some((of_memcpy, "memcpy msgs/s")),
+        );
+
+        let read = sequential_read(&store, self.plan.bounds)?;
+        let of_memcpy = read.mb_per_sec() / ceilings.memcpy.mb_per_sec();
+        let figure = "store: sequential read (get x32)";
+        self.print(
+            figure,
+            read,
+            "copied out".into(),
+            Some((of_memcpy, "memcpy MB/s")),
+        );
+        store.shutdown()?;
+        Ok(())
+    }
+
+    fn verdicts(
+        &self,
+        ceilings: &Ceilings,
+        sync: &SyncGain,
+        async_ratio: f64,
+        async_rate: Rate,
+    ) -> Vec<String> {
+        let mut verdicts = Vec::new();
+        let met = |ok: bool| if ok { "met" } else { "MISSED" };
+        if self.size == 16 * 1024 {
+            verdicts.push(format!(
+                "target: 16 KiB Async append >= 70% of fresh mmap: {:.0}% -> {}",
+                async_ratio * 100.0,
+                met(async_ratio >= 0.70)
+            ));
+        }
+        if self.size == 128 {
+            verdicts.push(format!(
+                "target: 128 B Async append >= 1,000,000 msgs/s: {:.0} -> {}",
+                async_rate.ops_per_sec(),
+                met(async_rate.ops_per_sec() >= 1_000_000.0)
+            ));
+        }
+        let (gain, disk_gain, writers) = (sync.gain, ceilings.disk_gain, self.options.writers);
+        verdicts.push(format!(
+            "target: {} B Sync with {writers} writers >= 8x 1 writer: {gain:.1}x, the median of \
+             {} pairs ({}) -> {} (the disk allows {disk_gain:.1}x: {writers} records per \
+             write+fdatasync into written blocks)",
+            self.size,
+            sync.gains.len(),
+            sync.gains.join(", "),
+            met(gain >= 8.0),
+        ));
+        verdicts
+    }
 }
 
 /// The faster of two measurements.

@@ -114,18 +114,48 @@ pub fn targets(
     p99_row: &str,
     stored_goal: u64,
 ) -> String {
-    let figures = |system: &str| {
-        outcomes
+    let run = RunFigures { outcomes };
+    let mut out = String::from("| target | measured | met |\n|---|---:|:---:|\n");
+    throughput_targets(&mut out, &run, size_1k_workloads);
+    latency_target(&mut out, p99_row, run.quiver(p99_row));
+    let parked = run.quiver(&format!("{PARKED_PULL}, p99 latency"));
+    latency_target(&mut out, "parked pull p99", parked);
+    group_commit_target(&mut out, &run);
+    rss_target(&mut out, &run, stored_goal);
+    out
+}
+
+/// One run's outcomes, looked up by system and workload.
+struct RunFigures<'a> {
+    outcomes: &'a [Outcome],
+}
+
+impl RunFigures<'_> {
+    fn of(&self, system: &str) -> Option<&[Figure]> {
+        self.outcomes
             .iter()
             .find(|outcome| outcome.system == system)
-            .and_then(|outcome| outcome.figures.as_ref().ok())
-    };
-    let ratio = |peer: &str, workload: &str| -> Option<f64> {
-        let ours = find(figures("quiver")?, workload)?.value;
-        let theirs = find(figures(peer)?, workload)?.value;
+            .and_then(|outcome| outcome.figures.as_deref().ok())
+    }
+
+    fn quiver(&self, workload: &str) -> Option<f64> {
+        find(self.of("quiver")?, workload).map(|figure| figure.value)
+    }
+
+    /// Quiver's figure over the peer's, when both measured it.
+    fn ratio(&self, peer: &str, workload: &str) -> Option<f64> {
+        let ours = self.quiver(workload)?;
+        let theirs = find(self.of(peer)?, workload)?.value;
         (theirs > 0.0).then(|| ours / theirs)
-    };
-    let mut out = String::from("| target | measured | met |\n|---|---:|:---:|\n");
+    }
+}
+
+/// 1 KiB produce and consume at >= 2x NATS and >= 5x rocketmq-rust.
+fn throughput_targets(
+    out: &mut String,
+    run: &RunFigures<'_>,
+    size_1k_workloads: (&[String], &str),
+) {
     let (produce, consume) = size_1k_workloads;
     let rows: Vec<(String, &str)> = produce
         .iter()
@@ -144,7 +174,7 @@ pub fn targets(
         .collect();
     for (peer, goal) in [("nats", 2.0), ("rocketmq-rust", 5.0)] {
         for (what, workload) in &rows {
-            let measured = ratio(peer, workload);
+            let measured = run.ratio(peer, workload);
             let _ = writeln!(
                 out,
                 "| 1 KiB {what} >= {goal}x {peer} | {} | {} |",
@@ -153,30 +183,26 @@ pub fn targets(
             );
         }
     }
-    let quiver_value = |workload: &str| {
-        figures("quiver")
-            .and_then(|f| find(f, workload))
-            .map(|f| f.value)
-    };
-    let mut latency_row = |target: &str, value: Option<f64>| {
-        let _ = writeln!(
-            out,
-            "| {target} <= 1000 µs | {} | {} |",
-            value.map_or_else(
-                || "not measured".to_owned(),
-                |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
-            ),
-            verdict(value.map(|v| v <= 1000.0))
-        );
-    };
-    latency_row(p99_row, quiver_value(p99_row));
-    latency_row(
-        "parked pull p99",
-        quiver_value(&format!("{PARKED_PULL}, p99 latency")),
+}
+
+/// A latency at or under 1 ms.
+fn latency_target(out: &mut String, target: &str, value: Option<f64>) {
+    let _ = writeln!(
+        out,
+        "| {target} <= 1000 µs | {} | {} |",
+        value.map_or_else(
+            || "not measured".to_owned(),
+            |v| format!("{v:.0} µs ({:.2}x the target)", v / 1000.0)
+        ),
+        verdict(value.map(|v| v <= 1000.0))
     );
-    let (produced, allowed) = (quiver_value(GROUP_COMMIT), quiver_value(FSYNC_CEILING));
+}
+
+/// Sync group commit at >= 50% of what the file system's fsync rate allows 16 producers.
+fn group_commit_target(out: &mut String, run: &RunFigures<'_>) {
+    let (produced, allowed) = (run.quiver(GROUP_COMMIT), run.quiver(FSYNC_CEILING));
     let share = group_commit_share(produced, allowed);
-    let simplest = group_commit_share(quiver_value(MINIMAL_SERVER), allowed)
+    let simplest = group_commit_share(run.quiver(MINIMAL_SERVER), allowed)
         .map(|share| format!("; the simplest server {:.0}%", share * 100.0))
         .unwrap_or_default();
     let _ = writeln!(
@@ -193,38 +219,42 @@ pub fn targets(
         },
         verdict(share.map(|s| s >= 0.5))
     );
-    // (1 KiB messages stored, anonymous RSS in bytes), judged only once the goal is stored.
-    let rss = quiver_value(STORED_1K).zip(quiver_value(ANON_RSS));
+}
+
+/// The broker's anonymous RSS against the bodies stored, judged only once the goal is stored.
+fn rss_target(out: &mut String, run: &RunFigures<'_>, stored_goal: u64) {
+    // (1 KiB messages stored, anonymous RSS in bytes).
+    let rss = run.quiver(STORED_1K).zip(run.quiver(ANON_RSS));
     let reached = |stored: f64| stored >= stored_goal as f64;
+    let measured = rss.map_or_else(
+        || "not measured".to_owned(),
+        |(stored, anon)| {
+            let data = stored * STORED_BODY_BYTES as f64;
+            let short = if reached(stored) {
+                ""
+            } else {
+                ", fewer than the goal"
+            };
+            format!(
+                "{:.0} MiB = {:.1}% of {:.0} MiB ({} stored{short})",
+                anon / MIB,
+                anon / data * 100.0,
+                data / MIB,
+                count_label(stored as u64)
+            )
+        },
+    );
+    let met = rss
+        .filter(|(stored, _)| reached(*stored))
+        .map(|(stored, anon)| anon <= stored * STORED_BODY_BYTES as f64 * RSS_SHARE_OF_DATA);
     let _ = writeln!(
         out,
         "| broker anonymous RSS with {} 1 KiB messages stored <= {:.0}% of their bodies | {} | {} |",
         count_label(stored_goal),
         RSS_SHARE_OF_DATA * 100.0,
-        rss.map_or_else(
-            || "not measured".to_owned(),
-            |(stored, anon)| {
-                let data = stored * STORED_BODY_BYTES as f64;
-                let short = if reached(stored) {
-                    ""
-                } else {
-                    ", fewer than the goal"
-                };
-                format!(
-                    "{:.0} MiB = {:.1}% of {:.0} MiB ({} stored{short})",
-                    anon / MIB,
-                    anon / data * 100.0,
-                    data / MIB,
-                    count_label(stored as u64)
-                )
-            }
-        ),
-        verdict(
-            rss.filter(|(stored, _)| reached(*stored))
-                .map(|(stored, anon)| anon <= stored * STORED_BODY_BYTES as f64 * RSS_SHARE_OF_DATA)
-        )
+        measured,
+        verdict(met)
     );
-    out
 }
 
 /// A message count as people write it: 1M, 250k, 812.

@@ -244,66 +244,11 @@ pub async fn run_all<S: System>(
     let mut figures = Vec::new();
     let mut stored_1k = 0;
     for &size in &plan.sizes {
-        let disk_before = disk_usage_bytes(data_dir);
-        let mut stored = 0;
-        let mut catch_up_stream = None;
-        for &producers in &plan.producer_counts {
-            for mode in [SendMode::Batch, SendMode::Single] {
-                let mode_name = match mode {
-                    SendMode::Batch => format!("batch {}", plan.batch),
-                    SendMode::Single => format!("single, window {}", plan.window),
-                };
-                let stream = format!(
-                    "bench_{size}_{producers}_{}",
-                    if mode == SendMode::Batch { "b" } else { "s" }
-                );
-                system.prepare(&stream).await?;
-                let rate = produce(&system, &stream, size, producers, mode, plan)
-                    .await
-                    .with_context(|| format!("producing to {stream}"))?;
-                let workload = format!("produce {size} B, {producers} producer(s), {mode_name}");
-                log(&format!("  {workload}: {:.0} msgs/s", rate.ops_per_sec()));
-                stored += rate.ops;
-                if size == STORED_BODY_BYTES {
-                    stored_1k += rate.ops;
-                }
-                if catch_up_stream.is_none() {
-                    catch_up_stream = Some((stream, rate.ops));
-                }
-                figures.push(throughput(workload, &rate));
-            }
+        let (size_figures, stored) = size_workloads(&system, plan, size, data_dir, &log).await?;
+        figures.extend(size_figures);
+        if size == STORED_BODY_BYTES {
+            stored_1k += stored;
         }
-        if let Some((stream, count)) = catch_up_stream {
-            let started = Instant::now();
-            let (read, bytes) = system
-                .read_back(&stream, count, started + plan.run_time)
-                .await
-                .with_context(|| format!("reading back {stream}"))?;
-            let rate = Rate {
-                ops: read,
-                bytes,
-                elapsed: started.elapsed(),
-            };
-            // The count differs between systems (each stored what it could), so not in the name.
-            let workload = format!("consume {size} B (catch-up)");
-            log(&format!(
-                "  {workload} of {count}: {:.0} msgs/s",
-                rate.ops_per_sec()
-            ));
-            if read < count {
-                log(&format!(
-                    "  (read {read} of {count} within {:?})",
-                    plan.run_time
-                ));
-            }
-            figures.push(throughput(workload, &rate));
-        }
-        let disk_after = disk_usage_bytes(data_dir);
-        figures.push(Figure {
-            workload: format!("disk bytes per {size} B message"),
-            value: disk_after.saturating_sub(disk_before) as f64 / stored.max(1) as f64,
-            measure: Measure::BytesPerMessage,
-        });
     }
     figures.extend(end_to_end(&system, plan, &log).await?);
     figures.extend(parked_pulls(&system, plan, &log).await?);
@@ -317,23 +262,105 @@ pub async fn run_all<S: System>(
         value: stored_1k as f64,
         measure: Measure::Count,
     });
-    let memory = server_memory();
-    for (workload, bytes) in [
+    figures.extend(memory_figures(server_memory()));
+    Ok(figures)
+}
+
+/// Produce with each producer count and send mode, the catch-up read of the first stream, and
+/// the disk used per message, for one body size; returns the figures and messages stored.
+async fn size_workloads<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    size: usize,
+    data_dir: &Path,
+    log: &impl Fn(&str),
+) -> anyhow::Result<(Vec<Figure>, u64)> {
+    let disk_before = disk_usage_bytes(data_dir);
+    let mut figures = Vec::new();
+    let mut stored = 0;
+    let mut catch_up_stream = None;
+    for &producers in &plan.producer_counts {
+        for mode in [SendMode::Batch, SendMode::Single] {
+            let (mode_name, suffix) = match mode {
+                SendMode::Batch => (format!("batch {}", plan.batch), "b"),
+                SendMode::Single => (format!("single, window {}", plan.window), "s"),
+            };
+            let stream = format!("bench_{size}_{producers}_{suffix}");
+            system.prepare(&stream).await?;
+            let rate = produce(system, &stream, size, producers, mode, plan)
+                .await
+                .with_context(|| format!("producing to {stream}"))?;
+            let workload = format!("produce {size} B, {producers} producer(s), {mode_name}");
+            log(&format!("  {workload}: {:.0} msgs/s", rate.ops_per_sec()));
+            stored += rate.ops;
+            catch_up_stream.get_or_insert((stream, rate.ops));
+            figures.push(throughput(workload, &rate));
+        }
+    }
+    if let Some((stream, count)) = catch_up_stream {
+        figures.push(catch_up(system, plan, size, &stream, count, log).await?);
+    }
+    let disk_after = disk_usage_bytes(data_dir);
+    figures.push(Figure {
+        workload: format!("disk bytes per {size} B message"),
+        value: disk_after.saturating_sub(disk_before) as f64 / stored.max(1) as f64,
+        measure: Measure::BytesPerMessage,
+    });
+    Ok((figures, stored))
+}
+
+/// Reads `count` messages of `stream` back from the start, as a consumer catching up would.
+async fn catch_up<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    size: usize,
+    stream: &str,
+    count: u64,
+    log: &impl Fn(&str),
+) -> anyhow::Result<Figure> {
+    let started = Instant::now();
+    let (read, bytes) = system
+        .read_back(stream, count, started + plan.run_time)
+        .await
+        .with_context(|| format!("reading back {stream}"))?;
+    let rate = Rate {
+        ops: read,
+        bytes,
+        elapsed: started.elapsed(),
+    };
+    // The count differs between systems (each stored what it could), so not in the name.
+    let workload = format!("consume {size} B (catch-up)");
+    log(&format!(
+        "  {workload} of {count}: {:.0} msgs/s",
+        rate.ops_per_sec()
+    ));
+    if read < count {
+        log(&format!(
+            "  (read {read} of {count} within {:?})",
+            plan.run_time
+        ));
+    }
+    Ok(throughput(workload, &rate))
+}
+
+/// The server's peak and anonymous RSS, where they could be read.
+fn memory_figures(memory: ServerMemory) -> Vec<Figure> {
+    [
         (
             "server peak RSS (VmHWM, mapped files included)",
             memory.peak_rss_bytes,
         ),
         (ANON_RSS, memory.anon_rss_bytes),
-    ] {
-        if let Some(bytes) = bytes {
-            figures.push(Figure {
-                workload: workload.into(),
-                value: bytes as f64,
-                measure: Measure::MemoryBytes,
-            });
-        }
-    }
-    Ok(figures)
+    ]
+    .into_iter()
+    .filter_map(|(workload, bytes)| {
+        bytes.map(|bytes| Figure {
+            workload: workload.into(),
+            value: bytes as f64,
+            measure: Measure::MemoryBytes,
+        })
+    })
+    .collect()
 }
 
 /// Stores batches of 1 KiB until `stored` reaches `plan.stored_before_memory` (or its time
@@ -448,29 +475,14 @@ async fn produce<S: System>(
     })
 }
 
-/// Fixed-rate end-to-end run: one producer sends at `e2e_rate_per_sec` (each send in its
-/// own task so a slow acknowledgement does not delay the schedule) while a follower
-/// receives; latency is arrival minus the send stamp carried in the body.
-async fn end_to_end<S: System>(
-    system: &Arc<S>,
+/// Sends `total` timestamped bodies at `plan.e2e_rate_per_sec`, each on its own task; returns
+/// (sent, failed).
+async fn send_paced<P: ProducerHandle>(
+    producer: &P,
+    stream: &'static str,
     plan: &Plan,
-    log: &impl Fn(&str),
-) -> anyhow::Result<Vec<Figure>> {
-    let stream = "bench_e2e";
-    system.prepare(stream).await?;
-    let total = (plan.e2e_rate_per_sec as f64 * plan.e2e_time.as_secs_f64()) as u64;
-    let warmup = (plan.e2e_rate_per_sec as f64 * plan.e2e_warmup.as_secs_f64()) as u64;
-    let (arrivals_tx, mut arrivals_rx) = mpsc::unbounded_channel();
-    let follow_deadline = Instant::now() + plan.e2e_time + Duration::from_secs(10);
-    let follower = {
-        let system = system.clone();
-        tokio::spawn(async move {
-            system
-                .follow(stream, total, follow_deadline, arrivals_tx)
-                .await
-        })
-    };
-    let producer = system.producer().await?;
+    total: u64,
+) -> (u64, u64) {
     let failures = Arc::new(AtomicU64::new(0));
     let template = pattern_body(plan.e2e_body_bytes.max(8));
     let mut ticker = tokio::time::interval(Duration::from_millis(1));
@@ -496,21 +508,54 @@ async fn end_to_end<S: System>(
         while sends.try_join_next().is_some() {}
     }
     while sends.join_next().await.is_some() {}
-    producer.close().await;
-    let mut latencies = Vec::with_capacity(total as usize);
-    let mut received = 0u64;
-    while received < sent {
-        let remaining = follow_deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(remaining, arrivals_rx.recv()).await {
-            Ok(Some((sent_at, arrived_at))) => {
-                received += 1;
-                latencies.push((sent_at, arrived_at));
-            }
+    (sent, failures.load(Ordering::Relaxed))
+}
+
+/// (sent, arrived) times of up to `sent` messages, as they arrive before `deadline`.
+async fn collect_arrivals(
+    arrivals: &mut mpsc::UnboundedReceiver<Arrival>,
+    sent: u64,
+    deadline: Instant,
+) -> Vec<Arrival> {
+    let mut latencies = Vec::with_capacity(sent as usize);
+    while (latencies.len() as u64) < sent {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, arrivals.recv()).await {
+            Ok(Some(arrival)) => latencies.push(arrival),
             Ok(None) | Err(_) => break,
         }
     }
+    latencies
+}
+
+/// Fixed-rate end-to-end run: one producer sends at `e2e_rate_per_sec` (each send in its
+/// own task so a slow acknowledgement does not delay the schedule) while a follower
+/// receives; latency is arrival minus the send stamp carried in the body.
+async fn end_to_end<S: System>(
+    system: &Arc<S>,
+    plan: &Plan,
+    log: &impl Fn(&str),
+) -> anyhow::Result<Vec<Figure>> {
+    let stream = "bench_e2e";
+    system.prepare(stream).await?;
+    let total = (plan.e2e_rate_per_sec as f64 * plan.e2e_time.as_secs_f64()) as u64;
+    let warmup = (plan.e2e_rate_per_sec as f64 * plan.e2e_warmup.as_secs_f64()) as u64;
+    let (arrivals_tx, mut arrivals_rx) = mpsc::unbounded_channel();
+    let follow_deadline = Instant::now() + plan.e2e_time + Duration::from_secs(10);
+    let follower = {
+        let system = system.clone();
+        tokio::spawn(async move {
+            system
+                .follow(stream, total, follow_deadline, arrivals_tx)
+                .await
+        })
+    };
+    let producer = system.producer().await?;
+    let (sent, failed) = send_paced(&producer, stream, plan, total).await;
+    producer.close().await;
+    let latencies = collect_arrivals(&mut arrivals_rx, sent, follow_deadline).await;
+    let received = latencies.len() as u64;
     follower.abort();
-    let failed = failures.load(Ordering::Relaxed);
     if received == 0 {
         bail!("end-to-end: none of {sent} messages arrived ({failed} sends failed)");
     }
@@ -520,6 +565,7 @@ async fn end_to_end<S: System>(
         ));
     }
     // Leave out the warm-up: the earliest-sent messages.
+    let mut latencies = latencies;
     latencies.sort_unstable_by_key(|&(sent_at, _)| sent_at);
     let micros: Vec<u64> = latencies
         .iter()

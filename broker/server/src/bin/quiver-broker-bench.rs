@@ -259,25 +259,7 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
     let broker = tokio::spawn(quiver_broker::run(config, listener, None, async move {
         let _ = stopped.await;
     }));
-    // Create the topic before consumers pull it.
-    let mut setup = loop {
-        match Conn::connect(addr).await {
-            Ok(conn) => break conn,
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    };
-    let ext = [
-        ("topic", TOPIC),
-        ("readQueueNums", "8"),
-        ("writeQueueNums", "8"),
-        ("perm", "6"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    setup
-        .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
-        .await?;
+    create_topic(addr).await?;
 
     let total = args.messages;
     let received = Arc::new(AtomicU64::new(0));
@@ -306,28 +288,60 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
     let elapsed = started.elapsed().as_secs_f64();
     stop.send(()).ok();
     broker.await?.context("broker run")?;
+    Ok(network_figures(args, producers, batch, elapsed, latencies))
+}
+
+/// Creates the bench topic once the broker accepts connections, before consumers pull it.
+async fn create_topic(addr: SocketAddr) -> anyhow::Result<()> {
+    let mut setup = loop {
+        match Conn::connect(addr).await {
+            Ok(conn) => break conn,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    let ext = [
+        ("topic", TOPIC),
+        ("readQueueNums", "8"),
+        ("writeQueueNums", "8"),
+        ("perm", "6"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    setup
+        .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
+        .await?;
+    Ok(())
+}
+
+/// One network scenario's row: its rate over `elapsed` seconds and latency percentiles.
+fn network_figures(
+    args: &Args,
+    producers: u64,
+    batch: usize,
+    elapsed: f64,
+    mut latencies: Vec<u64>,
+) -> Figures {
     latencies.sort_unstable();
     let pick = |q: f64| {
         latencies
             .get(((latencies.len() as f64 - 1.0) * q) as usize)
             .copied()
     };
-    Ok(Figures {
-        scenario: format!(
-            "network {} x{} producer{}",
-            if batch <= 1 {
-                "single".to_string()
-            } else {
-                format!("batch {batch}")
-            },
-            producers,
-            if producers == 1 { "" } else { "s" }
-        ),
+    let total = args.messages;
+    let sends = if batch <= 1 {
+        "single".to_string()
+    } else {
+        format!("batch {batch}")
+    };
+    let plural = if producers == 1 { "" } else { "s" };
+    Figures {
+        scenario: format!("network {sends} x{producers} producer{plural}"),
         msgs_per_s: total as f64 / elapsed,
         mb_per_s: (total as f64 * args.size as f64) / elapsed / 1e6,
         p50_us: pick(0.50),
         p99_us: pick(0.99),
-    })
+    }
 }
 
 fn store_scenario(args: &Args, batch: usize) -> anyhow::Result<Figures> {
