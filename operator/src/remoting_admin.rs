@@ -262,12 +262,11 @@ impl BrokerAdmin for RemotingAdmin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BytesMut;
     use quiver_protocol::body;
     use quiver_protocol::code::{request, response};
-    use quiver_protocol::{frame, RemotingCommand};
+    use quiver_protocol::RemotingCommand;
+    use quiver_remoting::{Connection, Options};
     use std::collections::BTreeMap;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     /// A broker stand-in on loopback that answers one request with `answer(request)`.
@@ -277,16 +276,16 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = BrokerAddr(listener.local_addr().expect("addr").to_string());
         tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.expect("accept");
-            let mut buffer = BytesMut::new();
-            let request = loop {
-                if let Some(request) = frame::decode(&mut buffer).expect("frame") {
-                    break request;
-                }
-                assert!(stream.read_buf(&mut buffer).await.expect("read") > 0);
-            };
-            let reply = frame::encode_to_bytes(&answer(&request)).expect("encode");
-            stream.write_all(&reply).await.expect("write");
+            let (stream, peer) = listener.accept().await.expect("accept");
+            let (connection, mut incoming) =
+                Connection::start(stream, Options::new(peer.to_string()));
+            let request = incoming.next().await.expect("a frame").expect("a request");
+            connection
+                .respond(answer(&request.command))
+                .await
+                .expect("answered");
+            drop(connection);
+            incoming.finish().await;
         });
         addr
     }
