@@ -1,6 +1,7 @@
 //! `quiver-bench peers`: Quiver beside NATS JetStream, Redis Streams and rocketmq-rust, each
 //! started in turn on 127.0.0.1 with persistence on and driven by the same workloads.
 
+mod hog;
 mod nats;
 mod redis;
 mod report;
@@ -18,7 +19,7 @@ use anyhow::Context as _;
 use crate::measure::Bounds;
 use report::Outcome;
 use systems::Running;
-use workload::{Figure, ParkedPullPlan, Plan, System};
+use workload::{end_to_end_name, Beside, Figure, ParkedPullPlan, Plan, System};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SystemKind {
@@ -81,6 +82,10 @@ pub struct Options {
     /// Seconds of the fixed-rate end-to-end run (the first 10% are warm-up, left out).
     #[arg(long, default_value_t = 5.0)]
     e2e_seconds: f64,
+    /// Skip the second end-to-end run, the one beside a CPU hog (one nice-19 busy thread per
+    /// core: a busy node).
+    #[arg(long)]
+    no_cpu_hog: bool,
     /// Parked pulls of the wake-latency run (RocketMQ-protocol brokers; at most 10 s).
     #[arg(long, default_value_t = 2_000)]
     parked_pulls: u64,
@@ -129,6 +134,7 @@ impl Options {
                     repeats: 20,
                     ..parked_pull_plan(self.parked_pulls)
                 },
+                cpu_hog: !self.no_cpu_hog,
                 group_commit: false,
                 fsync_ceiling: Bounds {
                     duration: Duration::from_millis(300),
@@ -153,6 +159,7 @@ impl Options {
             e2e_time,
             e2e_warmup: e2e_time / 10,
             parked_pull: parked_pull_plan(self.parked_pulls),
+            cpu_hog: !self.no_cpu_hog,
             group_commit: false,
             fsync_ceiling: Bounds {
                 duration: Duration::from_secs(2),
@@ -376,7 +383,8 @@ fn section(
          RocketMQ-protocol brokers with {} flush.\n\n```\ncargo run{profile} -p quiver-bench -- {}\n```\n\n\
          Each system runs alone, in turn, from an empty temp data dir with persistence on. \
          Per produce run: at most {} messages, 256 MiB or {:?}; consume is a catch-up read of \
-         the 1-producer batch run; end-to-end sends {} msgs/s for {:?} (first 10% left out); \
+         the 1-producer batch run; end-to-end sends {} msgs/s for {:?} (first 10% left out), \
+         then again beside a CPU hog (one nice-19 busy thread per core) unless --no-cpu-hog; \
          parked pull (RocketMQ-protocol brokers): up to {} pulls (10 s), each long-polling at the \
          max offset of a one-queue topic, one 1 KiB send {:?} later, answer minus send issued; \
          with sync flush, 16 producers with one 1 KiB send in flight each, beside write(16 x \
@@ -385,7 +393,7 @@ fn section(
          clients; then 1 KiB batches until {} 1 KiB messages are stored (at most {:?}), and the \
          server's memory is read. \
          Ratios are quiver/peer: above 1 is better for throughput, worse for latency, disk and \
-         RSS.\n\n{table}\n### Targets (issue 7), this run\n\n{}",
+         RSS.\n\n{table}\n### Targets (issues 7 and 22), this run\n\n{}",
         options.flush.name(),
         args.join(" "),
         plan.messages,
@@ -419,14 +427,11 @@ fn targets(plan: &Plan, outcomes: &[Outcome]) -> String {
         })
         .collect();
     let consume = format!("consume {size} B (catch-up)");
-    let p99 = format!(
-        "end-to-end {} B at {}/s, p99 latency",
-        plan.e2e_body_bytes, plan.e2e_rate_per_sec
-    );
+    let p99 = |beside| format!("{}, p99 latency", end_to_end_name(plan, beside));
     report::targets(
         outcomes,
         (&produce, &consume),
-        &p99,
+        (&p99(Beside::Nothing), &p99(Beside::CpuHog)),
         plan.stored_before_memory,
     )
 }

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use crate::ceilings;
 use crate::measure::{percentile, Bounds, Rate};
 use crate::minimal_server;
+use crate::peers::hog::CpuHog;
 use crate::peers::server::disk_usage_bytes;
 
 /// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
@@ -144,6 +145,8 @@ pub struct Plan {
     /// Leading part of the end-to-end run left out of the percentiles.
     pub e2e_warmup: Duration,
     pub parked_pull: ParkedPullPlan,
+    /// Run the end-to-end workload a second time beside a [`CpuHog`].
+    pub cpu_hog: bool,
     /// Run the group-commit workload and its fsync ceiling (sync-flush RocketMQ brokers).
     pub group_commit: bool,
     /// Bounds of the write + fdatasync ceiling.
@@ -250,7 +253,18 @@ pub async fn run_all<S: System>(
             stored_1k += stored;
         }
     }
-    figures.extend(end_to_end(&system, plan, &log).await?);
+    figures.extend(end_to_end(&system, plan, Beside::Nothing, &log).await?);
+    if plan.cpu_hog {
+        let limit = plan.e2e_time + Duration::from_secs(20);
+        let hog = CpuHog::start(CpuHog::threads_per_core(), limit)?;
+        let figures_under_hog = end_to_end(&system, plan, Beside::CpuHog, &log).await;
+        let name = hog.name().to_owned();
+        log(&format!(
+            "  (CPU hog threads {name}*: {} rounds of work)",
+            hog.stop()
+        ));
+        figures.extend(figures_under_hog?);
+    }
     figures.extend(parked_pulls(&system, plan, &log).await?);
     if plan.group_commit {
         let scratch = data_dir.parent().unwrap_or(data_dir).to_path_buf();
@@ -528,15 +542,45 @@ async fn collect_arrivals(
     latencies
 }
 
+/// What else runs on the machine during an end-to-end run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Beside {
+    Nothing,
+    /// A [`CpuHog`]: one nice-19 busy thread per core.
+    CpuHog,
+}
+
+impl Beside {
+    fn stream(self) -> &'static str {
+        match self {
+            Beside::Nothing => "bench_e2e",
+            Beside::CpuHog => "bench_e2e_hog",
+        }
+    }
+}
+
+/// The workload name of an end-to-end run, before ", pNN latency".
+pub fn end_to_end_name(plan: &Plan, beside: Beside) -> String {
+    let under = match beside {
+        Beside::Nothing => "",
+        Beside::CpuHog => " under a CPU hog",
+    };
+    format!(
+        "end-to-end {} B at {}/s{under}",
+        plan.e2e_body_bytes, plan.e2e_rate_per_sec
+    )
+}
+
 /// Fixed-rate end-to-end run: one producer sends at `e2e_rate_per_sec` (each send in its
 /// own task so a slow acknowledgement does not delay the schedule) while a follower
 /// receives; latency is arrival minus the send stamp carried in the body.
 async fn end_to_end<S: System>(
     system: &Arc<S>,
     plan: &Plan,
+    beside: Beside,
     log: &impl Fn(&str),
 ) -> anyhow::Result<Vec<Figure>> {
-    let stream = "bench_e2e";
+    let stream = beside.stream();
     system.prepare(stream).await?;
     let total = (plan.e2e_rate_per_sec as f64 * plan.e2e_time.as_secs_f64()) as u64;
     let warmup = (plan.e2e_rate_per_sec as f64 * plan.e2e_warmup.as_secs_f64()) as u64;
@@ -572,11 +616,7 @@ async fn end_to_end<S: System>(
         .skip((warmup as usize).min(latencies.len().saturating_sub(1)))
         .map(|&(sent_at, arrived_at)| arrived_at.saturating_sub(sent_at) / 1_000)
         .collect();
-    let name = format!(
-        "end-to-end {} B at {}/s",
-        plan.e2e_body_bytes, plan.e2e_rate_per_sec
-    );
-    Ok(latency_figures(&name, micros, log))
+    Ok(latency_figures(&end_to_end_name(plan, beside), micros, log))
 }
 
 /// p50/p99/p999 figures "{name}, pNN latency" of some latencies in microseconds.
@@ -777,6 +817,7 @@ mod tests {
                 park_pause: Duration::from_millis(2),
                 body_bytes: 1024,
             },
+            cpu_hog: false,
             group_commit: false,
             fsync_ceiling: Bounds {
                 duration: Duration::from_secs(1),
