@@ -82,7 +82,7 @@ pub struct BrokerConfig {
     pub flush_mode: FlushMode,
 
     /// Sync mode: zero-fill and fsync each CommitLog segment before it takes writes, so
-    /// group-commit fsyncs never allocate blocks (off by default: see BENCHMARKS.md).
+    /// group-commit fsyncs never allocate blocks (off by default: docs/ARCHITECTURE.md, measured).
     #[arg(long, env = "QUIVER_WARM_SEGMENTS", default_value_t = false, action = clap::ArgAction::Set)]
     pub warm_segments: bool,
 

@@ -43,7 +43,7 @@ pub(crate) enum TailWrites {
     /// ahead by a background thread (`tail_fill`), so a group commit's fsync writes only the
     /// records' pages. A page dirtied through the mapping is written back whole, its large
     /// folio (up to megabytes) with it, and a block allocated since the last fsync makes the
-    /// fsync write the inode too: each doubled the fsync time measured here (BENCHMARKS.md).
+    /// fsync write the inode too: each doubled the fsync time measured here (docs/ARCHITECTURE.md, measured).
     Written,
 }
 
@@ -75,7 +75,7 @@ const MAPPED_FILL_STEP_BYTES: u64 = 64 * 1024;
 /// creates by its length, so those records sit in 256 KiB folios, which reads through the
 /// mapping fault in far less often than 64 KiB ones (catch-up consume about 40% faster).
 /// Not 1 MiB: on a VM that reports free memory to its host, order-8 folios come from cold
-/// blocks once recently freed ones run out, and writes fell to a third (BENCHMARKS.md).
+/// blocks once recently freed ones run out, and writes fell to a third (docs/ARCHITECTURE.md, measured).
 const STAGED_FILL_STEP_BYTES: u64 = 256 * 1024;
 
 /// Staged bytes above this are shrunk back after a flush, so one huge batch does not pin
@@ -87,7 +87,7 @@ const STAGING_KEPT_BYTES: usize = 8 * 1024 * 1024;
 /// The records of a batch, records of a page or more, and every record in Sync mode are
 /// encoded into `staged` and written with pwrite by `write_staged`: a first write through the
 /// mapping would fault and have the kernel zero (and read around) each new page first,
-/// several times slower on the VMs we measure on (BENCHMARKS.md). In Async mode a lone small
+/// several times slower on the VMs we measure on (docs/ARCHITECTURE.md, measured). In Async mode a lone small
 /// record is copied through the mapping, into pages zero-filled ahead (`zero_fill_ahead`).
 pub(crate) struct LogWriter {
     tail: Arc<MappedSegment>,

@@ -82,7 +82,7 @@ pub struct StoreConfig {
     /// writes (the next one in the background), so group-commit fsyncs write data only and
     /// never wait on block allocation. Costs one extra sequential write of each segment and
     /// up to one extra segment of disk. Default `false`: on the virtio disk we measure on,
-    /// the extra writes slowed fsyncs more than skipping block allocation saved (BENCHMARKS.md).
+    /// the extra writes slowed fsyncs more than skipping block allocation saved (docs/ARCHITECTURE.md, measured).
     /// Ignored in `async` mode.
     pub warm_segments: bool,
 }

@@ -11,12 +11,12 @@
 //!   (readahead of a hole: zeros, no I/O), then writes the zeros into them, which keeps the
 //!   allocation out of the file's write lock (`i_rwsem`) that the writers' record pwrites
 //!   queue on. 16 writers of 1 KiB, alternating runs: 52-60k msgs/s and put p99 0.8-1.3 ms,
-//!   against 39-41k and 3.1-3.9 ms when the zeros' pwrite allocated the pages (BENCHMARKS.md).
+//!   against 39-41k and 3.1-3.9 ms when the zeros' pwrite allocated the pages (docs/ARCHITECTURE.md, measured).
 //! - **Async** (`FillPlan::FOR_MAPPING`): zeros in aligned 1 MiB writes, up to 2 MiB ahead of
 //!   the lone records the writer copies through the mapping (see `TailWrites::Mapped`), which
 //!   then never take the file's write lock and never wait. Inline, the writer met the end of
 //!   its 64 KiB of zeros once per ~55 records of 1 KiB and spent 150-400 us filling the next;
-//!   that was the slowest send of the fixed-rate end-to-end run (BENCHMARKS.md). The 1 MiB
+//!   that was the slowest send of the fixed-rate end-to-end run (docs/ARCHITECTURE.md, measured). The 1 MiB
 //!   writes also leave those records in 1 MiB folios (batches' are 256 KiB: commit_log.rs).
 //!
 //! The writer never waits for the filler, except when its next write would overlap a chunk
