@@ -23,6 +23,7 @@ WHOLE_VALUES = {
     "resources",
     "metrics.brokerPodMonitor.podSelector",
     "grafanaDashboard.labels",
+    "networkPolicy.metricsNamespaceSelector",
 }
 
 

@@ -17,8 +17,8 @@ from chartlib import (
 # What the operator calls, as operator/src/scenarios/broker_rbac.rs derives it from the requests the
 # code makes (that test fails when _rbac.tpl differs): watches Brokers and ConsumerGroups, patches
 # ConsumerGroups (finalizer) and both statuses, applies the objects a Broker turns into with
-# server-side apply (create when new) and watches their metadata, expands volume claims, deletes a
-# pod stuck at an outdated revision, records events. Nothing else, no wildcard.
+# server-side apply (create when new) and watches their metadata, deletes a NetworkPolicy the spec
+# dropped, expands volume claims, deletes a pod stuck at an outdated revision, records events. Nothing else, no wildcard.
 MANAGED_RULES = {
     ("quiver.io", "brokers"): {"get", "list", "watch"},
     ("quiver.io", "consumergroups"): {"list", "watch", "patch"},
@@ -28,6 +28,7 @@ MANAGED_RULES = {
     ("", "services"): {"list", "watch", "create", "patch"},
     ("", "configmaps"): {"list", "watch", "create", "patch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "patch"},
     ("", "pods"): {"list", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
@@ -101,6 +102,7 @@ def test_all_features_render_monitors_rules_dashboard_and_a_namespaced_role():
             "PodMonitor",
             "PrometheusRule",
             "ConfigMap",
+            "NetworkPolicy",
         ]
     )
 
@@ -212,6 +214,20 @@ def test_metrics_service_selects_the_operator_pod_and_the_service_monitor_select
     assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
     assert service["metadata"]["labels"]["app.kubernetes.io/name"] == "quiver-operator"
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_network_policy_admits_only_the_monitoring_namespaces_to_the_operator_http_port():
+    objects = manifests(load_values(ALL_FEATURES_VALUES))
+    deployment, container = operator_container(objects)
+    (policy,) = by_kind(objects, "NetworkPolicy")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert "http" in [port["name"] for port in container["ports"]]
+    assert not by_kind(manifests(), "NetworkPolicy"), "off by default"
 
 
 def test_broker_pod_monitor_selects_the_pods_the_operator_creates():

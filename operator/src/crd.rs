@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{
     Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -93,6 +93,58 @@ pub struct BrokerSpec {
     #[serde(default = "default_progress_deadline_seconds")]
     #[x_kube(validation = Rule::new("self >= 1").message("progressDeadlineSeconds must be at least 1"))]
     pub progress_deadline_seconds: i64,
+    /// When set, a NetworkPolicy owned by the Broker admits only the listed traffic to the
+    /// broker pods; when absent, no policy is made (and one made before is deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<BrokerNetworkPolicy>,
+}
+
+/// Who may reach the broker pods. Always admitted: the Broker's own pods (peer routing) and the
+/// operator's namespace (admin calls, health); each rule names the ports it opens.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerNetworkPolicy {
+    /// Namespaces whose pods may produce and consume (the remoting port). Default: namespaces
+    /// labelled `quiver.io/client: "true"`.
+    #[serde(default = "default_client_namespaces")]
+    pub client_namespace_selector: LabelSelector,
+    /// Also admit every pod of the Broker's own namespace to the remoting port; default true.
+    #[serde(default = "default_true")]
+    pub allow_same_namespace: bool,
+    /// Namespaces whose pods may scrape `/metrics` (the HTTP port). Default: the namespace
+    /// named `monitoring`.
+    #[serde(default = "default_metrics_namespaces")]
+    pub metrics_namespace_selector: LabelSelector,
+}
+
+/// The label that marks a namespace whose pods are clients of the brokers.
+pub const CLIENT_NAMESPACE_LABEL: &str = "quiver.io/client";
+/// The label every namespace carries with its own name (Kubernetes 1.22 and later).
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+fn match_label(key: &str, value: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+        ..LabelSelector::default()
+    }
+}
+
+fn default_client_namespaces() -> LabelSelector {
+    match_label(CLIENT_NAMESPACE_LABEL, "true")
+}
+
+fn default_metrics_namespaces() -> LabelSelector {
+    match_label(NAMESPACE_NAME_LABEL, "monitoring")
+}
+
+impl Default for BrokerNetworkPolicy {
+    fn default() -> Self {
+        BrokerNetworkPolicy {
+            client_namespace_selector: default_client_namespaces(),
+            allow_same_namespace: true,
+            metrics_namespace_selector: default_metrics_namespaces(),
+        }
+    }
 }
 
 fn default_progress_deadline_seconds() -> i64 {

@@ -4,7 +4,7 @@
 use crate::admin::BrokerPermission;
 use crate::crd::{
     Broker, FlushDiskType, VolumeRetentionPolicy, BROKER_DISK_CLEAN_PERCENT,
-    BROKER_DISK_FORCE_CLEAN_PERCENT,
+    BROKER_DISK_FORCE_CLEAN_PERCENT, NAMESPACE_NAME_LABEL,
 };
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -17,6 +17,10 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
     TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
     WeightedPodAffinityTerm,
+};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -279,6 +283,67 @@ pub fn pod_disruption_budget(broker: &Broker) -> PodDisruptionBudget {
     }
 }
 
+/// The Broker's NetworkPolicy when `spec.networkPolicy` is set: ingress to the broker pods
+/// only from clients (remoting), the Broker's own pods and the operator's namespace (remoting
+/// and HTTP), and the metrics namespaces (HTTP).
+pub fn network_policy(broker: &Broker, operator_namespace: &str) -> Option<NetworkPolicy> {
+    let wanted = broker.spec.network_policy.as_ref()?;
+    let namespaces = |selector: &LabelSelector| NetworkPolicyPeer {
+        namespace_selector: Some(selector.clone()),
+        ..NetworkPolicyPeer::default()
+    };
+    let own_pods = NetworkPolicyPeer {
+        pod_selector: Some(match_labels(selector_labels(broker))),
+        ..NetworkPolicyPeer::default()
+    };
+    let operator = namespaces(&match_labels(BTreeMap::from([(
+        NAMESPACE_NAME_LABEL.to_string(),
+        operator_namespace.to_string(),
+    )])));
+    let mut clients = vec![namespaces(&wanted.client_namespace_selector)];
+    if wanted.allow_same_namespace {
+        clients.push(NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector::default()),
+            ..NetworkPolicyPeer::default()
+        });
+    }
+    let rule = |from: Vec<NetworkPolicyPeer>, ports: &[i32]| NetworkPolicyIngressRule {
+        from: Some(from),
+        ports: Some(ports.iter().map(|&port| tcp_port(port)).collect()),
+    };
+    Some(NetworkPolicy {
+        metadata: metadata(broker, broker.name_any()),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(match_labels(selector_labels(broker))),
+            policy_types: Some(vec!["Ingress".to_string()]),
+            ingress: Some(vec![
+                rule(clients, &[REMOTING_PORT]),
+                rule(vec![own_pods, operator], &[REMOTING_PORT, HTTP_PORT]),
+                rule(
+                    vec![namespaces(&wanted.metrics_namespace_selector)],
+                    &[HTTP_PORT],
+                ),
+            ]),
+            ..NetworkPolicySpec::default()
+        }),
+    })
+}
+
+fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(labels),
+        ..LabelSelector::default()
+    }
+}
+
+fn tcp_port(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".to_string()),
+        ..NetworkPolicyPort::default()
+    }
+}
+
 /// StatefulSet running the brokers, with the pod template hash annotation set.
 pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
     let mut template = pod_template(broker);
@@ -535,6 +600,83 @@ fn default_zone_spread(broker: &Broker) -> TopologySpreadConstraint {
 mod tests {
     use super::*;
     use crate::fixtures::BrokerFixture;
+
+    /// (peers as JSON, ports) of each ingress rule.
+    fn ingress_rules(policy: &NetworkPolicy) -> Vec<(serde_json::Value, Vec<i32>)> {
+        let spec = policy.spec.as_ref().unwrap();
+        spec.ingress
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|rule| {
+                let ports = rule.ports.as_ref().unwrap().iter().map(|port| {
+                    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+                    match port.port {
+                        Some(IntOrString::Int(number)) => number,
+                        ref other => panic!("named or missing port {other:?}"),
+                    }
+                });
+                (serde_json::to_value(&rule.from).unwrap(), ports.collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_network_policy_unless_the_spec_asks() {
+        assert!(network_policy(&Broker::test(), "quiver-system").is_none());
+    }
+
+    #[test]
+    fn the_network_policy_opens_each_port_to_its_callers_only() {
+        let mut broker = Broker::test();
+        broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy::default());
+        let policy = network_policy(&broker, "quiver-system").expect("asked for");
+        assert_eq!(policy.metadata.name.as_deref(), Some("qb"));
+        assert_eq!(
+            policy.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "Broker"
+        );
+        let spec = policy.spec.as_ref().unwrap();
+        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+        let pods = serde_json::to_value(&spec.pod_selector).unwrap();
+        assert_eq!(pods["matchLabels"]["app.kubernetes.io/instance"], "qb");
+        let rules = ingress_rules(&policy);
+        let (clients, client_ports) = &rules[0];
+        assert_eq!(client_ports, &[REMOTING_PORT]);
+        assert_eq!(
+            clients[0]["namespaceSelector"]["matchLabels"]["quiver.io/client"],
+            "true"
+        );
+        assert_eq!(
+            clients[1],
+            serde_json::json!({"podSelector": {}}),
+            "same namespace"
+        );
+        let (inside, inside_ports) = &rules[1];
+        assert_eq!(inside_ports, &[REMOTING_PORT, HTTP_PORT]);
+        assert_eq!(inside[0]["podSelector"], pods, "the Broker's own pods");
+        assert_eq!(
+            inside[1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "quiver-system"
+        );
+        let (metrics, metrics_ports) = &rules[2];
+        assert_eq!(metrics_ports, &[HTTP_PORT]);
+        assert_eq!(
+            metrics[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "monitoring"
+        );
+    }
+
+    #[test]
+    fn without_same_namespace_only_labelled_namespaces_reach_the_remoting_port() {
+        let mut broker = Broker::test();
+        broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy {
+            allow_same_namespace: false,
+            ..Default::default()
+        });
+        let rules = ingress_rules(&network_policy(&broker, "ops").unwrap());
+        assert_eq!(rules[0].0.as_array().unwrap().len(), 1);
+    }
 
     #[test]
     fn minimal_spec_builds_a_complete_stateful_set() {

@@ -49,6 +49,7 @@ impl BrokerFixture for Broker {
                 retention: None,
                 pod_template: None,
                 progress_deadline_seconds: crate::crd::DEFAULT_PROGRESS_DEADLINE_SECONDS,
+                network_policy: None,
             },
         );
         broker.metadata = ObjectMeta {

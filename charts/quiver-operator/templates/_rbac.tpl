@@ -28,6 +28,10 @@ the operator's test API server and fails when these rules differ from them.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "watch", "create", "patch"]
+# A Broker's NetworkPolicy (spec.networkPolicy), deleted when the spec drops it.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Volume expansion reads and patches the claims.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]

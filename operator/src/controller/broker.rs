@@ -20,6 +20,7 @@ use crate::desired::{self, RolloutPlan, FIELD_MANAGER};
 use crate::disk::{self, BrokerDisk, DiskProbe};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -485,7 +486,39 @@ async fn apply_objects(
     apply(ctx, namespace, &desired::headless_service(broker)).await?;
     apply(ctx, namespace, &desired::client_service(broker)).await?;
     apply(ctx, namespace, &desired::pod_disruption_budget(broker)).await?;
+    apply_network_policy(broker, namespace, ctx).await?;
     apply(ctx, namespace, &desired::stateful_set(broker, plan)).await
+}
+
+/// Applies the Broker's NetworkPolicy, or deletes the one it owned once the spec drops it.
+async fn apply_network_policy(
+    broker: &Broker,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let operator_namespace = ctx.client.default_namespace();
+    if let Some(policy) = desired::network_policy(broker, operator_namespace) {
+        return apply(ctx, namespace, &policy).await;
+    }
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    let name = broker.name_any();
+    let existing = policies
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("reading NetworkPolicy {name}")))?;
+    let owned = existing.is_some_and(|policy| {
+        policy
+            .owner_references()
+            .iter()
+            .any(|owner| Some(&owner.uid) == broker.metadata.uid.as_ref())
+    });
+    if owned {
+        policies
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map_err(Error::kube(format!("deleting NetworkPolicy {name}")))?;
+    }
+    Ok(())
 }
 
 /// Everything a pass observed, for the status.

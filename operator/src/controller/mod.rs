@@ -14,6 +14,7 @@ use conditions::Desired;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -414,7 +415,11 @@ pub async fn run(
         .owns(api::<StatefulSet>(&client, &namespace), labels.clone())
         .owns(api::<Service>(&client, &namespace), labels.clone())
         .owns(api::<ConfigMap>(&client, &namespace), labels.clone())
-        .owns(api::<PodDisruptionBudget>(&client, &namespace), labels)
+        .owns(
+            api::<PodDisruptionBudget>(&client, &namespace),
+            labels.clone(),
+        )
+        .owns(api::<NetworkPolicy>(&client, &namespace), labels)
         .graceful_shutdown_on(stop_on(broker_stop))
         .run(broker::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {

@@ -1,7 +1,8 @@
 //! RBAC is exactly what the code uses: every request the real operator (controllers, leader
-//! election) makes against the test API server while a Broker is created, rolled past a stuck
-//! pod, expanded, drained, failed and paused, and a ConsumerGroup is created and deleted, is
-//! turned into (apiGroup, resource, verb) and compared with the rules of the chart's _rbac.tpl.
+//! election) makes against the test API server while a Broker is created, given a
+//! NetworkPolicy and relieved of it, rolled past a stuck pod, expanded, drained, failed and
+//! paused, and a ConsumerGroup is created and deleted, is turned into (apiGroup, resource,
+//! verb) and compared with the rules of the chart's _rbac.tpl.
 
 use super::{addr, condition, eventually, Scenario};
 use crate::crd::{Broker, ConsumerGroup, PAUSE_ANNOTATION};
@@ -56,6 +57,9 @@ fn owner_finalizer_permissions(scenario: &Scenario) -> BTreeSet<Permission> {
     objects.extend(raw_all::<Service>(scenario));
     objects.extend(raw_all::<ConfigMap>(scenario));
     objects.extend(raw_all::<PodDisruptionBudget>(scenario));
+    objects.extend(raw_all::<k8s_openapi::api::networking::v1::NetworkPolicy>(
+        scenario,
+    ));
     let mut needed = BTreeSet::new();
     for object in objects {
         let owners = object["metadata"]["ownerReferences"].as_array().cloned();
@@ -159,11 +163,42 @@ async fn group_lifecycle(scenario: &Scenario) {
     .await;
 }
 
+/// A NetworkPolicy asked for (create, then patch on each pass), then dropped (delete).
+async fn network_policy_on_then_off(scenario: &Scenario) {
+    let policy = || {
+        scenario
+            .server
+            .raw::<k8s_openapi::api::networking::v1::NetworkPolicy>("ns", "qb")
+    };
+    scenario.edit_broker(|broker| broker["spec"]["networkPolicy"] = serde_json::json!({}));
+    eventually(LONG, || policy().is_some()).await;
+    scenario.edit_broker(|broker| {
+        broker["spec"]["networkPolicy"]["allowSameNamespace"] = false.into();
+    });
+    eventually(LONG, || {
+        policy().is_some_and(|policy| {
+            policy["spec"]["ingress"][0]["from"]
+                .as_array()
+                .map(Vec::len)
+                == Some(1)
+        })
+    })
+    .await;
+    scenario.edit_broker(|broker| {
+        broker["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("networkPolicy");
+    });
+    eventually(LONG, || policy().is_none()).await;
+}
+
 /// Every request of one operator run through all of the above.
 async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
     let scenario = Scenario::start_elected().await;
     scenario.create_broker(Broker::test().replicas(3).image("quiver:1"));
     eventually(LONG, || scenario.broker_ready()).await;
+    network_policy_on_then_off(&scenario).await;
     roll_past_a_stuck_pod(&scenario).await;
     expand_and_drain(&scenario).await;
     fail_then_pause(&scenario).await;

@@ -95,6 +95,14 @@ pub static RESOURCES: &[ResourceType] = &[
         true,
         true,
     ),
+    served(
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+        false,
+    ),
     served("coordination.k8s.io", "v1", "leases", "Lease", true, false),
     served(
         "storage.k8s.io",
