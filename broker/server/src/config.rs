@@ -28,6 +28,8 @@ pub mod defaults {
     pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
     pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
     pub const CLIENT_EXPIRY_MS: u64 = 120_000;
+    /// Apache's `serverChannelMaxIdleTimeSeconds`.
+    pub const IDLE_CONNECTION_TIMEOUT_MS: u64 = 120_000;
     pub const PERSIST_INTERVAL_MS: u64 = 5_000;
     pub const MAX_RECONSUME_TIMES: i32 = 16;
     pub const FILE_RESERVED_HOURS: u64 = 72;
@@ -139,6 +141,15 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_CLIENT_EXPIRY_MS", default_value_t = defaults::CLIENT_EXPIRY_MS)]
     pub client_expiry_ms: u64,
 
+    /// A connection that sent no frame for this long, with no request of it in flight (a
+    /// parked pull counts), is closed; 0: never. Clients heartbeat every 30 s. 0 or >= 1000.
+    #[arg(
+        long,
+        env = "QUIVER_IDLE_CONNECTION_TIMEOUT_MS",
+        default_value_t = defaults::IDLE_CONNECTION_TIMEOUT_MS
+    )]
+    pub idle_connection_timeout_ms: u64,
+
     /// How often consumer offsets, topics and groups are persisted. >= 100.
     #[arg(long, env = "QUIVER_PERSIST_INTERVAL_MS", default_value_t = defaults::PERSIST_INTERVAL_MS)]
     pub persist_interval_ms: u64,
@@ -203,6 +214,7 @@ impl Default for BrokerConfig {
             max_inflight_per_connection: defaults::MAX_INFLIGHT_PER_CONNECTION,
             max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
             client_expiry_ms: defaults::CLIENT_EXPIRY_MS,
+            idle_connection_timeout_ms: defaults::IDLE_CONNECTION_TIMEOUT_MS,
             persist_interval_ms: defaults::PERSIST_INTERVAL_MS,
             max_reconsume_times: defaults::MAX_RECONSUME_TIMES,
             file_reserved_hours: defaults::FILE_RESERVED_HOURS,
@@ -348,6 +360,12 @@ impl BrokerConfig {
         if self.client_expiry_ms < 1000 {
             return Err(invalid("client-expiry-ms", "must be at least 1000"));
         }
+        if (1..1000).contains(&self.idle_connection_timeout_ms) {
+            return Err(invalid(
+                "idle-connection-timeout-ms",
+                "must be 0 (never) or at least 1000",
+            ));
+        }
         if self.persist_interval_ms < 100 {
             return Err(invalid("persist-interval-ms", "must be at least 100"));
         }
@@ -361,6 +379,12 @@ impl BrokerConfig {
     }
 
     /// The address peers and clients use for this broker.
+    /// How long a connection may stay idle before it is closed; None: forever.
+    pub fn idle_connection_timeout(&self) -> Option<std::time::Duration> {
+        (self.idle_connection_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.idle_connection_timeout_ms))
+    }
+
     pub fn advertised_addr(&self, bound: std::net::SocketAddr) -> String {
         match &self.advertise {
             Some(addr) => addr.clone(),

@@ -53,9 +53,47 @@ pub struct Metrics {
     /// By topic, then consumer group.
     outbound: RwLock<foldhash::HashMap<Box<str>, FlowsBy>>,
     pub connections: AtomicI64,
+    /// Connections the broker closed, by [`ClosedBecause`].
+    closed: [AtomicU64; ClosedBecause::ALL.len()],
+}
+
+/// Why the broker closed a client's connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClosedBecause {
+    /// No frame and no request in flight for `idle-connection-timeout-ms`.
+    Idle,
+    /// `max-connections` reached: closed on accept.
+    ConnectionLimit,
+}
+
+impl ClosedBecause {
+    const ALL: [ClosedBecause; 2] = [ClosedBecause::Idle, ClosedBecause::ConnectionLimit];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClosedBecause::Idle => "idle",
+            ClosedBecause::ConnectionLimit => "max-connections",
+        }
+    }
 }
 
 impl Metrics {
+    pub fn connection_closed(&self, because: ClosedBecause) {
+        self.closed[because as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (reason, connections closed so far) for every reason.
+    pub fn connections_closed(&self) -> Vec<(&'static str, u64)> {
+        ClosedBecause::ALL
+            .iter()
+            .map(|&because| {
+                let count = self.closed[because as usize].load(Ordering::Relaxed);
+                (because.label(), count)
+            })
+            .collect()
+    }
+
     pub fn record_in(&self, topic: &str, messages: u64, body_bytes: u64) {
         if let Some(flow) = self.inbound.read().get(topic) {
             return flow.add(messages, body_bytes);
@@ -218,6 +256,15 @@ fn encode_traffic(encoder: &mut DescriptorEncoder<'_>, metrics: &Metrics) -> fmt
         "rocketmq_throughput_out_total",
         "Body bytes returned by pulls.",
         by_topic_group(|(_, body_bytes)| body_bytes),
+    )?;
+    let closed = metrics.connections_closed();
+    counter_family(
+        encoder,
+        "quiver_connections_closed_total",
+        "Client connections the broker closed, by reason.",
+        closed
+            .iter()
+            .map(|&(reason, count)| ([("reason", reason)], count)),
     )
 }
 

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quiver_protocol::RemotingCommand;
 use quiver_remoting::{ByteBudget, Connection, ConnectionError, Inbound, Incoming, Options};
@@ -15,6 +15,7 @@ use crate::broker::{blocking, Broker};
 use crate::config::BrokerConfig;
 use crate::consumers::ConnectionHandle;
 use crate::error::BrokerError;
+use crate::metrics::ClosedBecause;
 use crate::processor::{self, Ctx};
 
 /// Responses and pushes queued per connection before the writer applies back-pressure.
@@ -160,6 +161,7 @@ async fn accept_loop(
                 };
                 let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
                     tracing::warn!(%remote, max = broker.config.max_connections, "connection limit reached; closing");
+                    broker.metrics.connection_closed(ClosedBecause::ConnectionLimit);
                     drop(stream);
                     continue;
                 };
@@ -222,12 +224,31 @@ async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Rec
         ctx.broker.config.max_inflight_per_connection,
     ));
     let mut requests = JoinSet::new();
+    let idle_timeout = ctx.broker.config.idle_connection_timeout();
+    // One timer, looked at once per timeout rather than reset per frame.
+    let idle_check = tokio::time::sleep(idle_timeout.unwrap_or_default());
+    tokio::pin!(idle_check);
+    let mut last_frame = Instant::now();
     loop {
         while requests.try_join_next().is_some() {}
         let next = tokio::select! {
             _ = stop.changed() => break,
+            () = &mut idle_check, if idle_timeout.is_some() => {
+                let timeout = idle_timeout.unwrap_or_default();
+                while requests.try_join_next().is_some() {}
+                // A request in flight (a parked pull) means the client is waiting, not idle.
+                let quiet_for = if requests.is_empty() { last_frame.elapsed() } else { Duration::ZERO };
+                if quiet_for >= timeout {
+                    tracing::debug!(remote = %ctx.connection.remote, "idle connection; closing");
+                    ctx.broker.metrics.connection_closed(ClosedBecause::Idle);
+                    break;
+                }
+                idle_check.as_mut().reset(tokio::time::Instant::now() + (timeout - quiet_for));
+                continue;
+            }
             next = incoming.next() => next,
         };
+        last_frame = Instant::now();
         let Inbound {
             command,
             held_bytes,
