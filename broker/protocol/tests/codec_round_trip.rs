@@ -214,6 +214,7 @@ fn every_code_round_trips() {
             consumer_group: "G".into(),
             topic: "T".into(),
             queue_id: 2,
+            set_zero_if_not_found: None,
         },
         Bytes::new(),
     );
@@ -455,6 +456,7 @@ fn every_code_round_trips() {
         &GetConsumeStatsRequestHeader {
             consumer_group: "G".into(),
             topic: Some("TopicTest".into()),
+            mark_uncommitted: None,
         },
         Bytes::new(),
     );

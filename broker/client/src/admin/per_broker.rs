@@ -48,6 +48,8 @@ impl Admin {
         let header = h::GetConsumeStatsRequestHeader {
             consumer_group: group.to_owned(),
             topic: topic.map(str::to_owned),
+            // -1 for "never committed" (unknown lag); an Apache broker answers 0 there.
+            mark_uncommitted: Some(true),
         };
         let request = RemotingCommand::request(code::request::GET_CONSUME_STATS, header.to_ext());
         let response = self.core.invoke(addr, request).await?;

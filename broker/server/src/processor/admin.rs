@@ -344,6 +344,12 @@ pub fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = GetConsumeStatsRequestHeader::from_command(req)?;
     let group = header.consumer_group;
+    // Apache answers 0 for "never committed"; Quiver's own tools ask for -1 (unknown lag).
+    let uncommitted = if header.mark_uncommitted == Some(true) {
+        -1
+    } else {
+        0
+    };
     let topics = match header.topic.filter(|t| !t.is_empty()) {
         Some(topic) => vec![topic],
         None => ctx.broker.offsets.topics_of(&group),
@@ -369,8 +375,7 @@ pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                     MessageQueue::new(topic.as_str(), broker.config.broker_name.as_str(), q),
                     OffsetWrapper {
                         broker_offset: as_i64(broker.store.max_offset(&topic, q)),
-                        // -1 marks "nothing committed" (unknown lag), as RocketMQ tools expect.
-                        consumer_offset: committed.map_or(-1, as_i64),
+                        consumer_offset: committed.map_or(uncommitted, as_i64),
                         last_timestamp: last,
                     },
                 );

@@ -7,6 +7,7 @@ mod pull;
 mod retry;
 mod route;
 mod send;
+mod unsupported;
 
 use std::sync::Arc;
 
@@ -115,13 +116,7 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
         request::GET_CONSUMER_CONNECTION_LIST => admin::consumer_connections(ctx, &req),
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &req).await,
         request::INVOKE_BROKER_TO_RESET_OFFSET => admin::reset_offset(ctx, &req).await,
-        other => Err(Refusal::new(
-            response::REQUEST_CODE_NOT_SUPPORTED,
-            format!(
-                "request code {other} ({}) is not supported",
-                request::name(other).unwrap_or("unknown")
-            ),
-        )),
+        other => Err(unsupported::refusal(other)),
     };
     let reply = match outcome {
         Ok(reply) => reply,
