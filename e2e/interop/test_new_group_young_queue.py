@@ -38,6 +38,8 @@ def test_a_new_group_reads_a_young_topic_from_its_start(broker, quiver):
     consumer.start()
     try:
         wait_until(lambda: len(received) >= COUNT, 60, "the new group to get every message")
+        # An online subscriber: mqadmin's QUERY_TOPIC_CONSUME_BY_WHO names the group.
+        assert group in quiver.json("topics", "consumers", topic)
     finally:
         consumer.shutdown()
     with lock:

@@ -29,6 +29,8 @@ use crate::remoting::{expect_success, InboundRequest};
 use crate::subscription::Subscription;
 use crate::MessageQueue;
 
+mod running_info;
+
 /// What the listener says about a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConsumeOutcome {
@@ -473,6 +475,9 @@ impl Inner {
                 request = inbound.recv() => match request { Some(r) => r, None => return },
                 _ = stop.changed() => return,
             };
+            if running_info::answer(&self, &request).await {
+                continue;
+            }
             let command = &request.command;
             let response_code = match command.code {
                 code::request::NOTIFY_CONSUMER_IDS_CHANGED => {

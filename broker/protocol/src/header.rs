@@ -184,6 +184,9 @@ macro_rules! header {
     (@kind opt) => { Optional };
 }
 
+mod tools;
+pub use tools::*;
+
 /// Every typed header: generic code (tests, dispatch tables) can use this trait.
 pub trait CommandHeader: Sized {
     fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError>;
