@@ -177,6 +177,8 @@ impl ClientCore {
             consumer_group: group.to_owned(),
             topic: queue.topic.clone(),
             queue_id: queue_id(queue),
+            // A new group's start is ours to compute (consume-from-where), not the broker's 0.
+            set_zero_if_not_found: Some(false),
         };
         let request =
             RemotingCommand::request(code::request::QUERY_CONSUMER_OFFSET, header.to_ext());

@@ -142,6 +142,12 @@ impl<M: Clone> ProcessQueue<M> {
         }
     }
 
+    /// Lowest and highest offsets held (pulled, not yet committed), if any.
+    pub fn offset_range(&self) -> Option<(QueueOffset, QueueOffset)> {
+        let held = || self.in_flight.keys().chain(self.consuming.keys());
+        Some((*held().min()?, *held().max()?))
+    }
+
     pub fn is_dropped(&self) -> bool {
         self.dropped
     }

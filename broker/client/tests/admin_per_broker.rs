@@ -101,6 +101,10 @@ async fn topics_groups_offsets_and_runtime_info_of_one_broker() {
 
     let runtime = admin.runtime_info_at(&addr).await.expect("runtime info");
     assert!(runtime.contains_key("commitLogDiskRatio"), "{runtime:?}");
+    let booted: i64 = runtime["bootTimestamp"].parse().expect("a time");
+    assert!(booted > 0 && booted <= now_ms(), "{runtime:?}");
+    assert_eq!(runtime["brokerVersionDesc"], "V4_9_4");
+    assert!(runtime["runtime"].ends_with("seconds ]"), "{runtime:?}");
     assert_eq!(
         runtime.get("quiverWritable").map(String::as_str),
         Some("true")
@@ -142,6 +146,99 @@ async fn members_of_an_online_group_and_stats_of_an_unknown_one() {
             .is_none_or(|stats| stats.offset_table.is_empty()),
         "{unknown:?}"
     );
+    admin.shutdown().await;
+    broker.stop().await;
+}
+
+/// The mqadmin calls: a running consumer's running info (relayed by the broker), who consumes
+/// a topic, offset cloning, producer connections and the cluster's topic list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_info_consumers_of_a_topic_and_cloned_offsets() {
+    let broker = TestBroker::start().await;
+    let addr = broker.addr.clone();
+    let topic = "tools";
+    let group = "g-tools";
+    broker.create_topic(topic, 2).await;
+    produce(&broker.producer(), topic, "m", 4).await;
+    let admin = Admin::new(broker.client());
+    let received = Received::default();
+    let config = broker
+        .consumer_config(group, topic)
+        .consume_from(quiver_client::ConsumeFromWhere::FirstOffset);
+    let consumer = PushConsumer::start(config, received.listener())
+        .await
+        .expect("start");
+    common::wait_until("every message", Duration::from_secs(20), || {
+        received.len() >= 4
+    })
+    .await;
+    let members = admin.members_at(&addr, group).await.expect("members");
+    let client_id = members[0].client_id.clone();
+
+    let info = admin
+        .consumer_running_info_at(&addr, group, &client_id)
+        .await
+        .expect("running info");
+    assert_eq!(info["properties"]["PROP_CONSUME_TYPE"], "CONSUME_PASSIVELY");
+    assert_eq!(info["subscriptionSet"][0]["topic"], topic);
+    // The topic's two queues and the group's retry queue, keyed as fastjson writes them.
+    let queues = info["mqTable"].as_object().expect("mqTable");
+    let of_topic = |key: &&String| key.contains(&format!("\"topic\":\"{topic}\""));
+    assert_eq!(queues.keys().filter(of_topic).count(), 2, "{info}");
+    assert!(
+        queues.keys().any(|key| key.contains("%RETRY%g-tools")),
+        "{info}"
+    );
+    // A stored message consumed once more, directly, by that consumer's listener.
+    let sent = broker
+        .producer()
+        .send(quiver_client::Message::new(topic, "direct"))
+        .await
+        .expect("send");
+    common::wait_until("the new message", Duration::from_secs(20), || {
+        received.len() >= 5
+    })
+    .await;
+    let direct = admin
+        .consume_message_directly_at(&addr, group, &client_id, &sent.offset_msg_id)
+        .await
+        .expect("consume directly");
+    assert_eq!(direct["consumeResult"], "CR_SUCCESS", "{direct}");
+    assert_eq!(received.counts().get("direct"), Some(&2));
+    let refused = admin
+        .consumer_running_info_at(&addr, group, "no-such-client")
+        .await
+        .expect_err("not online");
+    assert!(refused.to_string().contains("not online"), "{refused}");
+
+    let consumers = admin.consumed_by_at(&addr, topic).await.expect("by who");
+    assert_eq!(consumers, [group]);
+    consumer.shutdown().await.expect("shutdown");
+
+    admin
+        .clone_offsets_at(&addr, group, "g-copy", Some(topic))
+        .await
+        .expect("clone");
+    let source = admin
+        .consume_stats_at(&addr, group, Some(topic))
+        .await
+        .expect("stats")
+        .expect("known group");
+    let copy = admin
+        .consume_stats_at(&addr, "g-copy", Some(topic))
+        .await
+        .expect("stats")
+        .expect("known group");
+    assert_eq!(consumer_offsets(&copy), consumer_offsets(&source));
+    assert!(consumer_offsets(&copy).iter().all(|(_, c, b)| c == b));
+
+    let producers = admin
+        .producers_at(&addr, "no-producers")
+        .await
+        .expect("204");
+    assert!(producers.is_empty());
+    let topics = admin.all_topic_names_at(&addr).await.expect("206");
+    assert!(topics.iter().any(|t| t == topic), "{topics:?}");
     admin.shutdown().await;
     broker.stop().await;
 }

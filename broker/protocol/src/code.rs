@@ -87,6 +87,11 @@ pub mod request {
     pub const SEND_BATCH_MESSAGE: i32 = 320;
     pub const QUERY_CONSUME_QUEUE: i32 = 321;
     pub const QUERY_DATA_VERSION: i32 = 322;
+    /// Request-reply: a consumer's reply (V1 and V2 send headers), pushed on to the requester.
+    pub const SEND_REPLY_MESSAGE: i32 = 324;
+    pub const SEND_REPLY_MESSAGE_V2: i32 = 325;
+    /// Broker -> the requesting producer: the reply to its request().
+    pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
 
     /// The Java constant name of a request code, for logs and "not supported" remarks.
     pub fn name(code: i32) -> Option<&'static str> {
@@ -221,6 +226,9 @@ pub const ALL_REQUESTS: &[(i32, &str)] = named![
     SEND_BATCH_MESSAGE,
     QUERY_CONSUME_QUEUE,
     QUERY_DATA_VERSION,
+    SEND_REPLY_MESSAGE,
+    SEND_REPLY_MESSAGE_V2,
+    PUSH_REPLY_MESSAGE_TO_CLIENT,
 ];
 
 #[cfg(test)]

@@ -143,32 +143,34 @@ pub fn encode_to_bytes(cmd: &RemotingCommand) -> Result<Bytes, FrameError> {
     Ok(dst.freeze())
 }
 
+/// The JSON header as Apache writes it (fastjson): its keys, in fastjson's alphabetical order,
+/// and no remark when there is none.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonHeaderOut<'a> {
     code: i32,
-    language: &'a str,
-    version: i32,
-    opaque: i32,
+    ext_fields: &'a ExtFields,
     flag: i32,
+    language: &'a str,
+    opaque: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     remark: Option<&'a str>,
-    ext_fields: &'a ExtFields,
     /// Apache's spelling: clients that look the key up by name miss `...Rpc`.
     #[serde(rename = "serializeTypeCurrentRPC")]
     serialize_type_current_rpc: &'static str,
+    version: i32,
 }
 
 fn encode_json_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
     let header = JsonHeaderOut {
         code: cmd.code,
-        language: &cmd.language,
-        version: cmd.version,
-        opaque: cmd.opaque,
-        flag: cmd.flag,
-        remark: cmd.remark.as_deref().filter(|remark| !remark.is_empty()),
         ext_fields: &cmd.ext_fields,
+        flag: cmd.flag,
+        language: &cmd.language,
+        opaque: cmd.opaque,
+        remark: cmd.remark.as_deref().filter(|remark| !remark.is_empty()),
         serialize_type_current_rpc: "JSON",
+        version: cmd.version,
     };
     serde_json::to_vec(&header).map_err(|source| FrameError::EncodeJson { source })
 }

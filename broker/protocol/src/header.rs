@@ -184,6 +184,9 @@ macro_rules! header {
     (@kind opt) => { Optional };
 }
 
+mod tools;
+pub use tools::*;
+
 /// Every typed header: generic code (tests, dispatch tables) can use this trait.
 pub trait CommandHeader: Sized {
     fn from_ext(ext: &ExtFields) -> Result<Self, HeaderError>;
@@ -347,11 +350,13 @@ header! {
 }
 
 header! {
-    /// QUERY_CONSUMER_OFFSET (14).
+    /// QUERY_CONSUMER_OFFSET (14). `setZeroIfNotFound` (Apache 5.x) false asks for
+    /// QUERY_NOT_FOUND when nothing is committed, instead of 0 for a queue still in memory.
     pub struct QueryConsumerOffsetRequestHeader {
         req consumer_group: String = "consumerGroup",
         req topic: String = "topic",
         req queue_id: i32 = "queueId",
+        opt set_zero_if_not_found: Option<bool> = "setZeroIfNotFound",
     }
 }
 
@@ -531,9 +536,12 @@ header! {
 
 header! {
     /// GET_CONSUME_STATS (208); without a topic, every topic the group consumes.
+    /// `markUncommitted` (Quiver's own, ignored by Apache brokers) asks for consumerOffset -1
+    /// on queues the group never committed on, where Apache answers 0.
     pub struct GetConsumeStatsRequestHeader {
         req consumer_group: String = "consumerGroup",
         opt topic: Option<String> = "topic",
+        opt mark_uncommitted: Option<bool> = "markUncommitted",
     }
 }
 

@@ -46,6 +46,11 @@ pub const PROPERTY_SHARDING_KEY: &str = "__SHARDINGKEY";
 pub const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
 pub const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
 pub const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+/// Request-reply: the requester's client id, the request's correlation id, when the broker
+/// pushed the reply.
+pub const PROPERTY_MESSAGE_REPLY_TO_CLIENT: &str = "REPLY_TO_CLIENT";
+pub const PROPERTY_CORRELATION_ID: &str = "CORRELATION_ID";
+pub const PROPERTY_PUSH_REPLY_TIME: &str = "PUSH_REPLY_TIME";
 /// Separates several keys inside the KEYS property.
 pub const KEY_SEPARATOR: &str = " ";
 /// Separates the key and value of one property in the encoded string.

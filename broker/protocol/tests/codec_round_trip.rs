@@ -214,6 +214,7 @@ fn every_code_round_trips() {
             consumer_group: "G".into(),
             topic: "T".into(),
             queue_id: 2,
+            set_zero_if_not_found: None,
         },
         Bytes::new(),
     );
@@ -455,6 +456,7 @@ fn every_code_round_trips() {
         &GetConsumeStatsRequestHeader {
             consumer_group: "G".into(),
             topic: Some("TopicTest".into()),
+            mark_uncommitted: None,
         },
         Bytes::new(),
     );
@@ -715,4 +717,106 @@ fn request_code_not_supported_response_names_the_code() {
     let decoded = through_frame(&response);
     assert_eq!(decoded.code, 3);
     assert!(decoded.remark.unwrap().contains("9999"));
+}
+
+/// The headers and bodies of the mqadmin calls, the relayed requests and request-reply.
+#[test]
+fn tools_relay_and_reply_codes_round_trip() {
+    let mut coverage = Coverage::default();
+    coverage.request(
+        request::GET_PRODUCER_CONNECTION_LIST,
+        &GetProducerConnectionListRequestHeader {
+            producer_group: "PG".into(),
+        },
+        Bytes::new(),
+    );
+    let producers = ProducerConnection {
+        connection_set: vec![Connection {
+            client_id: "127.0.0.1@1".into(),
+            client_addr: "127.0.0.1:5000".into(),
+            language: "JAVA".into(),
+            version: 401,
+        }],
+    };
+    assert_eq!(
+        ProducerConnection::decode(&producers.encode()).unwrap(),
+        producers
+    );
+    coverage.request(
+        request::DELETE_TOPIC_IN_NAMESRV,
+        &DeleteTopicFromNamesrvRequestHeader {
+            topic: "TopicTest".into(),
+        },
+        Bytes::new(),
+    );
+    coverage.request(
+        request::CLONE_GROUP_OFFSET,
+        &CloneGroupOffsetRequestHeader {
+            src_group: "A".into(),
+            dest_group: "B".into(),
+            topic: None,
+            offline: Some(true),
+        },
+        Bytes::new(),
+    );
+    coverage.request(
+        request::CONSUME_MESSAGE_DIRECTLY,
+        &ConsumeMessageDirectlyResultRequestHeader {
+            consumer_group: "G".into(),
+            client_id: Some("c1".into()),
+            msg_id: Some("7F0000010000271100000000000003E8".into()),
+            broker_name: Some("broker-a".into()),
+        },
+        Bytes::new(),
+    );
+    coverage.request(
+        request::PUSH_REPLY_MESSAGE_TO_CLIENT,
+        &ReplyMessageRequestHeader {
+            producer_group: "PG".into(),
+            topic: "DefaultCluster_REPLY_TOPIC".into(),
+            default_topic: "TBW102".into(),
+            default_topic_queue_nums: 4,
+            queue_id: 0,
+            sys_flag: 0,
+            born_timestamp: 1_700_000_000_000,
+            flag: 0,
+            properties: Some("CORRELATION_ID\u{1}c\u{2}".into()),
+            reconsume_times: Some(0),
+            unit_mode: Some(false),
+            born_host: "127.0.0.1:5000".into(),
+            store_host: "127.0.0.1:10911".into(),
+            store_timestamp: 1_700_000_000_001,
+        },
+        Bytes::from_static(b"reply"),
+    );
+    let info = ConsumerRunningInfo {
+        properties: BTreeMap::from([("PROP_CONSUME_TYPE".into(), "CONSUME_PASSIVELY".into())]),
+        subscription_set: vec![subscription()],
+        mq_table: BTreeMap::from([(
+            mq(1),
+            ProcessQueueInfo {
+                commit_offset: 5,
+                cached_msg_min_offset: 5,
+                cached_msg_max_offset: 9,
+                cached_msg_count: 5,
+                cached_msg_size_in_mi_b: 0,
+                locked: false,
+                droped: false,
+            },
+        )]),
+        jstack: None,
+    };
+    let encoded = info.encode();
+    let text = std::str::from_utf8(&encoded).unwrap();
+    // Apache's field names, and the queue as a fastjson object key.
+    for field in [
+        "mqTable",
+        "cachedMsgSizeInMiB",
+        "droped",
+        "subscriptionSet",
+        "{\"brokerName\"",
+    ] {
+        assert!(text.contains(field), "{field} in {text}");
+    }
+    assert_eq!(ConsumerRunningInfo::decode(&encoded).unwrap(), info);
 }

@@ -15,6 +15,7 @@ use crate::long_poll::LongPollRegistry;
 use crate::metrics::Metrics;
 use crate::peers::PeerView;
 use crate::persist;
+use crate::producers::ProducerManager;
 use crate::topics::TopicManager;
 use quiver_protocol::body::perm;
 
@@ -33,6 +34,7 @@ pub struct Broker {
     pub topics: TopicManager,
     pub groups: GroupManager,
     pub consumers: ConsumerManager,
+    pub producers: ProducerManager,
     pub long_poll: Arc<LongPollRegistry>,
     pub locks: QueueLocks,
     pub peers: PeerView,
@@ -46,6 +48,8 @@ pub struct Broker {
     /// schedule loop last knew it; a level missing here has delivered nothing.
     pub delay_delivered: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
     ready: AtomicBool,
+    /// When the broker opened (ms since the epoch): GET_BROKER_RUNTIME_INFO's bootTimestamp.
+    pub started_ms: i64,
 }
 
 impl Broker {
@@ -93,11 +97,13 @@ impl Broker {
             topics,
             groups,
             consumers: ConsumerManager::default(),
+            producers: ProducerManager::default(),
             long_poll,
             locks: QueueLocks::default(),
             peers,
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
+            started_ms: crate::now_ms(),
             config,
         })
     }

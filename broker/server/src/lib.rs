@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod peers;
 pub(crate) mod persist;
 pub mod processor;
+pub mod producers;
 pub mod schedule;
 pub mod server;
 pub mod topics;

@@ -213,6 +213,7 @@ async fn serve_connection(
     for group in broker.consumers.connection_closed(id) {
         broker.consumers.notify_ids_changed(&group);
     }
+    broker.producers.connection_closed(id);
     drop(ctx);
     incoming.finish().await;
 }
@@ -347,6 +348,7 @@ async fn client_expiry_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {
+                broker.producers.expire(crate::now_ms(), broker.config.client_expiry_ms);
                 for group in broker.consumers.expire(crate::now_ms(), broker.config.client_expiry_ms) {
                     tracing::info!(group, "client expired without heartbeat");
                     broker.consumers.notify_ids_changed(&group);

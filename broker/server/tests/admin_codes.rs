@@ -235,3 +235,198 @@ async fn admin_codes_and_consumer_pushes() {
     assert_eq!(gone.code, response::TOPIC_NOT_EXIST);
     broker.stop().await;
 }
+
+fn topic_list(reply: &quiver_protocol::RemotingCommand) -> Vec<String> {
+    assert_eq!(reply.code, response::SUCCESS, "{reply:?}");
+    quiver_protocol::body::TopicList::decode(&reply.body)
+        .unwrap()
+        .topic_list
+}
+
+/// The calls of mqadmin and the dashboard: topic lists, name-server deletion, who consumes a
+/// topic, producer connections and offset cloning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqadmin_and_dashboard_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(dir.path());
+    let (cluster, broker_name) = (config.cluster.clone(), config.broker_name.clone());
+    let broker = TestBroker::start(config).await;
+    let mut admin = broker.client().await;
+    let create = ext(&[
+        ("topic", "Tl"),
+        ("readQueueNums", "2"),
+        ("writeQueueNums", "2"),
+        ("perm", "6"),
+    ]);
+    let created = admin
+        .call(request::UPDATE_AND_CREATE_TOPIC, create, Bytes::new())
+        .await;
+    assert_eq!(created.code, response::SUCCESS);
+
+    // Topic lists: the cluster's topics, by cluster, and the system topics.
+    let all = admin
+        .call(
+            request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+            Default::default(),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(topic_list(&all), ["SCHEDULE_TOPIC_XXXX", "TBW102", "Tl"]);
+    let by_cluster = |name: &str| ext(&[("cluster", name)]);
+    let in_cluster = admin
+        .call(
+            request::GET_TOPICS_BY_CLUSTER,
+            by_cluster(&cluster),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(topic_list(&in_cluster), topic_list(&all));
+    let elsewhere = admin
+        .call(
+            request::GET_TOPICS_BY_CLUSTER,
+            by_cluster("Nope"),
+            Bytes::new(),
+        )
+        .await;
+    assert!(topic_list(&elsewhere).is_empty());
+    let from_ns = admin
+        .call(
+            request::GET_SYSTEM_TOPIC_LIST_FROM_NS,
+            Default::default(),
+            Bytes::new(),
+        )
+        .await;
+    let mut names = vec![cluster.clone(), broker_name.clone()];
+    names.sort();
+    assert_eq!(topic_list(&from_ns), names);
+    let ns_body: serde_json::Value = serde_json::from_slice(&from_ns.body).unwrap();
+    assert_eq!(ns_body["brokerAddr"], broker.addr.to_string());
+    let from_broker = admin
+        .call(
+            request::GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+            Default::default(),
+            Bytes::new(),
+        )
+        .await;
+    let mut system = vec![
+        cluster.clone(),
+        broker_name.clone(),
+        "SCHEDULE_TOPIC_XXXX".to_string(),
+        "TBW102".to_string(),
+    ];
+    system.sort();
+    assert_eq!(topic_list(&from_broker), system);
+
+    // Who consumes Tl: a group with an offset on it and an online subscriber.
+    admin.send("Tl", 0, "m0", "A").await;
+    admin.pull("Committed", "Tl", 0, 1, 0, Some(1)).await;
+    let mut member = broker.client().await;
+    let subscriber = r#"{"clientID":"s1","consumerDataSet":[{"groupName":"Online","consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","subscriptionDataSet":[{"topic":"Tl","subString":"*"}]}],"producerDataSet":[{"groupName":"PG"}]}"#;
+    let joined = member
+        .call(
+            request::HEART_BEAT,
+            Default::default(),
+            Bytes::from(subscriber),
+        )
+        .await;
+    assert_eq!(joined.code, response::SUCCESS);
+    let by_who = admin
+        .call(
+            request::QUERY_TOPIC_CONSUME_BY_WHO,
+            ext(&[("topic", "Tl")]),
+            Bytes::new(),
+        )
+        .await;
+    let groups = quiver_protocol::body::GroupList::decode(&by_who.body).unwrap();
+    assert_eq!(groups.group_list, ["Committed", "Online"]);
+
+    // The same heartbeat announced producer group PG.
+    let producers = |admin_group: &str| ext(&[("producerGroup", admin_group)]);
+    let listed = admin
+        .call(
+            request::GET_PRODUCER_CONNECTION_LIST,
+            producers("PG"),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(listed.code, response::SUCCESS, "{listed:?}");
+    let body: serde_json::Value = serde_json::from_slice(&listed.body).unwrap();
+    let connections = body["connectionSet"].as_array().unwrap();
+    assert_eq!(connections.len(), 1);
+    assert_eq!(connections[0]["clientId"], "s1");
+    assert_eq!(connections[0]["language"], "RUST");
+    assert_eq!(
+        connections[0]["clientAddr"],
+        member.stream.local_addr().unwrap().to_string()
+    );
+    let unknown = admin
+        .call(
+            request::GET_PRODUCER_CONNECTION_LIST,
+            producers("Nobody"),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(unknown.code, response::SYSTEM_ERROR);
+    assert!(unknown.remark.unwrap().contains("not exist"));
+    let left = member
+        .call(
+            request::UNREGISTER_CLIENT,
+            ext(&[("clientID", "s1"), ("producerGroup", "PG")]),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(left.code, response::SUCCESS);
+    let gone = admin
+        .call(
+            request::GET_PRODUCER_CONNECTION_LIST,
+            producers("PG"),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(gone.code, response::SYSTEM_ERROR);
+
+    // Offsets cloned from one group to another.
+    let clone = ext(&[
+        ("srcGroup", "Committed"),
+        ("destGroup", "Copy"),
+        ("topic", "Tl"),
+        ("offline", "true"),
+    ]);
+    let cloned = admin
+        .call(request::CLONE_GROUP_OFFSET, clone, Bytes::new())
+        .await;
+    assert_eq!(cloned.code, response::SUCCESS, "{cloned:?}");
+    assert_eq!(
+        ext_u64(&admin.query_offset("Copy", "Tl", 0).await, "offset"),
+        1
+    );
+    assert_eq!(
+        admin.query_offset("Copy", "Tl", 1).await.code,
+        response::QUERY_NOT_FOUND
+    );
+
+    // The name server forgets a topic only once the broker deleted it.
+    let forget = || ext(&[("topic", "Tl")]);
+    let early = admin
+        .call(request::DELETE_TOPIC_IN_NAMESRV, forget(), Bytes::new())
+        .await;
+    assert_eq!(early.code, response::SYSTEM_ERROR);
+    assert!(early.remark.unwrap().contains("DELETE_TOPIC_IN_BROKER"));
+    let deleted = admin
+        .call(request::DELETE_TOPIC_IN_BROKER, forget(), Bytes::new())
+        .await;
+    assert_eq!(deleted.code, response::SUCCESS);
+    let forgotten = admin
+        .call(request::DELETE_TOPIC_IN_NAMESRV, forget(), Bytes::new())
+        .await;
+    assert_eq!(forgotten.code, response::SUCCESS, "{forgotten:?}");
+    let all = admin
+        .call(
+            request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+            Default::default(),
+            Bytes::new(),
+        )
+        .await;
+    assert!(!topic_list(&all).contains(&"Tl".to_string()));
+    broker.stop().await;
+}

@@ -134,3 +134,54 @@ async fn half_messages_timers_batch_delays_and_sql92_are_refused() {
     );
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_transaction_and_a_delayed_batch_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(test_config(dir.path())).await;
+    let mut client = broker.client().await;
+    let ended = client
+        .call(
+            request::END_TRANSACTION,
+            ext(&[
+                ("producerGroup", "P"),
+                ("tranStateTableOffset", "0"),
+                ("commitLogOffset", "0"),
+                ("commitOrRollback", "8"),
+                ("msgId", "X"),
+            ]),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(ended.code, response::REQUEST_CODE_NOT_SUPPORTED);
+    let remark = ended.remark.unwrap_or_default();
+    assert!(
+        remark.contains("END_TRANSACTION") && remark.contains("transactional"),
+        "{remark}"
+    );
+
+    // A delay level on the batch itself, as Apache's CommitLog refuses it.
+    let batch = [BatchMessage {
+        flag: 0,
+        body: Bytes::from_static(b"b0"),
+        properties: String::new(),
+    }];
+    let reply = client
+        .call(
+            request::SEND_BATCH_MESSAGE,
+            send_fields("Unsup", "0", "DELAY\u{1}2\u{2}", true),
+            encode_batch(&batch),
+        )
+        .await;
+    assert_eq!(reply.code, response::MESSAGE_ILLEGAL, "{reply:?}");
+    assert!(reply.remark.unwrap_or_default().contains("not stored"));
+    let max = client
+        .call(
+            request::GET_MAX_OFFSET,
+            ext(&[("topic", "Unsup"), ("queueId", "0")]),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(max.ext("offset"), Some("0"), "{max:?}");
+    broker.stop().await;
+}

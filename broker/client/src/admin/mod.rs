@@ -1,6 +1,7 @@
 //! Admin operations: topics, routes, cluster, consume stats and lag, offset resets.
 
 mod per_broker;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

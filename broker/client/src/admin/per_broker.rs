@@ -16,7 +16,7 @@ use crate::subscription::Subscription;
 use crate::MessageQueue;
 
 /// Decodes a response body, naming the broker and request when it is malformed.
-fn decoded<T>(
+pub(super) fn decoded<T>(
     addr: &str,
     request_code: i32,
     decode: impl FnOnce(&[u8]) -> std::result::Result<T, quiver_protocol::BodyError>,
@@ -31,7 +31,11 @@ fn decoded<T>(
 
 impl Admin {
     /// Sends `request` to `addr` and accepts only SUCCESS.
-    async fn call_ok(&self, addr: &str, request: RemotingCommand) -> Result<RemotingCommand> {
+    pub(super) async fn call_ok(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+    ) -> Result<RemotingCommand> {
         let request_code = request.code;
         let response = self.core.invoke(addr, request).await?;
         expect_success(addr, request_code, response)
@@ -48,6 +52,8 @@ impl Admin {
         let header = h::GetConsumeStatsRequestHeader {
             consumer_group: group.to_owned(),
             topic: topic.map(str::to_owned),
+            // -1 for "never committed" (unknown lag); an Apache broker answers 0 there.
+            mark_uncommitted: Some(true),
         };
         let request = RemotingCommand::request(code::request::GET_CONSUME_STATS, header.to_ext());
         let response = self.core.invoke(addr, request).await?;

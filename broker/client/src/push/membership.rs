@@ -121,6 +121,9 @@ impl Inner {
                 request = inbound.recv() => match request { Some(r) => r, None => return },
                 _ = stop.changed() => return,
             };
+            if super::running_info::answer(&self, &request).await {
+                continue;
+            }
             let command = &request.command;
             let response_code = match command.code {
                 code::request::NOTIFY_CONSUMER_IDS_CHANGED => {

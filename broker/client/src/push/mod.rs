@@ -14,6 +14,7 @@ mod membership;
 mod pull_loop;
 mod queue_state;
 mod rebalance;
+mod running_info;
 #[cfg(test)]
 mod test_support;
 

@@ -7,6 +7,9 @@
 
 pub mod fastjson;
 pub mod lenient;
+mod running_info;
+
+pub use running_info::{prop as running_info_prop, ConsumerRunningInfo, ProcessQueueInfo};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -397,6 +400,14 @@ pub struct ConsumerConnection {
     pub consume_from_where: ConsumeFromWhere,
 }
 
+/// GET_PRODUCER_CONNECTION_LIST (204) response body: Apache's `ProducerConnection`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProducerConnection {
+    #[serde(deserialize_with = "lenient::or_default")]
+    pub connection_set: Vec<Connection>,
+}
+
 /// LOCK_BATCH_MQ (41) / UNLOCK_BATCH_MQ (42) request body.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -667,6 +678,8 @@ json_body!(
     ConsumeStats,
     TopicStatsTable,
     ConsumerConnection,
+    ProducerConnection,
+    ConsumerRunningInfo,
     LockBatchRequestBody,
     LockBatchResponseBody,
     ResetOffsetBody,

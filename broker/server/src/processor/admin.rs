@@ -122,7 +122,15 @@ pub fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let stats = store.stats();
     let disk = store.disk_status();
     let refusal = disk.refusal.as_ref();
+    let up_ms = crate::now_ms().saturating_sub(ctx.broker.started_ms);
     let entries = [
+        ("brokerVersionDesc", "V4_9_4".to_string()),
+        (
+            "brokerVersion",
+            quiver_protocol::PROTOCOL_VERSION.to_string(),
+        ),
+        ("bootTimestamp", ctx.broker.started_ms.to_string()),
+        ("runtime", uptime_text(up_ms)),
         (
             "commitLogMinOffset",
             stats.min_physical_offset.0.to_string(),
@@ -163,6 +171,14 @@ pub fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let mut reply = success(req, &[]);
     reply.body = table.encode();
     Ok(reply)
+}
+
+/// Uptime as Apache's runtime info writes it: `[ 0 days, 1 hours, 2 minutes, 3 seconds ]`.
+fn uptime_text(ms: i64) -> String {
+    let seconds = ms.max(0) / 1000;
+    let (days, hours) = (seconds / 86_400, seconds / 3_600 % 24);
+    let (minutes, seconds) = (seconds / 60 % 60, seconds % 60);
+    format!("[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]")
 }
 
 /// Bytes as Apache's `MixAll.humanReadableByteCount(bytes, false)` writes them.
@@ -344,6 +360,12 @@ pub fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = GetConsumeStatsRequestHeader::from_command(req)?;
     let group = header.consumer_group;
+    // Apache answers 0 for "never committed"; Quiver's own tools ask for -1 (unknown lag).
+    let uncommitted = if header.mark_uncommitted == Some(true) {
+        -1
+    } else {
+        0
+    };
     let topics = match header.topic.filter(|t| !t.is_empty()) {
         Some(topic) => vec![topic],
         None => ctx.broker.offsets.topics_of(&group),
@@ -369,8 +391,7 @@ pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                     MessageQueue::new(topic.as_str(), broker.config.broker_name.as_str(), q),
                     OffsetWrapper {
                         broker_offset: as_i64(broker.store.max_offset(&topic, q)),
-                        // -1 marks "nothing committed" (unknown lag), as RocketMQ tools expect.
-                        consumer_offset: committed.map_or(-1, as_i64),
+                        consumer_offset: committed.map_or(uncommitted, as_i64),
                         last_timestamp: last,
                     },
                 );
@@ -445,7 +466,14 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::human_bytes;
+    use super::{human_bytes, uptime_text};
+
+    #[test]
+    fn uptime_reads_like_apache_runtime_info() {
+        assert_eq!(uptime_text(0), "[ 0 days, 0 hours, 0 minutes, 0 seconds ]");
+        let ms = ((2 * 24 + 3) * 3_600 + 4 * 60 + 5) * 1000 + 999;
+        assert_eq!(uptime_text(ms), "[ 2 days, 3 hours, 4 minutes, 5 seconds ]");
+    }
 
     #[test]
     fn human_bytes_reads_like_apache_runtime_info() {

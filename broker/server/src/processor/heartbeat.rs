@@ -12,6 +12,7 @@ use quiver_protocol::RemotingCommand;
 use super::{success, Ctx, Outcome, Refusal};
 use crate::consumers::{ConsumerClient, Registration};
 use crate::locks::LockKey;
+use crate::producers::ProducerClient;
 use crate::topics::RETRY_PREFIX;
 
 fn bad_body(what: &'static str) -> impl FnOnce(quiver_protocol::BodyError) -> Refusal {
@@ -33,6 +34,9 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         ));
     }
     let now = crate::now_ms();
+    for producer in &heartbeat.producer_data_set {
+        register_producer(ctx, req, &heartbeat.client_id, &producer.group_name, now);
+    }
     for consumer in heartbeat.consumer_data_set {
         let group = consumer.group_name;
         if group.is_empty() {
@@ -68,8 +72,27 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(success(req, &[]))
 }
 
+fn register_producer(ctx: &Ctx, req: &RemotingCommand, client_id: &str, group: &str, now: i64) {
+    if group.is_empty() {
+        return;
+    }
+    let client = ProducerClient {
+        client_id: client_id.to_owned(),
+        language: req.language.clone(),
+        version: req.version,
+        connection: ctx.connection.clone(),
+        last_heartbeat_ms: now,
+    };
+    if ctx.broker.producers.register(group, client) {
+        tracing::debug!(group, client_id, remote = %ctx.connection.remote, "producer joined");
+    }
+}
+
 pub fn unregister(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = UnregisterClientRequestHeader::from_command(req)?;
+    if let Some(group) = header.producer_group.as_deref().filter(|g| !g.is_empty()) {
+        ctx.broker.producers.unregister(group, &header.client_id);
+    }
     if let Some(group) = header.consumer_group.as_deref().filter(|g| !g.is_empty()) {
         if ctx.broker.consumers.unregister(group, &header.client_id) {
             tracing::info!(group, client_id = %header.client_id, "consumer left");

@@ -4,9 +4,13 @@ mod admin;
 mod heartbeat;
 mod offsets;
 mod pull;
+mod relay;
+mod reply;
 mod retry;
 mod route;
 mod send;
+mod tools;
+mod unsupported;
 
 use std::sync::Arc;
 
@@ -115,13 +119,20 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
         request::GET_CONSUMER_CONNECTION_LIST => admin::consumer_connections(ctx, &req),
         request::GET_CONSUME_STATS => admin::consume_stats(ctx, &req).await,
         request::INVOKE_BROKER_TO_RESET_OFFSET => admin::reset_offset(ctx, &req).await,
-        other => Err(Refusal::new(
-            response::REQUEST_CODE_NOT_SUPPORTED,
-            format!(
-                "request code {other} ({}) is not supported",
-                request::name(other).unwrap_or("unknown")
-            ),
-        )),
+        request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => tools::all_topic_list(ctx, &req),
+        request::GET_TOPICS_BY_CLUSTER => tools::topics_by_cluster(ctx, &req),
+        request::GET_SYSTEM_TOPIC_LIST_FROM_NS => tools::system_topics_from_ns(ctx, &req),
+        request::GET_SYSTEM_TOPIC_LIST_FROM_BROKER => tools::system_topics_from_broker(ctx, &req),
+        request::DELETE_TOPIC_IN_NAMESRV => tools::delete_topic_in_namesrv(ctx, &req),
+        request::QUERY_TOPIC_CONSUME_BY_WHO => tools::topic_consumed_by(ctx, &req),
+        request::GET_PRODUCER_CONNECTION_LIST => tools::producer_connections(ctx, &req),
+        request::CLONE_GROUP_OFFSET => tools::clone_group_offset(ctx, &req).await,
+        request::GET_CONSUMER_RUNNING_INFO => relay::consumer_running_info(ctx, &req).await,
+        request::CONSUME_MESSAGE_DIRECTLY => relay::consume_message_directly(ctx, &req).await,
+        request::SEND_REPLY_MESSAGE | request::SEND_REPLY_MESSAGE_V2 => {
+            reply::send_reply(ctx, &req).await
+        }
+        other => Err(unsupported::refusal(other)),
     };
     let reply = match outcome {
         Ok(reply) => reply,

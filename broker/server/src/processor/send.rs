@@ -193,6 +193,7 @@ impl Sending<'_> {
         if batch.is_empty() {
             return Err(Refusal::new(response::MESSAGE_ILLEGAL, "batch is empty"));
         }
+        refuse_batch_delay(self.properties)?;
         let mut targets = Vec::with_capacity(batch.len());
         for BatchMessage {
             body,
@@ -203,13 +204,7 @@ impl Sending<'_> {
         {
             check_body(body.len(), self.max_body)?;
             refuse_unsupported(self.header.sys_flag, &properties)?;
-            if property(&properties, msg::PROPERTY_DELAY).is_some_and(|level| level != "0") {
-                // As Apache: a delay level applies to one message, never inside a batch.
-                return Err(Refusal::new(
-                    response::MESSAGE_ILLEGAL,
-                    "a batch cannot carry a delay level (DELAY); send delayed messages one by one",
-                ));
-            }
+            refuse_batch_delay(&properties)?;
             targets.push(StoreTarget {
                 topic: self.header.topic.clone(),
                 queue_id: self.queue_id,
@@ -295,6 +290,19 @@ fn refuse_unsupported(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// As Apache (`CommitLog.asyncPutMessages`): a delay level, on the batch or on one of its
+/// messages, is MESSAGE_ILLEGAL, never stored as an immediate message.
+fn refuse_batch_delay(properties: &str) -> Result<(), Refusal> {
+    if property(properties, msg::PROPERTY_DELAY).is_some_and(|level| level.trim() != "0") {
+        return Err(Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            "a batch cannot carry a delay level (DELAY); send delayed messages one by one; \
+             the batch was not stored",
+        ));
     }
     Ok(())
 }

@@ -276,22 +276,34 @@ impl Client {
         self.call(request::PULL_MESSAGE, fields, Bytes::new()).await
     }
 
+    /// The committed offset, QUERY_NOT_FOUND when none (`setZeroIfNotFound=false`).
     pub async fn query_offset(
         &mut self,
         group: &str,
         topic: &str,
         queue_id: u32,
     ) -> RemotingCommand {
-        self.call(
-            request::QUERY_CONSUMER_OFFSET,
-            ext(&[
-                ("consumerGroup", group),
-                ("topic", topic),
-                ("queueId", &queue_id.to_string()),
-            ]),
-            Bytes::new(),
-        )
-        .await
+        self.query_offset_with(group, topic, queue_id, &[("setZeroIfNotFound", "false")])
+            .await
+    }
+
+    /// QUERY_CONSUMER_OFFSET with extra header fields (none: as 4.x clients send it).
+    pub async fn query_offset_with(
+        &mut self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+        extra: &[(&str, &str)],
+    ) -> RemotingCommand {
+        let queue = queue_id.to_string();
+        let mut fields = ext(&[
+            ("consumerGroup", group),
+            ("topic", topic),
+            ("queueId", &queue),
+        ]);
+        fields.extend(ext(extra));
+        self.call(request::QUERY_CONSUMER_OFFSET, fields, Bytes::new())
+            .await
     }
 }
 

@@ -165,6 +165,8 @@ enum TopicsCommand {
     },
     /// Show the route (brokers and queues) of a topic.
     Route { name: String },
+    /// The groups consuming a topic: online subscribers and groups with offsets on it.
+    Consumers { name: String },
 }
 
 #[derive(Args, Debug)]
@@ -697,6 +699,22 @@ async fn topics(
             }
         }
         TopicsCommand::Route { name } => print_route(&*admin.route(&name).await?, output)?,
+        TopicsCommand::Consumers { name } => {
+            let mut groups = std::collections::BTreeSet::new();
+            for addr in admin.broker_addrs().await? {
+                groups.extend(admin.consumed_by_at(&addr, &name).await?);
+            }
+            match output {
+                Output::Json => print_json(&groups)?,
+                Output::Table => {
+                    let mut table = Table::new(&["GROUP"]);
+                    for group in groups {
+                        table.row(vec![group]);
+                    }
+                    print!("{}", table.render());
+                }
+            }
+        }
     }
     admin.shutdown().await;
     Ok(())
