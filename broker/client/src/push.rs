@@ -26,7 +26,7 @@ use crate::pull_from_where::{
     compute_pull_from_where, ConsumeFromWhere, StartPosition, RETRY_TOPIC_PREFIX,
 };
 use crate::remoting::{expect_success, InboundRequest};
-use crate::subscription::Subscription;
+use crate::subscription::{MessageSelector, Subscription};
 use crate::MessageQueue;
 
 /// What the listener says about a batch.
@@ -53,8 +53,8 @@ pub type Listener = Arc<dyn Fn(&[ReceivedMessage]) -> ConsumeOutcome + Send + Sy
 pub struct PushConsumerConfig {
     pub client: ClientConfig,
     pub group: String,
-    /// (topic, tag expression) pairs; `%RETRY%group` is added automatically.
-    pub subscriptions: Vec<(String, String)>,
+    /// (topic, tag or SQL92 selector) pairs; `%RETRY%group` is added automatically.
+    pub subscriptions: Vec<(String, MessageSelector)>,
     pub consume_from: ConsumeFromWhere,
     pub mode: ConsumeMode,
     /// Messages handed to the listener at once.
@@ -104,7 +104,11 @@ impl PushConsumerConfig {
         }
     }
 
-    pub fn subscribe(mut self, topic: impl Into<String>, expression: impl Into<String>) -> Self {
+    pub fn subscribe(
+        mut self,
+        topic: impl Into<String>,
+        expression: impl Into<MessageSelector>,
+    ) -> Self {
         self.subscriptions.push((topic.into(), expression.into()));
         self
     }
@@ -237,8 +241,8 @@ impl PushConsumer {
         let mut subscriptions: Vec<Subscription> = config
             .subscriptions
             .iter()
-            .map(|(topic, expression)| Subscription::new(topic.clone(), expression))
-            .collect();
+            .map(|(topic, selector)| Subscription::with_selector(topic.clone(), selector))
+            .collect::<Result<_>>()?;
         // Failed messages come back through the group's retry topic.
         subscriptions.push(Subscription::new(
             format!("{RETRY_TOPIC_PREFIX}{}", config.group),
@@ -404,7 +408,7 @@ impl Inner {
                     tags_set: s.tags().iter().cloned().collect(),
                     code_set: s.tag_codes().into_iter().map(|c| c as i32).collect(),
                     sub_version: s.version(),
-                    expression_type: Some("TAG".into()),
+                    expression_type: Some(s.expression_type().into()),
                     ..Default::default()
                 })
                 .collect(),
