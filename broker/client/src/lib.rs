@@ -37,4 +37,4 @@ pub use pull_from_where::ConsumeFromWhere;
 pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumerConfig};
 pub use quiver_protocol::body::MessageQueue;
 pub use quiver_protocol::offset::QueueOffset;
-pub use subscription::Subscription;
+pub use subscription::{MessageSelector, Subscription};

@@ -118,7 +118,7 @@ impl ClientCore {
                 .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
             subscription: Some(spec.subscription.expression().to_owned()),
             sub_version: spec.subscription.version(),
-            expression_type: Some("TAG".to_owned()),
+            expression_type: Some(spec.subscription.expression_type().to_owned()),
         };
         let ext = header.to_ext();
         let request = RemotingCommand::request(code::request::PULL_MESSAGE, ext);

@@ -36,7 +36,7 @@ async fn only_subscribed_tags_are_delivered() {
     let mut config = broker
         .consumer_config("g-tags", topic)
         .consume_from(ConsumeFromWhere::FirstOffset);
-    config.subscriptions = vec![(topic.to_owned(), "A || B".to_owned())];
+    config.subscriptions = vec![(topic.to_owned(), "A || B".into())];
     let consumer = PushConsumer::start(config, received.listener())
         .await
         .expect("start");

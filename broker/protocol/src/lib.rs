@@ -11,6 +11,7 @@
 //! - [`record`]: the message record, byte for byte as the CommitLog stores it and a pull body
 //!   carries it.
 //! - [`offset`]: typed CommitLog and ConsumeQueue positions.
+//! - [`sql92`]: RocketMQ's SQL92 message selector (subscriptions of expression type SQL92).
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -45,6 +46,7 @@ pub mod header;
 pub mod message;
 pub mod offset;
 pub mod record;
+pub mod sql92;
 
 pub use command::{
     language_code, language_name, ExtFields, RemotingCommand, SerializeType, FLAG_ONEWAY,

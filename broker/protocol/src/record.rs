@@ -555,6 +555,26 @@ pub fn store_timestamp_of(record: &[u8]) -> Option<i64> {
     Some(i64::from_be_bytes(record.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// Byte offset of BODY's length for IPv4 hosts; +12 for each IPv6 host.
+const BODY_LEN_AT_V4: usize = 84;
+
+/// The PROPERTIES of a stored record, read through its length fields without decoding or
+/// checking the rest (a pull's property filter runs it on every record it scans).
+pub fn properties_of(record: &[u8]) -> Option<&str> {
+    let read = |at: usize, n: usize| record.get(at..at.checked_add(n)?);
+    let sys_flag = i32::from_be_bytes(read(SYS_FLAG_AT, 4)?.try_into().ok()?);
+    let v6 = |flag: i32| if sys_flag & flag != 0 { 12 } else { 0 };
+    let body_len_at = BODY_LEN_AT_V4 + v6(BORN_HOST_V6_FLAG) + v6(STORE_HOST_V6_FLAG);
+    let body_len = i32::from_be_bytes(read(body_len_at, 4)?.try_into().ok()?);
+    let topic_len_at = body_len_at.checked_add(4 + usize::try_from(body_len).ok()?)?;
+    let topic_len =
+        usize::try_from(i8::from_be_bytes(read(topic_len_at, 1)?.try_into().ok()?)).ok()?;
+    let properties_len_at = topic_len_at.checked_add(1 + topic_len)?;
+    let properties_len = i16::from_be_bytes(read(properties_len_at, 2)?.try_into().ok()?);
+    let properties = read(properties_len_at + 2, usize::try_from(properties_len).ok()?)?;
+    std::str::from_utf8(properties).ok()
+}
+
 /// Finds one property's value without allocating.
 pub fn property<'p>(properties: &'p str, key: &str) -> Option<&'p str> {
     // Byte scan: both separators are ASCII, and every send looks up TAGS and DELAY.
@@ -735,6 +755,21 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    #[test]
+    fn properties_of_reads_the_stored_properties() {
+        for v6 in [false, true] {
+            let mut msg = message(b"some body", "TAGS\u{1}TagA\u{2}a\u{1}7\u{2}");
+            if v6 {
+                msg.born_host = "[2001:db8::1]:4000".parse().unwrap();
+                msg.store_host = "[::1]:10911".parse().unwrap();
+            }
+            let bytes = encode(&msg, PLACEMENT).unwrap();
+            assert_eq!(properties_of(&bytes), Some(msg.properties));
+            assert_eq!(properties_of(&bytes[..bytes.len() - 1]), None);
+        }
+        assert_eq!(properties_of(&[]), None);
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! NOTIFY_CONSUMER_IDS_CHANGED push when a group's membership changes.
 
 use std::collections::{BTreeMap, HashMap};
-
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use quiver_protocol::body::{ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData};
 use quiver_protocol::header::NotifyConsumerIdsChangedRequestHeader;
 use quiver_protocol::RemotingCommand;
 use quiver_remoting::Connection;
+
+use crate::filter::{CompiledFilter, ConsumerFilter, FilterError};
 
 /// One client connection: who it is, and the way to answer and push to it.
 #[derive(Clone, Debug)]
@@ -42,9 +44,44 @@ pub struct GroupState {
     pub clients: BTreeMap<String, ConsumerClient>,
     /// Topic -> the subscription the group's latest heartbeat announced.
     pub subscriptions: BTreeMap<String, SubscriptionData>,
+    /// Topic -> that subscription's expression, compiled (or why it cannot be).
+    pub filters: BTreeMap<String, RegisteredFilter>,
     pub consume_type: ConsumeType,
     pub message_model: MessageModel,
     pub consume_from_where: ConsumeFromWhere,
+}
+
+/// A subscription's expression as registered, and its compiled filter.
+#[derive(Clone, Debug)]
+pub struct RegisteredFilter {
+    pub expression: String,
+    pub expression_type: Option<String>,
+    pub filter: CompiledFilter,
+}
+
+impl RegisteredFilter {
+    fn compile(subscription: &SubscriptionData) -> RegisteredFilter {
+        let kind = subscription.expression_type.as_deref();
+        RegisteredFilter {
+            expression: subscription.sub_string.clone(),
+            expression_type: subscription.expression_type.clone(),
+            filter: ConsumerFilter::compile(kind, &subscription.sub_string).map(Arc::new),
+        }
+    }
+
+    /// Whether this is the filter of `expression` of `kind`.
+    pub fn is_for(&self, kind: Option<&str>, expression: &str) -> bool {
+        self.expression == expression && self.expression_type.as_deref() == kind
+    }
+}
+
+/// What a registration did.
+#[derive(Debug, Default)]
+pub struct Registered {
+    /// The client was not a member of the group before.
+    pub joined: bool,
+    /// Subscriptions whose expression cannot be served: (topic, why).
+    pub refused: Vec<(String, FilterError)>,
 }
 
 /// A heartbeat's registration of one client in one group.
@@ -64,21 +101,40 @@ pub struct ConsumerManager {
 }
 
 impl ConsumerManager {
-    /// Registers or refreshes a client; true when the group's member set changed.
-    pub fn register(&self, registration: Registration) -> bool {
+    /// Registers or refreshes a client and compiles its subscriptions' expressions (again
+    /// only when one changed); a subscription that cannot be served is kept with its error.
+    pub fn register(&self, registration: Registration) -> Registered {
         let mut groups = self.groups.lock();
         let state = groups.entry(registration.group).or_default();
         state.consume_type = registration.consume_type;
         state.message_model = registration.message_model;
         state.consume_from_where = registration.consume_from_where;
+        let mut refused = Vec::new();
         for subscription in registration.subscriptions {
+            let kind = subscription.expression_type.as_deref();
+            let unchanged = state
+                .filters
+                .get(&subscription.topic)
+                .is_some_and(|known| known.is_for(kind, &subscription.sub_string));
+            if !unchanged {
+                state.filters.insert(
+                    subscription.topic.clone(),
+                    RegisteredFilter::compile(&subscription),
+                );
+            }
+            if let Some(Err(error)) = state.filters.get(&subscription.topic).map(|f| &f.filter) {
+                refused.push((subscription.topic.clone(), error.clone()));
+            }
             state
                 .subscriptions
                 .insert(subscription.topic.clone(), subscription);
         }
         let client_id = registration.client.client_id.clone();
         let previous = state.clients.insert(client_id, registration.client);
-        previous.is_none()
+        Registered {
+            joined: previous.is_none(),
+            refused,
+        }
     }
 
     /// Removes a client from a group; true when it was a member.
@@ -139,6 +195,14 @@ impl ConsumerManager {
             .and_then(|state| state.subscriptions.get(topic).cloned())
     }
 
+    /// The compiled filter of the group's subscription to `topic`, if it registered one.
+    pub fn filter(&self, group: &str, topic: &str) -> Option<RegisteredFilter> {
+        self.groups
+            .lock()
+            .get(group)
+            .and_then(|state| state.filters.get(topic).cloned())
+    }
+
     pub fn online_groups(&self) -> Vec<String> {
         self.groups.lock().keys().cloned().collect()
     }
@@ -194,14 +258,59 @@ mod tests {
     }
 
     fn register(manager: &ConsumerManager, client: ConsumerClient) -> bool {
-        manager.register(Registration {
+        manager
+            .register(Registration {
+                group: "G".into(),
+                client,
+                subscriptions: vec![],
+                consume_type: ConsumeType::ConsumePassively,
+                message_model: MessageModel::Clustering,
+                consume_from_where: ConsumeFromWhere::LastOffset,
+            })
+            .joined
+    }
+
+    fn subscription(topic: &str, kind: &str, expression: &str) -> SubscriptionData {
+        SubscriptionData {
+            topic: topic.into(),
+            sub_string: expression.into(),
+            expression_type: Some(kind.into()),
+            ..SubscriptionData::default()
+        }
+    }
+
+    #[test]
+    fn subscriptions_carry_their_compiled_filters() {
+        let manager = ConsumerManager::default();
+        let (a, _rx) = client("a", 1, 1_000);
+        let registration = |subscriptions| Registration {
             group: "G".into(),
-            client,
-            subscriptions: vec![],
+            client: a.clone(),
+            subscriptions,
             consume_type: ConsumeType::ConsumePassively,
             message_model: MessageModel::Clustering,
             consume_from_where: ConsumeFromWhere::LastOffset,
-        })
+        };
+        let registered = manager.register(registration(vec![
+            subscription("T", "SQL92", "a > 5"),
+            subscription("U", "SQL92", "a >"),
+            subscription("V", "TAG", "x || y"),
+        ]));
+        assert!(registered.joined);
+        assert_eq!(registered.refused.len(), 1);
+        assert_eq!(registered.refused[0].0, "U");
+        let sql = manager.filter("G", "T").expect("registered");
+        assert!(sql.is_for(Some("SQL92"), "a > 5"));
+        assert!(sql.filter.unwrap().selector().is_some());
+        assert!(manager.filter("G", "U").unwrap().filter.is_err());
+        assert!(matches!(
+            *manager.filter("G", "V").unwrap().filter.unwrap(),
+            ConsumerFilter::Tags(_)
+        ));
+        // A later heartbeat with a fixed expression replaces the error.
+        let registered = manager.register(registration(vec![subscription("U", "SQL92", "a > 1")]));
+        assert!(!registered.joined && registered.refused.is_empty());
+        assert!(manager.filter("G", "U").unwrap().filter.is_ok());
     }
 
     #[test]

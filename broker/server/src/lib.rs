@@ -10,6 +10,7 @@ pub mod broker;
 pub mod config;
 pub mod consumers;
 pub mod error;
+pub mod filter;
 pub mod groups;
 pub mod http;
 pub mod locks;

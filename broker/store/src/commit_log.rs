@@ -403,6 +403,18 @@ impl CommitLog {
 
     /// A zero-copy view of the `size` bytes at `offset`, if they are published.
     pub(crate) fn view(&self, segments: &SegmentList, offset: u64, size: usize) -> Option<Bytes> {
+        self.view_if(segments, offset, size, None)
+    }
+
+    /// [`CommitLog::view`] of a record `accept` takes, judged on the mapped bytes before a
+    /// view is made: a property filter skips records without allocating for them.
+    pub(crate) fn view_if(
+        &self,
+        segments: &SegmentList,
+        offset: u64,
+        size: usize,
+        accept: Option<crate::store::RecordFilter<'_>>,
+    ) -> Option<Bytes> {
         let end = offset.checked_add(size as u64)?;
         if end > self.committed() || size < BLANK_FILLER_BYTES {
             return None;
@@ -413,11 +425,12 @@ impl CommitLog {
             return None;
         }
         // SAFETY: below the published end, never rewritten while served.
-        let head = unsafe { segment.slice(at, BLANK_FILLER_BYTES) };
+        let bytes = unsafe { segment.slice(at, size) };
         // A unit damaged on disk could point anywhere: serve only a record that starts here.
-        let starts_record = head[..4] == (size as u32).to_be_bytes()
-            && head[4..8] == record::MESSAGE_MAGIC.to_be_bytes();
-        starts_record.then(|| segment.bytes(at, size))
+        let starts_record = bytes[..4] == (size as u32).to_be_bytes()
+            && bytes[4..8] == record::MESSAGE_MAGIC.to_be_bytes();
+        (starts_record && accept.is_none_or(|accept| accept(bytes)))
+            .then(|| segment.bytes(at, size))
     }
 
     /// The published record starting at `offset`, sized by its TOTALSIZE field.

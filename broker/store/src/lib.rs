@@ -34,8 +34,8 @@ pub use quiver_protocol::record::{NewMessage, RecordError};
 pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{
-    Appended, DispatchEvent, DispatchHook, GetResult, GetStatus, MessageStore, PutResult,
-    StoreStats,
+    Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, MessageStore,
+    PutResult, RecordFilter, StoreStats,
 };
 
 // Callers share these across threads in an `Arc`: the build fails if that ever breaks.

@@ -68,6 +68,16 @@ pub struct GetResult {
     pub max_offset: QueueOffset,
 }
 
+/// Which records a get returns: first by the ConsumeQueue unit's tags code (no CommitLog
+/// read), then, if set, by the record's own bytes (in the mapping, before a view is made).
+pub struct GetFilter<'a> {
+    pub tags_code: &'a dyn Fn(i64) -> bool,
+    pub record: Option<RecordFilter<'a>>,
+}
+
+/// Whether a get returns a record, judged on its stored bytes.
+pub type RecordFilter<'a> = &'a dyn Fn(&[u8]) -> bool;
+
 /// Tells the server a queue grew (to wake long polls).
 #[derive(Clone, Copy, Debug)]
 pub struct DispatchEvent<'a> {
@@ -662,6 +672,24 @@ impl MessageStore {
         max_bytes: u64,
         tag_filter: &dyn Fn(i64) -> bool,
     ) -> Result<GetResult, StoreError> {
+        let filter = GetFilter {
+            tags_code: tag_filter,
+            record: None,
+        };
+        self.get_filtered(topic, queue_id, offset, max_msgs, max_bytes, &filter)
+    }
+
+    /// [`MessageStore::get`] with a second filter on each record's bytes (a property
+    /// filter), run after the tags code one; what it skips counts towards neither limit.
+    pub fn get_filtered(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        offset: QueueOffset,
+        max_msgs: u32,
+        max_bytes: u64,
+        filter: &GetFilter<'_>,
+    ) -> Result<GetResult, StoreError> {
         let empty = |status, next, min, max| GetResult {
             status,
             messages: Vec::new(),
@@ -699,18 +727,22 @@ impl MessageStore {
             let Some(unit) = queue.unit(&units, next) else {
                 break;
             };
-            if unit.is_empty() || unit.physical_offset < log_min || !tag_filter(unit.tags_code) {
+            if unit.is_empty()
+                || unit.physical_offset < log_min
+                || !(filter.tags_code)(unit.tags_code)
+            {
                 next += 1;
                 continue;
             }
             if !messages.is_empty() && bytes_total + u64::from(unit.size) > max_bytes {
                 break;
             }
-            if let Some(record) =
-                self.shared
-                    .commit_log
-                    .view(&log, unit.physical_offset, unit.size as usize)
-            {
+            if let Some(record) = self.shared.commit_log.view_if(
+                &log,
+                unit.physical_offset,
+                unit.size as usize,
+                filter.record,
+            ) {
                 bytes_total += u64::from(unit.size);
                 messages.push(record);
             }

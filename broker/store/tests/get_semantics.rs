@@ -1,4 +1,4 @@
-//! Pull semantics: statuses and next offsets, tag filters, byte budgets, timestamp search,
+//! Pull semantics: statuses and next offsets, tag and record filters, byte budgets, timestamp search,
 //! the dispatch hook, batches and topic deletion.
 
 mod common;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::{config, message};
 use quiver_store::record::tags_code;
-use quiver_store::{GetStatus, MessageStore, QueueOffset, StoreError};
+use quiver_store::{GetFilter, GetStatus, MessageStore, QueueOffset, StoreError};
 
 #[test]
 fn statuses_and_next_begin_offsets() {
@@ -114,6 +114,72 @@ fn statuses_and_next_begin_offsets() {
     assert_eq!(
         store.store_timestamp("T", 1, QueueOffset(10)).unwrap(),
         None
+    );
+}
+
+#[test]
+fn record_filters_skip_records_without_spending_the_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MessageStore::open(config(dir.path())).unwrap();
+    for i in 0..10 {
+        let properties = format!("a\u{1}{i}\u{2}");
+        store
+            .put(
+                &message("P", 0, format!("m{i}").as_bytes(), &properties),
+                1_000,
+            )
+            .unwrap();
+    }
+    let above_five = |record: &[u8]| {
+        let properties = quiver_store::record::properties_of(record).unwrap();
+        quiver_store::record::property(properties, "a")
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+            > 5
+    };
+    let filter = GetFilter {
+        tags_code: &|_| true,
+        record: Some(&above_five),
+    };
+    let got = store
+        .get_filtered("P", 0, QueueOffset(0), 2, u64::MAX, &filter)
+        .unwrap();
+    let bodies: Vec<_> = quiver_store::record::decode_all(&got.messages.concat())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(
+        bodies,
+        vec![&b"m6"[..], &b"m7"[..]],
+        "skipped records do not count towards max"
+    );
+    assert_eq!(got.next_begin_offset, QueueOffset(8));
+    let rest = store
+        .get_filtered("P", 0, QueueOffset(8), 32, 1, &filter)
+        .unwrap();
+    assert_eq!(
+        (rest.messages.len(), rest.next_begin_offset),
+        (1, QueueOffset(9))
+    );
+    let none = store
+        .get_filtered(
+            "P",
+            0,
+            QueueOffset(0),
+            5,
+            u64::MAX,
+            &GetFilter {
+                tags_code: &|_| true,
+                record: Some(&|_| false),
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        (none.status, none.next_begin_offset),
+        (GetStatus::NoMatchedMessage, QueueOffset(10)),
+        "a get scans past what it skips, up to its scan bound, not its message count"
     );
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::client::ClientConfig;
 use crate::error::{ClientError, Result};
 use crate::pull_from_where::ConsumeFromWhere;
+use crate::subscription::MessageSelector;
 
 use super::ConsumeMode;
 
@@ -12,8 +13,8 @@ use super::ConsumeMode;
 pub struct PushConsumerConfig {
     pub client: ClientConfig,
     pub group: String,
-    /// (topic, tag expression) pairs; `%RETRY%group` is added automatically.
-    pub subscriptions: Vec<(String, String)>,
+    /// (topic, tag or SQL92 selector) pairs; `%RETRY%group` is added automatically.
+    pub subscriptions: Vec<(String, MessageSelector)>,
     pub consume_from: ConsumeFromWhere,
     pub mode: ConsumeMode,
     /// Messages handed to the listener at once.
@@ -63,7 +64,11 @@ impl PushConsumerConfig {
         }
     }
 
-    pub fn subscribe(mut self, topic: impl Into<String>, expression: impl Into<String>) -> Self {
+    pub fn subscribe(
+        mut self,
+        topic: impl Into<String>,
+        expression: impl Into<MessageSelector>,
+    ) -> Self {
         self.subscriptions.push((topic.into(), expression.into()));
         self
     }

@@ -43,7 +43,7 @@ fn consumer_data(
                 tags_set: s.tags().iter().cloned().collect(),
                 code_set: s.tag_codes().into_iter().map(|c| c as i32).collect(),
                 sub_version: s.version(),
-                expression_type: Some("TAG".into()),
+                expression_type: Some(s.expression_type().into()),
                 ..Default::default()
             })
             .collect(),

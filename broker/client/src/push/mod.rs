@@ -81,17 +81,17 @@ pub struct PushConsumer {
 
 /// The configured subscriptions plus the group's retry topic, through which failed messages
 /// come back.
-fn subscriptions_with_retry(config: &PushConsumerConfig) -> Vec<Subscription> {
+fn subscriptions_with_retry(config: &PushConsumerConfig) -> Result<Vec<Subscription>> {
     let mut subscriptions: Vec<Subscription> = config
         .subscriptions
         .iter()
-        .map(|(topic, expression)| Subscription::new(topic.clone(), expression))
-        .collect();
+        .map(|(topic, selector)| Subscription::with_selector(topic.clone(), selector))
+        .collect::<Result<_>>()?;
     subscriptions.push(Subscription::new(
         format!("{RETRY_TOPIC_PREFIX}{}", config.group),
         "*",
     ));
-    subscriptions
+    Ok(subscriptions)
 }
 
 impl PushConsumer {
@@ -103,7 +103,7 @@ impl PushConsumer {
         let inner = Arc::new(Inner {
             core,
             consume_permits: Arc::new(Semaphore::new(config.consume_concurrency)),
-            subscriptions: subscriptions_with_retry(&config),
+            subscriptions: subscriptions_with_retry(&config)?,
             config,
             listener,
             offsets: OffsetTable::new(),
@@ -286,6 +286,7 @@ mod tests {
             .subscribe("orders", "TagA || TagB")
             .subscribe("refunds", "*");
         let topics: Vec<(String, String)> = subscriptions_with_retry(&config)
+            .expect("tag expressions")
             .iter()
             .map(|s| (s.topic.clone(), s.expression().to_owned()))
             .collect();

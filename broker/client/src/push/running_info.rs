@@ -57,7 +57,7 @@ fn running_info(inner: &Inner) -> ConsumerRunningInfo {
             tags_set: s.tags().iter().cloned().collect(),
             code_set: s.tag_codes().into_iter().map(|c| c as i32).collect(),
             sub_version: s.version(),
-            expression_type: Some("TAG".into()),
+            expression_type: Some(s.expression_type().into()),
             ..Default::default()
         })
         .collect();

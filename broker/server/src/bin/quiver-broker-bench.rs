@@ -1,6 +1,7 @@
 //! `quiver-broker-bench`: produce and consume 1 KiB messages over loopback against an
 //! in-process broker (single and batch sends, 1 and 4 producers), reporting msgs/s, MB/s and
-//! end-to-end p50/p99 latency, beside store-only figures of the same run.
+//! end-to-end p50/p99 latency, beside store-only figures of the same run; then a catch-up
+//! read of stored messages, unfiltered and through a SQL92 filter matching 10%.
 //!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
 
@@ -40,6 +41,9 @@ struct Args {
     /// Flush mode of the broker and the store.
     #[arg(long, default_value_t = FlushMode::Async)]
     flush_mode: FlushMode,
+    /// Messages stored for the filtered catch-up read (0 skips it).
+    #[arg(long, default_value_t = 100_000)]
+    catch_up_messages: u64,
 }
 
 const QUEUES: u32 = 8;
@@ -244,22 +248,8 @@ impl std::fmt::Display for Figures {
 
 async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::Result<Figures> {
     let dir = tempfile::tempdir()?;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let config = BrokerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: addr.to_string(),
-        http_listen: "127.0.0.1:0".into(),
-        advertise: Some(addr.to_string()),
-        flush_mode: args.flush_mode,
-        segment_size: 256 * 1024 * 1024,
-        ..BrokerConfig::default()
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let broker = tokio::spawn(quiver_broker::run(config, listener, None, async move {
-        let _ = stopped.await;
-    }));
-    create_topic(addr).await?;
+    let broker = start_broker(args, dir.path()).await?;
+    let addr = broker.addr;
 
     let total = args.messages;
     let received = Arc::new(AtomicU64::new(0));
@@ -286,32 +276,8 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
         latencies.extend(task.await??);
     }
     let elapsed = started.elapsed().as_secs_f64();
-    stop.send(()).ok();
-    broker.await?.context("broker run")?;
+    broker.stop().await?;
     Ok(network_figures(args, producers, batch, elapsed, latencies))
-}
-
-/// Creates the bench topic once the broker accepts connections, before consumers pull it.
-async fn create_topic(addr: SocketAddr) -> anyhow::Result<()> {
-    let mut setup = loop {
-        match Conn::connect(addr).await {
-            Ok(conn) => break conn,
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    };
-    let ext = [
-        ("topic", TOPIC),
-        ("readQueueNums", "8"),
-        ("writeQueueNums", "8"),
-        ("perm", "6"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    setup
-        .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
-        .await?;
-    Ok(())
 }
 
 /// One network scenario's row: its rate over `elapsed` seconds and latency percentiles.
@@ -403,6 +369,165 @@ fn store_scenario(args: &Args, batch: usize) -> anyhow::Result<Figures> {
     })
 }
 
+/// An in-process broker with the bench topic, and a connection to it.
+struct RunningBroker {
+    addr: SocketAddr,
+    conn: Conn,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), quiver_broker::BrokerError>>,
+}
+
+impl RunningBroker {
+    async fn stop(self) -> anyhow::Result<()> {
+        drop(self.conn);
+        self.stop.send(()).ok();
+        self.task.await?.context("broker run")?;
+        Ok(())
+    }
+}
+
+/// Starts a broker on a free loopback port over `dir` and creates the bench topic.
+async fn start_broker(args: &Args, dir: &std::path::Path) -> anyhow::Result<RunningBroker> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let config = BrokerConfig {
+        data_dir: dir.to_path_buf(),
+        listen: addr.to_string(),
+        http_listen: "127.0.0.1:0".into(),
+        advertise: Some(addr.to_string()),
+        flush_mode: args.flush_mode,
+        segment_size: 256 * 1024 * 1024,
+        ..BrokerConfig::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let broker = tokio::spawn(quiver_broker::run(config, listener, None, async move {
+        let _ = stopped.await;
+    }));
+    let mut setup = loop {
+        match Conn::connect(addr).await {
+            Ok(conn) => break conn,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    let queues = QUEUES.to_string();
+    let ext = [
+        ("topic", TOPIC),
+        ("readQueueNums", &queues),
+        ("writeQueueNums", &queues),
+        ("perm", "6"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    setup
+        .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
+        .await?;
+    Ok(RunningBroker {
+        addr,
+        conn: setup,
+        stop,
+        task: broker,
+    })
+}
+
+/// Stores `count` messages in batches, property `a` = i % 10 (so `a = 0` selects 10%).
+async fn store_for_filtering(conn: &mut Conn, count: u64, size: usize) -> anyhow::Result<()> {
+    let mut stored = 0u64;
+    while stored < count {
+        let n = (count - stored).min(32);
+        let msgs: Vec<BatchMessage> = (stored..stored + n)
+            .map(|i| BatchMessage {
+                flag: 0,
+                body: body(size),
+                properties: format!("TAGS\u{1}bench\u{2}a\u{1}{}\u{2}", i % 10),
+            })
+            .collect();
+        let queue_id = u32::try_from((stored / 32) % u64::from(QUEUES))?;
+        stored += n;
+        let reply = conn
+            .call(
+                request::SEND_BATCH_MESSAGE,
+                send_ext(queue_id, true),
+                encode_batch(&msgs),
+            )
+            .await?;
+        if reply.code != response::SUCCESS {
+            bail!("send failed: {} {:?}", reply.code, reply.remark);
+        }
+    }
+    Ok(())
+}
+
+/// Reads every queue from 0 to its end, 32 messages a pull, with `(type, expression)`;
+/// returns the messages delivered.
+async fn catch_up(conn: &mut Conn, kind: &str, expression: &str) -> anyhow::Result<u64> {
+    let mut delivered = 0u64;
+    for queue_id in 0..QUEUES {
+        let mut offset = 0u64;
+        loop {
+            let ext: ExtFields = [
+                ("consumerGroup", "CatchUp"),
+                ("topic", TOPIC),
+                ("queueId", &queue_id.to_string()),
+                ("queueOffset", &offset.to_string()),
+                ("maxMsgNums", "32"),
+                ("sysFlag", "4"),
+                ("commitOffset", "-1"),
+                ("suspendTimeoutMillis", "0"),
+                ("subscription", expression),
+                ("subVersion", "0"),
+                ("expressionType", kind),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            let reply = conn.call(request::PULL_MESSAGE, ext, Bytes::new()).await?;
+            let number = |key: &str| reply.ext(key).and_then(|v| v.parse::<u64>().ok());
+            match reply.code {
+                response::SUCCESS => {
+                    delivered += quiver_store::record::decode_all(&reply.body)?.len() as u64;
+                }
+                response::PULL_RETRY_IMMEDIATELY | response::PULL_NOT_FOUND => {}
+                code => bail!("pull failed: {code} {:?}", reply.remark),
+            }
+            let (Some(next), Some(max)) = (number("nextBeginOffset"), number("maxOffset")) else {
+                bail!("pull answer without offsets: {reply:?}");
+            };
+            offset = next;
+            if offset >= max {
+                break;
+            }
+        }
+    }
+    Ok(delivered)
+}
+
+/// Catch-up reads of the same stored messages, unfiltered and with a SQL92 filter matching
+/// 10%: messages delivered per second each, and their ratio (issue 23's target: >= 0.5).
+async fn filtered_catch_up(args: &Args) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut broker = start_broker(args, dir.path()).await?;
+    let conn = &mut broker.conn;
+    let count = args.catch_up_messages;
+    store_for_filtering(conn, count, args.size).await?;
+    let mut rates = Vec::new();
+    for (label, kind, expression) in [
+        ("unfiltered (TAG *)", "TAG", "*"),
+        ("SQL92 `a = 0` (10%)", "SQL92", "a = 0"),
+    ] {
+        let started = Instant::now();
+        let delivered = catch_up(conn, kind, expression).await?;
+        let rate = delivered as f64 / started.elapsed().as_secs_f64();
+        println!("| catch-up {label:<25} | {delivered:>10} | {rate:>12.0} |");
+        rates.push(rate);
+    }
+    println!(
+        "filtered / unfiltered delivered msgs/s: {:.2} (target >= 0.50)",
+        rates[1] / rates[0]
+    );
+    broker.stop().await
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     epoch();
@@ -436,6 +561,18 @@ fn main() -> anyhow::Result<()> {
                 runtime.block_on(network_scenario(&args, producers, batch))?
             );
         }
+    }
+    if args.catch_up_messages > 0 {
+        println!(
+            "\nfiltered catch-up: {} messages of {} B, 32 a pull, 8 queues read in turn",
+            args.catch_up_messages, args.size
+        );
+        println!(
+            "| {:<34} | {:>10} | {:>12} |",
+            "read", "delivered", "delivered/s"
+        );
+        println!("|{}|{}|{}|", "-".repeat(36), "-".repeat(12), "-".repeat(14));
+        runtime.block_on(filtered_catch_up(&args))?;
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
-//! LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42).
+//! LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), CHECK_CLIENT_CONFIG (46).
 
 use quiver_protocol::body::{
-    GetConsumerListByGroupResponseBody, HeartbeatData, LockBatchRequestBody, LockBatchResponseBody,
-    MessageQueue,
+    CheckClientRequestBody, GetConsumerListByGroupResponseBody, HeartbeatData,
+    LockBatchRequestBody, LockBatchResponseBody, MessageQueue,
 };
 use quiver_protocol::code::response;
 use quiver_protocol::header::{GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader};
@@ -11,6 +11,8 @@ use quiver_protocol::RemotingCommand;
 
 use super::{success, Ctx, Outcome, Refusal};
 use crate::consumers::{ConsumerClient, Registration};
+use crate::error::chain;
+use crate::filter::{ConsumerFilter, FilterError};
 use crate::locks::LockKey;
 use crate::producers::ProducerClient;
 use crate::topics::RETRY_PREFIX;
@@ -37,6 +39,7 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     for producer in &heartbeat.producer_data_set {
         register_producer(ctx, req, &heartbeat.client_id, &producer.group_name, now);
     }
+    let mut refused = Vec::new();
     for consumer in heartbeat.consumer_data_set {
         let group = consumer.group_name;
         if group.is_empty() {
@@ -48,7 +51,7 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         broker
             .topics
             .get_or_create(&retry_topic, super::route::retry_queues(&group_config));
-        let changed = broker.consumers.register(Registration {
+        let registered = broker.consumers.register(Registration {
             group: group.clone(),
             client: ConsumerClient {
                 client_id: heartbeat.client_id.clone(),
@@ -62,13 +65,56 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             message_model: consumer.message_model,
             consume_from_where: consumer.consume_from_where,
         });
-        if changed {
+        if registered.joined {
             tracing::info!(group, client_id = %heartbeat.client_id, remote = %ctx.connection.remote, "consumer joined");
             if group_config.notify_consumer_ids_changed_enable {
                 broker.consumers.notify_ids_changed(&group);
             }
         }
+        refused.extend(
+            registered
+                .refused
+                .into_iter()
+                .map(|(topic, error)| (group.clone(), topic, error)),
+        );
     }
+    refuse_subscriptions(&refused)?;
+    Ok(success(req, &[]))
+}
+
+/// The client stays registered (membership and its other subscriptions work), but a
+/// subscription that cannot be served is answered as an error, and so are its pulls.
+fn refuse_subscriptions(refused: &[(String, String, FilterError)]) -> Result<(), Refusal> {
+    let Some((_, _, first)) = refused.first() else {
+        return Ok(());
+    };
+    let reasons: Vec<String> = refused
+        .iter()
+        .map(|(group, topic, error)| format!("group {group}, topic {topic}: {}", chain(error)))
+        .collect();
+    Err(Refusal::new(
+        first.code(),
+        format!(
+            "heartbeat registered, but these subscriptions cannot be served and their pulls are \
+             refused: {}",
+            reasons.join("; ")
+        ),
+    ))
+}
+
+/// CHECK_CLIENT_CONFIG (46): whether a subscription's expression can be served, asked by
+/// Java clients before they subscribe with SQL92.
+pub fn check_client_config(_ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    if req.body.is_empty() {
+        return Ok(success(req, &[]));
+    }
+    let body = CheckClientRequestBody::decode(&req.body).map_err(bad_body("check client"))?;
+    let subscription = &body.subscription_data;
+    ConsumerFilter::compile(
+        subscription.expression_type.as_deref(),
+        &subscription.sub_string,
+    )
+    .map_err(|error| Refusal::new(error.code(), chain(&error)))?;
     Ok(success(req, &[]))
 }
 

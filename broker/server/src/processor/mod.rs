@@ -103,6 +103,7 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
         request::GET_CONSUMER_LIST_BY_GROUP => heartbeat::consumer_list(ctx, &req),
         request::LOCK_BATCH_MQ => heartbeat::lock_batch(ctx, &req),
         request::UNLOCK_BATCH_MQ => heartbeat::unlock_batch(ctx, &req),
+        request::CHECK_CLIENT_CONFIG => heartbeat::check_client_config(ctx, &req),
         request::CONSUMER_SEND_MSG_BACK => retry::send_back(ctx, &req).await,
         request::GET_ROUTEINFO_BY_TOPIC => route::route(ctx, &req),
         request::GET_BROKER_CLUSTER_INFO => route::cluster_info(ctx, &req),

@@ -1,17 +1,21 @@
-//! PULL_MESSAGE (11) with long polling and the commitOffset piggy-back.
+//! PULL_MESSAGE (11) with long polling, tag and SQL92 filters, and the commitOffset
+//! piggy-back.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quiver_protocol::code::response;
 use quiver_protocol::header::{
     PullMessageRequestHeader, PullMessageResponseHeader, PULL_FLAG_SUSPEND,
 };
+use quiver_protocol::sql92::expression_type;
 use quiver_protocol::{HeaderError, RemotingCommand};
-use quiver_store::record::tags_code;
-use quiver_store::{GetResult, GetStatus, QueueOffset};
+use quiver_store::{GetFilter, GetResult, GetStatus, QueueOffset};
 
 use super::{Ctx, Outcome, Refusal};
 use crate::broker::Broker;
+use crate::error::chain;
+use crate::filter::{record_matches, ConsumerFilter, FilterError};
 use crate::long_poll::ParkRefused;
 
 /// Bytes of records one pull returns at most (RocketMQ's maxTransferBytesOnMessageInDisk).
@@ -20,41 +24,6 @@ const MAX_PULL_BYTES: u64 = 4 * 1024 * 1024;
 const MAX_PULL_MESSAGES: u32 = 1024;
 /// Longest a pull is parked, whatever the client asks.
 const MAX_SUSPEND: Duration = Duration::from_secs(60);
-
-/// Which tags a pull accepts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum TagFilter {
-    All,
-    Codes(Vec<i64>),
-}
-
-impl TagFilter {
-    /// Parses RocketMQ's TAG expression: `*`, empty, or `a || b`.
-    fn parse(expression: &str) -> TagFilter {
-        let expression = expression.trim();
-        if expression.is_empty() || expression == "*" {
-            return TagFilter::All;
-        }
-        let codes: Vec<i64> = expression
-            .split("||")
-            .map(str::trim)
-            .filter(|tag| !tag.is_empty())
-            .map(tags_code)
-            .collect();
-        if codes.is_empty() {
-            TagFilter::All
-        } else {
-            TagFilter::Codes(codes)
-        }
-    }
-
-    fn accepts(&self, code: i64) -> bool {
-        match self {
-            TagFilter::All => true,
-            TagFilter::Codes(codes) => codes.contains(&code),
-        }
-    }
-}
 
 struct PullRequest {
     group: String,
@@ -66,21 +35,60 @@ struct PullRequest {
     /// Offset piggy-backed for the group (commit bit set, non-negative offset).
     commit: Option<QueueOffset>,
     suspend: Duration,
-    filter: TagFilter,
+    filter: Arc<ConsumerFilter>,
 }
 
-/// A SQL92 (or any non-tag) subscription is refused, as an Apache broker without property
-/// filtering does: hashing the SQL text as a tag would match nothing and move the group's
-/// offsets past every message.
-fn refuse_unsupported_filter(expression_type: Option<&str>) -> Result<(), Refusal> {
-    match expression_type {
-        None => Ok(()),
-        Some(kind) if kind.is_empty() || kind.eq_ignore_ascii_case("TAG") => Ok(()),
-        Some(kind) => Err(Refusal::new(
-            response::SYSTEM_ERROR,
+/// The filter a pull runs: its own expression when it carries one (the heartbeat's compiled
+/// filter when it is the same expression), else the one its group's heartbeat registered.
+/// An expression that cannot be served is refused, never matched as something else (a SQL92
+/// text hashed as a tag would match nothing and move the group past every message).
+fn pull_filter(
+    ctx: &Ctx,
+    header: &PullMessageRequestHeader,
+) -> Result<Arc<ConsumerFilter>, Refusal> {
+    let registered = || {
+        ctx.broker
+            .consumers
+            .filter(&header.consumer_group, &header.topic)
+    };
+    if header.has_subscription() {
+        let kind = header.expression_type.as_deref();
+        let expression = header.subscription.as_deref().unwrap_or("*");
+        // A tag expression costs less to compile than to look up.
+        if expression_type::is_sql92(kind) {
+            if let Some(Ok(filter)) = registered()
+                .filter(|known| known.is_for(kind, expression))
+                .map(|known| known.filter)
+            {
+                return Ok(filter);
+            }
+        }
+        return ConsumerFilter::compile(kind, expression)
+            .map(Arc::new)
+            .map_err(|error| {
+                Refusal::new(
+                    error.code(),
+                    format!(
+                        "the pull's subscription cannot be served: {}",
+                        chain(&error)
+                    ),
+                )
+            });
+    }
+    match registered().map(|known| known.filter) {
+        None => Ok(Arc::new(ConsumerFilter::All)),
+        Some(Ok(filter)) => Ok(filter),
+        // Apache's answer when the heartbeat's expression did not compile.
+        Some(Err(error)) => Err(Refusal::new(
+            match error {
+                FilterError::Parse { .. } => response::FILTER_DATA_NOT_EXIST,
+                FilterError::Unsupported { .. } => response::SYSTEM_ERROR,
+            },
             format!(
-                "The broker does not support consumer to filter message by {kind}: subscribe by \
-                 tag (SQL92 filters are not implemented by Quiver)"
+                "the subscription group {} registered for topic {} cannot be served: {}",
+                header.consumer_group,
+                header.topic,
+                chain(&error)
             ),
         )),
     }
@@ -89,27 +97,7 @@ fn refuse_unsupported_filter(expression_type: Option<&str>) -> Result<(), Refusa
 impl PullRequest {
     fn parse(ctx: &Ctx, req: &RemotingCommand) -> Result<PullRequest, Refusal> {
         let header = PullMessageRequestHeader::from_command(req)?;
-        let expression_type = if header.has_subscription() {
-            header.expression_type.clone()
-        } else {
-            ctx.broker
-                .consumers
-                .subscription(&header.consumer_group, &header.topic)
-                .and_then(|subscription| subscription.expression_type)
-        };
-        refuse_unsupported_filter(expression_type.as_deref())?;
-        let filter = if header.has_subscription() {
-            TagFilter::parse(header.subscription.as_deref().unwrap_or("*"))
-        } else {
-            match ctx
-                .broker
-                .consumers
-                .subscription(&header.consumer_group, &header.topic)
-            {
-                Some(subscription) => TagFilter::parse(&subscription.sub_string),
-                None => TagFilter::All,
-            }
-        };
+        let filter = pull_filter(ctx, &header)?;
         let queue_id = u32::try_from(header.queue_id).map_err(|_| HeaderError::Invalid {
             field: "queueId",
             value: header.queue_id.to_string(),
@@ -162,13 +150,21 @@ fn classify(requested: QueueOffset, got: GetResult) -> Answer {
 /// than two thread hand-offs to the blocking pool.
 fn read(broker: &Broker, pull: &PullRequest) -> Result<Answer, Refusal> {
     let filter = &pull.filter;
-    let got = broker.store.get(
+    let by_properties = filter
+        .selector()
+        .map(|selector| move |record: &[u8]| record_matches(selector, record));
+    let got = broker.store.get_filtered(
         &pull.topic,
         pull.queue_id,
         pull.offset,
         pull.max_messages,
         MAX_PULL_BYTES,
-        &|code| filter.accepts(code),
+        &GetFilter {
+            tags_code: &|code| filter.accepts_tags_code(code),
+            record: by_properties
+                .as_ref()
+                .map(|accepts| accepts as &dyn Fn(&[u8]) -> bool),
+        },
     )?;
     Ok(classify(pull.offset, got))
 }
@@ -294,19 +290,4 @@ fn record_body_len(record: &[u8]) -> u64 {
     record.get(at..at + 4).map_or(0, |b| {
         u64::try_from(i32::from_be_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tag_expressions() {
-        assert_eq!(TagFilter::parse("*"), TagFilter::All);
-        assert_eq!(TagFilter::parse(""), TagFilter::All);
-        let filter = TagFilter::parse("a || b");
-        assert!(filter.accepts(tags_code("a")));
-        assert!(filter.accepts(tags_code("b")));
-        assert!(!filter.accepts(tags_code("c")));
-    }
 }

@@ -19,8 +19,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use quiver_client::{
     Admin, BrokerState, ClientConfig, ClientError, ConsumeFromWhere, ConsumeMode, ConsumeOutcome,
-    Message, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueLag, QueueSelector,
-    ReceivedMessage, ResetTarget, TopicRoute, TopicSpec,
+    Message, MessageSelector, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueLag,
+    QueueSelector, ReceivedMessage, ResetTarget, TopicRoute, TopicSpec,
 };
 use table::Table;
 
@@ -134,8 +134,12 @@ struct ConsumeArgs {
     #[arg(long, default_value = "last", value_parser = parse_from)]
     from: ConsumeFromWhere,
     /// Tag filter, e.g. "TagA || TagB".
-    #[arg(long, default_value = "*")]
+    #[arg(long, default_value = "*", conflicts_with = "sql")]
     tags: String,
+    /// SQL92 filter over the message properties instead of tags, evaluated by the broker,
+    /// e.g. "a > 5 AND TAGS = 'TagA'" (a bad expression exits 2).
+    #[arg(long, value_parser = parse_sql)]
+    sql: Option<String>,
     #[arg(long, value_enum, default_value_t = ConsumePrint::Print)]
     mode: ConsumePrint,
     /// Stop after this many messages.
@@ -197,6 +201,13 @@ enum OffsetsCommand {
         #[arg(long, value_parser = parse_reset)]
         to: ResetTarget,
     },
+}
+
+/// A `--sql` filter, checked before anything is sent.
+fn parse_sql(text: &str) -> Result<String, String> {
+    quiver_protocol::sql92::Selector::parse(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| error.to_string())
 }
 
 fn parse_property(raw: &str) -> Result<(String, String), String> {
@@ -555,8 +566,12 @@ fn message_json(message: &ReceivedMessage) -> serde_json::Value {
 }
 
 async fn consume(client: ClientConfig, output: Output, args: ConsumeArgs) -> anyhow::Result<()> {
+    let selector = match &args.sql {
+        Some(expression) => MessageSelector::by_sql(expression.clone()),
+        None => MessageSelector::by_tag(args.tags.clone()),
+    };
     let mut config = PushConsumerConfig::new("", args.group.clone())
-        .subscribe(args.topic.clone(), args.tags.clone())
+        .subscribe(args.topic.clone(), selector)
         .consume_from(args.from)
         .mode(if args.orderly {
             ConsumeMode::Orderly
@@ -968,6 +983,20 @@ mod tests {
             None,
             "a time without Z is ambiguous"
         );
+    }
+
+    #[test]
+    fn consume_takes_a_valid_sql_filter_or_tags_not_both() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["quiver", "consume", "-t", "T"].iter().chain(args))
+        };
+        let Command::Consume(args) = parse(&["--sql", "a > 5"]).unwrap().command else {
+            panic!("not consume");
+        };
+        assert_eq!(args.sql.as_deref(), Some("a > 5"));
+        let error = parse(&["--sql", "a >"]).unwrap_err();
+        assert!(error.to_string().contains("column 4"), "{error}");
+        assert!(parse(&["--sql", "a > 5", "--tags", "A"]).is_err());
     }
 
     #[test]
