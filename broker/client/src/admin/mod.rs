@@ -1,6 +1,10 @@
-//! Admin operations: topics, routes, cluster, consume stats and lag, offset resets.
+//! Admin operations: topics, routes, cluster, consume stats and lag, offset resets, finding
+//! messages by key or id.
 
 mod per_broker;
+mod query;
+
+pub use query::KeyQuery;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
