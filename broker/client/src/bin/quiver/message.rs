@@ -19,7 +19,7 @@ pub struct MessageArgs {
     )]
     key: Option<String>,
     /// A message id: the producer's id (UNIQ_KEY, with --topic), or an offset message id
-    /// (store host and CommitLog offset, as send results and `consume` show).
+    /// (store host and CommitLog offset: a send result's offset_msg_id).
     #[arg(long, required_unless_present = "key")]
     id: Option<String>,
     /// With --key: only messages stored at or after this time (ms since the epoch, or UTC as
