@@ -52,6 +52,9 @@ pub struct RecoveryReport {
     pub index_files_dropped: usize,
     /// Hash slots of the last index file that pointed past its entries after a crash.
     pub index_slots_repaired: u64,
+    /// Re-indexing stopped here: the disk had no room. The first append once it has catches
+    /// up to the log end recovery found.
+    pub index_behind_from: Option<CommitLogOffset>,
     pub elapsed: Duration,
 }
 
@@ -97,7 +100,14 @@ impl fmt::Display for RecoveryReport {
             self.index_files_dropped,
             self.index_slots_repaired,
             self.elapsed.as_millis()
-        )
+        )?;
+        if let Some(at) = self.index_behind_from {
+            write!(
+                f,
+                "; the disk is full: keys from {at} on are indexed once writes resume"
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -108,6 +118,8 @@ pub(crate) struct Recovered {
     pub dispatcher: Dispatcher,
     pub index: MessageIndex,
     pub index_writer: IndexWriter,
+    /// Records recovery could not index for lack of disk space: `[from, to)`.
+    pub index_behind: Option<(u64, u64)>,
     pub log_end: u64,
     pub report: RecoveryReport,
 }
@@ -317,6 +329,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         dispatcher,
         index,
         index_writer,
+        index_behind: report.index_behind_from.map(|from| (from.0, log_end)),
         log_end,
         report,
     })
@@ -425,8 +438,17 @@ fn redispatch(
     let start = segment_start(segments, from);
     // The first pass verified every record up to the log end.
     scan_log(segments, start, BodyCrc::Skip, |header| {
-        if header.physical_offset.0 >= targets.index_from {
-            report.index_entries_rebuilt += targets.index_writer.reindex(targets.index, header)?;
+        let at = header.physical_offset;
+        if at.0 >= targets.index_from && report.index_behind_from.is_none() {
+            match targets.index_writer.reindex(targets.index, header) {
+                Ok(entries) => report.index_entries_rebuilt += entries,
+                // A full disk must not keep the store from opening: the writer catches up.
+                Err(error) if is_disk_condition(&error) => {
+                    tracing::warn!(error = %crate::error::chain(&error), "re-indexing stopped at {at}: the disk is full");
+                    report.index_behind_from = Some(at);
+                }
+                Err(error) => return Err(error),
+            }
         }
         if header.physical_offset.0 < targets.queues_from {
             return Ok(());
@@ -449,6 +471,14 @@ fn redispatch(
         Ok(())
     })?;
     Ok(())
+}
+
+/// Whether `error` is the disk refusing writes (full, read-only, failing), not damage.
+fn is_disk_condition(error: &StoreError) -> bool {
+    error
+        .io_source()
+        .and_then(crate::disk::RefusalReason::of_io_error)
+        .is_some()
 }
 
 /// Makes every queue durable; returns how many there are.

@@ -110,6 +110,17 @@ struct WriterState {
     log: LogWriter,
     dispatcher: Dispatcher,
     index: IndexWriter,
+    /// Records recovery could not index (the disk was full), `[from, to)`: indexed before
+    /// the next append's, and the checkpoint claims no index entry from `from` on.
+    index_behind: Option<(u64, u64)>,
+}
+
+impl WriterState {
+    /// Index entries exist for every record below this.
+    fn indexed_to(&self) -> u64 {
+        self.index_behind
+            .map_or(self.log.write_pos(), |(from, _)| from)
+    }
 }
 
 struct Shared {
@@ -164,7 +175,10 @@ impl FlushTarget for Shared {
         }
         // Under the write lock every record below the write position has its unit written,
         // so all of them are covered once the queues are flushed.
-        let dispatched = self.writer.lock().log.write_pos();
+        let (dispatched, indexed) = {
+            let writer = self.writer.lock();
+            (writer.log.write_pos(), writer.indexed_to())
+        };
         for queue in self.all_queues() {
             queue.flush()?;
         }
@@ -175,7 +189,7 @@ impl FlushTarget for Shared {
                 clean_shutdown: false,
                 commit_log_durable_offset: self.flush.flushed(),
                 consume_queue_durable_offset: dispatched,
-                index_durable_offset: Some(dispatched),
+                index_durable_offset: Some(indexed),
             },
         )
     }
@@ -315,6 +329,7 @@ impl Shared {
             log,
             dispatcher,
             index: index_writer,
+            ..
         } = writer;
         let queue = dispatcher.queue(&self.registry, msg.topic, msg.queue_id)?;
         let queue_offset = QueueOffset(queue.next_offset);
@@ -381,6 +396,34 @@ impl Shared {
         }
         writer.index.publish();
         written
+    }
+
+    /// Indexes the records recovery could not (the disk was full), before any new one.
+    fn catch_up_index(&self, writer: &mut WriterState) -> Result<(), StoreError> {
+        while let Some((from, to)) = writer.index_behind {
+            // Retention may have deleted records since.
+            let at = from.max(self.commit_log.min_offset());
+            if at >= to {
+                writer.index_behind = None;
+                break;
+            }
+            let bytes = self.commit_log.record_at(at)?;
+            let next = match record::scan_with(&bytes, record::BodyCrc::Skip) {
+                record::Scanned::Message(header) => {
+                    writer.index.reindex(&self.index, &header)?;
+                    at + u64::from(header.size)
+                }
+                // The blank filler that ends a segment: its size is the rest.
+                _ => at + bytes.len() as u64,
+            };
+            if next <= at {
+                tracing::warn!(at, "cannot read on to index the records recovery could not");
+                writer.index_behind = None;
+                break;
+            }
+            writer.index_behind = Some((next, to));
+        }
+        Ok(())
     }
 
     fn check_size(&self, msg: &NewMessage<'_>) -> Result<usize, StoreError> {
@@ -453,6 +496,7 @@ fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs:
 fn save_dirty_checkpoint(
     config: &StoreConfig,
     log_end: u64,
+    indexed_to: u64,
 ) -> Result<Option<(RefusalReason, StoreError)>, StoreError> {
     let saved = checkpoint::save(
         &config.data_dir,
@@ -460,7 +504,7 @@ fn save_dirty_checkpoint(
             clean_shutdown: false,
             commit_log_durable_offset: log_end,
             consume_queue_durable_offset: log_end,
-            index_durable_offset: Some(log_end),
+            index_durable_offset: Some(indexed_to),
         },
     );
     match saved {
@@ -534,7 +578,10 @@ impl MessageStore {
         if !opened_read_only {
             sync_dir(&config.data_dir)?;
         }
-        let pending = save_dirty_checkpoint(&config, recovered.log_end)?;
+        let indexed_to = recovered
+            .index_behind
+            .map_or(recovered.log_end, |(from, _)| from);
+        let pending = save_dirty_checkpoint(&config, recovered.log_end, indexed_to)?;
         let usage = disk::read_usage(&config.data_dir)
             .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
         let shared = Arc::new(Shared {
@@ -551,6 +598,7 @@ impl MessageStore {
                 log,
                 dispatcher: recovered.dispatcher,
                 index: recovered.index_writer,
+                index_behind: recovered.index_behind,
             }),
             hook: RwLock::new(None),
             shut_down: AtomicBool::new(false),
@@ -616,6 +664,9 @@ impl MessageStore {
             if shared.shut_down.load(Ordering::Acquire) {
                 return Err(StoreError::ShutDown);
             }
+            shared
+                .catch_up_index(&mut writer)
+                .map_err(|error| shared.refuse_on_disk_error(error))?;
             let mut failure = None;
             for msg in msgs {
                 match shared.append(&mut writer, msg, msgs.len() > 1, now_ms) {
@@ -1088,12 +1139,13 @@ impl MessageStore {
     /// fail with `ShutDown`.
     pub fn shutdown(&self) -> Result<(), StoreError> {
         let shared = &*self.shared;
-        {
-            let _writer = shared.writer.lock();
+        let indexed_to = {
+            let writer = shared.writer.lock();
             if shared.shut_down.swap(true, Ordering::AcqRel) {
                 return Ok(());
             }
-        }
+            writer.index_behind.map(|(from, _)| from)
+        };
         let flushed = shared.flush_all();
         self.stop_threads();
         flushed?;
@@ -1108,7 +1160,7 @@ impl MessageStore {
                 clean_shutdown: true,
                 commit_log_durable_offset: end,
                 consume_queue_durable_offset: end,
-                index_durable_offset: Some(end),
+                index_durable_offset: Some(indexed_to.unwrap_or(end)),
             },
         );
         match saved {
