@@ -390,9 +390,7 @@ impl MessageIndex {
         sync_dir(&self.dir)?;
         Ok(doomed.len())
     }
-}
 
-impl MessageIndex {
     /// Drops the files named past `log_end` (started for records never written), deleting
     /// them (a failure is logged: such a file holds no entry); returns the last one left.
     fn remove_past(&self, log_end: u64) -> Option<Arc<IndexFile>> {
