@@ -6,7 +6,8 @@ from conftest import Quiver
 from quiver_e2e import free_port
 
 COMMANDS = [[], ["produce"], ["consume"], ["topics"], ["topics", "list"], ["topics", "create"],
-            ["topics", "route"], ["lag"], ["offsets"], ["offsets", "reset"], ["cluster"]]
+            ["topics", "route"], ["lag"], ["offsets"], ["offsets", "reset"], ["cluster"],
+            ["message"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "quiver")

@@ -66,6 +66,15 @@ pub enum ClientError {
         #[source]
         source: quiver_protocol::record::RecordError,
     },
+    #[error("records from {addr} for request code {request_code} are malformed")]
+    QueryBody {
+        addr: String,
+        request_code: i32,
+        #[source]
+        source: quiver_protocol::record::RecordError,
+    },
+    #[error("no {what} found")]
+    MessageNotFound { what: String },
     #[error("batch for topic {topic} cannot be encoded")]
     BatchEncode {
         topic: String,

@@ -3,7 +3,7 @@
 //! - [`Producer`]: sync, async, oneway and batch sends with retry on another queue.
 //! - [`PushConsumer`]: clustering-mode consumer with rebalance, retry topics, orderly mode.
 //! - [`PullConsumer`]: explicit offsets and long polling, for tools.
-//! - [`Admin`]: topics, routes, cluster state, lag, offset resets.
+//! - [`Admin`]: topics, routes, cluster state, lag, offset resets, messages by key or id.
 //!
 //! Offset semantics follow RocketMQ 4.x's clients; the pure parts ([`allocate`], [`process_queue`],
 //! [`pull_from_where`], [`offset_store`]) carry them and are unit-tested.
@@ -26,7 +26,7 @@ pub mod push;
 pub mod remoting;
 pub mod subscription;
 
-pub use admin::{Admin, BrokerState, BrokerStatus, QueueLag, ResetTarget, TopicSpec};
+pub use admin::{Admin, BrokerState, BrokerStatus, KeyQuery, QueueLag, ResetTarget, TopicSpec};
 pub use client::{ClientConfig, ClientCore, TopicRoute};
 pub use error::{ClientError, Result};
 pub use message::{Message, ReceivedMessage};

@@ -692,6 +692,20 @@ header! {
     }
 }
 
+/// The extFields key (value "true") that makes QUERY_MESSAGE a query by unique key (message
+/// id), Java's `MixAll.UNIQUE_MSG_QUERY_FLAG`.
+pub const UNIQUE_KEY_QUERY_FLAG: &str = "_UNIQUE_KEY_QUERY";
+
+header! {
+    /// Response to QUERY_MESSAGE: how far the broker's index has got.
+    pub struct QueryMessageResponseHeader {
+        /// Store time (ms) of the newest message indexed.
+        req index_last_update_timestamp: i64 = "indexLastUpdateTimestamp",
+        /// CommitLog offset of the newest message indexed.
+        req index_last_update_phyoffset: i64 = "indexLastUpdatePhyoffset",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,11 @@ pub(crate) struct Checkpoint {
     pub commit_log_durable_offset: u64,
     /// ConsumeQueue units for every record below this CommitLog offset were fsynced.
     pub consume_queue_durable_offset: u64,
+    /// Message index entries for every record below this CommitLog offset were fsynced with
+    /// their slots. Absent in checkpoints written before the index: it is built from the
+    /// start of the log once.
+    #[serde(default)]
+    pub index_durable_offset: Option<u64>,
 }
 
 pub(crate) fn checkpoint_path(data_dir: &Path) -> PathBuf {

@@ -85,6 +85,13 @@ pub struct StoreConfig {
     /// the extra writes slowed fsyncs more than skipping block allocation saved (docs/ARCHITECTURE.md, measured).
     /// Ignored in `async` mode.
     pub warm_segments: bool,
+    /// Hash slots per message index file (`index/`): 4 bytes each, zero-filled when a file
+    /// starts. Default 500,000 (2 MB); at least 1. Applies to files created afterwards.
+    pub index_slots_per_file: u32,
+    /// Entries per message index file: 32 bytes each, one per key and one per unique key of
+    /// a message. Default 2,000,000 (64 MB); at least 1, at most 100,000,000. Applies to
+    /// files created afterwards.
+    pub index_entries_per_file: u32,
 }
 
 impl Default for StoreConfig {
@@ -103,6 +110,8 @@ impl Default for StoreConfig {
             disk_check_interval_ms: 1000,
             max_message_size_bytes: 4 * 1024 * 1024,
             warm_segments: false,
+            index_slots_per_file: 500_000,
+            index_entries_per_file: 2_000_000,
         }
     }
 }
@@ -173,6 +182,18 @@ impl StoreConfig {
         }
         if self.disk_check_interval_ms < 10 {
             return bad("disk-check-interval-ms", "must be at least 10".into());
+        }
+        if self.index_slots_per_file == 0 || self.index_slots_per_file > 100_000_000 {
+            return bad(
+                "index-slots-per-file",
+                format!("{} is not in [1, 100000000]", self.index_slots_per_file),
+            );
+        }
+        if self.index_entries_per_file == 0 || self.index_entries_per_file > 100_000_000 {
+            return bad(
+                "index-entries-per-file",
+                format!("{} is not in [1, 100000000]", self.index_entries_per_file),
+            );
         }
         if self.max_message_size_bytes < 128 {
             return bad("max-message-size-bytes", "must be at least 128".into());

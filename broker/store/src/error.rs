@@ -65,6 +65,9 @@ pub enum StoreError {
     #[error("consume queue file {} of {len} bytes does not hold whole 20-byte units", path.display())]
     BadQueueFile { path: PathBuf, len: u64 },
 
+    #[error("index file {} is unusable: {reason}", path.display())]
+    BadIndexFile { path: PathBuf, reason: String },
+
     #[error("malformed segment file name {}", path.display())]
     BadSegmentName { path: PathBuf },
 

@@ -1,7 +1,8 @@
 //! quiver-store: the broker's storage engine.
 //!
 //! A CommitLog of memory-mapped segment files holds every message in RocketMQ 4.x's record
-//! layout; one ConsumeQueue per (topic, queueId) indexes it with 20-byte units. The store is
+//! layout; one ConsumeQueue per (topic, queueId) indexes it with 20-byte units, and the
+//! message index finds records by key. The store is
 //! synchronous and knows files only: no sockets, no async runtime.
 
 mod checkpoint;
@@ -12,6 +13,7 @@ mod disk;
 mod dispatch;
 mod error;
 mod flush;
+mod index;
 mod json_file;
 mod mapped_file;
 mod offsets;
@@ -25,6 +27,7 @@ pub use config::{ConfigError, FlushMode, StoreConfig, MIN_SEGMENT_SIZE_BYTES};
 pub use disk::{DiskStatus, RefusalReason, WriteRefusal};
 pub use error::{chain as error_chain, StoreError};
 pub use flush::FlushedHook;
+pub use index::{IndexProgress, KeyMatch};
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;
 pub use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
@@ -35,7 +38,7 @@ pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{
     Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, MessageStore,
-    PutResult, RecordFilter, StoreStats,
+    PutResult, QueryResult, RecordFilter, StoreStats,
 };
 
 // Callers share these across threads in an `Arc`: the build fails if that ever breaks.

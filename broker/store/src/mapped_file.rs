@@ -368,6 +368,32 @@ impl MappedSegment {
         write(region)
     }
 
+    /// The 4 bytes at `at` as an atomic, for values read and written concurrently (the
+    /// index's hash slots).
+    ///
+    /// # Safety
+    /// Every access to those bytes while the mapping is shared goes through this atomic, the
+    /// page is backed (written with pwrite, so a store cannot fault on a full disk), and no
+    /// store is made through a read-only mapping.
+    pub(crate) unsafe fn atomic_u32(&self, at: u64) -> &std::sync::atomic::AtomicU32 {
+        assert!(
+            at % 4 == 0 && at + 4 <= self.len,
+            "misplaced atomic in a segment"
+        );
+        // SAFETY: in bounds of the live mapping and 4-byte aligned (the mapping is page
+        // aligned); only accessed atomically per the caller.
+        unsafe {
+            std::sync::atomic::AtomicU32::from_ptr(
+                self.map.as_mut_ptr().add(at as usize).cast::<u32>(),
+            )
+        }
+    }
+
+    /// Mapped read-only (the file system was read-only at open): nothing may be stored.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     /// A zero-copy `Bytes` over a published region; it keeps the mapping alive.
     pub(crate) fn bytes(self: &Arc<Self>, at: u64, len: usize) -> Bytes {
         assert!(at + len as u64 <= self.len, "segment view past its end");

@@ -15,6 +15,7 @@ use crate::config::StoreConfig;
 use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
+use crate::index::{self, IndexWriter, MessageIndex};
 use crate::mapped_file::{data_ranges, load_segments, sync_dir, MappedSegment};
 use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned, BLANK_FILLER_BYTES};
 use crate::CommitLogOffset;
@@ -44,6 +45,16 @@ pub struct RecoveryReport {
     /// Units re-dispatched after a hole in their queue (units that could not be rebuilt).
     pub queue_holes: u64,
     pub queues: usize,
+    /// Message index entries below this were kept; records from here were re-indexed.
+    pub index_rebuilt_from: CommitLogOffset,
+    pub index_entries_rebuilt: u64,
+    /// Index files deleted: they started past the recovery point, or were damaged.
+    pub index_files_dropped: usize,
+    /// Hash slots of the last index file that pointed past its entries after a crash.
+    pub index_slots_repaired: u64,
+    /// Re-indexing stopped here: the disk had no room. The first append once it has catches
+    /// up to the log end recovery found.
+    pub index_behind_from: Option<CommitLogOffset>,
     pub elapsed: Duration,
 }
 
@@ -78,13 +89,25 @@ impl fmt::Display for RecoveryReport {
         }
         write!(
             f,
-            ", re-dispatched {} units from {} ({} after holes), {} queues, in {} ms",
+            ", re-dispatched {} units from {} ({} after holes), {} queues, \
+             re-indexed {} keys from {} ({} index files dropped, {} slots mended), in {} ms",
             self.redispatched_units,
             self.redispatched_from,
             self.queue_holes,
             self.queues,
+            self.index_entries_rebuilt,
+            self.index_rebuilt_from,
+            self.index_files_dropped,
+            self.index_slots_repaired,
             self.elapsed.as_millis()
-        )
+        )?;
+        if let Some(at) = self.index_behind_from {
+            write!(
+                f,
+                "; the disk is full: keys from {at} on are indexed once writes resume"
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -93,6 +116,10 @@ pub(crate) struct Recovered {
     pub commit_log: CommitLog,
     pub registry: QueueRegistry,
     pub dispatcher: Dispatcher,
+    pub index: MessageIndex,
+    pub index_writer: IndexWriter,
+    /// Records recovery could not index for lack of disk space: `[from, to)`.
+    pub index_behind: Option<(u64, u64)>,
     pub log_end: u64,
     pub report: RecoveryReport,
 }
@@ -243,7 +270,8 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         ..RecoveryReport::default()
     };
     let log_min = segments.first().map_or(0, |s| s.base());
-    let (validate_from, redispatch_from) = recovery_starts(&segments, checkpoint);
+    let starts = recovery_starts(&segments, checkpoint);
+    let validate_from = starts.validate_from;
     report.scanned_from = CommitLogOffset(validate_from);
 
     let outcome = scan_log(&segments, validate_from, BodyCrc::Verify, |_| Ok(()))?;
@@ -261,18 +289,27 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         report.truncated_at = Some(CommitLogOffset(log_end));
     }
 
-    let (registry, mut dispatcher) = adopt_queues(&queue_root, config, &queues);
-    let redispatch_from = redispatch_from.min(log_end);
-    report.redispatched_from = CommitLogOffset(redispatch_from);
-    redispatch(
-        &segments,
-        redispatch_from,
-        log_end,
-        &registry,
-        &mut dispatcher,
-        &mut report,
-    )?;
+    let (registry, dispatcher) = adopt_queues(&queue_root, config, &queues);
+    // The index must not point past what the log keeps.
+    let index_from = starts.index_from.min(log_end);
+    let (index, index_writer) = recover_index(config, index_from, &mut report)?;
+    let mut targets = RebuildTargets {
+        queues_from: starts.queues_from.min(log_end),
+        registry: &registry,
+        dispatcher,
+        index_from,
+        index: &index,
+        index_writer,
+    };
+    report.redispatched_from = CommitLogOffset(targets.queues_from);
+    redispatch(&segments, log_end, &mut targets, &mut report)?;
+    let RebuildTargets {
+        dispatcher,
+        index_writer,
+        ..
+    } = targets;
     report.queues = flush_queues(&registry)?;
+    index.flush()?;
 
     let commit_log = CommitLog::new(
         &log_dir,
@@ -290,32 +327,70 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         commit_log,
         registry,
         dispatcher,
+        index,
+        index_writer,
+        index_behind: report.index_behind_from.map(|from| (from.0, log_end)),
         log_end,
         report,
     })
 }
 
-/// Where the log must be validated from, and where the queues may lack units: the whole log
-/// without a checkpoint, the last segment after a clean shutdown, else from the checkpoint.
-fn recovery_starts(segments: &[Arc<MappedSegment>], checkpoint: Option<Checkpoint>) -> (u64, u64) {
+/// Opens the index, keeping the entries of records below `index_from`.
+fn recover_index(
+    config: &StoreConfig,
+    index_from: u64,
+    report: &mut RecoveryReport,
+) -> Result<(MessageIndex, IndexWriter), StoreError> {
+    let layout = index::layout(config.index_slots_per_file, config.index_entries_per_file);
+    let (index, writer, found) =
+        index::recover(&config.data_dir.join("index"), layout, index_from)?;
+    report.index_files_dropped = found.dropped_files;
+    report.index_slots_repaired = found.repaired_slots;
+    report.index_rebuilt_from = CommitLogOffset(index_from);
+    Ok((index, writer))
+}
+
+/// Where recovery starts reading the log.
+struct RecoveryStarts {
+    validate_from: u64,
+    /// The queues may lack units from here.
+    queues_from: u64,
+    /// The index may lack entries from here.
+    index_from: u64,
+}
+
+/// Where the log must be validated from, and where the queues and the index may lack
+/// entries: the whole log without a checkpoint, the last segment after a clean shutdown,
+/// else from the checkpoint. A checkpoint from before the index builds it from the start.
+fn recovery_starts(
+    segments: &[Arc<MappedSegment>],
+    checkpoint: Option<Checkpoint>,
+) -> RecoveryStarts {
     let log_min = segments.first().map_or(0, |s| s.base());
     let written_end = segments.last().map_or(0, |s| s.end());
-    let (validate_from, redispatch_from) = match checkpoint {
-        None => (log_min, log_min),
-        Some(c) if c.clean_shutdown => (
-            segment_start(segments, written_end.saturating_sub(1)),
-            c.consume_queue_durable_offset.clamp(log_min, written_end),
-        ),
-        Some(c) => (
-            segment_start(segments, c.commit_log_durable_offset),
-            c.consume_queue_durable_offset.clamp(log_min, written_end),
-        ),
+    let Some(c) = checkpoint else {
+        return RecoveryStarts {
+            validate_from: log_min,
+            queues_from: log_min,
+            index_from: log_min,
+        };
     };
+    let validate_from = if c.clean_shutdown {
+        segment_start(segments, written_end.saturating_sub(1))
+    } else {
+        segment_start(segments, c.commit_log_durable_offset)
+    };
+    let queues_from = c.consume_queue_durable_offset.clamp(log_min, written_end);
+    let index_from = c
+        .index_durable_offset
+        .unwrap_or(log_min)
+        .clamp(log_min, written_end);
     // Validate everything re-dispatch will walk, too.
-    (
-        segment_start(segments, validate_from.min(redispatch_from)),
-        redispatch_from,
-    )
+    RecoveryStarts {
+        validate_from: segment_start(segments, validate_from.min(queues_from).min(index_from)),
+        queues_from,
+        index_from,
+    }
 }
 
 /// The registry of the queues found on disk and a dispatcher that owns their tails.
@@ -338,25 +413,47 @@ fn adopt_queues(
     (registry, dispatcher)
 }
 
-/// Indexes the records from `from` to `log_end` that the queues lack.
+/// What re-dispatch rebuilds: the queues' units from `queues_from`, the index's entries
+/// from `index_from`.
+struct RebuildTargets<'a> {
+    queues_from: u64,
+    registry: &'a QueueRegistry,
+    dispatcher: Dispatcher,
+    index_from: u64,
+    index: &'a MessageIndex,
+    index_writer: IndexWriter,
+}
+
+/// Rebuilds the units and index entries the records up to `log_end` lack.
 fn redispatch(
     segments: &[Arc<MappedSegment>],
-    from: u64,
     log_end: u64,
-    registry: &QueueRegistry,
-    dispatcher: &mut Dispatcher,
+    targets: &mut RebuildTargets<'_>,
     report: &mut RecoveryReport,
 ) -> Result<(), StoreError> {
+    let from = targets.queues_from.min(targets.index_from);
     if from >= log_end {
         return Ok(());
     }
     let start = segment_start(segments, from);
     // The first pass verified every record up to the log end.
     scan_log(segments, start, BodyCrc::Skip, |header| {
-        if header.physical_offset.0 < from {
+        let at = header.physical_offset;
+        if at.0 >= targets.index_from && report.index_behind_from.is_none() {
+            match targets.index_writer.reindex(targets.index, header) {
+                Ok(entries) => report.index_entries_rebuilt += entries,
+                // A full disk must not keep the store from opening: the writer catches up.
+                Err(error) if is_disk_condition(&error) => {
+                    tracing::warn!(error = %crate::error::chain(&error), "re-indexing stopped at {at}: the disk is full");
+                    report.index_behind_from = Some(at);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        if header.physical_offset.0 < targets.queues_from {
             return Ok(());
         }
-        match dispatcher.redispatch(registry, header)? {
+        match targets.dispatcher.redispatch(targets.registry, header)? {
             Redispatch::AlreadyIndexed => {}
             Redispatch::Indexed => report.redispatched_units += 1,
             Redispatch::IndexedAfterHole { expected } => {
@@ -374,6 +471,14 @@ fn redispatch(
         Ok(())
     })?;
     Ok(())
+}
+
+/// Whether `error` is the disk refusing writes (full, read-only, failing), not damage.
+fn is_disk_condition(error: &StoreError) -> bool {
+    error
+        .io_source()
+        .and_then(crate::disk::RefusalReason::of_io_error)
+        .is_some()
 }
 
 /// Makes every queue durable; returns how many there are.

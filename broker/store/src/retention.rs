@@ -42,6 +42,8 @@ impl DeleteReason {
 pub struct RetentionReport {
     pub deleted_segments: Vec<(PathBuf, DeleteReason)>,
     pub deleted_queue_files: usize,
+    /// Message index files whose every entry pointed at deleted records.
+    pub deleted_index_files: usize,
     /// The CommitLog's first readable offset afterwards.
     pub min_physical_offset: CommitLogOffset,
     /// Used / total bytes of the data directory's file system, before deleting.

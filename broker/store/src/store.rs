@@ -18,6 +18,7 @@ use crate::disk::{self, DiskStatus, RefusalReason, WriteGate, WriteRefusal};
 use crate::dispatch::{is_safe_topic_dir, Dispatcher, QueueRegistry};
 use crate::error::{chain, StoreError};
 use crate::flush::{self, FlushControl, FlushTarget, FlushedHook};
+use crate::index::{self, IndexProgress, IndexWriter, KeyMatch, MessageIndex};
 use crate::mapped_file::sync_dir;
 use crate::record::{self, NewMessage, Placement, Record};
 use crate::recovery::{self, RecoveryReport};
@@ -78,6 +79,15 @@ pub struct GetFilter<'a> {
 /// Whether a get returns a record, judged on its stored bytes.
 pub type RecordFilter<'a> = &'a dyn Fn(&[u8]) -> bool;
 
+/// Messages found by key (QUERY_MESSAGE).
+#[derive(Clone, Debug)]
+pub struct QueryResult {
+    /// Whole encoded records, oldest first: the response body is their concatenation.
+    pub messages: Vec<Bytes>,
+    /// How far the index has got.
+    pub index: IndexProgress,
+}
+
 /// Tells the server a queue grew (to wake long polls).
 #[derive(Clone, Copy, Debug)]
 pub struct DispatchEvent<'a> {
@@ -109,12 +119,25 @@ const MAX_UNITS_SCANNED_PER_GET: u64 = 800;
 struct WriterState {
     log: LogWriter,
     dispatcher: Dispatcher,
+    index: IndexWriter,
+    /// Records recovery could not index (the disk was full), `[from, to)`: indexed before
+    /// the next append's, and the checkpoint claims no index entry from `from` on.
+    index_behind: Option<(u64, u64)>,
+}
+
+impl WriterState {
+    /// Index entries exist for every record below this.
+    fn indexed_to(&self) -> u64 {
+        self.index_behind
+            .map_or(self.log.write_pos(), |(from, _)| from)
+    }
 }
 
 struct Shared {
     config: StoreConfig,
     commit_log: CommitLog,
     registry: QueueRegistry,
+    index: MessageIndex,
     writer: Mutex<WriterState>,
     flush: FlushControl,
     hook: RwLock<Option<DispatchHook>>,
@@ -162,16 +185,21 @@ impl FlushTarget for Shared {
         }
         // Under the write lock every record below the write position has its unit written,
         // so all of them are covered once the queues are flushed.
-        let dispatched = self.writer.lock().log.write_pos();
+        let (dispatched, indexed) = {
+            let writer = self.writer.lock();
+            (writer.log.write_pos(), writer.indexed_to())
+        };
         for queue in self.all_queues() {
             queue.flush()?;
         }
+        self.index.flush()?;
         checkpoint::save(
             &self.config.data_dir,
             &Checkpoint {
                 clean_shutdown: false,
                 commit_log_durable_offset: self.flush.flushed(),
                 consume_queue_durable_offset: dispatched,
+                index_durable_offset: Some(indexed),
             },
         )
     }
@@ -296,8 +324,9 @@ impl Shared {
         }
     }
 
-    /// Appends one message and writes its unit, both unpublished until `publish_appended`;
-    /// the caller holds the write lock. Returns the queue for `publish_appended`.
+    /// Appends one message and writes its unit and index entries, all unpublished until
+    /// `publish_appended`; the caller holds the write lock. Returns the queue for
+    /// `publish_appended`.
     fn append(
         &self,
         writer: &mut WriterState,
@@ -306,10 +335,18 @@ impl Shared {
         now_ms: i64,
     ) -> Result<(PutResult, Arc<ConsumeQueue>), StoreError> {
         let size = self.check_size(msg)?;
-        let WriterState { log, dispatcher } = writer;
+        let WriterState {
+            log,
+            dispatcher,
+            index: index_writer,
+            ..
+        } = writer;
         let queue = dispatcher.queue(&self.registry, msg.topic, msg.queue_id)?;
         let queue_offset = QueueOffset(queue.next_offset);
         queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+        let keys =
+            index::index_keys(msg.properties).take(index_writer.max_entries_per_record() as usize);
+        index_writer.prepare(&self.index, log.write_pos(), keys.clone().count() as u32)?;
         let physical_offset =
             self.commit_log
                 .append(log, size, in_batch, |dst, physical_offset| {
@@ -329,6 +366,9 @@ impl Shared {
             size: size as u32,
             tags_code,
         });
+        for key in keys {
+            index_writer.stage(msg.topic, key, physical_offset.0, now_ms);
+        }
         let result = PutResult {
             physical_offset,
             queue_offset,
@@ -357,13 +397,43 @@ impl Shared {
                     .unstage(result.queue_offset.0);
             }
         }
+        writer.index.unstage_from(&self.index, log_end);
         self.commit_log.publish(log_end);
         for (result, queue) in results.iter().zip(queues) {
             if result.physical_offset.0 < log_end {
                 queue.publish(result.queue_offset.0 + 1);
             }
         }
+        writer.index.publish();
         written
+    }
+
+    /// Indexes the records recovery could not (the disk was full), before any new one.
+    fn catch_up_index(&self, writer: &mut WriterState) -> Result<(), StoreError> {
+        while let Some((from, to)) = writer.index_behind {
+            // Retention may have deleted records since.
+            let at = from.max(self.commit_log.min_offset());
+            if at >= to {
+                writer.index_behind = None;
+                break;
+            }
+            let bytes = self.commit_log.record_at(at)?;
+            let next = match record::scan_with(&bytes, record::BodyCrc::Skip) {
+                record::Scanned::Message(header) => {
+                    writer.index.reindex(&self.index, &header)?;
+                    at + u64::from(header.size)
+                }
+                // The blank filler that ends a segment: its size is the rest.
+                _ => at + bytes.len() as u64,
+            };
+            if next <= at {
+                tracing::warn!(at, "cannot read on to index the records recovery could not");
+                writer.index_behind = None;
+                break;
+            }
+            writer.index_behind = Some((next, to));
+        }
+        Ok(())
     }
 
     fn check_size(&self, msg: &NewMessage<'_>) -> Result<usize, StoreError> {
@@ -395,7 +465,7 @@ impl Shared {
         for queue in self.all_queues() {
             queue.flush()?;
         }
-        Ok(())
+        self.index.flush()
     }
 }
 
@@ -436,6 +506,7 @@ fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs:
 fn save_dirty_checkpoint(
     config: &StoreConfig,
     log_end: u64,
+    indexed_to: u64,
 ) -> Result<Option<(RefusalReason, StoreError)>, StoreError> {
     let saved = checkpoint::save(
         &config.data_dir,
@@ -443,6 +514,7 @@ fn save_dirty_checkpoint(
             clean_shutdown: false,
             commit_log_durable_offset: log_end,
             consume_queue_durable_offset: log_end,
+            index_durable_offset: Some(indexed_to),
         },
     );
     match saved {
@@ -516,7 +588,10 @@ impl MessageStore {
         if !opened_read_only {
             sync_dir(&config.data_dir)?;
         }
-        let pending = save_dirty_checkpoint(&config, recovered.log_end)?;
+        let indexed_to = recovered
+            .index_behind
+            .map_or(recovered.log_end, |(from, _)| from);
+        let pending = save_dirty_checkpoint(&config, recovered.log_end, indexed_to)?;
         let usage = disk::read_usage(&config.data_dir)
             .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
         let shared = Arc::new(Shared {
@@ -528,9 +603,12 @@ impl MessageStore {
             flush: FlushControl::new(recovered.log_end),
             commit_log: recovered.commit_log,
             registry: recovered.registry,
+            index: recovered.index,
             writer: Mutex::new(WriterState {
                 log,
                 dispatcher: recovered.dispatcher,
+                index: recovered.index_writer,
+                index_behind: recovered.index_behind,
             }),
             hook: RwLock::new(None),
             shut_down: AtomicBool::new(false),
@@ -596,6 +674,9 @@ impl MessageStore {
             if shared.shut_down.load(Ordering::Acquire) {
                 return Err(StoreError::ShutDown);
             }
+            shared
+                .catch_up_index(&mut writer)
+                .map_err(|error| shared.refuse_on_disk_error(error))?;
             let mut failure = None;
             for msg in msgs {
                 match shared.append(&mut writer, msg, msgs.len() > 1, now_ms) {
@@ -834,6 +915,83 @@ impl MessageStore {
         Ok(self.timestamp_at(&queue, &units, &log, offset.0))
     }
 
+    /// Up to `max_messages` messages of `topic` carrying `key` (per `key_match`) and stored
+    /// within `[begin_ms, end_ms]`, oldest first; the newest are kept when there are more.
+    pub fn query_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+        key_match: KeyMatch,
+        max_messages: usize,
+        begin_ms: i64,
+        end_ms: i64,
+    ) -> QueryResult {
+        let message_index = &self.shared.index;
+        let mut found: Vec<(u64, Bytes)> = Vec::new();
+        if max_messages > 0 {
+            message_index.lookup(index::key_hash(topic, key), begin_ms, end_ms, |at| {
+                // Another key may share the hash: only records that carry this one count.
+                if !found.iter().any(|(seen, _)| *seen == at) {
+                    if let Some(record) = self.record_with_key(at, topic, key, key_match) {
+                        found.push((at, record));
+                    }
+                }
+                found.len() < max_messages
+            });
+        }
+        found.sort_unstable_by_key(|(at, _)| *at);
+        QueryResult {
+            messages: found.into_iter().map(|(_, record)| record).collect(),
+            index: message_index.progress(),
+        }
+    }
+
+    /// The record at `offset` if it is still stored, of `topic` and carries `key`.
+    fn record_with_key(
+        &self,
+        offset: u64,
+        topic: &str,
+        key: &str,
+        key_match: KeyMatch,
+    ) -> Option<Bytes> {
+        let bytes = self.shared.commit_log.record_at(offset).ok()?;
+        let carries = match record::scan_with(&bytes, record::BodyCrc::Skip) {
+            record::Scanned::Message(header) => {
+                header.topic == topic && key_match.matches(header.properties, key)
+            }
+            _ => false,
+        };
+        carries.then_some(bytes)
+    }
+
+    /// The message record at `offset` (VIEW_MESSAGE_BY_ID), zero-copy; an error unless a
+    /// whole, valid record starts exactly there.
+    pub fn message_at(&self, offset: CommitLogOffset) -> Result<Bytes, StoreError> {
+        let bytes = self.shared.commit_log.record_at(offset.0)?;
+        let (record, _) =
+            record::decode(&bytes).map_err(|source| StoreError::BadRecord { offset, source })?;
+        if record.physical_offset != offset {
+            return Err(StoreError::BadRecord {
+                offset,
+                source: record::RecordError::WrongPosition {
+                    stored: record.physical_offset.0,
+                    actual: offset.0,
+                },
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Store time of the oldest message still in the queue (GET_EARLIEST_MSG_STORETIME);
+    /// `None` for an empty or unknown queue.
+    pub fn earliest_store_timestamp(
+        &self,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Option<i64>, StoreError> {
+        self.store_timestamp(topic, queue_id, self.min_offset(topic, queue_id))
+    }
+
     /// The decoded record at a physical offset (e.g. for CONSUMER_SEND_MSG_BACK).
     pub fn read_record(&self, offset: CommitLogOffset) -> Result<Record, StoreError> {
         let bytes = self.shared.commit_log.record_at(offset.0)?;
@@ -944,6 +1102,7 @@ impl MessageStore {
         for queue in shared.all_queues() {
             report.deleted_queue_files += queue.advance_min(log_min)?;
         }
+        report.deleted_index_files = shared.index.delete_below(log_min)?;
         report.min_physical_offset = CommitLogOffset(log_min);
         Ok(report)
     }
@@ -1012,12 +1171,13 @@ impl MessageStore {
     /// fail with `ShutDown`.
     pub fn shutdown(&self) -> Result<(), StoreError> {
         let shared = &*self.shared;
-        {
-            let _writer = shared.writer.lock();
+        let indexed_to = {
+            let writer = shared.writer.lock();
             if shared.shut_down.swap(true, Ordering::AcqRel) {
                 return Ok(());
             }
-        }
+            writer.index_behind.map(|(from, _)| from)
+        };
         let flushed = shared.flush_all();
         self.stop_threads();
         flushed?;
@@ -1032,6 +1192,7 @@ impl MessageStore {
                 clean_shutdown: true,
                 commit_log_durable_offset: end,
                 consume_queue_durable_offset: end,
+                index_durable_offset: Some(indexed_to.unwrap_or(end)),
             },
         );
         match saved {

@@ -1,7 +1,11 @@
-//! Admin operations: topics, routes, cluster, consume stats and lag, offset resets.
+//! Admin operations: topics, routes, cluster, consume stats and lag, offset resets, finding
+//! messages by key or id.
 
 mod per_broker;
+mod query;
 mod tools;
+
+pub use query::KeyQuery;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

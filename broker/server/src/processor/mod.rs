@@ -4,6 +4,7 @@ mod admin;
 mod heartbeat;
 mod offsets;
 mod pull;
+mod query;
 mod relay;
 mod reply;
 mod retry;
@@ -98,6 +99,9 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
         request::GET_MAX_OFFSET => offsets::max(ctx, &req),
         request::GET_MIN_OFFSET => offsets::min(ctx, &req),
         request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search(ctx, &req).await,
+        request::QUERY_MESSAGE => query::query_message(ctx, &req).await,
+        request::VIEW_MESSAGE_BY_ID => query::view_message(ctx, &req).await,
+        request::GET_EARLIEST_MSG_STORETIME => query::earliest_store_time(ctx, &req).await,
         request::HEART_BEAT => heartbeat::heartbeat(ctx, &req),
         request::UNREGISTER_CLIENT => heartbeat::unregister(ctx, &req),
         request::GET_CONSUMER_LIST_BY_GROUP => heartbeat::consumer_list(ctx, &req),

@@ -20,6 +20,9 @@ pub fn config(dir: &Path) -> StoreConfig {
         flush_mode: FlushMode::Async,
         flush_interval_ms: 50,
         max_message_size_bytes: 16 * 1024,
+        // Small index files: tests roll over them and meet slot collisions.
+        index_slots_per_file: 64,
+        index_entries_per_file: 512,
         // The machine's own disk usage must not refuse writes or delete files here.
         disk_high_water_ratio: 1.0,
         disk_clean_ratio: 1.0,

@@ -5,6 +5,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod message;
 mod table;
 
 use std::collections::BTreeMap;
@@ -30,7 +31,7 @@ Exit codes:
   1  any other error
   2  invalid command line
   3  broker unreachable or not answering in time
-  4  topic or group not found
+  4  topic, group or message not found
   5  the broker refused the request (busy, message too large, no permission, ...)";
 
 #[derive(Parser, Debug)]
@@ -76,6 +77,8 @@ enum Command {
     Offsets(OffsetsCommand),
     /// The brokers of the cluster and their state.
     Cluster,
+    /// Find messages by key or by id and print them with their properties.
+    Message(message::MessageArgs),
 }
 
 #[derive(Args, Debug)]
@@ -323,7 +326,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         | ClientError::ConnectionClosed { .. }
         | ClientError::Io { .. }
         | ClientError::Timeout { .. } => 3,
-        ClientError::TopicNotFound { .. } | ClientError::NoRoute { .. } => 4,
+        ClientError::TopicNotFound { .. }
+        | ClientError::NoRoute { .. }
+        | ClientError::MessageNotFound { .. } => 4,
         ClientError::Broker { code, .. }
             if *code == quiver_protocol::code::response::SUBSCRIPTION_GROUP_NOT_EXIST =>
         {
@@ -348,6 +353,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             reset(client, cli.output, &group, &topic, to).await
         }
         Command::Cluster => cluster(client, cli.output).await,
+        Command::Message(args) => message::run(client, cli.output, args).await,
     }
 }
 
@@ -1021,6 +1027,7 @@ mod tests {
             3
         );
         assert_eq!(code(ClientError::TopicNotFound { topic: "t".into() }), 4);
+        assert_eq!(code(ClientError::MessageNotFound { what: "m".into() }), 4);
         assert_eq!(
             code(ClientError::MessageTooLarge {
                 size_bytes: 2,
