@@ -23,23 +23,14 @@ async fn failed_applies_are_reported_retried_with_backoff_and_recovered_from() {
     let before = applies();
     scenario.set_image("quiver:2");
 
-    // Note when each attempt came: the gaps are the backoff.
-    let mut attempts: Vec<Instant> = Vec::new();
-    let mut seen = before;
-    eventually(Duration::from_secs(120), || {
-        while seen < applies() {
-            seen += 1;
-            attempts.push(Instant::now());
-        }
-        attempts.len() >= 4
-    })
-    .await;
-    let gaps: Vec<Duration> = attempts.windows(2).map(|pair| pair[1] - pair[0]).collect();
-    let at_least = [BACKOFF_BASE, BACKOFF_BASE * 2, BACKOFF_BASE * 4];
-    for (gap, least) in gaps.iter().zip(at_least) {
-        // Sampled each simulated second: a gap reads up to a second short.
-        assert!(*gap + Duration::from_secs(1) >= least, "gaps {gaps:?}");
-    }
+    // Retried, not hot-looped: with backoff (5 s, then 10 s, then 20 s, tested on its own in
+    // controller::tests) the three failures take at least 35 s to get through. An unrelated
+    // wake-up (an owned object's watch event) may cut one wait short, never more.
+    let started = Instant::now();
+    eventually(Duration::from_secs(300), || applies() >= before + 4).await;
+    let took = started.elapsed();
+    let least = BACKOFF_BASE * (1 + 2 + 4) - BACKOFF_BASE * 4;
+    assert!(took >= least, "three failures retried within {took:?}");
     let events = scenario.events("ReconcileError");
     assert!(
         !events.is_empty() && events[0]["type"] == "Warning",
