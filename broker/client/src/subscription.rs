@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use quiver_protocol::body::SubscriptionData;
 use quiver_protocol::sql92::{expression_type, Selector, SelectorError};
 
 use crate::error::ClientError;
@@ -119,6 +120,19 @@ impl Subscription {
             expression_type::SQL92
         } else {
             expression_type::TAG
+        }
+    }
+
+    /// The subscription as heartbeats and running-info answers carry it.
+    pub fn to_wire(&self) -> SubscriptionData {
+        SubscriptionData {
+            topic: self.topic.clone(),
+            sub_string: self.expression().to_owned(),
+            tags_set: self.tags().iter().cloned().collect(),
+            code_set: self.tag_codes().into_iter().map(|c| c as i32).collect(),
+            sub_version: self.version(),
+            expression_type: Some(self.expression_type().into()),
+            ..Default::default()
         }
     }
 

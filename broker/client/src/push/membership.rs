@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use quiver_protocol::body::{self as wire, ConsumerData, HeartbeatData, SubscriptionData};
+use quiver_protocol::body::{self as wire, ConsumerData, HeartbeatData};
 use quiver_protocol::header::UnregisterClientRequestHeader;
 use quiver_protocol::{code, ExtFields, RemotingCommand};
 use tokio::sync::{mpsc, watch};
@@ -35,18 +35,7 @@ fn consumer_data(
         consume_type: wire::ConsumeType::ConsumePassively,
         message_model: wire::MessageModel::Clustering,
         consume_from_where: wire_consume_from(from),
-        subscription_data_set: subscriptions
-            .iter()
-            .map(|s| SubscriptionData {
-                topic: s.topic.clone(),
-                sub_string: s.expression().to_owned(),
-                tags_set: s.tags().iter().cloned().collect(),
-                code_set: s.tag_codes().into_iter().map(|c| c as i32).collect(),
-                sub_version: s.version(),
-                expression_type: Some(s.expression_type().into()),
-                ..Default::default()
-            })
-            .collect(),
+        subscription_data_set: subscriptions.iter().map(Subscription::to_wire).collect(),
         unit_mode: false,
     }
 }

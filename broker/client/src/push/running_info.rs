@@ -3,14 +3,13 @@
 //! CONSUME_MESSAGE_DIRECTLY (309): the listener consumes the message once, nothing is committed
 //! or sent back, and the answer is Apache's `ConsumeMessageDirectlyResult`.
 
-use quiver_protocol::body::{
-    running_info_prop as prop, ConsumerRunningInfo, ProcessQueueInfo, SubscriptionData,
-};
+use quiver_protocol::body::{running_info_prop as prop, ConsumerRunningInfo, ProcessQueueInfo};
 use quiver_protocol::{code, RemotingCommand};
 
 use super::{ConsumeMode, ConsumeOutcome, Inner};
 use crate::message::ReceivedMessage;
 use crate::remoting::InboundRequest;
+use crate::subscription::Subscription;
 use crate::MessageQueue;
 
 /// Answers a relayed admin request; false when `request` is not one of them.
@@ -51,15 +50,7 @@ fn running_info(inner: &Inner) -> ConsumerRunningInfo {
     let subscription_set = inner
         .subscriptions
         .iter()
-        .map(|s| SubscriptionData {
-            topic: s.topic.clone(),
-            sub_string: s.expression().to_owned(),
-            tags_set: s.tags().iter().cloned().collect(),
-            code_set: s.tag_codes().into_iter().map(|c| c as i32).collect(),
-            sub_version: s.version(),
-            expression_type: Some(s.expression_type().into()),
-            ..Default::default()
-        })
+        .map(Subscription::to_wire)
         .collect();
     let assignments: Vec<_> = inner.assignments.lock().values().cloned().collect();
     let mq_table = assignments
