@@ -22,18 +22,7 @@ async fn admin_codes_and_consumer_pushes() {
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(test_config(dir.path())).await;
     let mut admin = broker.client().await;
-    let created = admin
-        .call(
-            request::UPDATE_AND_CREATE_TOPIC,
-            ext(&[
-                ("topic", "Adm"),
-                ("readQueueNums", "2"),
-                ("writeQueueNums", "2"),
-                ("perm", "6"),
-            ]),
-            Bytes::new(),
-        )
-        .await;
+    let created = admin.create_topic("Adm", 2).await;
     assert_eq!(created.code, response::SUCCESS);
     for i in 0..4 {
         admin.send("Adm", i % 2, &format!("m{i}"), "A").await;
@@ -252,15 +241,7 @@ async fn mqadmin_and_dashboard_calls() {
     let (cluster, broker_name) = (config.cluster.clone(), config.broker_name.clone());
     let broker = TestBroker::start(config).await;
     let mut admin = broker.client().await;
-    let create = ext(&[
-        ("topic", "Tl"),
-        ("readQueueNums", "2"),
-        ("writeQueueNums", "2"),
-        ("perm", "6"),
-    ]);
-    let created = admin
-        .call(request::UPDATE_AND_CREATE_TOPIC, create, Bytes::new())
-        .await;
+    let created = admin.create_topic("Tl", 2).await;
     assert_eq!(created.code, response::SUCCESS);
 
     // Topic lists: the cluster's topics, by cluster, and the system topics.

@@ -149,18 +149,7 @@ async fn consume_stats_report_zero_for_uncommitted_queues_unless_asked_to_mark_t
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(test_config(dir.path())).await;
     let mut client = broker.client().await;
-    let created = client
-        .call(
-            request::UPDATE_AND_CREATE_TOPIC,
-            ext(&[
-                ("topic", "Stats"),
-                ("readQueueNums", "2"),
-                ("writeQueueNums", "2"),
-                ("perm", "6"),
-            ]),
-            Bytes::new(),
-        )
-        .await;
+    let created = client.create_topic("Stats", 2).await;
     assert_eq!(created.code, 0);
     client.send("Stats", 0, "a", "A").await;
     client.send("Stats", 1, "b", "A").await;

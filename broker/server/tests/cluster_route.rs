@@ -77,18 +77,7 @@ async fn three_brokers_share_one_route() {
     }
     for broker in &brokers {
         let mut client = broker.client().await;
-        let created = client
-            .call(
-                request::UPDATE_AND_CREATE_TOPIC,
-                ext(&[
-                    ("topic", "Shared"),
-                    ("readQueueNums", "2"),
-                    ("writeQueueNums", "2"),
-                    ("perm", "6"),
-                ]),
-                Bytes::new(),
-            )
-            .await;
+        let created = client.create_topic("Shared", 2).await;
         assert_eq!(created.code, response::SUCCESS);
     }
     let expected: Vec<(String, String, u64)> = (0..3)

@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::{ext, test_config, TestBroker};
+use common::{test_config, TestBroker};
 use quiver_protocol::body::{SubscriptionGroupWrapper, TopicConfigSerializeWrapper};
 use quiver_protocol::code::{request, response};
 
@@ -28,18 +28,7 @@ async fn concurrent_creations_and_persists_all_succeed() {
         writers.push(tokio::spawn(async move {
             for i in 0..PER_CONNECTION {
                 let topic = format!("T{connection}-{i}");
-                let created = client
-                    .call(
-                        request::UPDATE_AND_CREATE_TOPIC,
-                        ext(&[
-                            ("topic", &topic),
-                            ("readQueueNums", "1"),
-                            ("writeQueueNums", "1"),
-                            ("perm", "6"),
-                        ]),
-                        Bytes::new(),
-                    )
-                    .await;
+                let created = client.create_topic(&topic, 1).await;
                 assert_eq!(created.code, response::SUCCESS, "{:?}", created.remark);
                 let group = format!(r#"{{"groupName":"G{connection}-{i}"}}"#);
                 let created = client

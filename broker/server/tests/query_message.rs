@@ -51,18 +51,7 @@ async fn messages_are_found_by_key_unique_key_and_offset_id_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(test_config(dir.path())).await;
     let mut client = broker.client().await;
-    let created = client
-        .call(
-            request::UPDATE_AND_CREATE_TOPIC,
-            ext(&[
-                ("topic", TOPIC),
-                ("readQueueNums", "4"),
-                ("writeQueueNums", "4"),
-                ("perm", "6"),
-            ]),
-            Bytes::new(),
-        )
-        .await;
+    let created = client.create_topic(TOPIC, 4).await;
     assert_eq!(created.code, response::SUCCESS);
     let before = quiver_broker::now_ms();
     let mut ids = Vec::new();

@@ -42,18 +42,7 @@ async fn reset_push_is_encoded_for_each_members_language() {
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(test_config(dir.path())).await;
     let mut admin = broker.client().await;
-    let created = admin
-        .call(
-            request::UPDATE_AND_CREATE_TOPIC,
-            ext(&[
-                ("topic", "Rst"),
-                ("readQueueNums", "2"),
-                ("writeQueueNums", "2"),
-                ("perm", "6"),
-            ]),
-            Bytes::new(),
-        )
-        .await;
+    let created = admin.create_topic("Rst", 2).await;
     assert_eq!(created.code, response::SUCCESS);
     for i in 0..3 {
         admin.send("Rst", 0, &format!("m{i}"), "A").await;

@@ -11,18 +11,7 @@ async fn restart_keeps_messages_offsets_topics() {
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(test_config(dir.path())).await;
     let mut client = broker.client().await;
-    let created = client
-        .call(
-            request::UPDATE_AND_CREATE_TOPIC,
-            ext(&[
-                ("topic", "Kept"),
-                ("readQueueNums", "3"),
-                ("writeQueueNums", "3"),
-                ("perm", "6"),
-            ]),
-            Bytes::new(),
-        )
-        .await;
+    let created = client.create_topic("Kept", 3).await;
     assert_eq!(created.code, response::SUCCESS);
     let group = br#"{"groupName":"KeptGroup","retryMaxTimes":3,"consumeEnable":true}"#;
     let created = client

@@ -244,6 +244,19 @@ impl Client {
         .await
     }
 
+    /// UPDATE_AND_CREATE_TOPIC with `queues` read and write queues, read-write; the answer.
+    pub async fn create_topic(&mut self, topic: &str, queues: u32) -> RemotingCommand {
+        let queues = queues.to_string();
+        let fields = ext(&[
+            ("topic", topic),
+            ("readQueueNums", &queues),
+            ("writeQueueNums", &queues),
+            ("perm", "6"),
+        ]);
+        self.call(request::UPDATE_AND_CREATE_TOPIC, fields, Bytes::new())
+            .await
+    }
+
     /// A pull; `suspend_ms` > 0 sets the suspend flag; `commit` piggy-backs an offset.
     pub async fn pull(
         &mut self,
