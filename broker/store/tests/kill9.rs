@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{config, message};
@@ -63,14 +62,7 @@ fn acknowledged_messages_survive_kill_9() {
     if let Ok(dir) = std::env::var(CHILD_DIR_ENV) {
         run_child(&dir);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_ENV, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (dir, mut child) = common::spawn_writer_child(TEST_NAME, CHILD_DIR_ENV);
     let kill_after = rand::rng().random_range(50..400usize);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut acks = Vec::new();

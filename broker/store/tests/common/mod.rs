@@ -169,3 +169,21 @@ pub fn read_log_bytes(dir: &Path, offset: CommitLogOffset, len: usize) -> Vec<u8
 pub fn queue_offset(n: u64) -> QueueOffset {
     QueueOffset(n)
 }
+
+/// Runs the calling test binary's `test_name` again as a child writer on a fresh directory
+/// (handed over in `dir_env`), its stdout piped for the acknowledgements it prints, so that
+/// the parent can SIGKILL it mid-write. Returns the directory and the child.
+pub fn spawn_writer_child(
+    test_name: &str,
+    dir_env: &str,
+) -> (tempfile::TempDir, std::process::Child) {
+    let dir = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(dir_env, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    (dir, child)
+}
