@@ -7,6 +7,7 @@ mod redis;
 mod report;
 mod rocketmq;
 mod server;
+mod stages;
 mod systems;
 mod workload;
 
@@ -330,6 +331,7 @@ fn measure<S: System>(
             peak_rss_bytes: server.peak_rss_bytes(),
             anon_rss_bytes: server.anon_rss_bytes(),
         },
+        running.stages,
         log,
     ))
 }

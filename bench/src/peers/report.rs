@@ -28,6 +28,9 @@ fn cell(figure: &Figure) -> String {
         Measure::BytesPerMessage => format!("{:.0} B", figure.value),
         Measure::MemoryBytes => format!("{:.0} MiB", figure.value / MIB),
         Measure::Count => format!("{:.0}", figure.value),
+        Measure::StageMicros { p50, p999 } => {
+            format!("{p50:.0} / {:.0} / {p999:.0} µs", figure.value)
+        }
     }
 }
 

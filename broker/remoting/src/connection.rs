@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use quiver_protocol::{FrameError, RemotingCommand};
@@ -34,6 +34,8 @@ pub struct Options {
     pub max_pending_requests: usize,
     /// Counts buffered and handed-out inbound bytes; reading waits while it is spent.
     pub read_budget: Option<ByteBudget>,
+    /// Stamp each inbound frame with when its last bytes were read ([`Inbound::read_at`]).
+    pub stamp_reads: bool,
 }
 
 impl Options {
@@ -44,6 +46,7 @@ impl Options {
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             read_budget: None,
+            stamp_reads: false,
         }
     }
 }
@@ -181,7 +184,38 @@ impl Drop for Registered<'_> {
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
-    outbound: mpsc::Sender<RemotingCommand>,
+    outbound: mpsc::Sender<Outbound>,
+}
+
+/// Called by the writer with the time the frame's bytes were handed to the socket.
+pub type OnWritten = Box<dyn FnOnce(Instant) + Send>;
+
+/// A frame queued for the writer, and who wants to know when it was written.
+pub struct Outbound {
+    pub command: RemotingCommand,
+    pub on_written: Option<OnWritten>,
+}
+
+/// A reserved place in a connection's writer queue ([`Connection::try_reserve`]).
+pub struct OutboundSlot<'a>(mpsc::Permit<'a, Outbound>);
+
+impl OutboundSlot<'_> {
+    /// Queues `command` in the reserved place: cannot fail or wait.
+    pub fn send(self, command: RemotingCommand, on_written: Option<OnWritten>) {
+        self.0.send(Outbound {
+            command,
+            on_written,
+        });
+    }
+}
+
+impl From<RemotingCommand> for Outbound {
+    fn from(command: RemotingCommand) -> Self {
+        Outbound {
+            command,
+            on_written: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Connection {
@@ -198,6 +232,8 @@ impl std::fmt::Debug for Connection {
 pub struct Inbound {
     pub command: RemotingCommand,
     pub held_bytes: Option<OwnedSemaphorePermit>,
+    /// When the read that completed the frame returned, if [`Options::stamp_reads`].
+    pub read_at: Option<Instant>,
 }
 
 /// The reading side: yields the other side's requests, and routes responses to [`Connection::request`].
@@ -224,7 +260,7 @@ impl Connection {
         let frame_writer = FrameWriter::new(writer, options.language, connection.shared.clone());
         let writer_task = tokio::spawn(frame_writer.run(outbound_rx, closing));
         let incoming = Incoming {
-            reader: FrameReader::new(reader, options.read_budget),
+            reader: FrameReader::new(reader, options.read_budget, options.stamp_reads),
             shared: connection.shared.clone(),
             writer: Some(writer_task),
         };
@@ -236,7 +272,7 @@ impl Connection {
     pub fn detached(
         peer: impl Into<String>,
         outbound_queue: usize,
-    ) -> (Connection, mpsc::Receiver<RemotingCommand>) {
+    ) -> (Connection, mpsc::Receiver<Outbound>) {
         let options = Options {
             outbound_queue,
             ..Options::new(peer)
@@ -247,11 +283,7 @@ impl Connection {
 
     fn unstarted(
         options: &Options,
-    ) -> (
-        Connection,
-        mpsc::Receiver<RemotingCommand>,
-        watch::Receiver<bool>,
-    ) {
+    ) -> (Connection, mpsc::Receiver<Outbound>, watch::Receiver<bool>) {
         let (outbound, outbound_rx) = mpsc::channel(options.outbound_queue.max(1));
         let (closing, closing_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -301,7 +333,7 @@ impl Connection {
             shared,
             opaque: request.opaque,
         };
-        self.queue(request).await?;
+        self.queue(request.into()).await?;
         match response.await {
             Ok(answered) => answered,
             Err(_) => Err(shared.closed_error("the connection was dropped")),
@@ -312,21 +344,41 @@ impl Connection {
     pub async fn send_oneway(&self, request: RemotingCommand) -> Result<(), ConnectionError> {
         let mut request = request.into_oneway();
         request.opaque = self.shared.next_opaque.fetch_add(1, Ordering::Relaxed);
-        self.queue(request).await
+        self.queue(request.into()).await
     }
 
     /// Sends a frame as it is: a response to the other side's request (same opaque).
     pub async fn respond(&self, response: RemotingCommand) -> Result<(), ConnectionError> {
-        self.queue(response).await
+        self.queue(response.into()).await
+    }
+
+    /// As [`Connection::respond`], calling `on_written` once the frame is written (not when
+    /// the connection fails first).
+    pub async fn respond_then(
+        &self,
+        response: RemotingCommand,
+        on_written: OnWritten,
+    ) -> Result<(), ConnectionError> {
+        let outbound = Outbound {
+            command: response,
+            on_written: Some(on_written),
+        };
+        self.queue(outbound).await
     }
 
     /// Sends a frame as it is without waiting; false when the queue is full or the connection
     /// closed (for advisory pushes that must never hold their sender up).
     pub fn try_send(&self, command: RemotingCommand) -> bool {
-        self.outbound.try_send(command).is_ok()
+        self.outbound.try_send(command.into()).is_ok()
     }
 
-    async fn queue(&self, command: RemotingCommand) -> Result<(), ConnectionError> {
+    /// A place in the writer's queue, taken without waiting; None when the queue is full or
+    /// the connection closed. For a caller that must know it can send before it commits.
+    pub fn try_reserve(&self) -> Option<OutboundSlot<'_>> {
+        self.outbound.try_reserve().ok().map(OutboundSlot)
+    }
+
+    async fn queue(&self, command: Outbound) -> Result<(), ConnectionError> {
         self.outbound.send(command).await.map_err(|_| {
             let reason = self.shared.ended();
             self.shared
@@ -352,7 +404,7 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
     /// the other side closed. After `None` or an error, pending requests have failed.
     pub async fn next(&mut self) -> Result<Option<Inbound>, ConnectionError> {
         loop {
-            let (command, held_bytes) = match self.reader.next_frame().await {
+            let (command, held_bytes, read_at) = match self.reader.next_frame().await {
                 Ok(Some(frame)) => frame,
                 Ok(None) => {
                     self.shared.end("the peer closed the connection");
@@ -367,6 +419,7 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
             return Ok(Some(Inbound {
                 command,
                 held_bytes,
+                read_at,
             }));
         }
     }

@@ -12,7 +12,9 @@ mod reader;
 mod writer;
 
 pub use budget::ByteBudget;
-pub use connection::{Connection, ConnectionError, Inbound, Incoming, Options};
+pub use connection::{
+    Connection, ConnectionError, Inbound, Incoming, OnWritten, Options, Outbound, OutboundSlot,
+};
 
 #[cfg(test)]
 mod tests;

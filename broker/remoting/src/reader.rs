@@ -1,5 +1,7 @@
 //! The one loop in the tree that reads RemotingCommand frames off a socket.
 
+use std::time::Instant;
+
 use bytes::{BufMut, BytesMut};
 use quiver_protocol::{frame, FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -29,21 +31,30 @@ impl From<FrameError> for ReadFailure {
     }
 }
 
-/// A decoded frame and the budget bytes it keeps counted until dropped.
-pub(crate) type Frame = (RemotingCommand, Option<OwnedSemaphorePermit>);
+/// A decoded frame, the budget bytes it keeps counted until dropped, and when it was read.
+pub(crate) type Frame = (
+    RemotingCommand,
+    Option<OwnedSemaphorePermit>,
+    Option<Instant>,
+);
 
 pub(crate) struct FrameReader<R> {
     reader: R,
     buf: BytesMut,
     budget: Option<ReadBudget>,
+    stamp_reads: bool,
+    /// When the last read returned bytes (if stamping): the frames it completed arrived then.
+    filled_at: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub(crate) fn new(reader: R, budget: Option<ByteBudget>) -> FrameReader<R> {
+    pub(crate) fn new(reader: R, budget: Option<ByteBudget>, stamp_reads: bool) -> FrameReader<R> {
         FrameReader {
             reader,
             buf: BytesMut::with_capacity(READ_AHEAD),
             budget: budget.map(ReadBudget::new),
+            stamp_reads,
+            filled_at: None,
         }
     }
 
@@ -58,10 +69,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     .budget
                     .as_mut()
                     .and_then(|budget| budget.hand_over(consumed));
-                return Ok(Some((command, held)));
+                return Ok(Some((command, held, self.filled_at)));
             }
             if self.fill().await? == 0 {
                 return Ok(None);
+            }
+            if self.stamp_reads {
+                self.filled_at = Some(Instant::now());
             }
         }
     }

@@ -234,7 +234,7 @@ async fn a_detached_connection_hands_frames_to_its_receiver() {
     let (connection, mut frames) = Connection::detached("test", 1);
     assert!(connection.try_send(request(40)));
     assert!(!connection.try_send(request(41)), "the queue holds one");
-    assert_eq!(frames.recv().await.unwrap().code, 40);
+    assert_eq!(frames.recv().await.unwrap().command.code, 40);
 }
 
 #[tokio::test]

@@ -2,13 +2,14 @@
 
 use std::io::IoSlice;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use quiver_protocol::{frame, RemotingCommand};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::connection::Shared;
+use crate::connection::{OnWritten, Outbound, Shared};
 
 /// Bodies of at least this many bytes (pull answers) are written from where they are,
 /// after their frame head, instead of being copied into the write buffer first.
@@ -25,6 +26,8 @@ pub(crate) struct FrameWriter<W> {
     shared: Arc<Shared>,
     buf: BytesMut,
     chunks: Vec<Bytes>,
+    /// Told the time once the chunks holding their frames are written.
+    on_written: Vec<OnWritten>,
 }
 
 impl<W: AsyncWrite + Unpin> FrameWriter<W> {
@@ -35,6 +38,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             shared,
             buf: BytesMut::with_capacity(64 * 1024),
             chunks: Vec::new(),
+            on_written: Vec::new(),
         }
     }
 
@@ -42,7 +46,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     /// socket's write side down.
     pub(crate) async fn run(
         mut self,
-        mut outbound: mpsc::Receiver<RemotingCommand>,
+        mut outbound: mpsc::Receiver<Outbound>,
         mut closing: watch::Receiver<bool>,
     ) {
         loop {
@@ -61,21 +65,26 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
                 self.shared.end(&format!("write failed: {error}"));
                 return;
             }
+            if !self.on_written.is_empty() {
+                let written_at = Instant::now();
+                self.on_written.drain(..).for_each(|tell| tell(written_at));
+            }
         }
         let _ = self.writer.shutdown().await;
     }
 
     /// Encodes `first` and whatever else is queued (up to about a MiB of bodies) into chunks.
-    fn encode_queued(
-        &mut self,
-        first: RemotingCommand,
-        outbound: &mut mpsc::Receiver<RemotingCommand>,
-    ) {
+    fn encode_queued(&mut self, first: Outbound, outbound: &mut mpsc::Receiver<Outbound>) {
         let mut queued = 0;
         let mut next = Some(first);
-        while let Some(command) = next {
+        while let Some(Outbound {
+            command,
+            on_written,
+        }) = next
+        {
             queued += command.body_len();
             self.encode(command);
+            self.on_written.extend(on_written);
             next = if queued < COALESCE_BYTES {
                 outbound.try_recv().ok()
             } else {

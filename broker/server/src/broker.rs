@@ -36,6 +36,8 @@ pub struct Broker {
     pub consumers: ConsumerManager,
     pub producers: ProducerManager,
     pub long_poll: Arc<LongPollRegistry>,
+    /// Per-stage times of sampled sends and parked-pull wake-ups (`--stage-sample-every`).
+    pub stages: Arc<crate::stages::StageRecorder>,
     pub locks: QueueLocks,
     pub peers: PeerView,
     pub metrics: Metrics,
@@ -99,6 +101,7 @@ impl Broker {
             consumers: ConsumerManager::default(),
             producers: ProducerManager::default(),
             long_poll,
+            stages: crate::stages::StageRecorder::new(config.stage_sample_every),
             locks: QueueLocks::default(),
             peers,
             metrics: Metrics::default(),

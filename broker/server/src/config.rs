@@ -189,6 +189,11 @@ pub struct BrokerConfig {
     /// Bound on the graceful part of shutdown, in ms. >= 100.
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = defaults::SHUTDOWN_TIMEOUT_MS)]
     pub shutdown_timeout_ms: u64,
+
+    /// Times the stages of one send and one parked-pull wake-up in this many (read, answered,
+    /// written; dispatched, woken), served at GET /debug/stages; 0: off.
+    #[arg(long, env = "QUIVER_STAGE_SAMPLE_EVERY", default_value_t = 0)]
+    pub stage_sample_every: u32,
 }
 
 impl Default for BrokerConfig {
@@ -223,6 +228,7 @@ impl Default for BrokerConfig {
             disk_force_clean_ratio: defaults::DISK_FORCE_CLEAN_RATIO,
             disk_check_interval_ms: defaults::DISK_CHECK_INTERVAL_MS,
             shutdown_timeout_ms: defaults::SHUTDOWN_TIMEOUT_MS,
+            stage_sample_every: 0,
         }
     }
 }

@@ -241,7 +241,10 @@ mod tests {
         id: &str,
         connection_id: u64,
         heartbeat_ms: i64,
-    ) -> (ConsumerClient, tokio::sync::mpsc::Receiver<RemotingCommand>) {
+    ) -> (
+        ConsumerClient,
+        tokio::sync::mpsc::Receiver<quiver_remoting::Outbound>,
+    ) {
         let (remoting, rx) = Connection::detached("127.0.0.1:1", 8);
         let client = ConsumerClient {
             client_id: id.into(),
@@ -323,7 +326,7 @@ mod tests {
         assert!(register(&manager, b));
         assert_eq!(manager.client_ids("G"), vec!["a", "b"]);
         manager.notify_ids_changed("G");
-        let pushed = rx_a.try_recv().expect("a was notified");
+        let pushed = rx_a.try_recv().expect("a was notified").command;
         assert_eq!(
             pushed.code,
             quiver_protocol::code::request::NOTIFY_CONSUMER_IDS_CHANGED

@@ -93,6 +93,7 @@ async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response
             text(StatusCode::OK, ready_text(broker.map(Arc::as_ref)))
         }
         (&Method::GET, "/readyz") => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
+        (&Method::GET, "/debug/stages") => stages(broker.map(Arc::as_ref), request.uri().query()),
         (&Method::GET, _) => text(StatusCode::NOT_FOUND, "not found\n".into()),
         _ => text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -105,6 +106,30 @@ async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response
 async fn scrape(registry: Arc<Registry>) -> Response<Full<Bytes>> {
     match tokio::task::spawn_blocking(move || crate::metrics::encode(&registry)).await {
         Ok(exposition) => response(StatusCode::OK, crate::metrics::CONTENT_TYPE, exposition),
+        Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+    }
+}
+
+/// Per-stage percentiles of the samples completed after `?since_ns=` (all when absent).
+fn stages(broker: Option<&Broker>, query: Option<&str>) -> Response<Full<Bytes>> {
+    let Some(recorder) = broker.map(|broker| &broker.stages) else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into());
+    };
+    if !recorder.is_on() {
+        let off = "stage sampling is off: start the broker with --stage-sample-every N\n";
+        return text(StatusCode::NOT_FOUND, off.into());
+    }
+    let since = query
+        .into_iter()
+        .flat_map(|query| query.split('&'))
+        .find_map(|pair| pair.strip_prefix("since_ns="))
+        .map(str::parse::<u64>);
+    let since = match since.transpose() {
+        Ok(since) => since.unwrap_or(0),
+        Err(error) => return text(StatusCode::BAD_REQUEST, format!("since_ns: {error}\n")),
+    };
+    match serde_json::to_string(&recorder.report(since)) {
+        Ok(body) => response(StatusCode::OK, "application/json", body),
         Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
     }
 }

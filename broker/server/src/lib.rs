@@ -22,6 +22,7 @@ pub mod processor;
 pub mod producers;
 pub mod schedule;
 pub mod server;
+pub mod stages;
 pub mod topics;
 
 pub use config::{BrokerConfig, ConfigError, FlushMode};

@@ -197,6 +197,7 @@ async fn serve_connection(
         language: Some(quiver_protocol::LANGUAGE_JAVA),
         outbound_queue: OUTBOUND_QUEUE,
         read_budget: Some(inflight_bytes),
+        stamp_reads: broker.stages.is_on(),
         ..Options::new(remote.to_string())
     };
     let (remoting, mut incoming) = Connection::start(stream, options);
@@ -253,6 +254,7 @@ async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Rec
         let Inbound {
             command,
             held_bytes,
+            read_at,
         } = match next {
             Ok(Some(inbound)) => inbound,
             Ok(None) | Err(ConnectionError::Io { .. }) => {
@@ -266,7 +268,7 @@ async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Rec
             }
         };
         if processor::answers_at_once(&ctx.broker, &command) {
-            answer(ctx, command).await;
+            answer(ctx, command, read_at).await;
             drop(held_bytes);
             continue;
         }
@@ -275,7 +277,7 @@ async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Rec
         };
         let ctx = ctx.clone();
         requests.spawn(async move {
-            answer(&ctx, command).await;
+            answer(&ctx, command, read_at).await;
             // The request's frame bytes count against the budget until it is answered.
             drop(held_bytes);
             drop(permit);
@@ -284,10 +286,17 @@ async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Rec
     while requests.join_next().await.is_some() {}
 }
 
-async fn answer(ctx: &Ctx, request: RemotingCommand) {
-    if let Some(response) = processor::dispatch(ctx, request).await {
-        let _ = ctx.connection.remoting.respond(response).await;
-    }
+async fn answer(ctx: &Ctx, request: RemotingCommand, read_at: Option<Instant>) {
+    let stages = &ctx.broker.stages;
+    let mut trace = stages.start(request.code, read_at);
+    let Some(response) = processor::dispatch(ctx, request, &mut trace).await else {
+        return;
+    };
+    let remoting = &ctx.connection.remoting;
+    let _ = match stages.answered(trace) {
+        Some(on_written) => remoting.respond_then(response, on_written).await,
+        None => remoting.respond(response).await,
+    };
 }
 
 async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {

@@ -87,13 +87,23 @@ pub fn answers_at_once(broker: &Broker, req: &RemotingCommand) -> bool {
         )
 }
 
-pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand> {
+/// `trace` is stamped by the processors that know a stage (a parked pull's wake-up).
+pub async fn dispatch(
+    ctx: &Ctx,
+    req: RemotingCommand,
+    trace: &mut crate::stages::Trace,
+) -> Option<RemotingCommand> {
     tracing::trace!(code = req.code, opaque = req.opaque, remote = %ctx.connection.remote, "request");
     let outcome = match req.code {
         request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             send::handle(ctx, &req).await
         }
-        request::PULL_MESSAGE => pull::handle(ctx, &req).await,
+        request::PULL_MESSAGE => match pull::handle(ctx, &req, trace).await {
+            Ok(Some(reply)) => Ok(reply),
+            // Answered on the thread that dispatched the message it waited for.
+            Ok(None) => return None,
+            Err(refusal) => Err(refusal),
+        },
         request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, &req),
         request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, &req),
         request::GET_MAX_OFFSET => offsets::max(ctx, &req),

@@ -12,11 +12,11 @@ use quiver_protocol::sql92::expression_type;
 use quiver_protocol::{HeaderError, RemotingCommand};
 use quiver_store::{GetFilter, GetResult, GetStatus, QueueOffset};
 
-use super::{Ctx, Outcome, Refusal};
+use super::{Ctx, Refusal};
 use crate::broker::Broker;
 use crate::error::chain;
 use crate::filter::{record_matches, ConsumerFilter, FilterError};
-use crate::long_poll::ParkRefused;
+use crate::long_poll::{AnswerNow, Claim, ParkRefused, Wake};
 
 /// Bytes of records one pull returns at most (RocketMQ's maxTransferBytesOnMessageInDisk).
 const MAX_PULL_BYTES: u64 = 4 * 1024 * 1024;
@@ -169,7 +169,12 @@ fn read(broker: &Broker, pull: &PullRequest) -> Result<Answer, Refusal> {
     Ok(classify(pull.offset, got))
 }
 
-pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+/// `trace` learns when a dispatch woke the parked pull. `None`: the dispatch answered it.
+pub async fn handle(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    trace: &mut crate::stages::Trace,
+) -> Result<Option<RemotingCommand>, Refusal> {
     let broker = &ctx.broker;
     if !broker.is_readable() {
         return Err(Refusal::new(
@@ -177,7 +182,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             format!("broker {} is not readable", broker.config.broker_name),
         ));
     }
-    let pull = PullRequest::parse(ctx, req)?;
+    let pull = Arc::new(PullRequest::parse(ctx, req)?);
     let Some(topic) = broker.topics.get(&pull.topic) else {
         return Err(Refusal::new(
             response::TOPIC_NOT_EXIST,
@@ -206,12 +211,33 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             .offsets
             .commit(&pull.group, &pull.topic, pull.queue_id, commit);
     }
+    let template = req.response_to(response::SUCCESS, None);
+    let answer = match read_or_park(ctx, &pull, &template, trace).await? {
+        Some(answer) => answer,
+        None => return Ok(None),
+    };
+    Ok(Some(respond(broker, &template, &pull, answer)))
+}
+
+/// Reads, and while there is nothing new and the pull may wait, parks until a dispatch, the
+/// suspend timeout or shutdown. `None` when the dispatching thread answered the pull.
+async fn read_or_park(
+    ctx: &Ctx,
+    pull: &Arc<PullRequest>,
+    template: &RemotingCommand,
+    trace: &mut crate::stages::Trace,
+) -> Result<Option<Answer>, Refusal> {
+    let broker = &ctx.broker;
     let deadline = Instant::now() + pull.suspend;
     let may_park = pull.sys_flag & PULL_FLAG_SUSPEND != 0 && !pull.suspend.is_zero();
-    let answer = loop {
+    loop {
         // Register before reading so a dispatch between the read and the wait is not missed.
         let parked = if may_park {
-            match broker.long_poll.park(&pull.topic, pull.queue_id) {
+            let answer_now = answer_at_dispatch(ctx, pull, template, trace);
+            match broker
+                .long_poll
+                .park(&pull.topic, pull.queue_id, Some(answer_now))
+            {
                 Ok(parked) => Some(parked),
                 Err(ParkRefused::Full) => {
                     tracing::debug!("parked-pull bound reached; answering at once");
@@ -222,17 +248,53 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         } else {
             None
         };
-        let answer = read(broker, &pull)?;
-        let (Answer::NotFound(_), Some(parked)) = (&answer, parked) else {
-            break answer;
+        let answer = read(broker, pull)?;
+        let parked = match (&answer, parked) {
+            (Answer::NotFound(_), Some(parked)) => parked,
+            (_, None) => return Ok(Some(answer)),
+            // Something arrived since the last look: answer it unless a dispatch already did.
+            (_, Some(parked)) if parked.claim_for_task() => return Ok(Some(answer)),
+            (_, Some(_)) => return Ok(None),
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         match parked.wait(remaining).await {
-            Some(crate::long_poll::Wake::Dispatched) => continue,
-            Some(crate::long_poll::Wake::Shutdown) | None => break read(broker, &pull)?,
+            Some(Wake::Dispatched(at)) => trace.woken(at),
+            Some(Wake::Answered) => return Ok(None),
+            Some(Wake::Shutdown) | None => return read(broker, pull).map(Some),
         }
-    };
-    Ok(respond(broker, req, &pull, answer))
+    }
+}
+
+/// What the dispatch hook runs for a parked pull: reads the queue on the dispatching thread
+/// and, when there is something for the pull and room in its connection's queue, answers it
+/// there, sparing the wake-up of the pull's task; else leaves the pull to its task.
+fn answer_at_dispatch(
+    ctx: &Ctx,
+    pull: &Arc<PullRequest>,
+    template: &RemotingCommand,
+    trace: &crate::stages::Trace,
+) -> AnswerNow {
+    let broker = ctx.broker.clone();
+    let remoting = ctx.connection.remoting.clone();
+    let pull = pull.clone();
+    let template = template.clone();
+    let mut trace = trace.clone();
+    Box::new(move |dispatched: Instant, claim: &Claim| {
+        let Ok(Answer::Found(got)) = read(&broker, &pull) else {
+            return false;
+        };
+        let Some(slot) = remoting.try_reserve() else {
+            return false;
+        };
+        if !claim.take() {
+            // The task timed out and answers: nothing to do here.
+            return true;
+        }
+        trace.woken(dispatched);
+        let reply = respond(&broker, &template, &pull, Answer::Found(got));
+        slot.send(reply, broker.stages.answered(trace));
+        true
+    })
 }
 
 fn respond(
