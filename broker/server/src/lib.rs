@@ -23,6 +23,7 @@ pub mod producers;
 pub mod schedule;
 pub mod server;
 pub mod topics;
+pub mod transaction;
 
 pub use config::{BrokerConfig, ConfigError, FlushMode};
 pub use error::BrokerError;

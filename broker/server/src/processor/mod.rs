@@ -11,6 +11,7 @@ mod retry;
 mod route;
 mod send;
 mod tools;
+mod transaction;
 mod unsupported;
 
 use std::sync::Arc;
@@ -94,6 +95,7 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
             send::handle(ctx, &req).await
         }
         request::PULL_MESSAGE => pull::handle(ctx, &req).await,
+        request::END_TRANSACTION => transaction::end(ctx, &req).await,
         request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, &req),
         request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, &req),
         request::GET_MAX_OFFSET => offsets::max(ctx, &req),

@@ -1,0 +1,571 @@
+//! Transactional messages as Apache RocketMQ keeps them (`TransactionalMessageServiceImpl`,
+//! `TransactionalMessageCheckService`): a half message waits in [`HALF_TOPIC`] queue 0 with
+//! its real topic and queue in properties; END_TRANSACTION writes an op record (body: the
+//! half queue offset, tag "d") to [`OP_TOPIC`]; the check-back service asks the producer
+//! group about half messages without one, re-putting each with its check count, and
+//! discards them to [`CHECK_MAX_TIME_TOPIC`] past the limit.
+//!
+//! How far the half queue is settled (`progress`) and how far the op queue is read are the
+//! system group [`SYSTEM_GROUP`]'s consumer offsets: persisted with the others, and read
+//! back on open so a restart re-reads only the op records past them.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use quiver_protocol::header::CheckTransactionStateRequestHeader;
+use quiver_protocol::message::{self as msg, sys_flag};
+use quiver_protocol::record::{self, decode, encode_properties, Placement, Record};
+use quiver_protocol::{code, RemotingCommand};
+use quiver_store::{ConsumerOffsets, GetStatus, MessageStore, QueueOffset};
+use tokio::sync::watch;
+
+use crate::broker::{blocking, Broker};
+use crate::error::{chain, BrokerError};
+use crate::processor::{store_message, StoreTarget};
+
+/// Where half messages wait for their outcome (Apache's name).
+pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";
+/// One op record per settled half message.
+pub const OP_TOPIC: &str = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
+/// Where half messages go once checked back the maximum number of times.
+pub const CHECK_MAX_TIME_TOPIC: &str = "TRANS_CHECK_MAX_TIME_TOPIC";
+/// The system group whose offsets record the settled progress.
+pub const SYSTEM_GROUP: &str = "CID_RMQ_SYS_TRANS";
+/// The tag of op records ("delete", as Apache's `REMOVETAG`).
+pub const OP_REMOVE_TAG: &str = "d";
+pub const HALF_QUEUE: u32 = 0;
+
+/// Half and op records read per store get.
+const SCAN_BATCH: u32 = 64;
+const SCAN_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The settlement state of the half queue, shared by END_TRANSACTION and the checker.
+#[derive(Default)]
+pub struct Transactions {
+    settlement: Mutex<Settlement>,
+    checks_sent: AtomicU64,
+    checks_unsent: AtomicU64,
+    discarded: AtomicU64,
+}
+
+#[derive(Default)]
+struct Settlement {
+    /// Half queue offsets below this are settled, re-put as a checked copy, or discarded.
+    progress: u64,
+    /// Offsets at or above `progress` that have an op record.
+    settled: BTreeSet<u64>,
+    /// Offsets an END_TRANSACTION or the checker is acting on right now.
+    busy: BTreeSet<u64>,
+}
+
+/// Whether a half message may be acted on.
+pub enum Claim<'a> {
+    /// It is unsettled and now reserved for the holder of the guard.
+    Granted(ClaimGuard<'a>),
+    /// It has an op record, or was re-put or discarded: nothing to do.
+    Settled,
+    /// Someone else is acting on it.
+    Busy,
+}
+
+/// Releases a claimed half offset when dropped; [`ClaimGuard::settle`] records it settled.
+pub struct ClaimGuard<'a> {
+    transactions: &'a Transactions,
+    offset: u64,
+}
+
+impl ClaimGuard<'_> {
+    /// The op record is stored: the half message is settled for good.
+    pub fn settle(self) {
+        let mut settlement = self.transactions.settlement.lock();
+        if self.offset >= settlement.progress {
+            settlement.settled.insert(self.offset);
+        }
+    }
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        self.transactions
+            .settlement
+            .lock()
+            .busy
+            .remove(&self.offset);
+    }
+}
+
+/// (checks sent, checks without a live producer connection, half messages discarded).
+pub type TransactionCounts = (u64, u64, u64);
+
+impl Transactions {
+    /// The state recorded by the system group's offsets and the op records after them.
+    pub fn load(store: &MessageStore, offsets: &ConsumerOffsets) -> Result<Self, BrokerError> {
+        let progress = offsets
+            .query(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE)
+            .unwrap_or_default()
+            .max(store.min_offset(HALF_TOPIC, HALF_QUEUE));
+        let op_from = offsets
+            .query(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE)
+            .unwrap_or_default();
+        let mut settled = BTreeSet::new();
+        for_each_op(store, op_from, |_, half_offset| {
+            if half_offset >= progress.0 {
+                settled.insert(half_offset);
+            }
+            true
+        })?;
+        if !settled.is_empty() || progress.0 > 0 {
+            tracing::info!(
+                progress = progress.0,
+                settled = settled.len(),
+                "transaction state loaded"
+            );
+        }
+        Ok(Transactions {
+            settlement: Mutex::new(Settlement {
+                progress: progress.0,
+                settled,
+                busy: BTreeSet::new(),
+            }),
+            ..Transactions::default()
+        })
+    }
+
+    /// Reserves the half message at `offset` for one END_TRANSACTION or check.
+    pub fn claim(&self, offset: u64) -> Claim<'_> {
+        let mut settlement = self.settlement.lock();
+        if offset < settlement.progress || settlement.settled.contains(&offset) {
+            return Claim::Settled;
+        }
+        if !settlement.busy.insert(offset) {
+            return Claim::Busy;
+        }
+        Claim::Granted(ClaimGuard {
+            transactions: self,
+            offset,
+        })
+    }
+
+    pub fn progress(&self) -> u64 {
+        self.settlement.lock().progress
+    }
+
+    /// The checker is done with every half message below `next`.
+    fn advance(&self, next: u64) {
+        let mut settlement = self.settlement.lock();
+        if next > settlement.progress {
+            settlement.progress = next;
+            settlement.settled = settlement.settled.split_off(&next);
+        }
+    }
+
+    pub fn counts(&self) -> TransactionCounts {
+        (
+            self.checks_sent.load(Ordering::Relaxed),
+            self.checks_unsent.load(Ordering::Relaxed),
+            self.discarded.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Calls `visit(op queue offset, half queue offset)` for each op record from `from` on,
+/// until it returns false.
+fn for_each_op(
+    store: &MessageStore,
+    from: QueueOffset,
+    mut visit: impl FnMut(u64, u64) -> bool,
+) -> Result<(), BrokerError> {
+    let max = store.max_offset(OP_TOPIC, HALF_QUEUE).0;
+    let mut next = from.0.max(store.min_offset(OP_TOPIC, HALF_QUEUE).0);
+    while next < max {
+        let got = store
+            .get(
+                OP_TOPIC,
+                HALF_QUEUE,
+                QueueOffset(next),
+                SCAN_BATCH,
+                SCAN_BYTES,
+                &|_| true,
+            )
+            .map_err(BrokerError::store("get"))?;
+        if got.status != GetStatus::Found || got.messages.is_empty() {
+            return Ok(());
+        }
+        for raw in &got.messages {
+            let Ok((record, _)) = decode(raw) else {
+                next += 1;
+                continue;
+            };
+            next = record.queue_offset.0 + 1;
+            // Apache 5 batches offsets in one op body, comma-separated.
+            let body = String::from_utf8_lossy(&record.body);
+            for half_offset in body.split(',').filter_map(|o| o.trim().parse::<u64>().ok()) {
+                if !visit(record.queue_offset.0, half_offset) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The op record that settles the half message at `half_offset`.
+pub(crate) fn op_target(broker: &Broker, half_offset: u64) -> StoreTarget {
+    StoreTarget {
+        topic: OP_TOPIC.to_owned(),
+        queue_id: HALF_QUEUE,
+        flag: 0,
+        body: Bytes::from(half_offset.to_string()),
+        properties: encode_properties([
+            (msg::PROPERTY_TAGS, OP_REMOVE_TAG),
+            (msg::PROPERTY_WAIT, "false"),
+        ]),
+        sys_flag: 0,
+        born_timestamp_ms: crate::now_ms(),
+        born_host: broker.store_host,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
+}
+
+/// The committed message: the half message in its real topic and queue, sysFlag COMMIT,
+/// without REAL_TOPIC, REAL_QID and TRAN_MSG (as Apache's EndTransactionProcessor).
+pub(crate) fn committed_target(half: &Record) -> Option<StoreTarget> {
+    let mut properties = half.properties_map();
+    let topic = properties.remove(msg::PROPERTY_REAL_TOPIC)?;
+    let queue_id = properties
+        .remove(msg::PROPERTY_REAL_QID)
+        .and_then(|q| q.parse::<u32>().ok())?;
+    properties.remove(msg::PROPERTY_TRANSACTION_PREPARED);
+    Some(StoreTarget {
+        topic,
+        queue_id,
+        flag: half.flag,
+        body: half.body.clone(),
+        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        sys_flag: sys_flag::with_transaction_type(half.sys_flag, sys_flag::TRANSACTION_COMMIT),
+        born_timestamp_ms: half.born_timestamp_ms,
+        born_host: half.born_host,
+        reconsume_times: half.reconsume_times,
+        prepared_transaction_offset: i64::try_from(half.physical_offset.0).unwrap_or(i64::MAX),
+    })
+}
+
+/// The same half message in `topic`, with `properties`.
+fn copy_of(half: &Record, topic: &str, properties: String) -> StoreTarget {
+    StoreTarget {
+        topic: topic.to_owned(),
+        queue_id: HALF_QUEUE,
+        flag: half.flag,
+        body: half.body.clone(),
+        properties,
+        sys_flag: half.sys_flag,
+        born_timestamp_ms: half.born_timestamp_ms,
+        born_host: half.born_host,
+        reconsume_times: half.reconsume_times,
+        prepared_transaction_offset: 0,
+    }
+}
+
+/// A CHECK_TRANSACTION_STATE to send to a producer group.
+struct CheckBack {
+    group: String,
+    request: RemotingCommand,
+}
+
+/// Checks back unsettled half messages until `stop` flips.
+pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(broker.config.transaction_check_interval_ms);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A full disk refuses every re-put: half messages wait in place until there is room.
+    let mut failures = crate::error::FailureLog::default();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        match blocking(&broker, |broker| check_round(broker, crate::now_ms())).await {
+            Ok((checks, error)) => {
+                send_checks(&broker, checks).await;
+                failures.record("checking back half messages", error.map(|e| chain(&e)));
+            }
+            Err(error) => {
+                tracing::error!(error = %chain(&error), "transaction check task failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Sends each check over a live connection of its producer group (the newest heartbeat).
+async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
+    for check in checks {
+        let producer = broker
+            .producers
+            .clients(&check.group)
+            .into_iter()
+            .filter(|client| !client.connection.remoting.is_closed())
+            .max_by_key(|client| client.last_heartbeat_ms);
+        let Some(producer) = producer else {
+            broker
+                .transactions
+                .checks_unsent
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(group = %check.group, "no live producer of the group to check a half message with; checked again later");
+            continue;
+        };
+        let sent = producer
+            .connection
+            .remoting
+            .send_oneway(check.request)
+            .await;
+        match sent {
+            Ok(()) => broker
+                .transactions
+                .checks_sent
+                .fetch_add(1, Ordering::Relaxed),
+            Err(error) => {
+                tracing::warn!(group = %check.group, %error, "sending CHECK_TRANSACTION_STATE failed");
+                broker
+                    .transactions
+                    .checks_unsent
+                    .fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+/// One walk of the half queue from the settled progress: the checks to send, and the error
+/// that cut the walk short, if any. Blocking.
+fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError>) {
+    let transactions = &broker.transactions;
+    let start = transactions.progress();
+    let mut walk = Walk {
+        broker,
+        now,
+        next: start,
+        checks: Vec::new(),
+    };
+    let error = walk.run().err();
+    let moved = transactions.progress() != start;
+    if moved {
+        if let Err(error) = record_progress(broker, transactions.progress()) {
+            return (walk.checks, Some(error));
+        }
+    }
+    (walk.checks, error)
+}
+
+/// Commits the system group's offsets: the half queue's progress, and the op queue up to the
+/// first op record of a half message at or past it; persisted at once (a restart must not
+/// re-check what was re-put).
+fn record_progress(broker: &Broker, progress: u64) -> Result<(), BrokerError> {
+    let offsets = &broker.offsets;
+    offsets.commit(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE, QueueOffset(progress));
+    let op_from = offsets
+        .query(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE)
+        .unwrap_or_default();
+    let mut op_next = op_from.0;
+    for_each_op(&broker.store, op_from, |op_offset, half_offset| {
+        if half_offset >= progress {
+            return false;
+        }
+        op_next = op_offset + 1;
+        true
+    })?;
+    offsets.commit(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE, QueueOffset(op_next));
+    broker.persist_all()
+}
+
+/// The walk of one check round.
+struct Walk<'a> {
+    broker: &'a Broker,
+    now: i64,
+    /// The first half offset not yet dealt with.
+    next: u64,
+    checks: Vec<CheckBack>,
+}
+
+impl Walk<'_> {
+    fn run(&mut self) -> Result<(), BrokerError> {
+        let store = &self.broker.store;
+        let max = store.max_offset(HALF_TOPIC, HALF_QUEUE).0;
+        self.next = self.next.max(store.min_offset(HALF_TOPIC, HALF_QUEUE).0);
+        self.broker.transactions.advance(self.next);
+        while self.next < max {
+            let got = store
+                .get(
+                    HALF_TOPIC,
+                    HALF_QUEUE,
+                    QueueOffset(self.next),
+                    SCAN_BATCH,
+                    SCAN_BYTES,
+                    &|_| true,
+                )
+                .map_err(BrokerError::store("get"))?;
+            if got.status != GetStatus::Found || got.messages.is_empty() {
+                return Ok(());
+            }
+            for raw in &got.messages {
+                if !self.visit(raw)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deals with one half message; false when the walk stops before it.
+    fn visit(&mut self, raw: &[u8]) -> Result<bool, BrokerError> {
+        let half = match decode(raw) {
+            Ok((record, _)) => record,
+            Err(error) => {
+                tracing::error!(%error, offset = self.next, "undecodable half message skipped");
+                self.pass(self.next);
+                return Ok(true);
+            }
+        };
+        let offset = half.queue_offset.0;
+        let claim = match self.broker.transactions.claim(offset) {
+            Claim::Settled => {
+                self.pass(offset);
+                return Ok(true);
+            }
+            Claim::Busy => return Ok(false),
+            Claim::Granted(claim) => claim,
+        };
+        let config = &self.broker.config;
+        let check_times = property_number(&half, msg::PROPERTY_TRANSACTION_CHECK_TIMES);
+        let immunity_ms = match property_number(&half, msg::PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+        {
+            seconds if check_times == 0 && seconds > 0 => seconds.saturating_mul(1000),
+            _ => i64::try_from(config.transaction_timeout_ms).unwrap_or(i64::MAX),
+        };
+        // A checked copy waits its own timeout from when it was re-put.
+        if self.now.saturating_sub(half.store_timestamp_ms) < immunity_ms {
+            return Ok(false);
+        }
+        if check_times >= i64::from(config.transaction_check_max) {
+            self.discard(&half, check_times)?;
+        } else {
+            self.check(&half, check_times + 1)?;
+        }
+        // Past it before the claim is released: a late END then finds it settled.
+        self.pass(offset);
+        drop(claim);
+        Ok(true)
+    }
+
+    fn pass(&mut self, offset: u64) {
+        self.next = offset + 1;
+        self.broker.transactions.advance(self.next);
+    }
+
+    /// Moves a half message checked the maximum number of times to CHECK_MAX_TIME_TOPIC.
+    fn discard(&mut self, half: &Record, check_times: i64) -> Result<(), BrokerError> {
+        self.broker.topics.get_or_create(CHECK_MAX_TIME_TOPIC, 1);
+        let target = copy_of(half, CHECK_MAX_TIME_TOPIC, half.properties.clone());
+        store_message(self.broker, &[target]).map_err(BrokerError::store("put"))?;
+        self.broker
+            .transactions
+            .discarded
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            real_topic = msg_property(half, msg::PROPERTY_REAL_TOPIC),
+            producer_group = msg_property(half, msg::PROPERTY_PRODUCER_GROUP),
+            transaction_id = msg_property(half, msg::PROPERTY_UNIQ_KEY),
+            check_times,
+            "half message checked back the maximum number of times without an outcome; discarded to {CHECK_MAX_TIME_TOPIC}"
+        );
+        Ok(())
+    }
+
+    /// Re-puts the half message with its check count and queues the check of the copy.
+    fn check(&mut self, half: &Record, check_times: i64) -> Result<(), BrokerError> {
+        let mut properties = half.properties_map();
+        properties.insert(
+            msg::PROPERTY_TRANSACTION_CHECK_TIMES.to_owned(),
+            check_times.to_string(),
+        );
+        let properties =
+            encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let copy = copy_of(half, HALF_TOPIC, properties);
+        let stored = store_message(self.broker, std::slice::from_ref(&copy))
+            .map_err(BrokerError::store("put"))?;
+        let Some(group) = msg_property(half, msg::PROPERTY_PRODUCER_GROUP) else {
+            tracing::warn!(
+                offset = half.queue_offset.0,
+                "half message without PGROUP: nobody to check it with"
+            );
+            return Ok(());
+        };
+        let placement = Placement {
+            queue_offset: stored[0].queue_offset,
+            physical_offset: stored[0].physical_offset,
+            store_timestamp_ms: stored[0].store_timestamp_ms,
+        };
+        let request = check_request(self.broker, half, &copy, placement);
+        self.checks.push(CheckBack {
+            group: group.to_owned(),
+            request,
+        });
+        Ok(())
+    }
+}
+
+/// CHECK_TRANSACTION_STATE for the stored copy: the header as Apache's `Broker2Client`
+/// fills it, the body the message as the producer sent it (real topic and queue).
+fn check_request(
+    broker: &Broker,
+    half: &Record,
+    copy: &StoreTarget,
+    placement: Placement,
+) -> RemotingCommand {
+    let offset_msg_id = msg::offset_msg_id(broker.store_host, placement.physical_offset.0);
+    let real_topic = msg_property(half, msg::PROPERTY_REAL_TOPIC).unwrap_or(HALF_TOPIC);
+    let real_queue = msg_property(half, msg::PROPERTY_REAL_QID)
+        .and_then(|q| q.parse().ok())
+        .unwrap_or(HALF_QUEUE);
+    let header = CheckTransactionStateRequestHeader {
+        tran_state_table_offset: i64::try_from(placement.queue_offset.0).unwrap_or(i64::MAX),
+        commit_log_offset: i64::try_from(placement.physical_offset.0).unwrap_or(i64::MAX),
+        msg_id: Some(offset_msg_id.clone()),
+        transaction_id: msg_property(half, msg::PROPERTY_UNIQ_KEY).map(str::to_owned),
+        offset_msg_id: Some(offset_msg_id),
+        topic: Some(real_topic.to_owned()),
+        broker_name: Some(broker.config.broker_name.clone()),
+    };
+    let message = record::NewMessage {
+        topic: real_topic,
+        queue_id: real_queue,
+        flag: copy.flag,
+        body: &copy.body,
+        properties: &copy.properties,
+        sys_flag: copy.sys_flag,
+        born_timestamp_ms: copy.born_timestamp_ms,
+        born_host: copy.born_host,
+        store_host: broker.store_host,
+        reconsume_times: copy.reconsume_times,
+        prepared_transaction_offset: 0,
+    };
+    let body = record::encode(&message, placement).unwrap_or_default();
+    RemotingCommand::request(code::request::CHECK_TRANSACTION_STATE, header.to_ext())
+        .with_body(Bytes::from(body))
+        .into_oneway()
+}
+
+fn msg_property<'r>(record: &'r Record, key: &str) -> Option<&'r str> {
+    record::property(&record.properties, key)
+}
+
+/// A numeric property, 0 when absent or not a number.
+fn property_number(record: &Record, key: &str) -> i64 {
+    msg_property(record, key)
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
