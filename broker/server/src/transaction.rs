@@ -182,20 +182,11 @@ fn for_each_op(
     let max = store.max_offset(OP_TOPIC, HALF_QUEUE).0;
     let mut next = from.0.max(store.min_offset(OP_TOPIC, HALF_QUEUE).0);
     while next < max {
-        let got = store
-            .get(
-                OP_TOPIC,
-                HALF_QUEUE,
-                QueueOffset(next),
-                SCAN_BATCH,
-                SCAN_BYTES,
-                &|_| true,
-            )
-            .map_err(BrokerError::store("get"))?;
-        if got.status != GetStatus::Found || got.messages.is_empty() {
+        let messages = read_batch(store, OP_TOPIC, next)?;
+        if messages.is_empty() {
             return Ok(());
         }
-        for raw in &got.messages {
+        for raw in &messages {
             let Ok((record, _)) = decode(raw) else {
                 next += 1;
                 continue;
@@ -211,6 +202,24 @@ fn for_each_op(
         }
     }
     Ok(())
+}
+
+/// Up to a batch of queue 0's records of `topic` from `offset`; none past the end.
+fn read_batch(store: &MessageStore, topic: &str, offset: u64) -> Result<Vec<Bytes>, BrokerError> {
+    let got = store
+        .get(
+            topic,
+            HALF_QUEUE,
+            QueueOffset(offset),
+            SCAN_BATCH,
+            SCAN_BYTES,
+            &|_| true,
+        )
+        .map_err(BrokerError::store("get"))?;
+    if got.status != GetStatus::Found {
+        return Ok(Vec::new());
+    }
+    Ok(got.messages)
 }
 
 /// The op record that settles the half message at `half_offset`.
@@ -398,20 +407,11 @@ impl Walk<'_> {
         self.next = self.next.max(store.min_offset(HALF_TOPIC, HALF_QUEUE).0);
         self.broker.transactions.advance(self.next);
         while self.next < max {
-            let got = store
-                .get(
-                    HALF_TOPIC,
-                    HALF_QUEUE,
-                    QueueOffset(self.next),
-                    SCAN_BATCH,
-                    SCAN_BYTES,
-                    &|_| true,
-                )
-                .map_err(BrokerError::store("get"))?;
-            if got.status != GetStatus::Found || got.messages.is_empty() {
+            let messages = read_batch(store, HALF_TOPIC, self.next)?;
+            if messages.is_empty() {
                 return Ok(());
             }
-            for raw in &got.messages {
+            for raw in &messages {
                 if !self.visit(raw)? {
                     return Ok(());
                 }

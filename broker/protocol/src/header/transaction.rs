@@ -41,3 +41,58 @@ header! {
         opt broker_name: Option<String> = "brokerName",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(pairs: &[(&str, &str)]) -> ExtFields {
+        pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn end_transaction_reads_the_java_field_names() {
+        // As a 4.x Java client's oneway END after a check: transactionId may be absent.
+        let header = EndTransactionRequestHeader::from_ext(&ext(&[
+            ("producerGroup", "P"),
+            ("tranStateTableOffset", "7"),
+            ("commitLogOffset", "1234"),
+            ("commitOrRollback", "12"),
+            ("fromTransactionCheck", "true"),
+            ("msgId", "7F0000010000000000000000000004D2"),
+        ]))
+        .unwrap();
+        assert_eq!(header.tran_state_table_offset, 7);
+        assert_eq!(header.commit_log_offset, 1234);
+        assert_eq!(header.commit_or_rollback, 12);
+        assert!(header.is_from_transaction_check());
+        assert_eq!(header.transaction_id, None);
+        assert!(EndTransactionRequestHeader::from_ext(&ext(&[("producerGroup", "P")])).is_err());
+    }
+
+    #[test]
+    fn check_transaction_state_round_trips() {
+        let header = CheckTransactionStateRequestHeader {
+            tran_state_table_offset: 3,
+            commit_log_offset: 99,
+            msg_id: Some("id".into()),
+            transaction_id: Some("tx".into()),
+            offset_msg_id: None,
+            topic: Some("T".into()),
+            broker_name: Some("broker-0".into()),
+        };
+        let ext = header.to_ext();
+        assert_eq!(
+            ext.get("tranStateTableOffset").map(String::as_str),
+            Some("3")
+        );
+        assert_eq!(ext.get("transactionId").map(String::as_str), Some("tx"));
+        assert_eq!(
+            CheckTransactionStateRequestHeader::from_ext(&ext).unwrap(),
+            header
+        );
+    }
+}
