@@ -169,7 +169,10 @@ impl Producer {
     /// After the first send (the brokers are known then): one heartbeat now, then one per
     /// `heartbeat_interval` while the producer lives.
     async fn start_heartbeats(&self) {
-        if self.inner.heartbeats_started.swap(true, Ordering::AcqRel) {
+        // A plain load on the hot path: sends of many tasks do not write one shared line.
+        if self.inner.heartbeats_started.load(Ordering::Acquire)
+            || self.inner.heartbeats_started.swap(true, Ordering::AcqRel)
+        {
             return;
         }
         self.inner.send_heartbeats().await;
