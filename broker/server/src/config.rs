@@ -196,7 +196,7 @@ pub struct BrokerConfig {
 
     /// Age at which a half message without an outcome is checked back with its producer
     /// group (CHECK_TRANSACTION_STATE), and the wait between two checks of it, in ms.
-    /// A message's CHECK_IMMUNITY_TIME_IN_SECONDS overrides it for the first check. >= 100.
+    /// A message's longer CHECK_IMMUNITY_TIME_IN_SECONDS delays its first check. >= 100.
     #[arg(long, env = "QUIVER_TRANSACTION_TIMEOUT_MS", default_value_t = defaults::TRANSACTION_TIMEOUT_MS)]
     pub transaction_timeout_ms: u64,
 

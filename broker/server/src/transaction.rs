@@ -21,6 +21,7 @@ use quiver_protocol::message::{self as msg, sys_flag};
 use quiver_protocol::record::{self, decode, encode_properties, Placement, Record};
 use quiver_protocol::{code, RemotingCommand};
 use quiver_store::{ConsumerOffsets, GetStatus, MessageStore, QueueOffset};
+use rangemap::RangeSet;
 use tokio::sync::watch;
 
 use crate::broker::{blocking, Broker};
@@ -54,12 +55,45 @@ pub struct Transactions {
 
 #[derive(Default)]
 struct Settlement {
-    /// Half queue offsets below this are settled, re-put as a checked copy, or discarded.
+    /// Half queue offsets below this are done: settled, re-put as a checked copy, or
+    /// discarded (each has an op record).
     progress: u64,
-    /// Offsets at or above `progress` that have an op record.
-    settled: BTreeSet<u64>,
+    /// Done offsets at or above `progress`, as coalesced ranges: under load nearly every
+    /// offset behind an unsettled one is done, so this stays a few ranges.
+    done: RangeSet<u64>,
     /// Offsets an END_TRANSACTION or the checker is acting on right now.
     busy: BTreeSet<u64>,
+}
+
+impl Settlement {
+    fn is_done(&self, offset: u64) -> bool {
+        offset < self.progress || self.done.contains(&offset)
+    }
+
+    fn mark_done(&mut self, offset: u64) {
+        if offset >= self.progress {
+            self.done.insert(offset..offset + 1);
+        }
+        self.advance(self.progress);
+    }
+
+    /// Moves `progress` to at least `floor`, then over the done ranges it meets.
+    fn advance(&mut self, floor: u64) {
+        self.progress = self.progress.max(floor);
+        while let Some(first) = self.done.first().cloned() {
+            if first.start > self.progress {
+                break;
+            }
+            self.progress = self.progress.max(first.end);
+            self.done.remove(first);
+        }
+    }
+
+    /// The first offset from `offset` on that is not done.
+    fn next_open(&self, offset: u64) -> u64 {
+        let offset = offset.max(self.progress);
+        self.done.get(&offset).map_or(offset, |range| range.end)
+    }
 }
 
 /// Whether a half message may be acted on.
@@ -79,12 +113,9 @@ pub struct ClaimGuard<'a> {
 }
 
 impl ClaimGuard<'_> {
-    /// The op record is stored: the half message is settled for good.
+    /// The op record is stored: the half message is done for good.
     pub fn settle(self) {
-        let mut settlement = self.transactions.settlement.lock();
-        if self.offset >= settlement.progress {
-            settlement.settled.insert(self.offset);
-        }
+        self.transactions.settlement.lock().mark_done(self.offset);
     }
 }
 
@@ -111,26 +142,26 @@ impl Transactions {
         let op_from = offsets
             .query(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE)
             .unwrap_or_default();
-        let mut settled = BTreeSet::new();
+        let mut settlement = Settlement {
+            progress: progress.0,
+            ..Settlement::default()
+        };
+        let mut ops = 0u64;
         for_each_op(store, op_from, |_, half_offset| {
-            if half_offset >= progress.0 {
-                settled.insert(half_offset);
-            }
+            settlement.mark_done(half_offset);
+            ops += 1;
             true
         })?;
-        if !settled.is_empty() || progress.0 > 0 {
+        if ops > 0 || progress.0 > 0 {
             tracing::info!(
-                progress = progress.0,
-                settled = settled.len(),
+                progress = settlement.progress,
+                ops,
+                done_ranges = settlement.done.len(),
                 "transaction state loaded"
             );
         }
         Ok(Transactions {
-            settlement: Mutex::new(Settlement {
-                progress: progress.0,
-                settled,
-                busy: BTreeSet::new(),
-            }),
+            settlement: Mutex::new(settlement),
             ..Transactions::default()
         })
     }
@@ -138,7 +169,7 @@ impl Transactions {
     /// Reserves the half message at `offset` for one END_TRANSACTION or check.
     pub fn claim(&self, offset: u64) -> Claim<'_> {
         let mut settlement = self.settlement.lock();
-        if offset < settlement.progress || settlement.settled.contains(&offset) {
+        if settlement.is_done(offset) {
             return Claim::Settled;
         }
         if !settlement.busy.insert(offset) {
@@ -154,13 +185,13 @@ impl Transactions {
         self.settlement.lock().progress
     }
 
-    /// The checker is done with every half message below `next`.
-    fn advance(&self, next: u64) {
-        let mut settlement = self.settlement.lock();
-        if next > settlement.progress {
-            settlement.progress = next;
-            settlement.settled = settlement.settled.split_off(&next);
-        }
+    /// Nothing below `floor` is left in the half queue (retention deleted it).
+    fn advance(&self, floor: u64) {
+        self.settlement.lock().advance(floor);
+    }
+
+    fn next_open(&self, offset: u64) -> u64 {
+        self.settlement.lock().next_open(offset)
     }
 
     pub fn counts(&self) -> TransactionCounts {
@@ -224,6 +255,7 @@ fn read_batch(store: &MessageStore, topic: &str, offset: u64) -> Result<Vec<Byte
 
 /// The op record that settles the half message at `half_offset`.
 pub(crate) fn op_target(broker: &Broker, half_offset: u64) -> StoreTarget {
+    broker.topics.get_or_create(OP_TOPIC, 1);
     StoreTarget {
         topic: OP_TOPIC.to_owned(),
         queue_id: HALF_QUEUE,
@@ -353,16 +385,15 @@ async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
 /// that cut the walk short, if any. Blocking.
 fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError>) {
     let transactions = &broker.transactions;
-    let start = transactions.progress();
     let mut walk = Walk {
         broker,
         now,
-        next: start,
         checks: Vec::new(),
     };
     let error = walk.run().err();
-    let moved = transactions.progress() != start;
-    if moved {
+    // END_TRANSACTION moves the progress too, between rounds.
+    let recorded = broker.offsets.query(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE);
+    if recorded != Some(QueueOffset(transactions.progress())) {
         if let Err(error) = record_progress(broker, transactions.progress()) {
             return (walk.checks, Some(error));
         }
@@ -371,8 +402,8 @@ fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError
 }
 
 /// Commits the system group's offsets: the half queue's progress, and the op queue up to the
-/// first op record of a half message at or past it; persisted at once (a restart must not
-/// re-check what was re-put).
+/// first op record of a half message at or past it. They are persisted with the others: a
+/// restart from older ones reads more op records (every done half message has one), no more.
 fn record_progress(broker: &Broker, progress: u64) -> Result<(), BrokerError> {
     let offsets = &broker.offsets;
     offsets.commit(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE, QueueOffset(progress));
@@ -388,89 +419,99 @@ fn record_progress(broker: &Broker, progress: u64) -> Result<(), BrokerError> {
         true
     })?;
     offsets.commit(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE, QueueOffset(op_next));
-    broker.persist_all()
+    Ok(())
 }
 
 /// The walk of one check round.
 struct Walk<'a> {
     broker: &'a Broker,
     now: i64,
-    /// The first half offset not yet dealt with.
-    next: u64,
     checks: Vec<CheckBack>,
+}
+
+/// Where the walk stands after one half message.
+enum Visited {
+    /// Done with it (settled before, or checked, or discarded now).
+    Done(u64),
+    /// Left unsettled: still within its CHECK_IMMUNITY_TIME_IN_SECONDS.
+    Open(u64),
+    /// It is younger than the timeout (so is everything after it) or busy: the round ends.
+    Stop,
 }
 
 impl Walk<'_> {
     fn run(&mut self) -> Result<(), BrokerError> {
         let store = &self.broker.store;
+        let transactions = &self.broker.transactions;
         let max = store.max_offset(HALF_TOPIC, HALF_QUEUE).0;
-        self.next = self.next.max(store.min_offset(HALF_TOPIC, HALF_QUEUE).0);
-        self.broker.transactions.advance(self.next);
-        while self.next < max {
-            let messages = read_batch(store, HALF_TOPIC, self.next)?;
+        transactions.advance(store.min_offset(HALF_TOPIC, HALF_QUEUE).0);
+        let mut next = transactions.next_open(0);
+        'walk: while next < max {
+            let messages = read_batch(store, HALF_TOPIC, next)?;
             if messages.is_empty() {
-                return Ok(());
+                break;
             }
             for raw in &messages {
-                if !self.visit(raw)? {
-                    return Ok(());
+                next = match self.visit(raw, next)? {
+                    Visited::Done(offset) | Visited::Open(offset) => offset + 1,
+                    Visited::Stop => break 'walk,
+                };
+                // Offsets already done are skipped by reading again past them.
+                let open = transactions.next_open(next);
+                if open != next {
+                    next = open;
+                    continue 'walk;
                 }
             }
         }
         Ok(())
     }
 
-    /// Deals with one half message; false when the walk stops before it.
-    fn visit(&mut self, raw: &[u8]) -> Result<bool, BrokerError> {
+    /// Deals with one half message (expected at queue offset `expected`).
+    fn visit(&mut self, raw: &[u8], expected: u64) -> Result<Visited, BrokerError> {
+        let transactions = &self.broker.transactions;
         let half = match decode(raw) {
             Ok((record, _)) => record,
             Err(error) => {
-                tracing::error!(%error, offset = self.next, "undecodable half message skipped");
-                self.pass(self.next);
-                return Ok(true);
+                tracing::error!(%error, offset = expected, "undecodable half message skipped");
+                transactions.settlement.lock().mark_done(expected);
+                return Ok(Visited::Done(expected));
             }
         };
         let offset = half.queue_offset.0;
-        let claim = match self.broker.transactions.claim(offset) {
-            Claim::Settled => {
-                self.pass(offset);
-                return Ok(true);
-            }
-            Claim::Busy => return Ok(false),
+        let claim = match transactions.claim(offset) {
+            Claim::Settled => return Ok(Visited::Done(offset)),
+            Claim::Busy => return Ok(Visited::Stop),
             Claim::Granted(claim) => claim,
         };
         let config = &self.broker.config;
+        let timeout_ms = i64::try_from(config.transaction_timeout_ms).unwrap_or(i64::MAX);
+        // A checked copy waits the timeout again from when it was re-put.
+        if self.now.saturating_sub(half.store_timestamp_ms) < timeout_ms {
+            return Ok(Visited::Stop);
+        }
         let check_times = property_number(&half, msg::PROPERTY_TRANSACTION_CHECK_TIMES);
-        let immunity_ms = match property_number(&half, msg::PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
-        {
-            seconds if check_times == 0 && seconds > 0 => seconds.saturating_mul(1000),
-            _ => i64::try_from(config.transaction_timeout_ms).unwrap_or(i64::MAX),
-        };
-        // A checked copy waits its own timeout from when it was re-put.
-        if self.now.saturating_sub(half.store_timestamp_ms) < immunity_ms {
-            return Ok(false);
+        let immunity_ms = property_number(&half, msg::PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS)
+            .saturating_mul(1000);
+        if check_times == 0 && self.now.saturating_sub(half.born_timestamp_ms) < immunity_ms {
+            return Ok(Visited::Open(offset));
         }
         if check_times >= i64::from(config.transaction_check_max) {
             self.discard(&half, check_times)?;
         } else {
             self.check(&half, check_times + 1)?;
         }
-        // Past it before the claim is released: a late END then finds it settled.
-        self.pass(offset);
-        drop(claim);
-        Ok(true)
-    }
-
-    fn pass(&mut self, offset: u64) {
-        self.next = offset + 1;
-        self.broker.transactions.advance(self.next);
+        // Done before the claim is released: a late END then finds it settled.
+        claim.settle();
+        Ok(Visited::Done(offset))
     }
 
     /// Moves a half message checked the maximum number of times to CHECK_MAX_TIME_TOPIC.
     fn discard(&mut self, half: &Record, check_times: i64) -> Result<(), BrokerError> {
         self.broker.topics.get_or_create(CHECK_MAX_TIME_TOPIC, 1);
         let target = copy_of(half, CHECK_MAX_TIME_TOPIC, half.properties.clone());
-        store_message(self.broker, &[target]).map_err(BrokerError::store("put"))?;
+        let done = op_target(self.broker, half.queue_offset.0);
+        store_message(self.broker, &[target, done]).map_err(BrokerError::store("put"))?;
         self.broker
             .transactions
             .discarded
@@ -495,8 +536,10 @@ impl Walk<'_> {
         let properties =
             encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let copy = copy_of(half, HALF_TOPIC, properties);
-        let stored = store_message(self.broker, std::slice::from_ref(&copy))
-            .map_err(BrokerError::store("put"))?;
+        // The original's op record goes with its copy: after a restart it is not re-put again.
+        let done = op_target(self.broker, half.queue_offset.0);
+        let stored =
+            store_message(self.broker, &[copy.clone(), done]).map_err(BrokerError::store("put"))?;
         let Some(group) = msg_property(half, msg::PROPERTY_PRODUCER_GROUP) else {
             tracing::warn!(
                 offset = half.queue_offset.0,
@@ -568,4 +611,53 @@ fn property_number(record: &Record, key: &str) -> i64 {
     msg_property(record, key)
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done_ranges(settlement: &Settlement) -> Vec<std::ops::Range<u64>> {
+        settlement.done.iter().cloned().collect()
+    }
+
+    #[test]
+    fn progress_moves_over_done_offsets_and_the_rest_stays_ranges() {
+        let mut settlement = Settlement::default();
+        for offset in [3, 4, 6, 5, 9] {
+            settlement.mark_done(offset);
+        }
+        assert_eq!(settlement.progress, 0);
+        assert_eq!(done_ranges(&settlement), [3..7, 9..10]);
+        assert_eq!(settlement.next_open(3), 7);
+        assert_eq!(settlement.next_open(7), 7);
+        assert!(settlement.is_done(4) && !settlement.is_done(7) && !settlement.is_done(0));
+        settlement.mark_done(0);
+        assert_eq!(settlement.progress, 1);
+        settlement.mark_done(2);
+        settlement.mark_done(1);
+        assert_eq!(settlement.progress, 7, "0..7 all done");
+        assert_eq!(done_ranges(&settlement), vec![(9..10)]);
+        // Retention deleted the queue's head: a floor past a done range swallows it.
+        settlement.advance(12);
+        assert_eq!(settlement.progress, 12);
+        assert!(settlement.done.is_empty());
+        assert!(settlement.is_done(11));
+    }
+
+    #[test]
+    fn a_claim_is_exclusive_until_released_and_settled_for_good() {
+        let transactions = Transactions::default();
+        let Claim::Granted(claim) = transactions.claim(5) else {
+            panic!("an open offset is granted");
+        };
+        assert!(matches!(transactions.claim(5), Claim::Busy));
+        drop(claim);
+        let Claim::Granted(claim) = transactions.claim(5) else {
+            panic!("released");
+        };
+        claim.settle();
+        assert!(matches!(transactions.claim(5), Claim::Settled));
+        assert!(matches!(transactions.claim(4), Claim::Granted(_)));
+    }
 }

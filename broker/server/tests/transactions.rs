@@ -165,6 +165,17 @@ async fn the_producer_group_is_checked_back_and_its_answers_settle_the_halves() 
     let mut producer = broker.client().await;
     producer_heartbeat(&mut producer, "producer-1", "P").await;
     let mut sender = broker.client().await;
+    // Immune to checks for an hour, ahead of the others: they are checked all the same.
+    let immune = send_half(
+        &mut sender,
+        "P",
+        "Tx",
+        1,
+        "immune",
+        &[("CHECK_IMMUNITY_TIME_IN_SECONDS", "3600")],
+    )
+    .await;
+    assert_eq!(immune.code, response::SUCCESS);
     let to_commit = send_half(&mut sender, "P", "Tx", 1, "c0", &[]).await;
     let to_roll_back = send_half(&mut sender, "P", "Tx", 1, "r0", &[]).await;
     assert_eq!(to_commit.code, response::SUCCESS);
@@ -195,7 +206,7 @@ async fn the_producer_group_is_checked_back_and_its_answers_settle_the_halves() 
         answered.push(body);
     }
     answered.sort();
-    assert_eq!(answered, ["c0", "r0"]);
+    assert_eq!(answered, ["c0", "r0"], "the immune one is not asked");
 
     common::wait_for("the commit is stored", Duration::from_secs(20), || {
         let addr = broker.addr;
@@ -209,13 +220,22 @@ async fn the_producer_group_is_checked_back_and_its_answers_settle_the_halves() 
         pulled_bodies(&sender.pull("G", "Tx", 1, 0, 0, None).await),
         ["c0"]
     );
-    // Settled: the originals and their checked copies are all behind the system group.
+    // The immune half message holds the progress; the ones behind it are settled all the same.
+    let offset = sender.query_offset(SYSTEM_GROUP, HALF_TOPIC, 0).await;
+    assert!(
+        offset.code != response::SUCCESS || ext_u64(&offset, "offset") == 0,
+        "{offset:?}"
+    );
+    let ended = end(&mut sender, end_fields("P", &immune, COMMIT, false)).await;
+    assert_eq!(ended.code, response::SUCCESS);
+    // Settled: the immune one, the originals and their checked copies are all behind the
+    // system group.
     common::wait_for("the half queue is settled", Duration::from_secs(20), || {
         let addr = broker.addr;
         async move {
             let mut client = Client::connect(addr).await;
             let offset = client.query_offset(SYSTEM_GROUP, HALF_TOPIC, 0).await;
-            offset.code == response::SUCCESS && ext_u64(&offset, "offset") == 4
+            offset.code == response::SUCCESS && ext_u64(&offset, "offset") == 5
         }
     })
     .await;

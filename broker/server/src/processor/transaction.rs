@@ -49,7 +49,6 @@ pub async fn end(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         send::topic_for_send(broker, &target.topic)?;
         targets.push(target);
     }
-    broker.topics.get_or_create(transaction::OP_TOPIC, 1);
     // One append: the op record is never stored without the committed message before it.
     targets.push(op_target(broker, half_offset.0));
     store_message_async(broker, &targets).await?;
