@@ -20,6 +20,7 @@ use quiver_protocol::header::CheckTransactionStateRequestHeader;
 use quiver_protocol::message::{self as msg, sys_flag};
 use quiver_protocol::record::{self, decode, encode_properties, Placement, Record};
 use quiver_protocol::{code, RemotingCommand};
+use quiver_remoting::ConnectionError;
 use quiver_store::{ConsumerOffsets, GetStatus, MessageStore, QueueOffset};
 use rangemap::RangeSet;
 use tokio::sync::watch;
@@ -43,6 +44,8 @@ pub const HALF_QUEUE: u32 = 0;
 /// Half and op records read per store get.
 const SCAN_BATCH: u32 = 64;
 const SCAN_BYTES: u64 = 16 * 1024 * 1024;
+/// How long a check may wait for room in a producer connection's outbound queue.
+const CHECK_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The settlement state of the half queue, shared by END_TRANSACTION and the checker.
 #[derive(Default)]
@@ -360,11 +363,17 @@ async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
             tracing::warn!(group = %check.group, "no live producer of the group to check a half message with; checked again later");
             continue;
         };
-        let sent = producer
-            .connection
-            .remoting
-            .send_oneway(check.request)
-            .await;
+        let sending = producer.connection.remoting.send_oneway(check.request);
+        // A producer that does not read must not hold the loop (and shutdown) up.
+        let sent = tokio::time::timeout(CHECK_SEND_TIMEOUT, sending)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ConnectionError::Timeout {
+                    peer: producer.connection.remote.to_string(),
+                    code: code::request::CHECK_TRANSACTION_STATE,
+                    timeout_ms: u64::try_from(CHECK_SEND_TIMEOUT.as_millis()).unwrap_or(u64::MAX),
+                })
+            });
         match sent {
             Ok(()) => broker
                 .transactions
