@@ -401,8 +401,9 @@ fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError
     };
     let error = walk.run().err();
     // END_TRANSACTION moves the progress too, between rounds.
+    // Nothing is recorded while there is nothing to record (no system group's offsets).
     let recorded = broker.offsets.query(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE);
-    if recorded != Some(QueueOffset(transactions.progress())) {
+    if recorded.unwrap_or_default() != QueueOffset(transactions.progress()) {
         if let Err(error) = record_progress(broker, transactions.progress()) {
             return (walk.checks, Some(error));
         }
