@@ -41,3 +41,63 @@ def route(addr, topic):
     assert code == 0, remark
     data = json.loads(body)
     return {q["brokerName"]: q["perm"] for q in data["queueDatas"]}
+
+
+HEART_BEAT = 34
+END_TRANSACTION = 37
+CHECK_TRANSACTION_STATE = 39
+FLAG_RESPONSE = 1
+FLAG_ONEWAY = 2
+
+
+class Connection:
+    """One open remoting connection: requests, oneway frames, and the broker's own requests."""
+
+    def __init__(self, addr, timeout=10):
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.opaque = 0
+        self.pushed = []
+
+    def close(self):
+        self.sock.close()
+
+    def _write(self, code, ext, body, flag):
+        self.opaque += 1
+        header = json.dumps({
+            "code": code, "language": "PYTHON", "version": 0, "opaque": self.opaque,
+            "flag": flag, "remark": "", "extFields": {k: str(v) for k, v in ext.items()},
+        }).encode()
+        self.sock.sendall(struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body)
+        return self.opaque
+
+    def read(self):
+        """The next frame as (header dict, body); JSON headers only."""
+        total, = struct.unpack(">i", _read_exact(self.sock, 4))
+        frame = _read_exact(self.sock, total)
+        mark = struct.unpack(">i", frame[:4])[0]
+        assert mark >> 24 == 0, "the broker answered a JSON client with JSON headers"
+        header_len = mark & 0xFFFFFF
+        return json.loads(frame[4:4 + header_len]), frame[4 + header_len:]
+
+    def call(self, code, ext=None, body=b""):
+        """A request and its response (code, remark, extFields); requests met meanwhile are kept."""
+        opaque = self._write(code, ext or {}, body, 0)
+        while True:
+            header, frame_body = self.read()
+            if header.get("flag", 0) & FLAG_RESPONSE and header["opaque"] == opaque:
+                return header["code"], header.get("remark"), header.get("extFields") or {}
+            self.pushed.append((header, frame_body))
+
+    def oneway(self, code, ext=None, body=b""):
+        self._write(code, ext or {}, body, FLAG_ONEWAY)
+
+    def next_request(self, code):
+        """The next request of `code` the broker sends on this connection."""
+        while True:
+            if self.pushed:
+                header, body = self.pushed.pop(0)
+            else:
+                header, body = self.read()
+            if header["code"] == code and not header.get("flag", 0) & FLAG_RESPONSE:
+                return header.get("extFields") or {}, body

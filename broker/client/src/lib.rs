@@ -1,6 +1,7 @@
 //! quiver-client: a RocketMQ-4.x-compatible client for Quiver brokers.
 //!
 //! - [`Producer`]: sync, async, oneway and batch sends with retry on another queue.
+//! - [`TransactionProducer`]: half messages, the local transaction, and the broker's checks.
 //! - [`PushConsumer`]: clustering-mode consumer with rebalance, retry topics, orderly mode.
 //! - [`PullConsumer`]: explicit offsets and long polling, for tools.
 //! - [`Admin`]: topics, routes, cluster state, lag, offset resets, messages by key or id.
@@ -25,6 +26,7 @@ pub mod pull_from_where;
 pub mod push;
 pub mod remoting;
 pub mod subscription;
+pub mod transaction;
 
 pub use admin::{Admin, BrokerState, BrokerStatus, KeyQuery, QueueLag, ResetTarget, TopicSpec};
 pub use client::{ClientConfig, ClientCore, TopicRoute};
@@ -38,3 +40,6 @@ pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumer
 pub use quiver_protocol::body::MessageQueue;
 pub use quiver_protocol::offset::QueueOffset;
 pub use subscription::{MessageSelector, Subscription};
+pub use transaction::{
+    LocalTransactionState, TransactionListener, TransactionProducer, TransactionSendResult,
+};

@@ -1,20 +1,23 @@
 //! The producer: sync, async, oneway and batch sends, round-robin or key-hash queue
 //! selection, and retry on another queue (preferably another broker) when a send fails.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use quiver_protocol::header::{SendMessageRequestHeader, SendMessageResponseHeader};
+use quiver_protocol::body::{HeartbeatData, ProducerData};
+use quiver_protocol::header::{
+    SendMessageRequestHeader, SendMessageResponseHeader, UnregisterClientRequestHeader,
+};
 use quiver_protocol::message as wire;
 use quiver_protocol::offset::QueueOffset;
-use quiver_protocol::{code, HeaderError, RemotingCommand};
+use quiver_protocol::{code, ExtFields, HeaderError, RemotingCommand};
 
 use crate::client::{ClientConfig, ClientCore, TopicRoute};
 use crate::error::{ClientError, Result};
 use crate::message::{encoded_properties, new_unique_id, now_ms, Message};
 use crate::ops::response_header;
-use crate::remoting::response_error;
+use crate::remoting::{expect_success, response_error};
 use crate::MessageQueue;
 
 /// The topic whose route brokers offer for topics they will auto-create.
@@ -32,6 +35,9 @@ pub struct ProducerConfig {
     pub max_message_size_bytes: usize,
     /// Queues per topic when the broker auto-creates a topic on first send.
     pub default_topic_queue_nums: u32,
+    /// How often the producer announces its group to the brokers it knows (from its first
+    /// send on), as RocketMQ's clients do: the broker checks transactions back over it.
+    pub heartbeat_interval: Duration,
 }
 
 impl ProducerConfig {
@@ -43,6 +49,7 @@ impl ProducerConfig {
             retries: 2,
             max_message_size_bytes: 4 * 1024 * 1024,
             default_topic_queue_nums: 8,
+            heartbeat_interval: Duration::from_secs(30),
         }
     }
 }
@@ -82,6 +89,8 @@ struct ProducerInner {
     core: Arc<ClientCore>,
     config: ProducerConfig,
     round_robin: AtomicUsize,
+    heartbeats_started: AtomicBool,
+    stopped: AtomicBool,
 }
 
 /// Cheap to clone; clones share connections and routes.
@@ -93,13 +102,28 @@ pub struct Producer {
 impl Producer {
     pub fn new(config: ProducerConfig) -> Self {
         let core = ClientCore::new(config.client.clone());
+        Self::with_core(config, core)
+    }
+
+    /// A producer over `core` (one that hands broker requests to a listener).
+    pub(crate) fn with_core(config: ProducerConfig, core: Arc<ClientCore>) -> Self {
         Self {
             inner: Arc::new(ProducerInner {
                 core,
                 config,
                 round_robin: AtomicUsize::new(rand::random::<u16>() as usize),
+                heartbeats_started: AtomicBool::new(false),
+                stopped: AtomicBool::new(false),
             }),
         }
+    }
+
+    pub(crate) fn core(&self) -> &Arc<ClientCore> {
+        &self.inner.core
+    }
+
+    pub(crate) fn config(&self) -> &ProducerConfig {
+        &self.inner.config
     }
 
     pub fn client_id(&self) -> &str {
@@ -116,19 +140,57 @@ impl Producer {
         message: Message,
         selector: QueueSelector<'_>,
     ) -> Result<SendResult> {
+        self.send_flagged(message, selector, 0).await
+    }
+
+    /// Sends one message with `sys_flag` in its header (a half message's PREPARED type).
+    pub(crate) async fn send_flagged(
+        &self,
+        message: Message,
+        selector: QueueSelector<'_>,
+        sys_flag: i32,
+    ) -> Result<SendResult> {
         let (message, unique_id) = prepare(message, &self.inner.config)?;
         let body = message.body.clone();
         let result = self
             .inner
             .send_with_retries(&message.topic, selector, |queue| {
-                let request = single_request(&message, queue, &self.inner.config);
-                request.with_body(body.clone())
+                single_request(&message, queue, sys_flag, &self.inner.config)
+                    .with_body(body.clone())
             })
             .await?;
+        self.start_heartbeats().await;
         Ok(SendResult {
             msg_id: unique_id,
             ..result
         })
+    }
+
+    /// After the first send (the brokers are known then): one heartbeat now, then one per
+    /// `heartbeat_interval` while the producer lives.
+    async fn start_heartbeats(&self) {
+        // A plain load on the hot path: sends of many tasks do not write one shared line.
+        if self.inner.heartbeats_started.load(Ordering::Acquire)
+            || self.inner.heartbeats_started.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        self.inner.send_heartbeats().await;
+        let producer: Weak<ProducerInner> = Arc::downgrade(&self.inner);
+        let mut tick = tokio::time::interval(self.inner.config.heartbeat_interval);
+        tokio::spawn(async move {
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(inner) = producer.upgrade() else {
+                    return;
+                };
+                if inner.stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                inner.send_heartbeats().await;
+            }
+        });
     }
 
     /// Sends in the background and hands the outcome to `callback`.
@@ -147,8 +209,10 @@ impl Producer {
         let queue = self.inner.select(&route, QueueSelector::RoundRobin, None)?;
         let addr = self.inner.core.broker_addr(&queue.broker_name)?;
         let request =
-            single_request(&message, &queue, &self.inner.config).with_body(message.body.clone());
-        self.inner.core.invoke_oneway(&addr, request).await
+            single_request(&message, &queue, 0, &self.inner.config).with_body(message.body.clone());
+        self.inner.core.invoke_oneway(&addr, request).await?;
+        self.start_heartbeats().await;
+        Ok(())
     }
 
     /// Sends messages of one topic as one request (stored together on one queue).
@@ -199,6 +263,7 @@ impl Producer {
                     .with_body(body.clone())
             })
             .await?;
+        self.start_heartbeats().await;
         Ok(SendResult {
             msg_id: ids.join(","),
             ..result
@@ -210,7 +275,12 @@ impl Producer {
         Ok(self.inner.route_for_send(topic).await?.write_queues.clone())
     }
 
+    /// Leaves the producer group on every broker and closes the connections.
     pub async fn shutdown(&self) {
+        self.inner.stopped.store(true, Ordering::Release);
+        if self.inner.heartbeats_started.load(Ordering::Acquire) {
+            self.inner.unregister().await;
+        }
         self.inner.core.shutdown().await;
     }
 }
@@ -272,10 +342,11 @@ fn send_header(
 fn single_request(
     message: &Message,
     queue: &MessageQueue,
+    sys_flag: i32,
     config: &ProducerConfig,
 ) -> RemotingCommand {
     let properties = encoded_properties(&message.properties);
-    let header = send_header(
+    let mut header = send_header(
         &message.topic,
         queue,
         message.flag,
@@ -283,6 +354,7 @@ fn single_request(
         false,
         config,
     );
+    header.sys_flag = sys_flag;
     RemotingCommand::request(code::request::SEND_MESSAGE_V2, header.to_v2_ext())
 }
 
@@ -292,6 +364,46 @@ fn java_hash(key: &str) -> i64 {
 }
 
 impl ProducerInner {
+    /// Announces the producer group to every known broker; failures are logged (the next
+    /// round tries again).
+    async fn send_heartbeats(&self) {
+        let heartbeat = HeartbeatData {
+            client_id: self.core.client_id().to_owned(),
+            producer_data_set: vec![ProducerData {
+                group_name: self.config.group.clone(),
+            }],
+            consumer_data_set: Vec::new(),
+        };
+        let body = heartbeat.encode();
+        for addr in self.core.known_brokers() {
+            let request = RemotingCommand::request(code::request::HEART_BEAT, ExtFields::default())
+                .with_body(body.clone());
+            let answered = self
+                .core
+                .invoke(&addr, request)
+                .await
+                .and_then(|r| expect_success(&addr, code::request::HEART_BEAT, r));
+            if let Err(error) = answered {
+                tracing::warn!(%addr, %error, "producer heartbeat failed");
+            }
+        }
+    }
+
+    async fn unregister(&self) {
+        for addr in self.core.known_brokers() {
+            let header = UnregisterClientRequestHeader {
+                client_id: self.core.client_id().to_owned(),
+                producer_group: Some(self.config.group.clone()),
+                consumer_group: None,
+            };
+            let request =
+                RemotingCommand::request(code::request::UNREGISTER_CLIENT, header.to_ext());
+            if let Err(error) = self.core.invoke(&addr, request).await {
+                tracing::debug!(%addr, %error, "unregistering the producer failed");
+            }
+        }
+    }
+
     /// The topic's route, or the auto-create route when the topic does not exist yet.
     async fn route_for_send(&self, topic: &str) -> Result<Arc<TopicRoute>> {
         match self.core.route(topic).await {

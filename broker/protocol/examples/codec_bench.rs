@@ -123,6 +123,7 @@ fn single_send_overhead(budget: Duration) {
         msg_id: "7F00000100002A9F0000000000A3C5E0".into(),
         queue_id: 1,
         queue_offset: 123_456,
+        transaction_id: None,
     };
     let broker_answer = measure(budget, || {
         out.clear();

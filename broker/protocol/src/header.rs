@@ -185,7 +185,9 @@ macro_rules! header {
 }
 
 mod tools;
+mod transaction;
 pub use tools::*;
+pub use transaction::*;
 
 /// Every typed header: generic code (tests, dispatch tables) can use this trait.
 pub trait CommandHeader: Sized {
@@ -283,6 +285,8 @@ header! {
         req msg_id: String = "msgId",
         req queue_id: i32 = "queueId",
         req queue_offset: i64 = "queueOffset",
+        /// A half message's transaction id (its UNIQ_KEY), as Apache answers it.
+        opt transaction_id: Option<String> = "transactionId",
     }
 }
 

@@ -38,7 +38,11 @@ pub const PROPERTY_TRACE_ON: &str = "TRACE_ON";
 pub const PROPERTY_UNIQ_KEY: &str = "UNIQ_KEY";
 pub const PROPERTY_MAX_RECONSUME_TIMES: &str = "MAX_RECONSUME_TIMES";
 pub const PROPERTY_CONSUME_START_TIME: &str = "CONSUME_START_TIME";
+/// How many times the broker asked the producer for a half message's outcome.
 pub const PROPERTY_TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+/// Seconds a half message is not checked back after it was sent (instead of the broker's
+/// transaction timeout).
+pub const PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
 pub const PROPERTY_INSTANCE_ID: &str = "INSTANCE_ID";
 pub const PROPERTY_CLUSTER: &str = "CLUSTER";
 pub const PROPERTY_SHARDING_KEY: &str = "__SHARDINGKEY";
@@ -62,6 +66,8 @@ pub const PROPERTY_SEPARATOR: char = '\u{2}';
 pub mod sys_flag {
     pub const COMPRESSED: i32 = 0x1;
     pub const MULTI_TAGS: i32 = 0x2;
+    /// No transaction (the transaction type bits, `TRANSACTION_ROLLBACK`, all clear).
+    pub const TRANSACTION_NOT_TYPE: i32 = 0;
     pub const TRANSACTION_PREPARED: i32 = 0x4;
     pub const TRANSACTION_COMMIT: i32 = 0x8;
     pub const TRANSACTION_ROLLBACK: i32 = 0xC;
@@ -69,6 +75,16 @@ pub mod sys_flag {
     pub const BORN_HOST_V6: i32 = 0x10;
     /// The store host is IPv6.
     pub const STORE_HOST_V6: i32 = 0x20;
+
+    /// The transaction type of `flag` (one of the four `TRANSACTION_*` values).
+    pub fn transaction_type(flag: i32) -> i32 {
+        flag & TRANSACTION_ROLLBACK
+    }
+
+    /// `flag` with its transaction type replaced by `kind` (Apache's `resetTransactionValue`).
+    pub fn with_transaction_type(flag: i32, kind: i32) -> i32 {
+        (flag & !TRANSACTION_ROLLBACK) | kind
+    }
 }
 
 /// The properties field of a batched message is an i16-length string.

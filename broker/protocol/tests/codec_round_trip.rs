@@ -167,6 +167,7 @@ fn every_code_round_trips() {
             msg_id: "7F00000100002A9F0000000000000100".into(),
             queue_id: 3,
             queue_offset: 77,
+            transaction_id: None,
         },
         Bytes::new(),
     );

@@ -17,6 +17,7 @@ use crate::peers::PeerView;
 use crate::persist;
 use crate::producers::ProducerManager;
 use crate::topics::TopicManager;
+use crate::transaction::Transactions;
 use quiver_protocol::body::perm;
 
 /// The broker once it has opened; empty while the store recovers.
@@ -41,6 +42,8 @@ pub struct Broker {
     pub locks: QueueLocks,
     pub peers: PeerView,
     pub metrics: Metrics,
+    /// Which half messages are settled (transactional messages).
+    pub transactions: Transactions,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -65,6 +68,7 @@ impl Broker {
         let offsets =
             ConsumerOffsets::load(&config_dir).map_err(BrokerError::store("load offsets"))?;
         let topics = TopicManager::load(&config.data_dir)?;
+        let transactions = Transactions::load(&store, &offsets)?;
         let groups = GroupManager::load(&config.data_dir, config.max_reconsume_times)?;
         let long_poll = LongPollRegistry::new(config.max_parked_pulls);
         let hook_registry = long_poll.clone();
@@ -105,6 +109,7 @@ impl Broker {
             locks: QueueLocks::default(),
             peers,
             metrics: Metrics::default(),
+            transactions,
             ready: AtomicBool::new(false),
             started_ms: crate::now_ms(),
             config,

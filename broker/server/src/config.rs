@@ -38,6 +38,10 @@ pub mod defaults {
     pub const DISK_FORCE_CLEAN_RATIO: f64 = 0.85;
     pub const DISK_CHECK_INTERVAL_MS: u64 = 1000;
     pub const SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+    /// Apache's `transactionTimeOut` and `transactionCheckMax`.
+    pub const TRANSACTION_TIMEOUT_MS: u64 = 6_000;
+    pub const TRANSACTION_CHECK_MAX: u32 = 15;
+    pub const TRANSACTION_CHECK_INTERVAL_MS: u64 = 1_000;
 }
 
 /// Every setting of the broker. Each field is a flag `--<name>`, an environment variable
@@ -190,10 +194,23 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = defaults::SHUTDOWN_TIMEOUT_MS)]
     pub shutdown_timeout_ms: u64,
 
-    /// Times the stages of one send and one parked-pull wake-up in this many (read, answered,
-    /// written; dispatched, woken), served at GET /debug/stages; 0: off.
+    /// Times the stages of one send and one parked pull in this many (read, answered,
+    /// written; dispatched, answering, answered, written), served at GET /debug/stages; 0: off.
     #[arg(long, env = "QUIVER_STAGE_SAMPLE_EVERY", default_value_t = 0)]
     pub stage_sample_every: u32,
+    /// Age at which a half message without an outcome is checked back with its producer
+    /// group (CHECK_TRANSACTION_STATE), and the wait between two checks of it, in ms.
+    /// A message's longer CHECK_IMMUNITY_TIME_IN_SECONDS delays its first check. >= 100.
+    #[arg(long, env = "QUIVER_TRANSACTION_TIMEOUT_MS", default_value_t = defaults::TRANSACTION_TIMEOUT_MS)]
+    pub transaction_timeout_ms: u64,
+
+    /// Checks of a half message before it is discarded to TRANS_CHECK_MAX_TIME_TOPIC. >= 1.
+    #[arg(long, env = "QUIVER_TRANSACTION_CHECK_MAX", default_value_t = defaults::TRANSACTION_CHECK_MAX)]
+    pub transaction_check_max: u32,
+
+    /// How often the half queue is walked for messages to check back, in ms. >= 10.
+    #[arg(long, env = "QUIVER_TRANSACTION_CHECK_INTERVAL_MS", default_value_t = defaults::TRANSACTION_CHECK_INTERVAL_MS)]
+    pub transaction_check_interval_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -229,6 +246,9 @@ impl Default for BrokerConfig {
             disk_check_interval_ms: defaults::DISK_CHECK_INTERVAL_MS,
             shutdown_timeout_ms: defaults::SHUTDOWN_TIMEOUT_MS,
             stage_sample_every: 0,
+            transaction_timeout_ms: defaults::TRANSACTION_TIMEOUT_MS,
+            transaction_check_max: defaults::TRANSACTION_CHECK_MAX,
+            transaction_check_interval_ms: defaults::TRANSACTION_CHECK_INTERVAL_MS,
         }
     }
 }
@@ -276,6 +296,24 @@ impl BrokerConfig {
             .map_err(|error| invalid(error.field, error.reason))?;
         if self.shutdown_timeout_ms < 100 {
             return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
+        }
+        self.validate_transactions()?;
+        Ok(())
+    }
+
+    /// The check-back service's bounds.
+    fn validate_transactions(&self) -> Result<(), ConfigError> {
+        if self.transaction_timeout_ms < 100 {
+            return Err(invalid("transaction-timeout-ms", "must be at least 100"));
+        }
+        if self.transaction_check_max == 0 {
+            return Err(invalid("transaction-check-max", "must be at least 1"));
+        }
+        if self.transaction_check_interval_ms < 10 {
+            return Err(invalid(
+                "transaction-check-interval-ms",
+                "must be at least 10",
+            ));
         }
         Ok(())
     }

@@ -24,6 +24,7 @@ pub mod schedule;
 pub mod server;
 pub mod stages;
 pub mod topics;
+pub mod transaction;
 
 pub use config::{BrokerConfig, ConfigError, FlushMode};
 pub use error::BrokerError;

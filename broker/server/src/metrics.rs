@@ -212,6 +212,7 @@ impl Collector for BrokerCollector {
         encode_traffic(&mut encoder, &broker.metrics)?;
         encode_lag(&mut encoder, &consumer_lag(broker, crate::now_ms()))?;
         encode_broker(&mut encoder, broker)?;
+        encode_transactions(&mut encoder, broker)?;
         encode_disk(&mut encoder, broker)
     }
 }
@@ -345,6 +346,23 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
         gauge(encoder, name, help, value)?;
     }
     Ok(())
+}
+
+/// The check-back service: checks sent (or without a live producer), half messages discarded.
+fn encode_transactions(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
+    let (sent, unsent, discarded) = broker.transactions.counts();
+    counter_family(
+        encoder,
+        "quiver_transaction_checks_total",
+        "CHECK_TRANSACTION_STATE requests for half messages, by whether a producer connection took it.",
+        [([("result", "sent")], sent), ([("result", "no_producer")], unsent)],
+    )?;
+    counter_family(
+        encoder,
+        "quiver_transaction_discarded_total",
+        "Half messages checked back transaction-check-max times, moved to TRANS_CHECK_MAX_TIME_TOPIC.",
+        [([("topic", crate::transaction::CHECK_MAX_TIME_TOPIC)], discarded)],
+    )
 }
 
 /// The data disk, the write gate and retention's deletions.

@@ -232,5 +232,6 @@ fn released(record: &Record) -> Option<StoreTarget> {
         born_timestamp_ms: record.born_timestamp_ms,
         born_host: record.born_host,
         reconsume_times: record.reconsume_times,
+        prepared_transaction_offset: record.prepared_transaction_offset,
     })
 }

@@ -110,6 +110,7 @@ fn spawn_background_loops(
     background.spawn(client_expiry_loop(broker.clone(), stop.clone()));
     background.spawn(retention_loop(broker.clone(), stop.clone()));
     background.spawn(crate::schedule::run(broker.clone(), stop.clone()));
+    background.spawn(crate::transaction::run(broker.clone(), stop.clone()));
     background.spawn(crate::peers::run(broker.clone(), stop.clone()));
 }
 

@@ -36,6 +36,9 @@ fn help_lists_every_flag() {
         "--flush-mode",
         "--segment-size",
         "--auto-create-topics",
+        "--transaction-timeout-ms",
+        "--transaction-check-max",
+        "--transaction-check-interval-ms",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }

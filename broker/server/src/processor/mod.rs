@@ -11,6 +11,7 @@ mod retry;
 mod route;
 mod send;
 mod tools;
+mod transaction;
 mod unsupported;
 
 use std::sync::Arc;
@@ -76,14 +77,17 @@ impl From<quiver_store::StoreError> for Refusal {
 pub type Outcome = Result<RemotingCommand, Refusal>;
 
 /// Processes one request; None for oneway requests (they get no answer).
-/// Whether `req` is answered without waiting on anything but the CPU: a send under async
-/// flush (an append is a copy into mapped memory). The connection's reader then runs it
+/// Whether `req` is answered without waiting on anything but the CPU: a send or a
+/// transaction's end under async flush (an append is a copy into mapped memory). The connection's reader then runs it
 /// itself, keeping the request on its thread, instead of spawning a task for it.
 pub fn answers_at_once(broker: &Broker, req: &RemotingCommand) -> bool {
     broker.config.flush_mode == crate::config::FlushMode::Async
         && matches!(
             req.code,
-            request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE
+            request::SEND_MESSAGE
+                | request::SEND_MESSAGE_V2
+                | request::SEND_BATCH_MESSAGE
+                | request::END_TRANSACTION
         )
 }
 
@@ -104,6 +108,7 @@ pub async fn dispatch(
             Ok(None) => return None,
             Err(refusal) => Err(refusal),
         },
+        request::END_TRANSACTION => transaction::end(ctx, &req).await,
         request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, &req),
         request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, &req),
         request::GET_MAX_OFFSET => offsets::max(ctx, &req),

@@ -65,6 +65,7 @@ pub async fn send_reply(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         msg_id: "0".to_owned(),
         queue_id: header.queue_id,
         queue_offset: 0,
+        transaction_id: None,
     };
     Ok(req
         .response_to(response::SUCCESS, None)

@@ -97,6 +97,7 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         born_timestamp_ms: record.born_timestamp_ms,
         born_host: record.born_host,
         reconsume_times: record.reconsume_times + 1,
+        prepared_transaction_offset: 0,
     }];
     super::store_message_async(broker, &target).await?;
     Ok(success(req, &[]))

@@ -14,6 +14,7 @@ use super::{Ctx, Outcome, Refusal};
 use crate::broker::Broker;
 use crate::schedule;
 use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
+use crate::transaction;
 
 /// One message to append, owned so it can cross into a blocking task.
 #[derive(Clone, Debug)]
@@ -27,6 +28,8 @@ pub(crate) struct StoreTarget {
     pub born_timestamp_ms: i64,
     pub born_host: SocketAddr,
     pub reconsume_times: i32,
+    /// A committed transactional message: where its half message is in the CommitLog.
+    pub prepared_transaction_offset: i64,
 }
 
 fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessage<'a>> {
@@ -43,7 +46,7 @@ fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessa
             born_host: t.born_host,
             store_host: broker.store_host,
             reconsume_times: t.reconsume_times,
-            prepared_transaction_offset: 0,
+            prepared_transaction_offset: t.prepared_transaction_offset,
         })
         .collect()
 }
@@ -116,7 +119,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = SendMessageRequestHeader::from_request(req)?;
     let properties_text = header.properties.clone().unwrap_or_default();
     check_broker_writable(broker)?;
-    refuse_unsupported(header.sys_flag, &properties_text)?;
+    refuse_unsupported(&properties_text)?;
     let topic = topic_for_send(broker, &header.topic)?;
     if topic.perm & quiver_protocol::body::perm::WRITE == 0 {
         return Err(Refusal::new(
@@ -147,11 +150,17 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
         .collect();
     tracing::trace!(topic = %header.topic, count = targets.len(), "stored");
-    // The answer names the queue the client chose, even when a delay parks the message.
+    // The answer names the queue the client chose, even when a delay parks the message or
+    // it waits as a half message (whose queue offset, in the half queue, the END names).
+    let transaction_id = sending
+        .is_half()
+        .then(|| property(&targets[0].properties, msg::PROPERTY_UNIQ_KEY).map(str::to_owned))
+        .flatten();
     let reply = SendMessageResponseHeader {
         msg_id: ids.join(","),
         queue_id: i32::try_from(queue_id).unwrap_or(i32::MAX),
         queue_offset: i64::try_from(results[0].queue_offset.0).unwrap_or(i64::MAX),
+        transaction_id,
     };
     Ok(req
         .response_to(response::SUCCESS, None)
@@ -194,6 +203,7 @@ impl Sending<'_> {
             return Err(Refusal::new(response::MESSAGE_ILLEGAL, "batch is empty"));
         }
         refuse_batch_delay(self.properties)?;
+        refuse_batch_half(self.header.sys_flag, self.properties)?;
         let mut targets = Vec::with_capacity(batch.len());
         for BatchMessage {
             body,
@@ -203,8 +213,9 @@ impl Sending<'_> {
         } in batch
         {
             check_body(body.len(), self.max_body)?;
-            refuse_unsupported(self.header.sys_flag, &properties)?;
+            refuse_unsupported(&properties)?;
             refuse_batch_delay(&properties)?;
+            refuse_batch_half(self.header.sys_flag, &properties)?;
             targets.push(StoreTarget {
                 topic: self.header.topic.clone(),
                 queue_id: self.queue_id,
@@ -215,14 +226,19 @@ impl Sending<'_> {
                 born_timestamp_ms: self.header.born_timestamp,
                 born_host: self.born_host,
                 reconsume_times: self.header.reconsume_times_or_zero(),
+                prepared_transaction_offset: 0,
             });
         }
         Ok(targets)
     }
 
-    /// A single message, dead-lettered past its retries or parked for its delay level.
+    /// A single message, dead-lettered past its retries, parked for its delay level, or
+    /// kept as a half message until its transaction ends.
     fn single_target(&self, broker: &Broker, body: &Bytes) -> Result<StoreTarget, Refusal> {
         check_body(body.len(), self.max_body)?;
+        if self.is_half() {
+            return Ok(self.half_target(broker, body));
+        }
         let mut properties = self.properties.to_string();
         let reconsume_times = self.header.reconsume_times_or_zero();
         let mut target_topic = self.header.topic.clone();
@@ -258,24 +274,48 @@ impl Sending<'_> {
             born_timestamp_ms: self.header.born_timestamp,
             born_host: self.born_host,
             reconsume_times,
+            prepared_transaction_offset: 0,
         })
     }
 }
 
-/// Refuses what a client can ask for and Quiver does not implement, instead of storing the
-/// message as a plain one and delivering it at once: transactional half messages and 5.x
-/// timed delivery.
-fn refuse_unsupported(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
-    let transaction = sys_flag & msg::sys_flag::TRANSACTION_ROLLBACK;
-    let prepared = transaction == msg::sys_flag::TRANSACTION_PREPARED
-        || property(properties, msg::PROPERTY_TRANSACTION_PREPARED) == Some("true");
-    if prepared {
-        return Err(Refusal::new(
-            response::NO_PERMISSION,
-            "transactional (half) messages are not supported by this broker; the message was \
-             not stored",
-        ));
+impl Sending<'_> {
+    fn is_half(&self) -> bool {
+        !self.header.is_batch() && is_half_message(self.header.sys_flag, self.properties)
     }
+
+    /// The half message in the half topic's queue 0, remembering its real topic and queue
+    /// and its producer group, with the transaction bits of its sysFlag cleared (as
+    /// Apache's `TransactionalMessageBridge.parseHalfMessageInner`).
+    fn half_target(&self, broker: &Broker, body: &Bytes) -> StoreTarget {
+        let mut properties = parse_properties(self.properties);
+        properties.insert(msg::PROPERTY_REAL_TOPIC.into(), self.header.topic.clone());
+        properties.insert(msg::PROPERTY_REAL_QID.into(), self.queue_id.to_string());
+        properties
+            .entry(msg::PROPERTY_PRODUCER_GROUP.into())
+            .or_insert_with(|| self.header.producer_group.clone());
+        broker.topics.get_or_create(transaction::HALF_TOPIC, 1);
+        StoreTarget {
+            topic: transaction::HALF_TOPIC.to_owned(),
+            queue_id: transaction::HALF_QUEUE,
+            flag: self.header.flag,
+            body: body.clone(),
+            properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            sys_flag: msg::sys_flag::with_transaction_type(
+                self.header.sys_flag,
+                msg::sys_flag::TRANSACTION_NOT_TYPE,
+            ),
+            born_timestamp_ms: self.header.born_timestamp,
+            born_host: self.born_host,
+            reconsume_times: self.header.reconsume_times_or_zero(),
+            prepared_transaction_offset: 0,
+        }
+    }
+}
+
+/// Refuses what a client can ask for and Quiver does not implement, instead of storing the
+/// message as a plain one and delivering it at once: 5.x timed delivery.
+fn refuse_unsupported(properties: &str) -> Result<(), Refusal> {
     for timer in [
         msg::PROPERTY_TIMER_DELIVER_MS,
         msg::PROPERTY_TIMER_DELAY_SEC,
@@ -290,6 +330,24 @@ fn refuse_unsupported(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A transactional half message: sysFlag TRANSACTION_PREPARED or property TRAN_MSG=true.
+fn is_half_message(sys_flag: i32, properties: &str) -> bool {
+    msg::sys_flag::transaction_type(sys_flag) == msg::sys_flag::TRANSACTION_PREPARED
+        || property(properties, msg::PROPERTY_TRANSACTION_PREPARED) == Some("true")
+}
+
+/// As Apache's producers: a batch cannot carry half messages (each needs its own outcome).
+fn refuse_batch_half(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
+    if is_half_message(sys_flag, properties) {
+        return Err(Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            "a batch cannot carry transactional (half) messages; send them one by one; the \
+             batch was not stored",
+        ));
     }
     Ok(())
 }

@@ -16,9 +16,16 @@ use quiver_protocol::RemotingCommand;
 use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::{blocking, Broker};
 use crate::topics::{DEFAULT_TOPIC, SCHEDULE_TOPIC};
+use crate::transaction;
 
 /// Topics Apache counts as system topics (`TopicValidator`), where this broker has them.
-const SYSTEM_TOPICS: [&str; 2] = [DEFAULT_TOPIC, SCHEDULE_TOPIC];
+const SYSTEM_TOPICS: [&str; 5] = [
+    DEFAULT_TOPIC,
+    SCHEDULE_TOPIC,
+    transaction::HALF_TOPIC,
+    transaction::OP_TOPIC,
+    transaction::CHECK_MAX_TIME_TOPIC,
+];
 
 fn with_body(req: &RemotingCommand, body: bytes::Bytes) -> RemotingCommand {
     req.response_to(response::SUCCESS, None).with_body(body)

@@ -8,16 +8,8 @@ use super::Refusal;
 /// The refusal of a request code no processor serves.
 pub fn refusal(code: i32) -> Refusal {
     let name = request::name(code).unwrap_or("unknown");
-    let why = match code {
-        // Interim (issue 23): transactions are refused at the send, so nothing waits to end.
-        request::END_TRANSACTION => {
-            ": transactional messages are not supported by this broker (half messages are \
-             refused when sent, so there is nothing to commit or roll back)"
-        }
-        _ => "",
-    };
     Refusal::new(
         response::REQUEST_CODE_NOT_SUPPORTED,
-        format!("request code {code} ({name}) is not supported{why}"),
+        format!("request code {code} ({name}) is not supported"),
     )
 }

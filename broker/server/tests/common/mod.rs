@@ -362,3 +362,85 @@ pub fn ext_u64(command: &RemotingCommand, key: &str) -> u64 {
         .parse()
         .expect("number")
 }
+
+/// A half message (sysFlag PREPARED, TRAN_MSG, PGROUP `group`) for `topic` queue `queue_id`;
+/// `extra` properties are appended as `k\u{1}v\u{2}` pairs.
+pub async fn send_half(
+    client: &mut Client,
+    group: &str,
+    topic: &str,
+    queue_id: u32,
+    body: &str,
+    extra: &[(&str, &str)],
+) -> RemotingCommand {
+    let mut properties =
+        format!("TRAN_MSG\u{1}true\u{2}PGROUP\u{1}{group}\u{2}UNIQ_KEY\u{1}U-{body}\u{2}");
+    for (key, value) in extra {
+        properties.push_str(&format!("{key}\u{1}{value}\u{2}"));
+    }
+    let mut fields = v2_send_fields(topic, &queue_id.to_string(), "4", &properties, false);
+    fields.insert("a".into(), group.into());
+    client
+        .call(
+            request::SEND_MESSAGE_V2,
+            fields,
+            Bytes::from(body.to_string()),
+        )
+        .await
+}
+
+/// END_TRANSACTION header fields for the half message a send answered.
+pub fn end_fields(
+    group: &str,
+    half_reply: &RemotingCommand,
+    outcome: i32,
+    from_check: bool,
+) -> ExtFields {
+    let (_, commit_log_offset) =
+        quiver_protocol::message::decode_offset_msg_id(half_reply.ext("msgId").expect("msgId"))
+            .expect("offset msg id");
+    end_fields_at(
+        group,
+        ext_u64(half_reply, "queueOffset"),
+        commit_log_offset,
+        outcome,
+        from_check,
+    )
+}
+
+/// END_TRANSACTION header fields for the half message at these offsets.
+pub fn end_fields_at(
+    group: &str,
+    half_queue_offset: u64,
+    commit_log_offset: u64,
+    outcome: i32,
+    from_check: bool,
+) -> ExtFields {
+    ext(&[
+        ("producerGroup", group),
+        ("tranStateTableOffset", &half_queue_offset.to_string()),
+        ("commitLogOffset", &commit_log_offset.to_string()),
+        ("commitOrRollback", &outcome.to_string()),
+        ("fromTransactionCheck", &from_check.to_string()),
+        ("msgId", "unused"),
+    ])
+}
+
+/// A heartbeat announcing `client_id` as a producer of `group` on this connection.
+pub async fn producer_heartbeat(client: &mut Client, client_id: &str, group: &str) {
+    let body = format!(
+        r#"{{"clientID":"{client_id}","producerDataSet":[{{"groupName":"{group}"}}],"consumerDataSet":[]}}"#
+    );
+    let reply = client
+        .call(request::HEART_BEAT, ExtFields::default(), Bytes::from(body))
+        .await;
+    assert_eq!(reply.code, 0, "{reply:?}");
+}
+
+/// The records a pull answered.
+pub fn pulled_records(response: &RemotingCommand) -> Vec<quiver_store::record::Record> {
+    if response.body.is_empty() {
+        return Vec::new();
+    }
+    quiver_store::record::decode_all(&response.body).expect("pull body decodes")
+}

@@ -1,0 +1,89 @@
+//! END_TRANSACTION (37): commits a half message to its real topic and queue, or rolls it
+//! back, writing the op record that settles it (Apache's `EndTransactionProcessor`). An END
+//! for a half message already settled does nothing.
+
+use quiver_protocol::code::response;
+use quiver_protocol::header::EndTransactionRequestHeader;
+use quiver_protocol::message::{self as msg, sys_flag};
+use quiver_protocol::record::{property, Record};
+use quiver_protocol::{CommitLogOffset, RemotingCommand};
+
+use super::{send, store_message_async, success, Ctx, Outcome, Refusal};
+use crate::transaction::{self, committed_target, op_target, Claim};
+
+pub async fn end(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    let broker = &ctx.broker;
+    let header = EndTransactionRequestHeader::from_command(req)?;
+    let commit = match header.commit_or_rollback {
+        sys_flag::TRANSACTION_COMMIT => true,
+        sys_flag::TRANSACTION_ROLLBACK => false,
+        sys_flag::TRANSACTION_NOT_TYPE => {
+            // The producer does not know yet: the check-back service asks again later.
+            tracing::debug!(group = %header.producer_group, msg_id = %header.msg_id, from_check = header.is_from_transaction_check(), "transaction outcome unknown");
+            return Ok(success(req, &[]));
+        }
+        other => {
+            return Err(Refusal::new(
+                response::SYSTEM_ERROR,
+                format!("commitOrRollback {other} is not 8 (commit), 12 (rollback) or 0 (unknown)"),
+            ))
+        }
+    };
+    let half_offset = super::queue_offset("tranStateTableOffset", header.tran_state_table_offset)?;
+    let claim = match broker.transactions.claim(half_offset.0) {
+        Claim::Granted(claim) => claim,
+        Claim::Settled | Claim::Busy => {
+            tracing::debug!(half_offset = half_offset.0, msg_id = %header.msg_id, "END_TRANSACTION for a settled half message ignored");
+            return Ok(success(req, &[]));
+        }
+    };
+    let half = prepared_message(ctx, &header)?;
+    let mut targets = Vec::with_capacity(2);
+    if commit {
+        let target = committed_target(&half).ok_or_else(|| {
+            Refusal::new(
+                response::SYSTEM_ERROR,
+                "the half message has no REAL_TOPIC or REAL_QID property",
+            )
+        })?;
+        send::topic_for_send(broker, &target.topic)?;
+        targets.push(target);
+    }
+    // One append: the op record is never stored without the committed message before it.
+    targets.push(op_target(broker, half_offset.0));
+    store_message_async(broker, &targets).await?;
+    claim.settle();
+    tracing::debug!(
+        half_offset = half_offset.0,
+        commit,
+        from_check = header.is_from_transaction_check(),
+        "transaction ended"
+    );
+    Ok(success(req, &[]))
+}
+
+/// The half message the header names, checked as Apache's `checkPrepareMessage` does.
+fn prepared_message(ctx: &Ctx, header: &EndTransactionRequestHeader) -> Result<Record, Refusal> {
+    let refuse = |remark: &str| Refusal::new(response::SYSTEM_ERROR, remark.to_owned());
+    let offset = u64::try_from(header.commit_log_offset)
+        .map_err(|_| refuse("The commit log offset wrong"))?;
+    let half = ctx
+        .broker
+        .store
+        .read_record(CommitLogOffset(offset))
+        .map_err(|_| refuse("Find prepared transaction message failed"))?;
+    if half.topic != transaction::HALF_TOPIC {
+        return Err(refuse(
+            "The message at commitLogOffset is not a half message",
+        ));
+    }
+    if property(&half.properties, msg::PROPERTY_PRODUCER_GROUP)
+        != Some(header.producer_group.as_str())
+    {
+        return Err(refuse("The producer group wrong"));
+    }
+    if i64::try_from(half.queue_offset.0).ok() != Some(header.tran_state_table_offset) {
+        return Err(refuse("The transaction state table offset wrong"));
+    }
+    Ok(half)
+}
