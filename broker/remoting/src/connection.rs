@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::{FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::tcp::OwnedReadHalf;
@@ -34,6 +35,8 @@ pub struct Options {
     pub max_pending_requests: usize,
     /// Counts buffered and handed-out inbound bytes; reading waits while it is spent.
     pub read_budget: Option<ByteBudget>,
+    /// Signs every request and oneway frame sent (RocketMQ ACL); responses are not signed.
+    pub credentials: Option<Arc<Credentials>>,
 }
 
 impl Options {
@@ -44,6 +47,7 @@ impl Options {
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             read_budget: None,
+            credentials: None,
         }
     }
 }
@@ -95,6 +99,7 @@ pub(crate) struct Shared {
     pending: Mutex<Pending>,
     request_slots: Semaphore,
     closing: watch::Sender<bool>,
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl Shared {
@@ -118,6 +123,13 @@ impl Shared {
         };
         for waiter in waiters {
             let _ = waiter.send(Err(self.closed_error(&reason)));
+        }
+    }
+
+    /// Adds the account's AccessKey and Signature to a request, when this side signs.
+    fn sign(&self, request: &mut RemotingCommand) {
+        if let Some(credentials) = &self.credentials {
+            credentials.sign(request);
         }
     }
 
@@ -260,6 +272,7 @@ impl Connection {
             pending: Mutex::default(),
             request_slots: Semaphore::new(options.max_pending_requests.max(1)),
             closing,
+            credentials: options.credentials.clone(),
         });
         (Connection { shared, outbound }, outbound_rx, closing_rx)
     }
@@ -295,6 +308,7 @@ impl Connection {
         let _slot = (shared.request_slots.acquire().await)
             .map_err(|_| shared.closed_error("the request slots were closed"))?;
         request.opaque = shared.next_opaque.fetch_add(1, Ordering::Relaxed);
+        shared.sign(&mut request);
         let (waiter, response) = oneshot::channel();
         shared.register(request.opaque, waiter)?;
         let _registered = Registered {
@@ -312,6 +326,7 @@ impl Connection {
     pub async fn send_oneway(&self, request: RemotingCommand) -> Result<(), ConnectionError> {
         let mut request = request.into_oneway();
         request.opaque = self.shared.next_opaque.fetch_add(1, Ordering::Relaxed);
+        self.shared.sign(&mut request);
         self.queue(request).await
     }
 

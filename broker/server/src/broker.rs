@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use quiver_store::{CommitLogOffset, ConsumerOffsets, MessageStore, QueueOffset, StoreError};
 
+use crate::acl::Acl;
 use crate::config::BrokerConfig;
 use crate::consumers::ConsumerManager;
 use crate::error::BrokerError;
@@ -39,6 +40,8 @@ pub struct Broker {
     pub locks: QueueLocks,
     pub peers: PeerView,
     pub metrics: Metrics,
+    /// The accounts every request is checked against; None: ACL off.
+    pub acl: Option<Acl>,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -56,6 +59,7 @@ impl Broker {
     /// Opens the store (running recovery) and loads the config files. Blocking.
     pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Broker, BrokerError> {
         let advertised = config.advertised_addr(bound);
+        let acl = config.acl_file.as_deref().map(Acl::load).transpose()?;
         let store_host = resolve(&advertised).unwrap_or(bound);
         let store =
             MessageStore::open(config.store_config()).map_err(BrokerError::store("open"))?;
@@ -102,6 +106,7 @@ impl Broker {
             locks: QueueLocks::default(),
             peers,
             metrics: Metrics::default(),
+            acl,
             ready: AtomicBool::new(false),
             started_ms: crate::now_ms(),
             config,

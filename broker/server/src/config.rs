@@ -189,6 +189,12 @@ pub struct BrokerConfig {
     /// Bound on the graceful part of shutdown, in ms. >= 100.
     #[arg(long, env = "QUIVER_SHUTDOWN_TIMEOUT_MS", default_value_t = defaults::SHUTDOWN_TIMEOUT_MS)]
     pub shutdown_timeout_ms: u64,
+
+    /// ACL on: every request must be signed by an account of this `plain_acl.yml` (Apache's
+    /// format) and have the permissions its code needs; the file is re-read when it changes.
+    /// Unset: ACL off.
+    #[arg(long, env = "QUIVER_ACL_FILE")]
+    pub acl_file: Option<PathBuf>,
 }
 
 impl Default for BrokerConfig {
@@ -223,6 +229,7 @@ impl Default for BrokerConfig {
             disk_force_clean_ratio: defaults::DISK_FORCE_CLEAN_RATIO,
             disk_check_interval_ms: defaults::DISK_CHECK_INTERVAL_MS,
             shutdown_timeout_ms: defaults::SHUTDOWN_TIMEOUT_MS,
+            acl_file: None,
         }
     }
 }
@@ -270,6 +277,13 @@ impl BrokerConfig {
             .map_err(|error| invalid(error.field, error.reason))?;
         if self.shutdown_timeout_ms < 100 {
             return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
+        }
+        if self
+            .acl_file
+            .as_ref()
+            .is_some_and(|path| path.as_os_str().is_empty())
+        {
+            return Err(invalid("acl-file", "must not be empty"));
         }
         Ok(())
     }
