@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 pub use accounts::{Account, Accounts, Perm, Resource};
 pub use address::AddressPattern;
-pub use needs::needs_admin;
+pub use needs::{is_open_lookup, needs_admin};
 
 use crate::config::ConfigError;
 use crate::processor::Refusal;
@@ -100,6 +100,20 @@ impl Acl {
             self.refusals[because as usize].fetch_add(1, Ordering::Relaxed);
             Refusal::new(response::NO_PERMISSION, remark)
         })
+    }
+
+    /// Whether a route lookup (answered to anyone, as Apache's name server does) may create
+    /// the missing `topic`: only for a request that a send to the topic would pass.
+    pub fn may_create_topic(&self, req: &RemotingCommand, remote: IpAddr, topic: &str) -> bool {
+        let accounts = self.accounts.read();
+        match authenticate(&accounts, req, remote) {
+            Ok(Some(account)) => {
+                let (resource, perm) = needs::sending_to(Some(topic));
+                resource.is_none_or(|resource| account.allows(resource, perm))
+            }
+            Ok(None) => true,
+            Err(_) => false,
+        }
     }
 
     /// Reads the file again if it changed since last time; a file that does not parse keeps
@@ -191,16 +205,29 @@ type Refused = (RefusedBecause, String);
 /// Apache's order: the global white list, the account, its white address, the signature,
 /// the admin flag, then each resource.
 fn check(accounts: &Accounts, req: &RemotingCommand, remote: IpAddr) -> Result<(), Refused> {
-    if accounts.globally_white(remote) {
-        return Ok(());
+    match authenticate(accounts, req, remote)? {
+        Some(account) => authorize(account, req),
+        None => Ok(()),
     }
-    let code_name = request::name(req.code).unwrap_or("UNKNOWN");
+}
+
+/// The account that signed `req`; None when its address is white-listed (no signature
+/// asked, every permission granted, as in Apache).
+fn authenticate<'a>(
+    accounts: &'a Accounts,
+    req: &RemotingCommand,
+    remote: IpAddr,
+) -> Result<Option<&'a Account>, Refused> {
+    if accounts.globally_white(remote) {
+        return Ok(None);
+    }
     let Some(access_key) = req.ext(signing::ACCESS_KEY) else {
         return Err((
             RefusedBecause::NoSignature,
             format!(
-                "ACL: no signature: request code {} ({code_name}) carries no AccessKey",
-                req.code
+                "ACL: no signature: request code {} ({}) carries no AccessKey",
+                req.code,
+                code_name(req.code)
             ),
         ));
     };
@@ -211,7 +238,7 @@ fn check(accounts: &Accounts, req: &RemotingCommand, remote: IpAddr) -> Result<(
         ));
     };
     if account.white_address.matches(remote) {
-        return Ok(());
+        return Ok(None);
     }
     if req.ext(signing::SIGNATURE).is_none() {
         return Err((
@@ -225,12 +252,19 @@ fn check(accounts: &Accounts, req: &RemotingCommand, remote: IpAddr) -> Result<(
             format!("ACL: signature mismatch for access key \"{access_key}\" (wrong secret key?)"),
         ));
     }
+    Ok(Some(account))
+}
+
+/// Whether the account may run `req`'s code on what it names.
+fn authorize(account: &Account, req: &RemotingCommand) -> Result<(), Refused> {
+    let access_key = &account.access_key;
     if needs_admin(req.code) && !account.admin {
         return Err((
             RefusedBecause::AdminRequired,
             format!(
-                "ACL: request code {} ({code_name}) needs an admin account; access key \"{access_key}\" is not admin",
-                req.code
+                "ACL: request code {} ({}) needs an admin account; access key \"{access_key}\" is not admin",
+                req.code,
+                code_name(req.code)
             ),
         ));
     }
@@ -246,6 +280,10 @@ fn check(accounts: &Accounts, req: &RemotingCommand, remote: IpAddr) -> Result<(
             ),
         ))
     })
+}
+
+fn code_name(code: i32) -> &'static str {
+    request::name(code).unwrap_or("UNKNOWN")
 }
 
 #[cfg(test)]

@@ -35,6 +35,16 @@ const ADMIN_CODES: &[i32] = &[
     request::UPDATE_NAMESRV_CONFIG,
 ];
 
+/// Name-server lookups, answered without a signature as Apache's name server (which has no
+/// ACL) answers them: a client with a wrong secret then learns it from the broker's refusal
+/// of its first send or pull, with the remark, instead of failing to find a route.
+pub fn is_open_lookup(code: i32) -> bool {
+    matches!(
+        code,
+        request::GET_ROUTEINFO_BY_TOPIC | request::GET_BROKER_CLUSTER_INFO
+    )
+}
+
 /// Whether `code` needs an admin account.
 pub fn needs_admin(code: i32) -> bool {
     ADMIN_CODES.contains(&code)
@@ -97,7 +107,7 @@ pub fn each_need<E>(
 
 /// A send needs PUB on its topic; one to `%RETRY%<group>` (a consumer's retry) needs SUB on
 /// the group, as in Apache.
-fn sending_to(topic: Option<&str>) -> (Option<Resource<'_>>, Perm) {
+pub(super) fn sending_to(topic: Option<&str>) -> (Option<Resource<'_>>, Perm) {
     match topic.map(Resource::topic) {
         Some(group @ Resource::Group(_)) => (Some(group), Perm::SUB),
         resource => (resource, Perm::PUB),

@@ -117,8 +117,10 @@ pub async fn dispatch(ctx: &Ctx, req: RemotingCommand) -> Option<RemotingCommand
 /// sees it.
 fn allowed(ctx: &Ctx, req: &RemotingCommand) -> Result<(), Refusal> {
     match &ctx.broker.acl {
-        Some(acl) => acl.check(req, ctx.connection.remote.ip()),
-        None => Ok(()),
+        Some(acl) if !crate::acl::is_open_lookup(req.code) => {
+            acl.check(req, ctx.connection.remote.ip())
+        }
+        _ => Ok(()),
     }
 }
 
