@@ -42,6 +42,16 @@ async fn start_with_acl(dir: &Path, accounts: &str) -> TestBroker {
     TestBroker::start(config).await
 }
 
+/// A broker with [`ACCOUNTS`] and topic "Orders", and a client of the admin account.
+async fn start_with_orders(dir: &Path, queues: u32) -> (TestBroker, Client) {
+    let broker = start_with_acl(dir, ACCOUNTS).await;
+    let mut admin = broker.client().await;
+    admin = admin.signing("operator1", "operator-secret");
+    let created = admin.create_topic("Orders", queues).await;
+    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    (broker, admin)
+}
+
 fn assert_refused(answer: &RemotingCommand, remark: &str) {
     assert_eq!(answer.code, response::NO_PERMISSION, "{answer:?}");
     let got = answer.remark.as_deref().unwrap_or_default();
@@ -74,15 +84,7 @@ fn metric_value(metrics: &str, series: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_requests_store_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = start_with_acl(dir.path(), ACCOUNTS).await;
-    let mut admin = broker
-        .client()
-        .await
-        .signing("operator1", "operator-secret");
-    assert_eq!(
-        admin.create_topic("Orders", 2).await.code,
-        response::SUCCESS
-    );
+    let (broker, mut admin) = start_with_orders(dir.path(), 2).await;
 
     let mut producer = broker
         .client()
@@ -200,79 +202,38 @@ async fn admin_sees_nothing_changed(admin: &mut Client) {
     assert!(config.contains("aclEnable=true"), "{config}");
 }
 
+/// The answer code of a route lookup of "Orders".
+async fn route_code(client: &mut Client) -> i32 {
+    let fields = ext(&[("topic", "Orders")]);
+    let answer = client
+        .call(request::GET_ROUTEINFO_BY_TOPIC, fields, Bytes::new())
+        .await;
+    answer.code
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_lookups_are_open_but_create_topics_only_for_publishers() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start_with_acl(dir.path(), ACCOUNTS).await;
-    let route = |topic: &str| ext(&[("topic", topic)]);
     let mut unsigned = broker.client().await;
-    let answer = unsigned
-        .call(
-            request::GET_ROUTEINFO_BY_TOPIC,
-            route("Orders"),
-            Bytes::new(),
-        )
-        .await;
-    assert_eq!(
-        answer.code,
-        response::TOPIC_NOT_EXIST,
-        "not created unsigned"
-    );
-    let mut consumer = broker
-        .client()
-        .await
-        .signing("consumer1", "consumer-secret");
-    let answer = consumer
-        .call(
-            request::GET_ROUTEINFO_BY_TOPIC,
-            route("Orders"),
-            Bytes::new(),
-        )
-        .await;
-    assert_eq!(
-        answer.code,
-        response::TOPIC_NOT_EXIST,
-        "not created without PUB"
-    );
-    let mut producer = broker
-        .client()
-        .await
-        .signing("producer1", "producer-secret");
-    let answer = producer
-        .call(
-            request::GET_ROUTEINFO_BY_TOPIC,
-            route("Orders"),
-            Bytes::new(),
-        )
-        .await;
-    assert_eq!(answer.code, response::SUCCESS, "created for a publisher");
-    let answer = unsigned
-        .call(
-            request::GET_ROUTEINFO_BY_TOPIC,
-            route("Orders"),
-            Bytes::new(),
-        )
-        .await;
-    assert_eq!(
-        answer.code,
-        response::SUCCESS,
-        "an existing route is answered to anyone"
-    );
+    let not_found = response::TOPIC_NOT_EXIST;
+    assert_eq!(route_code(&mut unsigned).await, not_found, "unsigned");
+    let mut consumer = broker.client().await;
+    consumer = consumer.signing("consumer1", "consumer-secret");
+    assert_eq!(route_code(&mut consumer).await, not_found, "without PUB");
+    let mut producer = broker.client().await;
+    producer = producer.signing("producer1", "producer-secret");
+    let created = route_code(&mut producer).await;
+    assert_eq!(created, response::SUCCESS, "created for a publisher");
+    // An existing route is answered to anyone.
+    assert_eq!(route_code(&mut unsigned).await, response::SUCCESS);
     broker.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_is_read_again_when_it_changes() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = start_with_acl(dir.path(), ACCOUNTS).await;
-    let mut admin = broker
-        .client()
-        .await
-        .signing("operator1", "operator-secret");
-    assert_eq!(
-        admin.create_topic("Orders", 1).await.code,
-        response::SUCCESS
-    );
+    let (broker, mut admin) = start_with_orders(dir.path(), 1).await;
     let mut newcomer = broker
         .client()
         .await
