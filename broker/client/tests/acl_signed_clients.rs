@@ -108,3 +108,58 @@ async fn signed_producer_consumer_and_admin_work_and_others_are_refused() {
     not_admin.shutdown().await;
     broker.stop().await;
 }
+
+/// Runs the `quiver` CLI against `server` with `env`; (exit code, stderr).
+async fn cli(server: &str, env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quiver"));
+    command.args(["--server", server]).args(args);
+    command
+        .env_remove("QUIVER_ACCESS_KEY")
+        .env_remove("QUIVER_SECRET_KEY");
+    command.envs(env.iter().copied());
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("joined")
+        .expect("the CLI runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code().unwrap_or(-1), stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_signs_from_flags_or_the_environment() {
+    let acl_dir = tempfile::tempdir().unwrap();
+    let acl_file = acl_dir.path().join("plain_acl.yml");
+    std::fs::write(&acl_file, ACCOUNTS).unwrap();
+    let broker = TestBroker::start_with(|config| config.acl_file = Some(acl_file)).await;
+    let admin_env = [
+        ("QUIVER_ACCESS_KEY", "operator1"),
+        ("QUIVER_SECRET_KEY", "operator-secret"),
+    ];
+    let (code, stderr) = cli(&broker.addr, &admin_env, &["topics", "create", "signed"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let producer = [
+        "--access-key",
+        "producer1",
+        "--secret-key",
+        "producer-secret",
+    ];
+    let (code, stderr) = cli(
+        &broker.addr,
+        &[],
+        &[&producer[..], &["produce", "-t", "signed", "hello"]].concat(),
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stderr) = cli(
+        &broker.addr,
+        &[],
+        &[&producer[..], &["topics", "create", "other"]].concat(),
+    )
+    .await;
+    assert_eq!(code, 5, "{stderr}");
+    assert!(stderr.contains("needs an admin account"), "{stderr}");
+    let (code, stderr) = cli(&broker.addr, &[], &["produce", "-t", "signed", "unsigned"]).await;
+    assert_eq!(code, 5, "{stderr}");
+    assert!(stderr.contains("no signature"), "{stderr}");
+    broker.stop().await;
+}
