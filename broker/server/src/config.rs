@@ -622,6 +622,26 @@ mod tests {
     }
 
     #[test]
+    fn acl_file_from_file_env_or_flag_and_off_by_default() {
+        assert_eq!(BrokerConfig::default().acl_file, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.toml");
+        std::fs::write(&path, "acl-file = \"/etc/quiver/plain_acl.yml\"\n").unwrap();
+        let from_file = BrokerConfig::from_file(&path).unwrap();
+        assert_eq!(
+            from_file.acl_file,
+            Some(PathBuf::from("/etc/quiver/plain_acl.yml"))
+        );
+        let from_flag = BrokerConfig::from_args(["quiver-broker", "--acl-file", "/tmp/acl.yml"]);
+        assert_eq!(
+            from_flag.unwrap().acl_file,
+            Some(PathBuf::from("/tmp/acl.yml"))
+        );
+        let empty = BrokerConfig::from_args(["quiver-broker", "--acl-file", ""]);
+        assert!(empty.unwrap_err().to_string().contains("acl-file"));
+    }
+
+    #[test]
     fn json_file_is_accepted() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broker.json");

@@ -202,6 +202,9 @@ fn stamp_of(path: &Path) -> FileStamp {
 
 type Refused = (RefusedBecause, String);
 
+/// Characters of an unknown access key a remark quotes.
+const SHOWN_KEY_CHARS: usize = 64;
+
 /// Apache's order: the global white list, the account, its white address, the signature,
 /// the admin flag, then each resource.
 fn check(accounts: &Accounts, req: &RemotingCommand, remote: IpAddr) -> Result<(), Refused> {
@@ -232,9 +235,11 @@ fn authenticate<'a>(
         ));
     };
     let Some(account) = accounts.get(access_key) else {
+        // The key is the client's: a remark (and log line) quotes a bounded part of it.
+        let shown: String = access_key.chars().take(SHOWN_KEY_CHARS).collect();
         return Err((
             RefusedBecause::UnknownAccount,
-            format!("ACL: no account has access key \"{access_key}\""),
+            format!("ACL: no account has access key \"{shown}\""),
         ));
     };
     if account.white_address.matches(remote) {
