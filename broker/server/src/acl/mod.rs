@@ -67,7 +67,7 @@ type FileStamp = Option<(SystemTime, u64, u64)>;
 /// The accounts in force, the file they came from and the counters of what was refused.
 pub struct Acl {
     path: PathBuf,
-    accounts: RwLock<Arc<Accounts>>,
+    accounts: RwLock<Accounts>,
     stamp: Mutex<FileStamp>,
     refusals: [AtomicU64; RefusedBecause::ALL.len()],
     reloads: AtomicU64,
@@ -85,7 +85,7 @@ impl Acl {
         tracing::info!(path = %path.display(), accounts = accounts.len(), "ACL on");
         Ok(Acl {
             path: path.to_path_buf(),
-            accounts: RwLock::new(Arc::new(accounts)),
+            accounts: RwLock::new(accounts),
             stamp: Mutex::new(stamp),
             refusals: Default::default(),
             reloads: AtomicU64::new(0),
@@ -130,7 +130,7 @@ impl Acl {
         match read_accounts(&self.path) {
             Ok(accounts) => {
                 tracing::info!(path = %self.path.display(), accounts = accounts.len(), "ACL file reloaded");
-                *self.accounts.write() = Arc::new(accounts);
+                *self.accounts.write() = accounts;
                 self.reloads.fetch_add(1, Ordering::Relaxed);
             }
             Err(error) => {
