@@ -65,11 +65,12 @@ pub fn each_need<E>(
         None => Ok(()),
     };
     match req.code {
-        request::SEND_MESSAGE | request::SEND_REPLY_MESSAGE => {
+        // Replies (324, 325) go to the requester, never stored: as Apache, a signature only.
+        request::SEND_MESSAGE => {
             let (resource, perm) = sending_to(field("topic"));
             need(resource, perm)
         }
-        request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE | request::SEND_REPLY_MESSAGE_V2 => {
+        request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
             let (resource, perm) = sending_to(field("b"));
             need(resource, perm)
         }

@@ -245,3 +245,24 @@ fn a_bad_file_keeps_the_accounts_in_force_and_counts() {
     assert_eq!((acl.account_count(), acl.reload_counts()), (1, (1, 1)));
     assert!(Acl::load(&dir.path().join("missing.yml")).is_err());
 }
+
+#[test]
+fn locks_need_the_group_and_replies_only_a_signature() {
+    let lock = |group: &str| {
+        let body = format!(r#"{{"consumerGroup":"{group}","clientId":"c","mqSet":[]}}"#);
+        let mut req = RemotingCommand::request(request::LOCK_BATCH_MQ, ExtFields::default())
+            .with_body(Bytes::from(body));
+        Credentials::new("consumer1", "consumer-secret").sign(&mut req);
+        req
+    };
+    assert_eq!(outcome(&lock("Readers"), HERE), Ok(()));
+    let (_, text) = outcome(&lock("Others"), HERE).unwrap_err();
+    assert!(text.contains("group \"Others\""), "{text}");
+    let reply = signed(
+        request::SEND_REPLY_MESSAGE_V2,
+        &[("b", "DefaultCluster_REPLY_TOPIC")],
+        "consumer1",
+        "consumer-secret",
+    );
+    assert_eq!(outcome(&reply, HERE), Ok(()));
+}
