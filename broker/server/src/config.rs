@@ -195,6 +195,15 @@ pub struct BrokerConfig {
     /// Unset: ACL off.
     #[arg(long, env = "QUIVER_ACL_FILE")]
     pub acl_file: Option<PathBuf>,
+
+    /// Access key this broker signs its polls of `--peers` with, for peers with ACL on (any
+    /// account: the polls read the broker config and topics). With --peer-secret-key.
+    #[arg(long, env = "QUIVER_PEER_ACCESS_KEY")]
+    pub peer_access_key: Option<String>,
+
+    /// Secret key of --peer-access-key.
+    #[arg(long, env = "QUIVER_PEER_SECRET_KEY", hide_env_values = true)]
+    pub peer_secret_key: Option<String>,
 }
 
 impl Default for BrokerConfig {
@@ -230,6 +239,8 @@ impl Default for BrokerConfig {
             disk_check_interval_ms: defaults::DISK_CHECK_INTERVAL_MS,
             shutdown_timeout_ms: defaults::SHUTDOWN_TIMEOUT_MS,
             acl_file: None,
+            peer_access_key: None,
+            peer_secret_key: None,
         }
     }
 }
@@ -284,6 +295,12 @@ impl BrokerConfig {
             .is_some_and(|path| path.as_os_str().is_empty())
         {
             return Err(invalid("acl-file", "must not be empty"));
+        }
+        if self.peer_access_key.is_some() != self.peer_secret_key.is_some() {
+            return Err(invalid(
+                "peer-access-key",
+                "peer-access-key and peer-secret-key go together",
+            ));
         }
         Ok(())
     }
@@ -397,6 +414,16 @@ impl BrokerConfig {
     pub fn idle_connection_timeout(&self) -> Option<std::time::Duration> {
         (self.idle_connection_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(self.idle_connection_timeout_ms))
+    }
+
+    /// The account peer polls are signed with, if one is given.
+    pub fn peer_credentials(&self) -> Option<quiver_protocol::acl::Credentials> {
+        match (&self.peer_access_key, &self.peer_secret_key) {
+            (Some(access_key), Some(secret_key)) => Some(quiver_protocol::acl::Credentials::new(
+                access_key, secret_key,
+            )),
+            _ => None,
+        }
     }
 
     pub fn advertised_addr(&self, bound: std::net::SocketAddr) -> String {
@@ -639,6 +666,17 @@ mod tests {
         );
         let empty = BrokerConfig::from_args(["quiver-broker", "--acl-file", ""]);
         assert!(empty.unwrap_err().to_string().contains("acl-file"));
+        let half = BrokerConfig::from_args(["quiver-broker", "--peer-access-key", "broker01"]);
+        assert!(half.unwrap_err().to_string().contains("peer-access-key"));
+        let both = BrokerConfig::from_args([
+            "quiver-broker",
+            "--peer-access-key",
+            "broker01",
+            "--peer-secret-key",
+            "broker-secret",
+        ]);
+        let credentials = both.unwrap().peer_credentials().expect("both given");
+        assert_eq!(credentials.access_key, "broker01");
     }
 
     #[test]

@@ -293,3 +293,61 @@ async fn globally_white_addresses_need_no_signature() {
     );
     broker.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_sign_their_peer_polls() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        let remoting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listeners.push((remoting, http));
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|(remoting, _)| remoting.local_addr().unwrap().to_string())
+        .collect();
+    let mut brokers = Vec::new();
+    for (i, (remoting, http)) in listeners.into_iter().enumerate() {
+        let acl_file = dirs[i].path().join("plain_acl.yml");
+        std::fs::write(&acl_file, ACCOUNTS).unwrap();
+        let config = quiver_broker::BrokerConfig {
+            broker_name: format!("broker-{i}"),
+            advertise: Some(addrs[i].clone()),
+            listen: addrs[i].clone(),
+            http_listen: http.local_addr().unwrap().to_string(),
+            peers: addrs.clone(),
+            acl_file: Some(acl_file),
+            // Any account may read a peer's config and topics.
+            peer_access_key: Some("consumer1".into()),
+            peer_secret_key: Some("consumer-secret".into()),
+            ..test_config(&dirs[i].path().join("data"))
+        };
+        brokers.push(TestBroker::start_on(config, remoting, http).await);
+    }
+    let mut admin = brokers[1].client().await;
+    admin = admin.signing("operator1", "operator-secret");
+    let created = admin.create_topic("Orders", 1).await;
+    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    // broker-0 learns broker-1's topic from its signed polls.
+    let mut unsigned = brokers[0].client().await;
+    let mut routed = false;
+    for _ in 0..300 {
+        if route_code(&mut unsigned).await == response::SUCCESS {
+            routed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(routed, "broker-0 never routed Orders to broker-1");
+    let refusals = brokers[1].metrics().await;
+    let series = "quiver_acl_refusals_total{cluster=\"DefaultCluster\",reason=\"no-signature\"}";
+    assert_eq!(
+        metric_value(&refusals, series),
+        0,
+        "peer polls went unsigned"
+    );
+    for broker in brokers {
+        broker.stop().await;
+    }
+}
