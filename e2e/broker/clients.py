@@ -8,13 +8,15 @@ import threading
 from rocketmq.client import Message, Producer, PushConsumer, SendStatus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The C++ client sends it as the `OnsChannel` extField, signed like the others.
+ACL_CHANNEL = "LOCAL"
 
 
 def tags_of(i):
     return "TagA" if i % 2 == 0 else "TagB"
 
 
-def produce(namesrv, topic, keys, timeout=240, attempts=3):
+def produce(namesrv, topic, keys, timeout=240, attempts=3, credentials=None):
     """Sends keys (a range) from a separate producer process; fails the test if it fails.
 
     The C++ client sometimes fails a send with "No route info of this topic": at a fresh
@@ -31,7 +33,7 @@ def produce(namesrv, topic, keys, timeout=240, attempts=3):
     for attempt in range(attempts):
         done = subprocess.run(
             [sys.executable, os.path.join(HERE, "produce_main.py"), namesrv, topic,
-             str(remaining.start), str(remaining.stop)],
+             str(remaining.start), str(remaining.stop), *(credentials or ())],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -45,10 +47,13 @@ def produce(namesrv, topic, keys, timeout=240, attempts=3):
     raise AssertionError(f"producer failed:\n{done.stdout}\n{done.stderr}")
 
 
-def send_range(namesrv, topic, keys, group="quiver-e2e-producer"):
-    """Sends one message per key (sync), with tags and keys; returns the send results."""
+def send_range(namesrv, topic, keys, group="quiver-e2e-producer", credentials=None):
+    """Sends one message per key (sync), with tags and keys; returns the send results.
+    `credentials` (access key, secret key) sign every request (RocketMQ ACL)."""
     producer = Producer(group)
     producer.set_namesrv_addr(namesrv)
+    if credentials:
+        producer.set_session_credentials(*credentials, ACL_CHANNEL)
     producer.start()
     results = []
     try:
@@ -94,9 +99,11 @@ class Collector:
             return set(self.keys)
 
 
-def start_consumer(namesrv, group, topic, collector, expression="*"):
+def start_consumer(namesrv, group, topic, collector, expression="*", credentials=None):
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    if credentials:
+        consumer.set_session_credentials(*credentials, ACL_CHANNEL)
     consumer.subscribe(topic, collector, expression)
     consumer.start()
     return consumer

@@ -1,5 +1,8 @@
 """A minimal RocketMQ remoting client (JSON header frames) for admin calls in tests."""
 
+import base64
+import hashlib
+import hmac
 import json
 import socket
 import struct
@@ -7,6 +10,19 @@ import struct
 GET_ROUTEINFO_BY_TOPIC = 105
 UPDATE_AND_CREATE_TOPIC = 17
 UPDATE_BROKER_CONFIG = 25
+GET_BROKER_CONFIG = 26
+GET_MAX_OFFSET = 30
+NO_PERMISSION = 16
+
+
+def sign(ext, body, access_key, secret_key):
+    """extFields with AccessKey and the Signature RocketMQ's ACL hook computes: Base64
+    HMAC-SHA1 over the values of the extFields (Signature left out) in key order, then the body."""
+    signed = dict(ext, AccessKey=access_key)
+    content = "".join(signed[key] for key in sorted(signed)).encode() + body
+    digest = hmac.new(secret_key.encode(), content, hashlib.sha1).digest()
+    signed["Signature"] = base64.b64encode(digest).decode()
+    return signed
 
 
 def _read_exact(sock, n):
@@ -19,11 +35,15 @@ def _read_exact(sock, n):
     return data
 
 
-def call(addr, code, ext=None, body=b"", timeout=10):
-    """Sends one request; returns (code, remark, extFields, body)."""
+def call(addr, code, ext=None, body=b"", timeout=10, credentials=None):
+    """Sends one request, signed when `credentials` is (access key, secret key); returns
+    (code, remark, extFields, body)."""
+    ext = {k: str(v) for k, v in (ext or {}).items()}
+    if credentials:
+        ext = sign(ext, body, *credentials)
     header = json.dumps({
         "code": code, "language": "PYTHON", "version": 0, "opaque": 1, "flag": 0,
-        "remark": "", "extFields": {k: str(v) for k, v in (ext or {}).items()},
+        "remark": "", "extFields": ext,
     }).encode()
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:

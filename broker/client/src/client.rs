@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::body::{perm, TopicRouteData};
 use quiver_protocol::header::GetRouteInfoRequestHeader;
 use quiver_protocol::{code, RemotingCommand};
@@ -25,6 +26,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// A cached route older than this is looked up again before use.
     pub route_ttl: Duration,
+    /// The ACL account every request is signed with; None: unsigned.
+    pub credentials: Option<Credentials>,
 }
 
 impl ClientConfig {
@@ -39,7 +42,14 @@ impl ClientConfig {
                 .collect(),
             request_timeout: Duration::from_secs(3),
             route_ttl: Duration::from_secs(30),
+            credentials: None,
         }
+    }
+
+    /// Signs every request with this account (brokers with ACL on refuse unsigned ones).
+    pub fn with_credentials(mut self, access_key: &str, secret_key: &str) -> Self {
+        self.credentials = Some(Credentials::new(access_key, secret_key));
+        self
     }
 
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
@@ -123,7 +133,7 @@ impl ClientCore {
 
     fn build(config: ClientConfig, remoting: RemotingClient) -> Arc<Self> {
         Arc::new(Self {
-            remoting,
+            remoting: remoting.with_credentials(config.credentials.clone()),
             config,
             client_id: new_client_id(),
             routes: Mutex::new(HashMap::new()),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::{code, RemotingCommand, SerializeType};
 use quiver_remoting::{Connection, ConnectionError, Incoming, Options};
 use tokio::net::TcpStream;
@@ -43,6 +44,7 @@ impl Link {
     async fn open(
         addr: &str,
         inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
+        credentials: Option<Arc<Credentials>>,
     ) -> Result<Self> {
         let connect_error = |source| ClientError::Connect {
             addr: addr.to_owned(),
@@ -59,7 +61,11 @@ impl Link {
             addr: addr.to_owned(),
             source,
         })?;
-        let (connection, incoming) = Connection::start(stream, Options::new(addr));
+        let options = Options {
+            credentials,
+            ..Options::new(addr)
+        };
+        let (connection, incoming) = Connection::start(stream, options);
         let reader = tokio::spawn(hand_over_inbound(
             addr.to_owned(),
             incoming,
@@ -131,6 +137,8 @@ pub struct RemotingClient {
     links: Mutex<HashMap<String, Arc<LinkSlot>>>,
     inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
     serialize_type: SerializeType,
+    /// Signs every request (RocketMQ ACL) when set.
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl RemotingClient {
@@ -149,7 +157,15 @@ impl RemotingClient {
             links: Mutex::new(HashMap::new()),
             inbound,
             serialize_type: SerializeType::RocketMq,
+            credentials: None,
         }
+    }
+
+    /// Signs every request with the account's keys, as RocketMQ's ACL hook does; a broker
+    /// with ACL on refuses unsigned requests.
+    pub fn with_credentials(mut self, credentials: Option<Credentials>) -> Self {
+        self.credentials = credentials.map(Arc::new);
+        self
     }
 
     /// How request headers are encoded. Default: RocketMQ's binary header, which every 4.x
@@ -174,7 +190,8 @@ impl RemotingClient {
         }
         // Drop the dead connection now, even if reconnecting fails.
         *current = None;
-        let link = Arc::new(Link::open(addr, self.inbound.clone()).await?);
+        let link =
+            Arc::new(Link::open(addr, self.inbound.clone(), self.credentials.clone()).await?);
         let connection = link.connection.clone();
         *current = Some(link);
         Ok(connection)

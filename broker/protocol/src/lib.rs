@@ -3,6 +3,7 @@
 //! No I/O and no async: bytes in, typed commands out, and back. The server and the client
 //! own the sockets; [`frame`] documents the frame, [`code`] the request and response codes.
 //!
+//! - [`acl`]: RocketMQ ACL signatures (HMAC-SHA1 over the extFields values and the body).
 //! - [`frame`]: length-prefixed frames with a JSON or binary (ROCKETMQ) header.
 //! - [`code`]: request and response codes.
 //! - [`header`]: typed extFields per request code (`from_ext` / `to_ext`).
@@ -37,6 +38,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod body;
 pub mod code;
 mod command;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::{FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::tcp::OwnedReadHalf;
@@ -36,6 +37,8 @@ pub struct Options {
     pub read_budget: Option<ByteBudget>,
     /// Stamp each inbound frame with when its last bytes were read ([`Inbound::read_at`]).
     pub stamp_reads: bool,
+    /// Signs every request and oneway frame sent (RocketMQ ACL); responses are not signed.
+    pub credentials: Option<Arc<Credentials>>,
 }
 
 impl Options {
@@ -47,6 +50,7 @@ impl Options {
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             read_budget: None,
             stamp_reads: false,
+            credentials: None,
         }
     }
 }
@@ -98,6 +102,7 @@ pub(crate) struct Shared {
     pending: Mutex<Pending>,
     request_slots: Semaphore,
     closing: watch::Sender<bool>,
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl Shared {
@@ -121,6 +126,13 @@ impl Shared {
         };
         for waiter in waiters {
             let _ = waiter.send(Err(self.closed_error(&reason)));
+        }
+    }
+
+    /// Adds the account's AccessKey and Signature to a request, when this side signs.
+    fn sign(&self, request: &mut RemotingCommand) {
+        if let Some(credentials) = &self.credentials {
+            credentials.sign(request);
         }
     }
 
@@ -292,6 +304,7 @@ impl Connection {
             pending: Mutex::default(),
             request_slots: Semaphore::new(options.max_pending_requests.max(1)),
             closing,
+            credentials: options.credentials.clone(),
         });
         (Connection { shared, outbound }, outbound_rx, closing_rx)
     }
@@ -327,6 +340,7 @@ impl Connection {
         let _slot = (shared.request_slots.acquire().await)
             .map_err(|_| shared.closed_error("the request slots were closed"))?;
         request.opaque = shared.next_opaque.fetch_add(1, Ordering::Relaxed);
+        shared.sign(&mut request);
         let (waiter, response) = oneshot::channel();
         shared.register(request.opaque, waiter)?;
         let _registered = Registered {
@@ -344,6 +358,7 @@ impl Connection {
     pub async fn send_oneway(&self, request: RemotingCommand) -> Result<(), ConnectionError> {
         let mut request = request.into_oneway();
         request.opaque = self.shared.next_opaque.fetch_add(1, Ordering::Relaxed);
+        self.shared.sign(&mut request);
         self.queue(request.into()).await
     }
 

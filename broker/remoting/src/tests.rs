@@ -261,3 +261,45 @@ async fn a_request_keeps_its_frame_bytes_counted_until_dropped() {
     drop(inbound);
     assert_eq!(budget.semaphore.available_permits(), before + held);
 }
+
+#[tokio::test]
+async fn a_signing_side_signs_requests_and_oneways_but_not_responses() {
+    let credentials = quiver_protocol::acl::Credentials::new("alice12", "alice-secret");
+    let client_options = Options {
+        credentials: Some(std::sync::Arc::new(credentials)),
+        ..Options::new("server")
+    };
+    let ((client, mut client_in), (server, mut server_in)) =
+        pair_with(client_options, Options::new("client"));
+    let asking = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let ask = request(10).with_body(Bytes::from_static(b"payload"));
+            client.request(ask, LONG).await
+        })
+    };
+    let asked = server_in.next().await.unwrap().unwrap().command;
+    assert_eq!(asked.ext(quiver_protocol::acl::ACCESS_KEY), Some("alice12"));
+    assert!(quiver_protocol::acl::verify(&asked, "alice-secret"));
+    server
+        .respond(asked.response_to(code::response::SUCCESS, None))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        // The client answers the server's request unsigned.
+        let pushed = client_in.next().await.unwrap().unwrap().command;
+        let _ = client
+            .respond(pushed.response_to(code::response::SUCCESS, None))
+            .await;
+        client.send_oneway(request(34)).await.unwrap();
+        while let Ok(Some(_)) = client_in.next().await {}
+    });
+    assert!(asking.await.unwrap().is_ok());
+    let pushing = tokio::spawn(async move { server.request(request(40), LONG).await });
+    // Reading routes the client's answer on the way to its oneway frame.
+    let oneway = server_in.next().await.unwrap().unwrap().command;
+    let answer = pushing.await.unwrap().unwrap();
+    assert!(answer.ext(quiver_protocol::acl::SIGNATURE).is_none());
+    assert!(oneway.is_oneway());
+    assert!(quiver_protocol::acl::verify(&oneway, "alice-secret"));
+}

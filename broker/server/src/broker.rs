@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use quiver_store::{CommitLogOffset, ConsumerOffsets, MessageStore, QueueOffset, StoreError};
 
+use crate::acl::Acl;
 use crate::config::BrokerConfig;
 use crate::consumers::ConsumerManager;
 use crate::error::BrokerError;
@@ -44,6 +45,8 @@ pub struct Broker {
     pub metrics: Metrics,
     /// Which half messages are settled (transactional messages).
     pub transactions: Transactions,
+    /// The accounts every request is checked against; None: ACL off.
+    pub acl: Option<Acl>,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -61,6 +64,7 @@ impl Broker {
     /// Opens the store (running recovery) and loads the config files. Blocking.
     pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Broker, BrokerError> {
         let advertised = config.advertised_addr(bound);
+        let acl = config.acl_file.as_deref().map(Acl::load).transpose()?;
         let store_host = resolve(&advertised).unwrap_or(bound);
         let store =
             MessageStore::open(config.store_config()).map_err(BrokerError::store("open"))?;
@@ -110,6 +114,7 @@ impl Broker {
             peers,
             metrics: Metrics::default(),
             transactions,
+            acl,
             ready: AtomicBool::new(false),
             started_ms: crate::now_ms(),
             config,

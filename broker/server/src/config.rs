@@ -198,6 +198,7 @@ pub struct BrokerConfig {
     /// written; dispatched, answering, answered, written), served at GET /debug/stages; 0: off.
     #[arg(long, env = "QUIVER_STAGE_SAMPLE_EVERY", default_value_t = 0)]
     pub stage_sample_every: u32,
+
     /// Age at which a half message without an outcome is checked back with its producer
     /// group (CHECK_TRANSACTION_STATE), and the wait between two checks of it, in ms.
     /// A message's longer CHECK_IMMUNITY_TIME_IN_SECONDS delays its first check. >= 100.
@@ -211,6 +212,21 @@ pub struct BrokerConfig {
     /// How often the half queue is walked for messages to check back, in ms. >= 10.
     #[arg(long, env = "QUIVER_TRANSACTION_CHECK_INTERVAL_MS", default_value_t = defaults::TRANSACTION_CHECK_INTERVAL_MS)]
     pub transaction_check_interval_ms: u64,
+
+    /// ACL on: every request must be signed by an account of this `plain_acl.yml` (Apache's
+    /// format) and have the permissions its code needs; the file is re-read when it changes.
+    /// Unset: ACL off.
+    #[arg(long, env = "QUIVER_ACL_FILE")]
+    pub acl_file: Option<PathBuf>,
+
+    /// Access key this broker signs its polls of `--peers` with, for peers with ACL on (any
+    /// account: the polls read the broker config and topics). With --peer-secret-key.
+    #[arg(long, env = "QUIVER_PEER_ACCESS_KEY")]
+    pub peer_access_key: Option<String>,
+
+    /// Secret key of --peer-access-key.
+    #[arg(long, env = "QUIVER_PEER_SECRET_KEY", hide_env_values = true)]
+    pub peer_secret_key: Option<String>,
 }
 
 impl Default for BrokerConfig {
@@ -249,6 +265,9 @@ impl Default for BrokerConfig {
             transaction_timeout_ms: defaults::TRANSACTION_TIMEOUT_MS,
             transaction_check_max: defaults::TRANSACTION_CHECK_MAX,
             transaction_check_interval_ms: defaults::TRANSACTION_CHECK_INTERVAL_MS,
+            acl_file: None,
+            peer_access_key: None,
+            peer_secret_key: None,
         }
     }
 }
@@ -297,7 +316,26 @@ impl BrokerConfig {
         if self.shutdown_timeout_ms < 100 {
             return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
         }
+        self.validate_security()?;
         self.validate_transactions()?;
+        Ok(())
+    }
+
+    /// The ACL file and the credentials for peers.
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        if self
+            .acl_file
+            .as_ref()
+            .is_some_and(|path| path.as_os_str().is_empty())
+        {
+            return Err(invalid("acl-file", "must not be empty"));
+        }
+        if self.peer_access_key.is_some() != self.peer_secret_key.is_some() {
+            return Err(invalid(
+                "peer-access-key",
+                "peer-access-key and peer-secret-key go together",
+            ));
+        }
         Ok(())
     }
 
@@ -427,6 +465,16 @@ impl BrokerConfig {
     pub fn idle_connection_timeout(&self) -> Option<std::time::Duration> {
         (self.idle_connection_timeout_ms > 0)
             .then(|| std::time::Duration::from_millis(self.idle_connection_timeout_ms))
+    }
+
+    /// The account peer polls are signed with, if one is given.
+    pub fn peer_credentials(&self) -> Option<quiver_protocol::acl::Credentials> {
+        match (&self.peer_access_key, &self.peer_secret_key) {
+            (Some(access_key), Some(secret_key)) => Some(quiver_protocol::acl::Credentials::new(
+                access_key, secret_key,
+            )),
+            _ => None,
+        }
     }
 
     pub fn advertised_addr(&self, bound: std::net::SocketAddr) -> String {
@@ -649,6 +697,37 @@ mod tests {
         assert_eq!(config.flush_mode, FlushMode::Sync);
         assert_eq!(config.peers, vec!["a:1".to_string(), "b:2".to_string()]);
         assert!(!config.auto_create_topics);
+    }
+
+    #[test]
+    fn acl_file_from_file_env_or_flag_and_off_by_default() {
+        assert_eq!(BrokerConfig::default().acl_file, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.toml");
+        std::fs::write(&path, "acl-file = \"/etc/quiver/plain_acl.yml\"\n").unwrap();
+        let from_file = BrokerConfig::from_file(&path).unwrap();
+        assert_eq!(
+            from_file.acl_file,
+            Some(PathBuf::from("/etc/quiver/plain_acl.yml"))
+        );
+        let from_flag = BrokerConfig::from_args(["quiver-broker", "--acl-file", "/tmp/acl.yml"]);
+        assert_eq!(
+            from_flag.unwrap().acl_file,
+            Some(PathBuf::from("/tmp/acl.yml"))
+        );
+        let empty = BrokerConfig::from_args(["quiver-broker", "--acl-file", ""]);
+        assert!(empty.unwrap_err().to_string().contains("acl-file"));
+        let half = BrokerConfig::from_args(["quiver-broker", "--peer-access-key", "broker01"]);
+        assert!(half.unwrap_err().to_string().contains("peer-access-key"));
+        let both = BrokerConfig::from_args([
+            "quiver-broker",
+            "--peer-access-key",
+            "broker01",
+            "--peer-secret-key",
+            "broker-secret",
+        ]);
+        let credentials = both.unwrap().peer_credentials().expect("both given");
+        assert_eq!(credentials.access_key, "broker01");
     }
 
     #[test]

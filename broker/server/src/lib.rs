@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod broker;
 pub mod config;
 pub mod consumers;

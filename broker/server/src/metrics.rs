@@ -213,7 +213,11 @@ impl Collector for BrokerCollector {
         encode_lag(&mut encoder, &consumer_lag(broker, crate::now_ms()))?;
         encode_broker(&mut encoder, broker)?;
         encode_transactions(&mut encoder, broker)?;
-        encode_disk(&mut encoder, broker)
+        encode_disk(&mut encoder, broker)?;
+        match &broker.acl {
+            Some(acl) => encode_acl(&mut encoder, acl),
+            None => Ok(()),
+        }
     }
 }
 
@@ -417,6 +421,32 @@ fn encode_disk(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Res
         "quiver_store_segments_deleted_total",
         "CommitLog files deleted by retention, by reason.",
         deletions.map(|(reason, count)| by_reason((reason.as_str(), count))),
+    )
+}
+
+/// Refused requests, file reloads and accounts, with ACL on.
+fn encode_acl(encoder: &mut DescriptorEncoder<'_>, acl: &crate::acl::Acl) -> fmt::Result {
+    let refusals = acl.refusals();
+    counter_family(
+        encoder,
+        "quiver_acl_refusals_total",
+        "Requests refused by ACL (NO_PERMISSION), by reason.",
+        refusals
+            .iter()
+            .map(|&(reason, count)| ([("reason", reason)], count)),
+    )?;
+    let (reloaded, failed) = acl.reload_counts();
+    counter_family(
+        encoder,
+        "quiver_acl_reloads_total",
+        "Re-reads of the ACL file after it changed, by result (a failed one keeps the accounts in force).",
+        [([("result", "ok")], reloaded), ([("result", "failed")], failed)],
+    )?;
+    gauge(
+        encoder,
+        "quiver_acl_accounts",
+        "Accounts of the ACL file in force.",
+        acl.account_count() as u64,
     )
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::{ExtFields, RemotingCommand};
 use quiver_remoting::{Connection, ConnectionError, Options};
@@ -95,6 +96,7 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     if broker.peers.addresses.is_empty() {
         return;
     }
+    let credentials = broker.config.peer_credentials().map(Arc::new);
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     loop {
         tokio::select! {
@@ -105,7 +107,8 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             if address == broker.advertised {
                 continue;
             }
-            match tokio::time::timeout(PEER_TIMEOUT, poll(&address)).await {
+            let polled = poll(&address, credentials.clone());
+            match tokio::time::timeout(PEER_TIMEOUT, polled).await {
                 Ok(Ok(info)) => broker.peers.update(info),
                 Ok(Err(error)) => {
                     tracing::debug!(error = %crate::error::chain(&error), "peer poll failed");
@@ -120,14 +123,19 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn poll(address: &str) -> Result<PeerInfo, PeerError> {
+/// Asks one peer for its config and topics; signed when `credentials` are given.
+async fn poll(address: &str, credentials: Option<Arc<Credentials>>) -> Result<PeerInfo, PeerError> {
     let stream = TcpStream::connect(address)
         .await
         .map_err(|source| PeerError::Io {
             address: address.to_string(),
             source,
         })?;
-    let (connection, mut incoming) = Connection::start(stream, Options::new(address));
+    let options = Options {
+        credentials,
+        ..Options::new(address)
+    };
+    let (connection, mut incoming) = Connection::start(stream, options);
     // The reader routes the answers; the peer sends nothing else.
     let reading = tokio::spawn(async move { while let Ok(Some(_)) = incoming.next().await {} });
     let answers = ask_config_and_topics(&connection, address).await;

@@ -100,7 +100,7 @@ pub async fn run(
 }
 
 /// The loops that run beside the connections until `stop`: persistence, client expiry,
-/// retention, delayed delivery and peer polling.
+/// retention, delayed delivery, peer polling and ACL file reloads.
 fn spawn_background_loops(
     background: &mut JoinSet<()>,
     broker: &Arc<Broker>,
@@ -112,6 +112,7 @@ fn spawn_background_loops(
     background.spawn(crate::schedule::run(broker.clone(), stop.clone()));
     background.spawn(crate::transaction::run(broker.clone(), stop.clone()));
     background.spawn(crate::peers::run(broker.clone(), stop.clone()));
+    background.spawn(crate::acl::reload_loop(broker.clone(), stop.clone()));
 }
 
 /// Persists offsets, topics and groups, then stops the store. Blocking.

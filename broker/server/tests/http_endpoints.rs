@@ -55,7 +55,12 @@ fn sample_label_names(exposition: &str, name: &str) -> Vec<BTreeSet<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_metric_is_exposed_with_its_type_and_labels() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = TestBroker::start(test_config(dir.path())).await;
+    // ACL on (its series exist only then), with this host white-listed: no signing needed.
+    let acl_file = dir.path().join("plain_acl.yml");
+    std::fs::write(&acl_file, "globalWhiteRemoteAddresses: [127.0.0.1]\n").unwrap();
+    let mut config = test_config(&dir.path().join("data"));
+    config.acl_file = Some(acl_file);
+    let broker = TestBroker::start(config).await;
     let mut client = broker.client().await;
     client.send("Met", 0, "m", "A").await;
     // Pulls with a commit, so the traffic-out and lag series exist.

@@ -104,6 +104,7 @@ fn config_properties(ctx: &Ctx) -> String {
         format!("fileReservedTime={}", c.file_reserved_hours),
         format!("storePathRootDir={}", c.data_dir.display()),
         format!("brokerId=0"),
+        format!("aclEnable={}", broker.acl.is_some()),
     ];
     lines.sort();
     lines.join("\n") + "\n"

@@ -98,61 +98,9 @@ pub async fn dispatch(
     trace: &mut crate::stages::Trace,
 ) -> Option<RemotingCommand> {
     tracing::trace!(code = req.code, opaque = req.opaque, remote = %ctx.connection.remote, "request");
-    let outcome = match req.code {
-        request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
-            send::handle(ctx, &req).await
-        }
-        request::PULL_MESSAGE => match pull::handle(ctx, &req, trace).await {
-            Ok(Some(reply)) => Ok(reply),
-            // Answered on the thread that dispatched the message it waited for.
-            Ok(None) => return None,
-            Err(refusal) => Err(refusal),
-        },
-        request::END_TRANSACTION => transaction::end(ctx, &req).await,
-        request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, &req),
-        request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, &req),
-        request::GET_MAX_OFFSET => offsets::max(ctx, &req),
-        request::GET_MIN_OFFSET => offsets::min(ctx, &req),
-        request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search(ctx, &req).await,
-        request::QUERY_MESSAGE => query::query_message(ctx, &req).await,
-        request::VIEW_MESSAGE_BY_ID => query::view_message(ctx, &req).await,
-        request::GET_EARLIEST_MSG_STORETIME => query::earliest_store_time(ctx, &req).await,
-        request::HEART_BEAT => heartbeat::heartbeat(ctx, &req),
-        request::UNREGISTER_CLIENT => heartbeat::unregister(ctx, &req),
-        request::GET_CONSUMER_LIST_BY_GROUP => heartbeat::consumer_list(ctx, &req),
-        request::LOCK_BATCH_MQ => heartbeat::lock_batch(ctx, &req),
-        request::UNLOCK_BATCH_MQ => heartbeat::unlock_batch(ctx, &req),
-        request::CHECK_CLIENT_CONFIG => heartbeat::check_client_config(ctx, &req),
-        request::CONSUMER_SEND_MSG_BACK => retry::send_back(ctx, &req).await,
-        request::GET_ROUTEINFO_BY_TOPIC => route::route(ctx, &req),
-        request::GET_BROKER_CLUSTER_INFO => route::cluster_info(ctx, &req),
-        request::UPDATE_AND_CREATE_TOPIC => admin::create_topic(ctx, &req).await,
-        request::GET_ALL_TOPIC_CONFIG => admin::all_topics(ctx, &req),
-        request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, &req).await,
-        request::UPDATE_BROKER_CONFIG => admin::update_broker_config(ctx, &req).await,
-        request::GET_BROKER_CONFIG => admin::broker_config(ctx, &req),
-        request::GET_BROKER_RUNTIME_INFO => admin::runtime_info(ctx, &req),
-        request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, &req).await,
-        request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, &req),
-        request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, &req).await,
-        request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, &req).await,
-        request::GET_CONSUMER_CONNECTION_LIST => admin::consumer_connections(ctx, &req),
-        request::GET_CONSUME_STATS => admin::consume_stats(ctx, &req).await,
-        request::INVOKE_BROKER_TO_RESET_OFFSET => admin::reset_offset(ctx, &req).await,
-        request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => tools::all_topic_list(ctx, &req),
-        request::GET_TOPICS_BY_CLUSTER => tools::topics_by_cluster(ctx, &req),
-        request::GET_SYSTEM_TOPIC_LIST_FROM_NS => tools::system_topics_from_ns(ctx, &req),
-        request::GET_SYSTEM_TOPIC_LIST_FROM_BROKER => tools::system_topics_from_broker(ctx, &req),
-        request::DELETE_TOPIC_IN_NAMESRV => tools::delete_topic_in_namesrv(ctx, &req),
-        request::QUERY_TOPIC_CONSUME_BY_WHO => tools::topic_consumed_by(ctx, &req),
-        request::GET_PRODUCER_CONNECTION_LIST => tools::producer_connections(ctx, &req),
-        request::CLONE_GROUP_OFFSET => tools::clone_group_offset(ctx, &req).await,
-        request::GET_CONSUMER_RUNNING_INFO => relay::consumer_running_info(ctx, &req).await,
-        request::CONSUME_MESSAGE_DIRECTLY => relay::consume_message_directly(ctx, &req).await,
-        request::SEND_REPLY_MESSAGE | request::SEND_REPLY_MESSAGE_V2 => {
-            reply::send_reply(ctx, &req).await
-        }
-        other => Err(unsupported::refusal(other)),
+    let outcome = match allowed(ctx, &req) {
+        Ok(()) => process(ctx, &req, trace).await?,
+        Err(refusal) => Err(refusal),
     };
     let reply = match outcome {
         Ok(reply) => reply,
@@ -172,6 +120,77 @@ pub async fn dispatch(
         }
     };
     (!req.is_oneway()).then_some(reply)
+}
+
+/// With ACL on, whether the request's signature and account allow it, before any processor
+/// sees it.
+fn allowed(ctx: &Ctx, req: &RemotingCommand) -> Result<(), Refusal> {
+    match &ctx.broker.acl {
+        Some(acl) if !crate::acl::is_open_lookup(req.code) => {
+            acl.check(req, ctx.connection.remote.ip())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Runs the processor of the request's code; None when the answer went out another way (a
+/// parked pull answered on the thread that dispatched the message it waited for).
+async fn process(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    trace: &mut crate::stages::Trace,
+) -> Option<Outcome> {
+    Some(match req.code {
+        request::SEND_MESSAGE | request::SEND_MESSAGE_V2 | request::SEND_BATCH_MESSAGE => {
+            send::handle(ctx, req).await
+        }
+        request::PULL_MESSAGE => return pull::handle(ctx, req, trace).await.transpose(),
+        request::END_TRANSACTION => transaction::end(ctx, req).await,
+        request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, req),
+        request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, req),
+        request::GET_MAX_OFFSET => offsets::max(ctx, req),
+        request::GET_MIN_OFFSET => offsets::min(ctx, req),
+        request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search(ctx, req).await,
+        request::QUERY_MESSAGE => query::query_message(ctx, req).await,
+        request::VIEW_MESSAGE_BY_ID => query::view_message(ctx, req).await,
+        request::GET_EARLIEST_MSG_STORETIME => query::earliest_store_time(ctx, req).await,
+        request::HEART_BEAT => heartbeat::heartbeat(ctx, req),
+        request::UNREGISTER_CLIENT => heartbeat::unregister(ctx, req),
+        request::GET_CONSUMER_LIST_BY_GROUP => heartbeat::consumer_list(ctx, req),
+        request::LOCK_BATCH_MQ => heartbeat::lock_batch(ctx, req),
+        request::UNLOCK_BATCH_MQ => heartbeat::unlock_batch(ctx, req),
+        request::CHECK_CLIENT_CONFIG => heartbeat::check_client_config(ctx, req),
+        request::CONSUMER_SEND_MSG_BACK => retry::send_back(ctx, req).await,
+        request::GET_ROUTEINFO_BY_TOPIC => route::route(ctx, req),
+        request::GET_BROKER_CLUSTER_INFO => route::cluster_info(ctx, req),
+        request::UPDATE_AND_CREATE_TOPIC => admin::create_topic(ctx, req).await,
+        request::GET_ALL_TOPIC_CONFIG => admin::all_topics(ctx, req),
+        request::DELETE_TOPIC_IN_BROKER => admin::delete_topic(ctx, req).await,
+        request::UPDATE_BROKER_CONFIG => admin::update_broker_config(ctx, req).await,
+        request::GET_BROKER_CONFIG => admin::broker_config(ctx, req),
+        request::GET_BROKER_RUNTIME_INFO => admin::runtime_info(ctx, req),
+        request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => admin::create_group(ctx, req).await,
+        request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => admin::all_groups(ctx, req),
+        request::DELETE_SUBSCRIPTIONGROUP => admin::delete_group(ctx, req).await,
+        request::GET_TOPIC_STATS_INFO => admin::topic_stats(ctx, req).await,
+        request::GET_CONSUMER_CONNECTION_LIST => admin::consumer_connections(ctx, req),
+        request::GET_CONSUME_STATS => admin::consume_stats(ctx, req).await,
+        request::INVOKE_BROKER_TO_RESET_OFFSET => admin::reset_offset(ctx, req).await,
+        request::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => tools::all_topic_list(ctx, req),
+        request::GET_TOPICS_BY_CLUSTER => tools::topics_by_cluster(ctx, req),
+        request::GET_SYSTEM_TOPIC_LIST_FROM_NS => tools::system_topics_from_ns(ctx, req),
+        request::GET_SYSTEM_TOPIC_LIST_FROM_BROKER => tools::system_topics_from_broker(ctx, req),
+        request::DELETE_TOPIC_IN_NAMESRV => tools::delete_topic_in_namesrv(ctx, req),
+        request::QUERY_TOPIC_CONSUME_BY_WHO => tools::topic_consumed_by(ctx, req),
+        request::GET_PRODUCER_CONNECTION_LIST => tools::producer_connections(ctx, req),
+        request::CLONE_GROUP_OFFSET => tools::clone_group_offset(ctx, req).await,
+        request::GET_CONSUMER_RUNNING_INFO => relay::consumer_running_info(ctx, req).await,
+        request::CONSUME_MESSAGE_DIRECTLY => relay::consume_message_directly(ctx, req).await,
+        request::SEND_REPLY_MESSAGE | request::SEND_REPLY_MESSAGE_V2 => {
+            reply::send_reply(ctx, req).await
+        }
+        other => Err(unsupported::refusal(other)),
+    })
 }
 
 /// Answers that are part of normal operation, not bad input: not worth a warning.

@@ -50,7 +50,9 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let topic = GetRouteInfoRequestHeader::from_command(req)?.topic;
     let mut cluster = members(broker, &topic);
     if cluster.iter().all(|member| member.topic.is_none()) {
-        let creatable = broker.config.auto_create_topics && validate_topic_name(&topic).is_ok();
+        let creatable = broker.config.auto_create_topics
+            && validate_topic_name(&topic).is_ok()
+            && may_create(ctx, req, &topic);
         if !creatable {
             return Err(Refusal::new(
                 response::TOPIC_NOT_EXIST,
@@ -83,6 +85,15 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_body(route.encode()))
+}
+
+/// With ACL on, lookups are answered to anyone but create topics only for accounts that
+/// may send to them.
+fn may_create(ctx: &Ctx, req: &RemotingCommand, topic: &str) -> bool {
+    match &ctx.broker.acl {
+        Some(acl) => acl.may_create_topic(req, ctx.connection.remote.ip(), topic),
+        None => true,
+    }
 }
 
 fn broker_data(cluster: String, broker_name: String, address: String) -> BrokerData {

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use quiver_broker::{BrokerConfig, BrokerError};
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::request;
-use quiver_protocol::{frame, ExtFields, RemotingCommand};
+use quiver_protocol::{frame, ExtFields, RemotingCommand, SerializeType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -155,6 +156,10 @@ pub struct Client {
     next_opaque: i32,
     /// Requests the broker pushed to us (e.g. NOTIFY_CONSUMER_IDS_CHANGED).
     pub pushed: Vec<RemotingCommand>,
+    /// Signs every request of [`Client::call`] (RocketMQ ACL) when set.
+    pub credentials: Option<Credentials>,
+    /// How [`Client::call`] encodes request headers.
+    pub serialize_type: SerializeType,
 }
 
 pub fn ext(pairs: &[(&str, &str)]) -> ExtFields {
@@ -171,7 +176,15 @@ impl Client {
             buf: BytesMut::new(),
             next_opaque: 1,
             pushed: Vec::new(),
+            credentials: None,
+            serialize_type: SerializeType::Json,
         }
+    }
+
+    /// This client, signing its calls as the account `access_key`.
+    pub fn signing(mut self, access_key: &str, secret_key: &str) -> Client {
+        self.credentials = Some(Credentials::new(access_key, secret_key));
+        self
     }
 
     pub async fn write(&mut self, command: &RemotingCommand) {
@@ -200,9 +213,13 @@ impl Client {
     pub async fn call(&mut self, code: i32, fields: ExtFields, body: Bytes) -> RemotingCommand {
         let opaque = self.next_opaque;
         self.next_opaque += 1;
-        let request = RemotingCommand::request(code, fields)
+        let mut request = RemotingCommand::request(code, fields)
             .with_opaque(opaque)
-            .with_body(body);
+            .with_body(body)
+            .with_serialize_type(self.serialize_type);
+        if let Some(credentials) = &self.credentials {
+            credentials.sign(&mut request);
+        }
         self.write(&request).await;
         loop {
             let command = self.read().await.expect("connection open");

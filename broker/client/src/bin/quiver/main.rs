@@ -51,6 +51,24 @@ struct Cli {
     /// Deadline of one request, in milliseconds.
     #[arg(long, global = true, default_value_t = 5000)]
     timeout_ms: u64,
+    /// ACL access key: every request is signed with it and --secret-key (brokers with ACL
+    /// on refuse unsigned requests).
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_ACCESS_KEY",
+        requires = "secret_key"
+    )]
+    access_key: Option<String>,
+    /// ACL secret key of --access-key.
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_SECRET_KEY",
+        hide_env_values = true,
+        requires = "access_key"
+    )]
+    secret_key: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -342,8 +360,11 @@ fn exit_code(error: &anyhow::Error) -> u8 {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let client =
+    let mut client =
         ClientConfig::new(&cli.server).with_request_timeout(Duration::from_millis(cli.timeout_ms));
+    if let (Some(access_key), Some(secret_key)) = (&cli.access_key, &cli.secret_key) {
+        client = client.with_credentials(access_key, secret_key);
+    }
     match cli.command {
         Command::Produce(args) => produce(client, cli.output, args).await,
         Command::Consume(args) => consume(client, cli.output, args).await,
