@@ -211,51 +211,47 @@ pub async fn handle(
             .offsets
             .commit(&pull.group, &pull.topic, pull.queue_id, commit);
     }
-    let template = req.response_to(response::SUCCESS, None);
-    let answer = match read_or_park(ctx, &pull, &template, trace).await? {
+    let answer = match read_or_park(ctx, &pull, req, trace).await? {
         Some(answer) => answer,
         None => return Ok(None),
     };
-    Ok(Some(respond(broker, &template, &pull, answer)))
+    Ok(Some(respond(broker, req, &pull, answer)))
 }
 
-/// Reads, and while there is nothing new and the pull may wait, parks until a dispatch, the
+/// Reads; while there is nothing new and the pull may wait, parks until a dispatch, the
 /// suspend timeout or shutdown. `None` when the dispatching thread answered the pull.
 async fn read_or_park(
     ctx: &Ctx,
     pull: &Arc<PullRequest>,
-    template: &RemotingCommand,
+    req: &RemotingCommand,
     trace: &mut crate::stages::Trace,
 ) -> Result<Option<Answer>, Refusal> {
     let broker = &ctx.broker;
     let deadline = Instant::now() + pull.suspend;
     let may_park = pull.sys_flag & PULL_FLAG_SUSPEND != 0 && !pull.suspend.is_zero();
     loop {
-        // Register before reading so a dispatch between the read and the wait is not missed.
-        let parked = if may_park {
-            let answer_now = answer_at_dispatch(ctx, pull, template, trace);
-            match broker
-                .long_poll
-                .park(&pull.topic, pull.queue_id, Some(answer_now))
-            {
-                Ok(parked) => Some(parked),
-                Err(ParkRefused::Full) => {
-                    tracing::debug!("parked-pull bound reached; answering at once");
-                    None
-                }
-                Err(ParkRefused::ShuttingDown) => None,
-            }
-        } else {
-            None
-        };
         let answer = read(broker, pull)?;
-        let parked = match (&answer, parked) {
-            (Answer::NotFound(_), Some(parked)) => parked,
-            (_, None) => return Ok(Some(answer)),
-            // Something arrived since the last look: answer it unless a dispatch already did.
-            (_, Some(parked)) if parked.claim_for_task() => return Ok(Some(answer)),
-            (_, Some(_)) => return Ok(None),
+        if !may_park || !matches!(answer, Answer::NotFound(_)) {
+            return Ok(Some(answer));
+        }
+        let answer_now = answer_at_dispatch(ctx, pull, req, trace);
+        let parked = match broker
+            .long_poll
+            .park(&pull.topic, pull.queue_id, Some(answer_now))
+        {
+            Ok(parked) => parked,
+            Err(ParkRefused::Full) => {
+                tracing::debug!("parked-pull bound reached; answering at once");
+                return Ok(Some(answer));
+            }
+            Err(ParkRefused::ShuttingDown) => return Ok(Some(answer)),
         };
+        // Looked at again once parked, so a dispatch between the first look and the park is
+        // not missed; what it finds is answered here unless that dispatch answered already.
+        let answer = read(broker, pull)?;
+        if !matches!(answer, Answer::NotFound(_)) {
+            return Ok(parked.claim_for_task().then_some(answer));
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         match parked.wait(remaining).await {
             Some(Wake::Dispatched(at)) => trace.woken(at),
@@ -271,13 +267,14 @@ async fn read_or_park(
 fn answer_at_dispatch(
     ctx: &Ctx,
     pull: &Arc<PullRequest>,
-    template: &RemotingCommand,
+    req: &RemotingCommand,
     trace: &crate::stages::Trace,
 ) -> AnswerNow {
     let broker = ctx.broker.clone();
     let remoting = ctx.connection.remoting.clone();
     let pull = pull.clone();
-    let template = template.clone();
+    // What an answer takes from the request (opaque, serialization): not its fields.
+    let template = req.response_to(response::SUCCESS, None);
     let mut trace = trace.clone();
     Box::new(move |dispatched: Instant, claim: &Claim| {
         let Ok(Answer::Found(got)) = read(&broker, &pull) else {
