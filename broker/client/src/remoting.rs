@@ -126,7 +126,9 @@ fn client_error(addr: &str, error: ConnectionError) -> ClientError {
         },
         ConnectionError::Encode { code, source, .. } => ClientError::Encode { addr, code, source },
         ConnectionError::Io { source, .. } => ClientError::Io { addr, source },
-        ConnectionError::Malformed { .. } => ClientError::ConnectionClosed { addr },
+        ConnectionError::Malformed { .. } | ConnectionError::FrameTimedOut { .. } => {
+            ClientError::ConnectionClosed { addr }
+        }
     }
 }
 

@@ -37,6 +37,9 @@ pub struct Options {
     pub read_budget: Option<ByteBudget>,
     /// Stamp each inbound frame with when its last bytes were read ([`Inbound::read_at`]).
     pub stamp_reads: bool,
+    /// A frame whose first bytes arrived must be whole within this, or reading fails with
+    /// [`ConnectionError::FrameTimedOut`] (slow or stalled senders); None: no bound.
+    pub frame_read_timeout: Option<Duration>,
     /// Signs every request and oneway frame sent (RocketMQ ACL); responses are not signed.
     pub credentials: Option<Arc<Credentials>>,
 }
@@ -50,6 +53,7 @@ impl Options {
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             read_budget: None,
             stamp_reads: false,
+            frame_read_timeout: None,
             credentials: None,
         }
     }
@@ -78,6 +82,8 @@ pub enum ConnectionError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{peer} started a frame and did not finish it within {timeout:?}")]
+    FrameTimedOut { peer: String, timeout: Duration },
     #[error("{peer} sent a malformed frame")]
     Malformed {
         peer: String,
@@ -272,7 +278,12 @@ impl Connection {
         let frame_writer = FrameWriter::new(writer, options.language, connection.shared.clone());
         let writer_task = tokio::spawn(frame_writer.run(outbound_rx, closing));
         let incoming = Incoming {
-            reader: FrameReader::new(reader, options.read_budget, options.stamp_reads),
+            reader: FrameReader::new(
+                reader,
+                options.read_budget,
+                options.stamp_reads,
+                options.frame_read_timeout,
+            ),
             shared: connection.shared.clone(),
             writer: Some(writer_task),
         };
@@ -444,6 +455,7 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
         let error = match failure {
             ReadFailure::Io(source) => ConnectionError::Io { peer, source },
             ReadFailure::Malformed(source) => ConnectionError::Malformed { peer, source },
+            ReadFailure::FrameTimedOut(timeout) => ConnectionError::FrameTimedOut { peer, timeout },
         };
         self.shared.end(&error.to_string());
         error

@@ -1,6 +1,6 @@
 //! The one loop in the tree that reads RemotingCommand frames off a socket.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
 use quiver_protocol::{frame, FrameError, RemotingCommand};
@@ -17,6 +17,8 @@ const READ_AHEAD: usize = 64 * 1024;
 pub(crate) enum ReadFailure {
     Io(std::io::Error),
     Malformed(FrameError),
+    /// A frame was started and not finished within the frame read timeout.
+    FrameTimedOut(Duration),
 }
 
 impl From<std::io::Error> for ReadFailure {
@@ -45,16 +47,27 @@ pub(crate) struct FrameReader<R> {
     stamp_reads: bool,
     /// When the last read returned bytes (if stamping): the frames it completed arrived then.
     filled_at: Option<Instant>,
+    /// How long a started frame may take to arrive whole; None: as long as it takes.
+    frame_timeout: Option<Duration>,
+    /// When the first bytes of the frame being received arrived.
+    frame_started: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub(crate) fn new(reader: R, budget: Option<ByteBudget>, stamp_reads: bool) -> FrameReader<R> {
+    pub(crate) fn new(
+        reader: R,
+        budget: Option<ByteBudget>,
+        stamp_reads: bool,
+        frame_timeout: Option<Duration>,
+    ) -> FrameReader<R> {
         FrameReader {
             reader,
             buf: BytesMut::with_capacity(READ_AHEAD),
             budget: budget.map(ReadBudget::new),
             stamp_reads,
             filled_at: None,
+            frame_timeout,
+            frame_started: None,
         }
     }
 
@@ -69,14 +82,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     .budget
                     .as_mut()
                     .and_then(|budget| budget.hand_over(consumed));
+                // What is left over is the start of the next frame.
+                self.frame_started = (!self.buf.is_empty()).then(Instant::now);
                 return Ok(Some((command, held, self.filled_at)));
             }
             if self.fill().await? == 0 {
                 return Ok(None);
             }
+            let now = Instant::now();
             if self.stamp_reads {
-                self.filled_at = Some(Instant::now());
+                self.filled_at = Some(now);
             }
+            self.frame_started.get_or_insert(now);
         }
     }
 
@@ -84,9 +101,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// large one lands in one allocation, or a read-ahead chunk; within the budget if any.
     async fn fill(&mut self) -> Result<usize, ReadFailure> {
         let wanted = frame::frame_len(&self.buf)?.map_or(READ_AHEAD, |bytes| bytes.max(READ_AHEAD));
+        // Only the peer's part is timed: a wait for the budget below is the broker's.
+        let deadline = self.frame_deadline();
         let Some(budget) = self.budget.as_mut() else {
             self.buf.reserve(wanted.saturating_sub(self.buf.len()));
-            return Ok(self.reader.read_buf(&mut self.buf).await?);
+            return within(deadline, self.reader.read_buf(&mut self.buf)).await;
         };
         budget.release_above(wanted.max(self.buf.len()));
         if budget.hold(wanted).await.is_err() {
@@ -99,6 +118,27 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         };
         self.buf.reserve(room);
         let mut window = (&mut self.buf).limit(room);
-        Ok(self.reader.read_buf(&mut window).await?)
+        within(deadline, self.reader.read_buf(&mut window)).await
+    }
+
+    /// When the frame being received must be whole, if one is started and a timeout is set.
+    fn frame_deadline(&self) -> Option<(Instant, Duration)> {
+        let timeout = self.frame_timeout?;
+        let started = self.frame_started.filter(|_| !self.buf.is_empty())?;
+        Some((started + timeout, timeout))
+    }
+}
+
+/// Runs `read`, failing with `FrameTimedOut` if `deadline` passes first.
+async fn within(
+    deadline: Option<(Instant, Duration)>,
+    read: impl std::future::Future<Output = std::io::Result<usize>>,
+) -> Result<usize, ReadFailure> {
+    match deadline {
+        None => Ok(read.await?),
+        Some((deadline, timeout)) => match tokio::time::timeout_at(deadline.into(), read).await {
+            Ok(read) => Ok(read?),
+            Err(_) => Err(ReadFailure::FrameTimedOut(timeout)),
+        },
     }
 }

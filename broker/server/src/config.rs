@@ -30,6 +30,7 @@ pub mod defaults {
     pub const CLIENT_EXPIRY_MS: u64 = 120_000;
     /// Apache's `serverChannelMaxIdleTimeSeconds`.
     pub const IDLE_CONNECTION_TIMEOUT_MS: u64 = 120_000;
+    pub const FRAME_READ_TIMEOUT_MS: u64 = 30_000;
     pub const PERSIST_INTERVAL_MS: u64 = 5_000;
     pub const MAX_RECONSUME_TIMES: i32 = 16;
     pub const FILE_RESERVED_HOURS: u64 = 72;
@@ -154,6 +155,15 @@ pub struct BrokerConfig {
     )]
     pub idle_connection_timeout_ms: u64,
 
+    /// A frame whose first bytes arrived must arrive whole within this, or the connection is
+    /// closed (a stalled sender holds no read buffer for long); 0: no bound. 0 or >= 100.
+    #[arg(
+        long,
+        env = "QUIVER_FRAME_READ_TIMEOUT_MS",
+        default_value_t = defaults::FRAME_READ_TIMEOUT_MS
+    )]
+    pub frame_read_timeout_ms: u64,
+
     /// How often consumer offsets, topics and groups are persisted. >= 100.
     #[arg(long, env = "QUIVER_PERSIST_INTERVAL_MS", default_value_t = defaults::PERSIST_INTERVAL_MS)]
     pub persist_interval_ms: u64,
@@ -253,6 +263,7 @@ impl Default for BrokerConfig {
             max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
             client_expiry_ms: defaults::CLIENT_EXPIRY_MS,
             idle_connection_timeout_ms: defaults::IDLE_CONNECTION_TIMEOUT_MS,
+            frame_read_timeout_ms: defaults::FRAME_READ_TIMEOUT_MS,
             persist_interval_ms: defaults::PERSIST_INTERVAL_MS,
             max_reconsume_times: defaults::MAX_RECONSUME_TIMES,
             file_reserved_hours: defaults::FILE_RESERVED_HOURS,
@@ -448,6 +459,12 @@ impl BrokerConfig {
                 "must be 0 (never) or at least 1000",
             ));
         }
+        if (1..100).contains(&self.frame_read_timeout_ms) {
+            return Err(invalid(
+                "frame-read-timeout-ms",
+                "must be 0 (no bound) or at least 100",
+            ));
+        }
         if self.persist_interval_ms < 100 {
             return Err(invalid("persist-interval-ms", "must be at least 100"));
         }
@@ -460,7 +477,12 @@ impl BrokerConfig {
         Ok(())
     }
 
-    /// The address peers and clients use for this broker.
+    /// How long a started frame may take to arrive whole; None: no bound.
+    pub fn frame_read_timeout(&self) -> Option<std::time::Duration> {
+        (self.frame_read_timeout_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.frame_read_timeout_ms))
+    }
+
     /// How long a connection may stay idle before it is closed; None: forever.
     pub fn idle_connection_timeout(&self) -> Option<std::time::Duration> {
         (self.idle_connection_timeout_ms > 0)
@@ -477,6 +499,7 @@ impl BrokerConfig {
         }
     }
 
+    /// The address peers and clients use for this broker.
     pub fn advertised_addr(&self, bound: std::net::SocketAddr) -> String {
         match &self.advertise {
             Some(addr) => addr.clone(),

@@ -64,16 +64,23 @@ pub enum ClosedBecause {
     Idle,
     /// `max-connections` reached: closed on accept.
     ConnectionLimit,
+    /// A frame started and not finished within `frame-read-timeout-ms`.
+    FrameReadTimeout,
 }
 
 impl ClosedBecause {
-    const ALL: [ClosedBecause; 2] = [ClosedBecause::Idle, ClosedBecause::ConnectionLimit];
+    const ALL: [ClosedBecause; 3] = [
+        ClosedBecause::Idle,
+        ClosedBecause::ConnectionLimit,
+        ClosedBecause::FrameReadTimeout,
+    ];
 
     /// The `reason` label.
     pub fn label(self) -> &'static str {
         match self {
             ClosedBecause::Idle => "idle",
             ClosedBecause::ConnectionLimit => "max-connections",
+            ClosedBecause::FrameReadTimeout => "frame-read-timeout",
         }
     }
 }

@@ -200,6 +200,7 @@ async fn serve_connection(
         outbound_queue: OUTBOUND_QUEUE,
         read_budget: Some(inflight_bytes),
         stamp_reads: broker.stages.is_on(),
+        frame_read_timeout: broker.config.frame_read_timeout(),
         ..Options::new(remote.to_string())
     };
     let (remoting, mut incoming) = Connection::start(stream, options);
@@ -261,6 +262,14 @@ async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Rec
             Ok(Some(inbound)) => inbound,
             Ok(None) | Err(ConnectionError::Io { .. }) => {
                 // Nobody is left to answer: parked pulls of this client are dropped.
+                requests.abort_all();
+                break;
+            }
+            Err(error @ ConnectionError::FrameTimedOut { .. }) => {
+                tracing::warn!(remote = %ctx.connection.remote, %error, "frame not finished in time; closing the connection");
+                ctx.broker
+                    .metrics
+                    .connection_closed(ClosedBecause::FrameReadTimeout);
                 requests.abort_all();
                 break;
             }
