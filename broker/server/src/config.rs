@@ -24,6 +24,7 @@ pub mod defaults {
     pub const MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
     pub const WORKER_THREADS: usize = 0;
     pub const MAX_CONNECTIONS: usize = 4096;
+    pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 1024;
     pub const MAX_PARKED_PULLS: usize = 65536;
     pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
     pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
@@ -122,6 +123,15 @@ pub struct BrokerConfig {
     /// Open client connections at most; more are closed on accept. >= 1.
     #[arg(long, env = "QUIVER_MAX_CONNECTIONS", default_value_t = defaults::MAX_CONNECTIONS)]
     pub max_connections: usize,
+
+    /// Open client connections from one source IP address at most; more are closed on
+    /// accept. >= 1.
+    #[arg(
+        long,
+        env = "QUIVER_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = defaults::MAX_CONNECTIONS_PER_ADDRESS
+    )]
+    pub max_connections_per_address: usize,
 
     /// Pull requests parked for long polling at most; more get PULL_NOT_FOUND at once.
     /// >= 1.
@@ -258,6 +268,7 @@ impl Default for BrokerConfig {
             broker_permission: perm::READ_WRITE,
             worker_threads: defaults::WORKER_THREADS,
             max_connections: defaults::MAX_CONNECTIONS,
+            max_connections_per_address: defaults::MAX_CONNECTIONS_PER_ADDRESS,
             max_parked_pulls: defaults::MAX_PARKED_PULLS,
             max_inflight_per_connection: defaults::MAX_INFLIGHT_PER_CONNECTION,
             max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
@@ -433,6 +444,10 @@ impl BrokerConfig {
     fn validate_limits(&self) -> Result<(), ConfigError> {
         let at_least_one = [
             ("max-connections", self.max_connections),
+            (
+                "max-connections-per-address",
+                self.max_connections_per_address,
+            ),
             ("max-parked-pulls", self.max_parked_pulls),
             (
                 "max-inflight-per-connection",

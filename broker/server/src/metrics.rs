@@ -66,13 +66,16 @@ pub enum ClosedBecause {
     ConnectionLimit,
     /// A frame started and not finished within `frame-read-timeout-ms`.
     FrameReadTimeout,
+    /// `max-connections-per-address` reached for the source address: closed on accept.
+    AddressLimit,
 }
 
 impl ClosedBecause {
-    const ALL: [ClosedBecause; 3] = [
+    const ALL: [ClosedBecause; 4] = [
         ClosedBecause::Idle,
         ClosedBecause::ConnectionLimit,
         ClosedBecause::FrameReadTimeout,
+        ClosedBecause::AddressLimit,
     ];
 
     /// The `reason` label.
@@ -81,6 +84,7 @@ impl ClosedBecause {
             ClosedBecause::Idle => "idle",
             ClosedBecause::ConnectionLimit => "max-connections",
             ClosedBecause::FrameReadTimeout => "frame-read-timeout",
+            ClosedBecause::AddressLimit => "max-connections-per-address",
         }
     }
 }

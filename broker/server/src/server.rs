@@ -1,6 +1,8 @@
 //! The accept loop, one task per connection, and the broker lifecycle.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -143,6 +145,7 @@ async fn accept_loop(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinSet<()> {
     let connection_slots = Arc::new(Semaphore::new(broker.config.max_connections));
+    let per_address = AddressSlots::new(broker.config.max_connections_per_address);
     let inflight_bytes = ByteBudget::new(broker.config.max_inflight_bytes);
     let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
@@ -167,6 +170,13 @@ async fn accept_loop(
                     drop(stream);
                     continue;
                 };
+                let Some(address_slot) = per_address.take(remote.ip()) else {
+                    tracing::warn!(%remote, max = broker.config.max_connections_per_address,
+                        "connection limit of the source address reached; closing");
+                    broker.metrics.connection_closed(ClosedBecause::AddressLimit);
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let broker = broker.clone();
@@ -176,12 +186,59 @@ async fn accept_loop(
                     broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
                     serve_connection(stream, remote, id, broker.clone(), inflight_bytes, stop).await;
                     broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
-                    drop(slot);
+                    drop((slot, address_slot));
                 });
             }
         }
     }
     connections
+}
+
+/// Open connections per source address, bounded: a slot is given back when dropped.
+#[derive(Clone)]
+struct AddressSlots {
+    open: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+    max: usize,
+}
+
+struct AddressSlot {
+    slots: AddressSlots,
+    address: IpAddr,
+}
+
+impl AddressSlots {
+    fn new(max: usize) -> AddressSlots {
+        AddressSlots {
+            open: Arc::default(),
+            max,
+        }
+    }
+
+    /// A slot for one more connection from `address`; None at the limit.
+    fn take(&self, address: IpAddr) -> Option<AddressSlot> {
+        let mut open = self.open.lock();
+        let count = open.entry(address).or_default();
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot {
+            slots: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock();
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
 }
 
 /// Serves one client: its requests are read and dispatched here (the reader half); the

@@ -171,8 +171,22 @@ pub fn ext(pairs: &[(&str, &str)]) -> ExtFields {
 
 impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
+        Client::over(TcpStream::connect(addr).await.expect("connect"))
+    }
+
+    /// A client whose connection comes from `source` (any 127.0.0.0/8 address works on
+    /// loopback), to stand for another host.
+    pub async fn connect_from(source: std::net::IpAddr, addr: SocketAddr) -> Client {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .expect("bind the source");
+        Client::over(socket.connect(addr).await.expect("connect"))
+    }
+
+    fn over(stream: TcpStream) -> Client {
         Client {
-            stream: TcpStream::connect(addr).await.expect("connect"),
+            stream,
             buf: BytesMut::new(),
             next_opaque: 1,
             pushed: Vec::new(),
