@@ -74,7 +74,10 @@ impl Broker {
         let topics = TopicManager::load(&config.data_dir)?;
         let transactions = Transactions::load(&store, &offsets)?;
         let groups = GroupManager::load(&config.data_dir, config.max_reconsume_times)?;
-        let long_poll = LongPollRegistry::new(config.max_parked_pulls);
+        let long_poll = LongPollRegistry::new(
+            config.max_parked_pulls,
+            config.max_parked_pulls_per_connection,
+        );
         let hook_registry = long_poll.clone();
         store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
             hook_registry.notify(event.topic, event.queue_id);

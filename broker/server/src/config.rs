@@ -25,6 +25,7 @@ pub mod defaults {
     pub const WORKER_THREADS: usize = 0;
     pub const MAX_CONNECTIONS: usize = 4096;
     pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 1024;
+    pub const MAX_PARKED_PULLS_PER_CONNECTION: usize = 1024;
     pub const MAX_PARKED_PULLS: usize = 65536;
     pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
     pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
@@ -137,6 +138,15 @@ pub struct BrokerConfig {
     /// >= 1.
     #[arg(long, env = "QUIVER_MAX_PARKED_PULLS", default_value_t = defaults::MAX_PARKED_PULLS)]
     pub max_parked_pulls: usize,
+
+    /// Pull requests parked for long polling at most per connection; more are refused with
+    /// SYSTEM_BUSY (clients back off). >= 1.
+    #[arg(
+        long,
+        env = "QUIVER_MAX_PARKED_PULLS_PER_CONNECTION",
+        default_value_t = defaults::MAX_PARKED_PULLS_PER_CONNECTION
+    )]
+    pub max_parked_pulls_per_connection: usize,
 
     /// Requests of one connection being processed at once; reading pauses beyond it, which
     /// bounds memory held by in-flight requests. >= 1.
@@ -270,6 +280,7 @@ impl Default for BrokerConfig {
             max_connections: defaults::MAX_CONNECTIONS,
             max_connections_per_address: defaults::MAX_CONNECTIONS_PER_ADDRESS,
             max_parked_pulls: defaults::MAX_PARKED_PULLS,
+            max_parked_pulls_per_connection: defaults::MAX_PARKED_PULLS_PER_CONNECTION,
             max_inflight_per_connection: defaults::MAX_INFLIGHT_PER_CONNECTION,
             max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
             client_expiry_ms: defaults::CLIENT_EXPIRY_MS,
@@ -449,6 +460,10 @@ impl BrokerConfig {
                 self.max_connections_per_address,
             ),
             ("max-parked-pulls", self.max_parked_pulls),
+            (
+                "max-parked-pulls-per-connection",
+                self.max_parked_pulls_per_connection,
+            ),
             (
                 "max-inflight-per-connection",
                 self.max_inflight_per_connection,

@@ -3,7 +3,7 @@
 //! pull's task (on two cores, each hand-off can wait behind other work).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,6 +43,7 @@ pub struct Parked {
     registry: Arc<LongPollRegistry>,
     topic: String,
     queue_id: u32,
+    connection: u64,
 }
 
 impl Parked {
@@ -70,6 +71,7 @@ impl Drop for Parked {
         self.registry
             .forget(&self.topic, self.queue_id, &self.claim);
         self.registry.parked.fetch_sub(1, Ordering::AcqRel);
+        self.registry.connection_unparked(self.connection);
     }
 }
 
@@ -78,6 +80,8 @@ impl Drop for Parked {
 pub enum ParkRefused {
     /// The bound on parked pulls is reached.
     Full,
+    /// The bound on parked pulls of one connection is reached.
+    ConnectionFull,
     /// The broker is stopping.
     ShuttingDown,
 }
@@ -113,17 +117,55 @@ pub struct LongPollRegistry {
     waiters: Mutex<Waiters>,
     parked: AtomicUsize,
     max_parked: usize,
+    /// Pulls parked per connection id, and the bound.
+    per_connection: Mutex<HashMap<u64, usize>>,
+    max_per_connection: usize,
+    /// Parks refused: [the broker's bound, a connection's bound].
+    refused: [AtomicU64; 2],
     shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl LongPollRegistry {
-    pub fn new(max_parked: usize) -> std::sync::Arc<Self> {
+    pub fn new(max_parked: usize, max_per_connection: usize) -> std::sync::Arc<Self> {
         std::sync::Arc::new(LongPollRegistry {
             waiters: Mutex::new(HashMap::new()),
             parked: AtomicUsize::new(0),
             max_parked,
+            per_connection: Mutex::new(HashMap::new()),
+            max_per_connection,
+            refused: [AtomicU64::new(0), AtomicU64::new(0)],
             shut_down: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Counts one more pull parked by `connection`; false at its bound.
+    fn connection_parks(&self, connection: u64) -> bool {
+        let mut per_connection = self.per_connection.lock();
+        let parked = per_connection.entry(connection).or_default();
+        if *parked >= self.max_per_connection {
+            return false;
+        }
+        *parked += 1;
+        true
+    }
+
+    fn connection_unparked(&self, connection: u64) {
+        let mut per_connection = self.per_connection.lock();
+        if let Some(parked) = per_connection.get_mut(&connection) {
+            *parked -= 1;
+            if *parked == 0 {
+                per_connection.remove(&connection);
+            }
+        }
+    }
+
+    /// (reason, parks refused so far): the broker's bound and a connection's.
+    pub fn refused_counts(&self) -> [(&'static str, u64); 2] {
+        let count = |i: usize| self.refused[i].load(Ordering::Relaxed);
+        [
+            ("max-parked-pulls", count(0)),
+            ("max-parked-pulls-per-connection", count(1)),
+        ]
     }
 
     /// Parks a pull on a queue. Register before re-checking the queue so no dispatch is missed.
@@ -132,14 +174,21 @@ impl LongPollRegistry {
         self: &Arc<Self>,
         topic: &str,
         queue_id: u32,
+        connection: u64,
         answer_now: Option<AnswerNow>,
     ) -> Result<Parked, ParkRefused> {
         if self.shut_down.load(Ordering::Acquire) {
             return Err(ParkRefused::ShuttingDown);
         }
+        if !self.connection_parks(connection) {
+            self.refused[1].fetch_add(1, Ordering::Relaxed);
+            return Err(ParkRefused::ConnectionFull);
+        }
         let previous = self.parked.fetch_add(1, Ordering::AcqRel);
         if previous >= self.max_parked {
             self.parked.fetch_sub(1, Ordering::AcqRel);
+            self.connection_unparked(connection);
+            self.refused[0].fetch_add(1, Ordering::Relaxed);
             return Err(ParkRefused::Full);
         }
         let (sender, receiver) = oneshot::channel();
@@ -163,6 +212,7 @@ impl LongPollRegistry {
             registry: self.clone(),
             topic: topic.to_owned(),
             queue_id,
+            connection,
         })
     }
 
@@ -228,9 +278,9 @@ mod tests {
 
     #[tokio::test]
     async fn dispatch_wakes_only_its_queue() {
-        let registry = LongPollRegistry::new(8);
-        let on_q0 = registry.park("T", 0, None).unwrap();
-        let on_q1 = registry.park("T", 1, None).unwrap();
+        let registry = LongPollRegistry::new(8, 8);
+        let on_q0 = registry.park("T", 0, 1, None).unwrap();
+        let on_q1 = registry.park("T", 1, 1, None).unwrap();
         registry.notify("T", 0);
         assert!(matches!(
             on_q0.wait(Duration::from_secs(5)).await,
@@ -246,30 +296,33 @@ mod tests {
 
     #[tokio::test]
     async fn bound_and_shutdown() {
-        let registry = LongPollRegistry::new(1);
-        let first = registry.park("T", 0, None).unwrap();
-        assert_eq!(registry.park("T", 0, None).err(), Some(ParkRefused::Full));
+        let registry = LongPollRegistry::new(1, 8);
+        let first = registry.park("T", 0, 1, None).unwrap();
+        assert_eq!(
+            registry.park("T", 0, 1, None).err(),
+            Some(ParkRefused::Full)
+        );
         registry.shutdown();
         assert_eq!(
             first.wait(Duration::from_secs(5)).await,
             Some(Wake::Shutdown)
         );
         assert_eq!(
-            registry.park("T", 0, None).err(),
+            registry.park("T", 0, 1, None).err(),
             Some(ParkRefused::ShuttingDown)
         );
     }
 
     #[tokio::test]
     async fn the_dispatch_answers_a_pull_that_left_an_answer_now() {
-        let registry = LongPollRegistry::new(8);
+        let registry = LongPollRegistry::new(8, 8);
         let (answered_tx, answered_rx) = std::sync::mpsc::channel();
         let answer_now: AnswerNow = Box::new(move |dispatched, claim| {
             assert!(claim.take(), "nobody else answered");
             answered_tx.send(dispatched).unwrap();
             true
         });
-        let parked = registry.park("T", 0, Some(answer_now)).unwrap();
+        let parked = registry.park("T", 0, 1, Some(answer_now)).unwrap();
         registry.notify("T", 0);
         assert!(
             answered_rx.try_recv().is_ok(),
@@ -283,8 +336,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_declined_answer_wakes_the_task_which_then_answers() {
-        let registry = LongPollRegistry::new(8);
-        let parked = registry.park("T", 0, Some(Box::new(|_, _| false))).unwrap();
+        let registry = LongPollRegistry::new(8, 8);
+        let parked = registry
+            .park("T", 0, 1, Some(Box::new(|_, _| false)))
+            .unwrap();
         registry.notify("T", 0);
         assert!(matches!(
             parked.wait(Duration::from_secs(5)).await,
@@ -294,18 +349,36 @@ mod tests {
 
     #[tokio::test]
     async fn a_timed_out_pull_answers_itself_unless_the_dispatch_claimed_it_first() {
-        let registry = LongPollRegistry::new(8);
-        let parked = registry.park("T", 0, None).unwrap();
+        let registry = LongPollRegistry::new(8, 8);
+        let parked = registry.park("T", 0, 1, None).unwrap();
         let claim = parked.claim.clone();
         assert_eq!(parked.wait(Duration::from_millis(10)).await, None);
         assert!(!claim.take(), "the timed-out task holds the claim");
 
-        let parked = registry.park("T", 1, None).unwrap();
+        let parked = registry.park("T", 1, 1, None).unwrap();
         assert!(parked.claim.take(), "a dispatch claims it mid-answer");
         assert_eq!(
             parked.wait(Duration::from_millis(10)).await,
             Some(Wake::Answered),
             "the task must not answer a second time"
         );
+    }
+
+    #[tokio::test]
+    async fn one_connection_parks_at_most_its_bound_and_others_are_not_held_up() {
+        let registry = LongPollRegistry::new(8, 2);
+        let first = registry.park("T", 0, 1, None).unwrap();
+        let _second = registry.park("T", 1, 1, None).unwrap();
+        assert_eq!(
+            registry.park("T", 2, 1, None).err(),
+            Some(ParkRefused::ConnectionFull)
+        );
+        let _elsewhere = registry.park("T", 0, 2, None).unwrap();
+        assert_eq!(
+            registry.refused_counts()[1],
+            ("max-parked-pulls-per-connection", 1)
+        );
+        drop(first);
+        assert!(registry.park("T", 2, 1, None).is_ok(), "a slot came back");
     }
 }

@@ -360,7 +360,15 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
     for (name, help, value) in gauges {
         gauge(encoder, name, help, value)?;
     }
-    Ok(())
+    counter_family(
+        encoder,
+        "quiver_parked_pulls_refused_total",
+        "Long-polling pulls not parked because a bound was reached, by bound.",
+        broker
+            .long_poll
+            .refused_counts()
+            .map(|(reason, count)| ([("reason", reason)], count)),
+    )
 }
 
 /// The check-back service: checks sent (or without a live producer), half messages discarded.

@@ -235,16 +235,26 @@ async fn read_or_park(
             return Ok(Some(answer));
         }
         let answer_now = answer_at_dispatch(ctx, pull, req, trace);
-        let parked = match broker
-            .long_poll
-            .park(&pull.topic, pull.queue_id, Some(answer_now))
-        {
+        let parked = match broker.long_poll.park(
+            &pull.topic,
+            pull.queue_id,
+            ctx.connection.id,
+            Some(answer_now),
+        ) {
             Ok(parked) => parked,
             Err(ParkRefused::Full) => {
                 tracing::debug!("parked-pull bound reached; answering at once");
                 return Ok(Some(answer));
             }
             Err(ParkRefused::ShuttingDown) => return Ok(Some(answer)),
+            // Apache clients back off after SYSTEM_BUSY instead of pulling again at once.
+            Err(ParkRefused::ConnectionFull) => return Err(Refusal::new(
+                response::SYSTEM_BUSY,
+                format!(
+                    "this connection has {} pulls parked already (max-parked-pulls-per-connection)",
+                    broker.config.max_parked_pulls_per_connection
+                ),
+            )),
         };
         // Looked at again once parked, so a dispatch between the first look and the park is
         // not missed; what it finds is answered here unless that dispatch answered already.
