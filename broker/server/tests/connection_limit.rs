@@ -27,24 +27,9 @@ async fn connections_are_bounded() {
     );
     drop(first);
     // The slot frees once the broker notices the close.
-    common::wait_for(
-        "a free slot",
-        std::time::Duration::from_secs(10),
-        || async {
-            let mut retry = Client::connect(broker.addr).await;
-            let opaque = 77;
-            let request = quiver_protocol::RemotingCommand::request(
-                quiver_protocol::code::request::GET_MAX_OFFSET,
-                common::ext(&[("topic", "Lim"), ("queueId", "0")]),
-            )
-            .with_opaque(opaque);
-            retry.write(&request).await;
-            retry
-                .read()
-                .await
-                .is_some_and(|reply| reply.opaque == opaque)
-        },
-    )
+    common::wait_for("a free slot", std::time::Duration::from_secs(10), || {
+        common::new_connection_answers(broker.addr, "Lim")
+    })
     .await;
     assert_eq!(
         second.send("Lim", 0, "c", "A").await.code,

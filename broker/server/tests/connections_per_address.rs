@@ -10,17 +10,6 @@ use std::time::Duration;
 use common::{test_config, Client, TestBroker};
 use quiver_protocol::code::response;
 
-fn closed_by_reason(metrics: &str, reason: &str) -> u64 {
-    let labels = format!(r#"reason="{reason}""#);
-    metrics
-        .lines()
-        .filter(|line| line.starts_with("quiver_connections_closed_total{"))
-        .find(|line| line.contains(&labels))
-        .and_then(|line| line.rsplit_once(' '))
-        .map(|(_, value)| value.parse().unwrap())
-        .unwrap_or_else(|| panic!("no {reason} series in\n{metrics}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_is_bounded_and_others_are_not() {
     let dir = tempfile::tempdir().unwrap();
@@ -53,30 +42,17 @@ async fn one_address_is_bounded_and_others_are_not() {
         response::SUCCESS
     );
     let metrics = broker.metrics().await;
-    assert_eq!(closed_by_reason(&metrics, "max-connections-per-address"), 1);
-    assert_eq!(closed_by_reason(&metrics, "max-connections"), 0);
+    assert_eq!(
+        common::connections_closed(&metrics, "max-connections-per-address"),
+        1
+    );
+    assert_eq!(common::connections_closed(&metrics, "max-connections"), 0);
 
     drop(first);
     // The slot frees once the broker notices the close.
-    common::wait_for(
-        "a free slot for 127.0.0.1",
-        Duration::from_secs(10),
-        || async {
-            let mut retry = Client::connect(broker.addr).await;
-            let opaque = 77;
-            let request = quiver_protocol::RemotingCommand::request(
-                quiver_protocol::code::request::GET_MAX_OFFSET,
-                common::ext(&[("topic", "Src"), ("queueId", "0")]),
-            )
-            .with_opaque(opaque);
-            retry.write(&request).await;
-            // A connection closed at accept reads as closed, not as an answer.
-            retry
-                .read()
-                .await
-                .is_some_and(|reply| reply.opaque == opaque)
-        },
-    )
+    common::wait_for("a free slot for 127.0.0.1", Duration::from_secs(10), || {
+        common::new_connection_answers(broker.addr, "Src")
+    })
     .await;
     broker.stop().await;
 }

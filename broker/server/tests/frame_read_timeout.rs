@@ -12,17 +12,6 @@ use tokio::io::AsyncWriteExt;
 
 const FRAME_TIMEOUT_MS: u64 = 500;
 
-fn closed_by_reason(metrics: &str, reason: &str) -> u64 {
-    let labels = format!(r#"reason="{reason}""#);
-    metrics
-        .lines()
-        .filter(|line| line.starts_with("quiver_connections_closed_total{"))
-        .find(|line| line.contains(&labels))
-        .and_then(|line| line.rsplit_once(' '))
-        .map(|(_, value)| value.parse().unwrap())
-        .unwrap_or_else(|| panic!("no {reason} series in\n{metrics}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_frame_closes_its_connection_and_no_other() {
     let dir = tempfile::tempdir().unwrap();
@@ -64,7 +53,7 @@ async fn a_stalled_frame_closes_its_connection_and_no_other() {
     );
     let metrics = broker.metrics().await;
     assert_eq!(
-        closed_by_reason(&metrics, "frame-read-timeout"),
+        common::connections_closed(&metrics, "frame-read-timeout"),
         1,
         "{metrics}"
     );

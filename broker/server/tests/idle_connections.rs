@@ -37,16 +37,7 @@ async fn a_silent_connection_is_closed_and_a_busy_one_is_not() {
     let answer = busy.send("Idle", 0, "last", "A").await;
     assert_eq!(answer.code, response::SUCCESS, "the busy one still works");
     let metrics = broker.metrics().await;
-    let closed = |reason: &str| -> u64 {
-        let labels = format!(r#"reason="{reason}""#);
-        metrics
-            .lines()
-            .filter(|line| line.starts_with("quiver_connections_closed_total{"))
-            .find(|line| line.contains(&labels))
-            .and_then(|line| line.rsplit_once(' '))
-            .map(|(_, value)| value.parse().unwrap())
-            .unwrap_or_else(|| panic!("no {reason} series in\n{metrics}"))
-    };
+    let closed = |reason: &str| common::connections_closed(&metrics, reason);
     assert!(closed("idle") >= 1, "{metrics}");
     assert_eq!(closed("max-connections"), 0);
     broker.stop().await;

@@ -475,3 +475,32 @@ pub fn pulled_records(response: &RemotingCommand) -> Vec<quiver_store::record::R
     }
     quiver_store::record::decode_all(&response.body).expect("pull body decodes")
 }
+
+/// `quiver_connections_closed_total{reason}` in a scrape; panics when the series is missing.
+pub fn connections_closed(metrics: &str, reason: &str) -> u64 {
+    let labels = format!(r#"reason="{reason}""#);
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("quiver_connections_closed_total{"))
+        .find(|line| line.contains(&labels))
+        .and_then(|line| line.rsplit_once(' '))
+        .map(|(_, value)| value.parse().unwrap())
+        .unwrap_or_else(|| panic!("no {reason} series in\n{metrics}"))
+}
+
+/// Whether a new connection to `addr` gets a request answered (false when it is closed at
+/// accept): a GET_MAX_OFFSET of `topic`'s queue 0.
+pub async fn new_connection_answers(addr: SocketAddr, topic: &str) -> bool {
+    let mut client = Client::connect(addr).await;
+    let opaque = 77;
+    let request = RemotingCommand::request(
+        request::GET_MAX_OFFSET,
+        ext(&[("topic", topic), ("queueId", "0")]),
+    )
+    .with_opaque(opaque);
+    client.write(&request).await;
+    client
+        .read()
+        .await
+        .is_some_and(|reply| reply.opaque == opaque)
+}
