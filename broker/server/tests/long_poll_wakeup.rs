@@ -26,13 +26,7 @@ async fn parked_pull_wakes_on_send() {
         let reply = consumer.pull("G", "Wake", 0, 1, 15_000, None).await;
         (reply, started.elapsed())
     });
-    common::wait_for("the pull to park", Duration::from_secs(10), || async {
-        broker
-            .metrics()
-            .await
-            .contains("quiver_parked_pulls{cluster=\"DefaultCluster\"} 1")
-    })
-    .await;
+    broker.wait_parked(1).await;
     assert_eq!(
         producer.send("Wake", 0, "second", "A").await.code,
         response::SUCCESS

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use common::{ext, pulled_bodies, test_config, Client, TestBroker};
 use quiver_protocol::code::{request, response};
@@ -44,13 +42,7 @@ async fn a_third_parked_pull_on_one_connection_is_refused_and_others_work() {
     let mut greedy = Client::connect(broker.addr).await;
     greedy.write(&parking_pull(0, 1)).await;
     greedy.write(&parking_pull(1, 2)).await;
-    common::wait_for("two parked pulls", Duration::from_secs(10), || async {
-        broker
-            .metrics()
-            .await
-            .contains("quiver_parked_pulls{cluster=\"DefaultCluster\"} 2")
-    })
-    .await;
+    broker.wait_parked(2).await;
     greedy.write(&parking_pull(2, 3)).await;
     let refused = greedy.read().await.expect("an answer");
     assert_eq!(refused.opaque, 3, "the third pull is answered at once");
@@ -66,17 +58,7 @@ async fn a_third_parked_pull_on_one_connection_is_refused_and_others_work() {
         let mut patient = Client::connect(addr).await;
         patient.pull("G2", "Park", 3, 0, 15_000, None).await
     });
-    common::wait_for(
-        "the other connection's pull to park",
-        Duration::from_secs(10),
-        || async {
-            broker
-                .metrics()
-                .await
-                .contains("quiver_parked_pulls{cluster=\"DefaultCluster\"} 3")
-        },
-    )
-    .await;
+    broker.wait_parked(3).await;
     assert_eq!(
         admin.send("Park", 3, "for the patient", "A").await.code,
         response::SUCCESS

@@ -25,13 +25,7 @@ async fn parked_pulls_are_answered_on_shutdown() {
         let reply = consumer.pull("G", "Stop", 0, 1, 30_000, Some(1)).await;
         (reply.code, started.elapsed())
     });
-    common::wait_for("the pull to park", Duration::from_secs(10), || async {
-        broker
-            .metrics()
-            .await
-            .contains("quiver_parked_pulls{cluster=\"DefaultCluster\"} 1")
-    })
-    .await;
+    broker.wait_parked(1).await;
     broker.stop().await;
     let (code, waited) = parked.await.unwrap();
     assert_eq!(code, response::PULL_NOT_FOUND);

@@ -59,13 +59,7 @@ async fn sends_and_woken_pulls_are_timed_stage_by_stage() {
                 .pull("G", "Staged", 0, round + 1, 15_000, None)
                 .await
         });
-        common::wait_for("the pull to park", Duration::from_secs(10), || async {
-            broker
-                .metrics()
-                .await
-                .contains("quiver_parked_pulls{cluster=\"DefaultCluster\"} 1")
-        })
-        .await;
+        broker.wait_parked(1).await;
         let body = format!("m{round}");
         assert_eq!(
             producer.send("Staged", 0, &body, "A").await.code,

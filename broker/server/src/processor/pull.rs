@@ -248,13 +248,14 @@ async fn read_or_park(
             }
             Err(ParkRefused::ShuttingDown) => return Ok(Some(answer)),
             // Apache clients back off after SYSTEM_BUSY instead of pulling again at once.
-            Err(ParkRefused::ConnectionFull) => return Err(Refusal::new(
-                response::SYSTEM_BUSY,
-                format!(
-                    "this connection has {} pulls parked already (max-parked-pulls-per-connection)",
-                    broker.config.max_parked_pulls_per_connection
-                ),
-            )),
+            Err(ParkRefused::ConnectionFull) => {
+                let max = broker.config.max_parked_pulls_per_connection;
+                let remark = format!(
+                    "this connection has {max} pulls parked already \
+                     (max-parked-pulls-per-connection)"
+                );
+                return Err(Refusal::new(response::SYSTEM_BUSY, remark));
+            }
         };
         // Looked at again once parked, so a dispatch between the first look and the park is
         // not missed; what it finds is answered here unless that dispatch answered already.

@@ -149,6 +149,19 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+impl TestBroker {
+    /// Waits (at most 10 s) until exactly `count` pulls are parked.
+    pub async fn wait_parked(&self, count: usize) {
+        let gauge = format!("quiver_parked_pulls{{cluster=\"DefaultCluster\"}} {count}\n");
+        wait_for(
+            &format!("{count} parked pulls"),
+            Duration::from_secs(10),
+            || async { self.metrics().await.contains(&gauge) },
+        )
+        .await;
+    }
+}
+
 /// A minimal remoting client.
 pub struct Client {
     pub stream: TcpStream,
