@@ -98,18 +98,21 @@ async fn hand_over_inbound(
                 let addr = addr.clone();
                 let _ = inbound.send(InboundRequest { addr, command });
             }
-            None if !command.is_oneway() => {
-                let remark = format!(
-                    "request code {} is not handled by this client",
-                    command.code
-                );
-                let response =
-                    command.response_to(code::response::REQUEST_CODE_NOT_SUPPORTED, Some(remark));
-                let _ = connection.respond(response).await;
+            None => {
+                if let Some(response) = not_handled(&command, "this client") {
+                    let _ = connection.respond(response).await;
+                }
             }
-            None => {}
         }
     }
+}
+
+/// The REQUEST_CODE_NOT_SUPPORTED answer to a broker request `handler` does not handle;
+/// None for a oneway request (it gets no answer).
+pub(crate) fn not_handled(command: &RemotingCommand, handler: &str) -> Option<RemotingCommand> {
+    let remark = format!("request code {} is not handled by {handler}", command.code);
+    (!command.is_oneway())
+        .then(|| command.response_to(code::response::REQUEST_CODE_NOT_SUPPORTED, Some(remark)))
 }
 
 /// The client's error for a connection's.

@@ -200,16 +200,10 @@ async fn answer_checks(
 }
 
 async fn refuse(producer: &Producer, request: InboundRequest) {
-    if request.command.is_oneway() {
+    let Some(response) = crate::remoting::not_handled(&request.command, "a transactional producer")
+    else {
         return;
-    }
-    let remark = format!(
-        "request code {} is not handled by a transactional producer",
-        request.command.code
-    );
-    let response = request
-        .command
-        .response_to(code::response::REQUEST_CODE_NOT_SUPPORTED, Some(remark));
+    };
     let _ = producer
         .core()
         .remoting

@@ -247,16 +247,18 @@ async fn the_file_is_read_again_when_it_changes() {
         "{ACCOUNTS}  - accessKey: newcomer1\n    secretKey: newcomer-secret\n    defaultTopicPerm: PUB\n"
     );
     std::fs::write(dir.path().join("plain_acl.yml"), grown).unwrap();
-    let mut accepted = false;
-    for _ in 0..200 {
-        let answer = newcomer.send("Orders", 0, "late", "A").await;
-        if answer.code == response::SUCCESS {
-            accepted = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(accepted, "the new account was never accepted");
+    wait_for(
+        "the new account accepted",
+        Duration::from_secs(10),
+        || async {
+            let mut attempt = broker
+                .client()
+                .await
+                .signing("newcomer1", "newcomer-secret");
+            attempt.send("Orders", 0, "late", "A").await.code == response::SUCCESS
+        },
+    )
+    .await;
 
     // A broken file keeps the accounts in force and is counted.
     std::fs::write(
@@ -330,16 +332,12 @@ async fn brokers_sign_their_peer_polls() {
     let created = admin.create_topic("Orders", 1).await;
     assert_eq!(created.code, response::SUCCESS, "{created:?}");
     // broker-0 learns broker-1's topic from its signed polls.
-    let mut unsigned = brokers[0].client().await;
-    let mut routed = false;
-    for _ in 0..300 {
-        if route_code(&mut unsigned).await == response::SUCCESS {
-            routed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(routed, "broker-0 never routed Orders to broker-1");
+    wait_for(
+        "broker-0 to route Orders to broker-1",
+        Duration::from_secs(15),
+        || async { route_code(&mut brokers[0].client().await).await == response::SUCCESS },
+    )
+    .await;
     let refusals = brokers[1].metrics().await;
     let series = "quiver_acl_refusals_total{cluster=\"DefaultCluster\",reason=\"no-signature\"}";
     assert_eq!(
