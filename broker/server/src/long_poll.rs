@@ -69,9 +69,8 @@ impl Drop for Parked {
         // A pull that ends without a dispatch leaves its waiter behind; its AnswerNow holds
         // the connection open, so it goes now rather than at the queue's next dispatch.
         self.registry
-            .forget(&self.topic, self.queue_id, &self.claim);
+            .release(&self.topic, self.queue_id, &self.claim, self.connection);
         self.registry.parked.fetch_sub(1, Ordering::AcqRel);
-        self.registry.connection_unparked(self.connection);
     }
 }
 
@@ -109,16 +108,21 @@ impl Waiter {
     }
 }
 
-/// Parked pulls by topic then queueId (looked up by &str: no allocation on the dispatch path).
-type Waiters = HashMap<String, HashMap<u32, Vec<Waiter>>>;
+/// What the registry's one lock guards.
+#[derive(Default)]
+struct Parking {
+    /// Parked pulls by topic then queueId (looked up by &str: no allocation on the dispatch
+    /// path).
+    waiters: HashMap<String, HashMap<u32, Vec<Waiter>>>,
+    /// Pulls parked per connection id.
+    per_connection: HashMap<u64, usize>,
+}
 
 /// Waiters per (topic, queueId).
 pub struct LongPollRegistry {
-    waiters: Mutex<Waiters>,
+    parking: Mutex<Parking>,
     parked: AtomicUsize,
     max_parked: usize,
-    /// Pulls parked per connection id, and the bound.
-    per_connection: Mutex<HashMap<u64, usize>>,
     max_per_connection: usize,
     /// Parks refused: [the broker's bound, a connection's bound].
     refused: [AtomicU64; 2],
@@ -128,35 +132,13 @@ pub struct LongPollRegistry {
 impl LongPollRegistry {
     pub fn new(max_parked: usize, max_per_connection: usize) -> std::sync::Arc<Self> {
         std::sync::Arc::new(LongPollRegistry {
-            waiters: Mutex::new(HashMap::new()),
+            parking: Mutex::default(),
             parked: AtomicUsize::new(0),
             max_parked,
-            per_connection: Mutex::new(HashMap::new()),
             max_per_connection,
             refused: [AtomicU64::new(0), AtomicU64::new(0)],
             shut_down: std::sync::atomic::AtomicBool::new(false),
         })
-    }
-
-    /// Counts one more pull parked by `connection`; false at its bound.
-    fn connection_parks(&self, connection: u64) -> bool {
-        let mut per_connection = self.per_connection.lock();
-        let parked = per_connection.entry(connection).or_default();
-        if *parked >= self.max_per_connection {
-            return false;
-        }
-        *parked += 1;
-        true
-    }
-
-    fn connection_unparked(&self, connection: u64) {
-        let mut per_connection = self.per_connection.lock();
-        if let Some(parked) = per_connection.get_mut(&connection) {
-            *parked -= 1;
-            if *parked == 0 {
-                per_connection.remove(&connection);
-            }
-        }
     }
 
     /// (reason, parks refused so far): the broker's bound and a connection's.
@@ -180,21 +162,26 @@ impl LongPollRegistry {
         if self.shut_down.load(Ordering::Acquire) {
             return Err(ParkRefused::ShuttingDown);
         }
-        if !self.connection_parks(connection) {
+        let mut parking = self.parking.lock();
+        let by_connection = parking.per_connection.entry(connection).or_default();
+        if *by_connection >= self.max_per_connection {
             self.refused[1].fetch_add(1, Ordering::Relaxed);
             return Err(ParkRefused::ConnectionFull);
         }
         let previous = self.parked.fetch_add(1, Ordering::AcqRel);
         if previous >= self.max_parked {
             self.parked.fetch_sub(1, Ordering::AcqRel);
-            self.connection_unparked(connection);
+            if *by_connection == 0 {
+                parking.per_connection.remove(&connection);
+            }
             self.refused[0].fetch_add(1, Ordering::Relaxed);
             return Err(ParkRefused::Full);
         }
+        *by_connection += 1;
         let (sender, receiver) = oneshot::channel();
         let claim = Arc::new(Claim::default());
-        let mut waiters = self.waiters.lock();
-        let queue_waiters = waiters
+        let queue_waiters = parking
+            .waiters
             .entry(topic.to_string())
             .or_default()
             .entry(queue_id)
@@ -220,7 +207,7 @@ impl LongPollRegistry {
     /// answer is a read of mapped memory and a slot in the connection's queue.
     pub fn notify(&self, topic: &str, queue_id: u32) {
         let woken = {
-            let mut waiters = self.waiters.lock();
+            let waiters = &mut self.parking.lock().waiters;
             let Some(queues) = waiters.get_mut(topic) else {
                 return;
             };
@@ -236,9 +223,17 @@ impl LongPollRegistry {
         }
     }
 
-    /// Removes the waiter holding `claim`, if a dispatch has not taken it.
-    fn forget(&self, topic: &str, queue_id: u32, claim: &Arc<Claim>) {
-        let mut waiters = self.waiters.lock();
+    /// A parked pull ended: removes its waiter holding `claim` if a dispatch has not taken
+    /// it, and counts it off its connection.
+    fn release(&self, topic: &str, queue_id: u32, claim: &Arc<Claim>, connection: u64) {
+        let mut parking = self.parking.lock();
+        if let Some(parked) = parking.per_connection.get_mut(&connection) {
+            *parked -= 1;
+            if *parked == 0 {
+                parking.per_connection.remove(&connection);
+            }
+        }
+        let waiters = &mut parking.waiters;
         let Some(queues) = waiters.get_mut(topic) else {
             return;
         };
@@ -257,7 +252,7 @@ impl LongPollRegistry {
     /// Answers every parked pull now and refuses new ones.
     pub fn shutdown(&self) {
         self.shut_down.store(true, Ordering::Release);
-        let all: Vec<_> = self.waiters.lock().drain().collect();
+        let all: Vec<_> = self.parking.lock().waiters.drain().collect();
         for (_, queues) in all {
             for waiter in queues.into_values().flatten() {
                 let _ = waiter.sender.send(Wake::Shutdown);
@@ -289,7 +284,7 @@ mod tests {
         assert_eq!(on_q1.wait(Duration::from_millis(20)).await, None);
         assert_eq!(registry.parked_count(), 0);
         assert!(
-            registry.waiters.lock().is_empty(),
+            registry.parking.lock().waiters.is_empty(),
             "a timed-out pull leaves nothing behind"
         );
     }

@@ -121,8 +121,8 @@ impl StageRecorder {
     pub fn answered(self: &Arc<Self>, trace: Trace) -> Option<quiver_remoting::OnWritten> {
         let answered = Instant::now();
         let (ring, first, second) = match (trace.kind?, trace.read_at, trace.woken) {
-            (Kind::Send, Some(read), _) => (Ring::SENDS, None, read),
-            (Kind::Pull, _, Some((dispatched, woken))) => (Ring::WAKES, Some(dispatched), woken),
+            (Kind::Send, Some(read), _) => (Kind::Send, None, read),
+            (Kind::Pull, _, Some((dispatched, woken))) => (Kind::Pull, Some(dispatched), woken),
             _ => return None,
         };
         let recorder = self.clone();
@@ -139,11 +139,10 @@ impl StageRecorder {
         }))
     }
 
-    fn ring(&self, which: usize) -> &Ring {
-        if which == Ring::SENDS {
-            &self.sends
-        } else {
-            &self.wakes
+    fn ring(&self, kind: Kind) -> &Ring {
+        match kind {
+            Kind::Send => &self.sends,
+            Kind::Pull => &self.wakes,
         }
     }
 
@@ -239,9 +238,6 @@ struct Slot {
 }
 
 impl Ring {
-    const SENDS: usize = 0;
-    const WAKES: usize = 1;
-
     fn new(slots: usize) -> Ring {
         Ring {
             slots: (0..slots).map(|_| Slot::default()).collect(),
