@@ -2,12 +2,14 @@
 //!
 //! `cargo run --release -p quiver-bench -- store [--seconds S] [--dir DIR] [--smoke]`
 //! `cargo run --release -p quiver-bench -- peers [--systems quiver,nats,redis,rocketmq-rust]
-//!     [--messages N] [--sizes 1024,128,16384] [--smoke] [--write-benchmarks-md]`
+//!     [--messages N] [--sizes 1024,128,16384] [--smoke] [--write-benchmarks-md]
+//! `cargo run --release -p quiver-bench -- connections [--idle N] [--half-sent N]``
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod ceilings;
+mod connections;
 mod measure;
 mod minimal_server;
 mod peers;
@@ -35,6 +37,9 @@ enum Command {
     /// Quiver beside NATS JetStream, Redis Streams and rocketmq-rust: each installed if
     /// missing, started on 127.0.0.1 with persistence on, driven by the same workloads.
     Peers(peers::Options),
+    /// What a client connection costs the broker: anonymous memory per idle connection and
+    /// per half-sent large frame, beside the targets.
+    Connections(connections::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +54,7 @@ fn main() -> anyhow::Result<()> {
             store::run(&options, scratch.path())?;
         }
         Command::Peers(options) => peers::run(&options)?,
+        Command::Connections(options) => connections::run(&options)?,
     }
     Ok(())
 }

@@ -6,9 +6,9 @@ mod nats;
 mod redis;
 mod report;
 mod rocketmq;
-mod server;
+pub mod server;
 mod stages;
-mod systems;
+pub mod systems;
 mod workload;
 
 use std::path::{Path, PathBuf};

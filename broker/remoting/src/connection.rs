@@ -11,10 +11,10 @@ use quiver_protocol::{FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::budget::ByteBudget;
+use crate::budget::{ByteBudget, HeldBytes, PerConnectionBudget};
 use crate::reader::{FrameReader, ReadFailure};
 use crate::writer::FrameWriter;
 
@@ -35,6 +35,9 @@ pub struct Options {
     pub max_pending_requests: usize,
     /// Counts buffered and handed-out inbound bytes; reading waits while it is spent.
     pub read_budget: Option<ByteBudget>,
+    /// As `read_budget`, for this connection alone: a connection at it stops being read from
+    /// (TCP pushes back on its sender) while other connections go on.
+    pub connection_read_budget: Option<PerConnectionBudget>,
     /// Stamp each inbound frame with when its last bytes were read ([`Inbound::read_at`]).
     pub stamp_reads: bool,
     /// A frame whose first bytes arrived must be whole within this, or reading fails with
@@ -52,6 +55,7 @@ impl Options {
             outbound_queue: DEFAULT_OUTBOUND_QUEUE,
             max_pending_requests: DEFAULT_MAX_PENDING_REQUESTS,
             read_budget: None,
+            connection_read_budget: None,
             stamp_reads: false,
             frame_read_timeout: None,
             credentials: None,
@@ -210,7 +214,9 @@ pub type OnWritten = Box<dyn FnOnce(Instant) + Send>;
 
 /// A frame queued for the writer, and who wants to know when it was written.
 pub struct Outbound {
-    pub command: RemotingCommand,
+    /// Boxed: the queue's blocks hold 32 entries from the start, so an idle connection's
+    /// queue costs 32 pointers rather than 32 commands.
+    pub command: Box<RemotingCommand>,
     pub on_written: Option<OnWritten>,
 }
 
@@ -221,7 +227,7 @@ impl OutboundSlot<'_> {
     /// Queues `command` in the reserved place: cannot fail or wait.
     pub fn send(self, command: RemotingCommand, on_written: Option<OnWritten>) {
         self.0.send(Outbound {
-            command,
+            command: Box::new(command),
             on_written,
         });
     }
@@ -230,7 +236,7 @@ impl OutboundSlot<'_> {
 impl From<RemotingCommand> for Outbound {
     fn from(command: RemotingCommand) -> Self {
         Outbound {
-            command,
+            command: Box::new(command),
             on_written: None,
         }
     }
@@ -249,7 +255,7 @@ impl std::fmt::Debug for Connection {
 #[derive(Debug)]
 pub struct Inbound {
     pub command: RemotingCommand,
-    pub held_bytes: Option<OwnedSemaphorePermit>,
+    pub held_bytes: HeldBytes,
     /// When the read that completed the frame returned, if [`Options::stamp_reads`].
     pub read_at: Option<Instant>,
 }
@@ -280,7 +286,10 @@ impl Connection {
         let incoming = Incoming {
             reader: FrameReader::new(
                 reader,
-                options.read_budget,
+                (
+                    options.read_budget,
+                    options.connection_read_budget.map(|own| own.budget()),
+                ),
                 options.stamp_reads,
                 options.frame_read_timeout,
             ),
@@ -386,7 +395,7 @@ impl Connection {
         on_written: OnWritten,
     ) -> Result<(), ConnectionError> {
         let outbound = Outbound {
-            command: response,
+            command: Box::new(response),
             on_written: Some(on_written),
         };
         self.queue(outbound).await

@@ -11,7 +11,7 @@ mod connection;
 mod reader;
 mod writer;
 
-pub use budget::ByteBudget;
+pub use budget::{ByteBudget, HeldBytes, PerConnectionBudget};
 pub use connection::{
     Connection, ConnectionError, Inbound, Incoming, OnWritten, Options, Outbound, OutboundSlot,
 };

@@ -5,12 +5,13 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, BytesMut};
 use quiver_protocol::{frame, FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::OwnedSemaphorePermit;
 
-use crate::budget::{ByteBudget, ReadBudget};
+use crate::budget::{ByteBudget, HeldBytes, ReadBudget};
 
-/// Bytes read ahead beyond the frame being received (or when between frames).
+/// Bytes read ahead beyond the frame being received.
 const READ_AHEAD: usize = 64 * 1024;
+/// The buffer of a read between frames: what an idle connection holds while it waits.
+const FIRST_READ: usize = 4 * 1024;
 
 /// Why no more frames can be read.
 #[derive(Debug)]
@@ -34,11 +35,7 @@ impl From<FrameError> for ReadFailure {
 }
 
 /// A decoded frame, the budget bytes it keeps counted until dropped, and when it was read.
-pub(crate) type Frame = (
-    RemotingCommand,
-    Option<OwnedSemaphorePermit>,
-    Option<Instant>,
-);
+pub(crate) type Frame = (RemotingCommand, HeldBytes, Option<Instant>);
 
 pub(crate) struct FrameReader<R> {
     reader: R,
@@ -56,14 +53,15 @@ pub(crate) struct FrameReader<R> {
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub(crate) fn new(
         reader: R,
-        budget: Option<ByteBudget>,
+        budgets: (Option<ByteBudget>, Option<ByteBudget>),
         stamp_reads: bool,
         frame_timeout: Option<Duration>,
     ) -> FrameReader<R> {
+        let (shared, own) = budgets;
         FrameReader {
             reader,
-            buf: BytesMut::with_capacity(READ_AHEAD),
-            budget: budget.map(ReadBudget::new),
+            buf: BytesMut::new(),
+            budget: (shared.is_some() || own.is_some()).then(|| ReadBudget::new(shared, own)),
             stamp_reads,
             filled_at: None,
             frame_timeout,
@@ -81,7 +79,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 let held = self
                     .budget
                     .as_mut()
-                    .and_then(|budget| budget.hand_over(consumed));
+                    .map_or_else(HeldBytes::default, |budget| budget.hand_over(consumed));
                 // What is left over is the start of the next frame.
                 self.frame_started = (!self.buf.is_empty()).then(Instant::now);
                 return Ok(Some((command, held, self.filled_at)));
@@ -97,21 +95,24 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// Reads once: room for the frame being received (its length prefix says how big), so a
-    /// large one lands in one allocation, or a read-ahead chunk; within the budget if any.
+    /// Reads once, into room the budgets count ([`FrameReader::read_room`]).
     async fn fill(&mut self) -> Result<usize, ReadFailure> {
-        let wanted = frame::frame_len(&self.buf)?.map_or(READ_AHEAD, |bytes| bytes.max(READ_AHEAD));
+        if self.buf.is_empty() {
+            // Between frames: let go of the last read's buffer (its frames keep their part).
+            self.buf = BytesMut::new();
+        }
+        let wanted = self.buf.len() + self.read_room()?;
         // Only the peer's part is timed: a wait for the budget below is the broker's.
         let deadline = self.frame_deadline();
         let Some(budget) = self.budget.as_mut() else {
-            self.buf.reserve(wanted.saturating_sub(self.buf.len()));
+            self.buf.reserve(wanted - self.buf.len());
             return within(deadline, self.reader.read_buf(&mut self.buf)).await;
         };
-        budget.release_above(wanted.max(self.buf.len()));
+        budget.release_above(wanted);
         if budget.hold(wanted).await.is_err() {
             return Err(std::io::Error::other("the byte budget was closed").into());
         }
-        // At most what is counted; a frame larger than the whole budget still gets read.
+        // At most what is counted; a frame larger than a whole budget still gets read.
         let room = match budget.held().saturating_sub(self.buf.len()) {
             0 => wanted.saturating_sub(self.buf.len()).max(1),
             room => room,
@@ -119,6 +120,22 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self.buf.reserve(room);
         let mut window = (&mut self.buf).limit(room);
         within(deadline, self.reader.read_buf(&mut window)).await
+    }
+
+    /// How much the next read may bring: a small read between frames, so an idle connection
+    /// holds little; room that doubles with what arrived of a large frame, so one declared
+    /// large and sent slowly holds about what was sent; else the frame's rest and a read-ahead.
+    fn read_room(&self) -> Result<usize, FrameError> {
+        let buffered = self.buf.len();
+        if buffered == 0 {
+            return Ok(FIRST_READ);
+        }
+        let rest = frame::frame_len(&self.buf)?.map_or(0, |len| len.saturating_sub(buffered));
+        Ok(if rest <= READ_AHEAD {
+            rest + READ_AHEAD
+        } else {
+            rest.min(buffered.max(FIRST_READ))
+        })
     }
 
     /// When the frame being received must be whole, if one is started and a timeout is set.

@@ -252,10 +252,7 @@ async fn a_request_keeps_its_frame_bytes_counted_until_dropped() {
         .await
         .unwrap();
     let inbound = server_in.next().await.unwrap().unwrap();
-    let held = inbound
-        .held_bytes
-        .as_ref()
-        .map_or(0, |bytes| bytes.num_permits());
+    let held = inbound.held_bytes.bytes();
     assert!(held > 1000, "the whole frame is counted: {held}");
     let before = budget.semaphore.available_permits();
     drop(inbound);

@@ -18,6 +18,8 @@ const VECTORED_BODY_BYTES: usize = 16 * 1024;
 const MAX_IOVECS: usize = 1024;
 /// Body bytes coalesced into one write before it is sent.
 const COALESCE_BYTES: usize = 1024 * 1024;
+/// Encoding buffer kept while nothing is queued; an idle connection holds no more.
+const IDLE_BUFFER_BYTES: usize = 4 * 1024;
 
 pub(crate) struct FrameWriter<W> {
     writer: W,
@@ -36,7 +38,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             writer,
             language,
             shared,
-            buf: BytesMut::with_capacity(64 * 1024),
+            buf: BytesMut::new(),
             chunks: Vec::new(),
             on_written: Vec::new(),
         }
@@ -50,6 +52,10 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         mut closing: watch::Receiver<bool>,
     ) {
         loop {
+            if outbound.is_empty() && self.buf.capacity() > IDLE_BUFFER_BYTES {
+                // Going idle: the encoding buffer's allocation goes too.
+                self.buf = BytesMut::new();
+            }
             let command = tokio::select! {
                 biased;
                 command = outbound.recv() => command,
@@ -83,7 +89,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         }) = next
         {
             queued += command.body_len();
-            self.encode(command);
+            self.encode(*command);
             self.on_written.extend(on_written);
             next = if queued < COALESCE_BYTES {
                 outbound.try_recv().ok()

@@ -20,6 +20,13 @@ use crate::producers::ProducerManager;
 use crate::topics::TopicManager;
 use crate::transaction::Transactions;
 use quiver_protocol::body::perm;
+use quiver_remoting::{ByteBudget, PerConnectionBudget};
+
+/// The in-flight byte budgets of the remoting port (`max-inflight-bytes[-per-connection]`).
+pub struct ReadBudgets {
+    pub shared: ByteBudget,
+    pub per_connection: PerConnectionBudget,
+}
 
 /// The broker once it has opened; empty while the store recovers.
 pub type BrokerSlot = Arc<std::sync::OnceLock<Arc<Broker>>>;
@@ -43,6 +50,8 @@ pub struct Broker {
     pub locks: QueueLocks,
     pub peers: PeerView,
     pub metrics: Metrics,
+    /// What connections' requests may hold in memory: all of them, and each one.
+    pub read_budgets: ReadBudgets,
     /// Which half messages are settled (transactional messages).
     pub transactions: Transactions,
     /// The accounts every request is checked against; None: ACL off.
@@ -116,6 +125,10 @@ impl Broker {
             locks: QueueLocks::default(),
             peers,
             metrics: Metrics::default(),
+            read_budgets: ReadBudgets {
+                shared: ByteBudget::new(config.max_inflight_bytes),
+                per_connection: PerConnectionBudget::new(config.max_inflight_bytes_per_connection),
+            },
             transactions,
             acl,
             ready: AtomicBool::new(false),

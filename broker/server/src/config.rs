@@ -23,12 +23,15 @@ pub mod defaults {
     pub const DEFAULT_QUEUE_NUMS: u32 = 8;
     pub const MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
     pub const WORKER_THREADS: usize = 0;
-    pub const MAX_CONNECTIONS: usize = 4096;
+    pub const MAX_CONNECTIONS: usize = 16_384;
     pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 1024;
     pub const MAX_PARKED_PULLS_PER_CONNECTION: usize = 1024;
     pub const MAX_PARKED_PULLS: usize = 65536;
     pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
     pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
+    pub const MAX_INFLIGHT_BYTES_PER_CONNECTION: usize = 32 * 1024 * 1024;
+    /// The least per-connection budget: a few requests' worth (larger frames are read alone).
+    pub const MIN_INFLIGHT_BYTES_PER_CONNECTION: usize = 64 * 1024;
     pub const CLIENT_EXPIRY_MS: u64 = 120_000;
     /// Apache's `serverChannelMaxIdleTimeSeconds`.
     pub const IDLE_CONNECTION_TIMEOUT_MS: u64 = 120_000;
@@ -162,6 +165,16 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_MAX_INFLIGHT_BYTES", default_value_t = defaults::MAX_INFLIGHT_BYTES)]
     pub max_inflight_bytes: usize,
 
+    /// Bytes of one connection's requests being read or processed at once; reading from that
+    /// connection pauses beyond it (others go on); a larger frame is still read, alone.
+    /// At least 65536.
+    #[arg(
+        long,
+        env = "QUIVER_MAX_INFLIGHT_BYTES_PER_CONNECTION",
+        default_value_t = defaults::MAX_INFLIGHT_BYTES_PER_CONNECTION
+    )]
+    pub max_inflight_bytes_per_connection: usize,
+
     /// A client without a heartbeat for this long is dropped. >= 1000.
     #[arg(long, env = "QUIVER_CLIENT_EXPIRY_MS", default_value_t = defaults::CLIENT_EXPIRY_MS)]
     pub client_expiry_ms: u64,
@@ -283,6 +296,7 @@ impl Default for BrokerConfig {
             max_parked_pulls_per_connection: defaults::MAX_PARKED_PULLS_PER_CONNECTION,
             max_inflight_per_connection: defaults::MAX_INFLIGHT_PER_CONNECTION,
             max_inflight_bytes: defaults::MAX_INFLIGHT_BYTES,
+            max_inflight_bytes_per_connection: defaults::MAX_INFLIGHT_BYTES_PER_CONNECTION,
             client_expiry_ms: defaults::CLIENT_EXPIRY_MS,
             idle_connection_timeout_ms: defaults::IDLE_CONNECTION_TIMEOUT_MS,
             frame_read_timeout_ms: defaults::FRAME_READ_TIMEOUT_MS,
@@ -472,13 +486,22 @@ impl BrokerConfig {
         if let Some((field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
             return Err(invalid(field, "must be at least 1"));
         }
-        if self.max_inflight_bytes < quiver_protocol::MAX_FRAME_BYTES
-            || self.max_inflight_bytes > u32::MAX as usize
-        {
-            return Err(invalid(
+        let byte_budgets = [
+            (
                 "max-inflight-bytes",
-                "must be in 16777216..=4294967295",
-            ));
+                self.max_inflight_bytes,
+                quiver_protocol::MAX_FRAME_BYTES,
+            ),
+            (
+                "max-inflight-bytes-per-connection",
+                self.max_inflight_bytes_per_connection,
+                defaults::MIN_INFLIGHT_BYTES_PER_CONNECTION,
+            ),
+        ];
+        for (field, bytes, least) in byte_budgets {
+            if !(least..=u32::MAX as usize).contains(&bytes) {
+                return Err(invalid(field, format!("must be in {least}..=4294967295")));
+            }
         }
         if self.client_expiry_ms < 1000 {
             return Err(invalid("client-expiry-ms", "must be at least 1000"));

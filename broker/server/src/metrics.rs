@@ -320,7 +320,7 @@ fn encode_lag(
 /// The store's sizes and the broker's own state, one unlabelled (but `cluster`) gauge each.
 fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
     let stats = broker.store.stats();
-    let gauges: [(&str, &str, u64); 7] = [
+    let gauges: [(&str, &str, u64); 8] = [
         (
             "quiver_store_disk_used_bytes",
             "Bytes used on the store's file system.",
@@ -356,10 +356,32 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
             "Pull requests parked for long polling.",
             broker.long_poll.parked_count() as u64,
         ),
+        (
+            "quiver_inflight_bytes",
+            "Bytes of client requests being read or processed (max-inflight-bytes counts them).",
+            {
+                let budget = &broker.read_budgets.shared;
+                (budget.total - budget.semaphore.available_permits()) as u64
+            },
+        ),
     ];
     for (name, help, value) in gauges {
         gauge(encoder, name, help, value)?;
     }
+    let budgets = &broker.read_budgets;
+    counter_family(
+        encoder,
+        "quiver_read_waits_total",
+        "Times reading a connection paused because an in-flight byte budget was spent, by budget.",
+        [
+            ("broker", budgets.shared.waits.load(Ordering::Relaxed)),
+            (
+                "connection",
+                budgets.per_connection.waits.load(Ordering::Relaxed),
+            ),
+        ]
+        .map(|(budget, count)| ([("budget", budget)], count)),
+    )?;
     counter_family(
         encoder,
         "quiver_parked_pulls_refused_total",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quiver_protocol::RemotingCommand;
-use quiver_remoting::{ByteBudget, Connection, ConnectionError, Inbound, Incoming, Options};
+use quiver_remoting::{Connection, ConnectionError, Inbound, Incoming, Options};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -146,7 +146,6 @@ async fn accept_loop(
 ) -> JoinSet<()> {
     let connection_slots = Arc::new(Semaphore::new(broker.config.max_connections));
     let per_address = AddressSlots::new(broker.config.max_connections_per_address);
-    let inflight_bytes = ByteBudget::new(broker.config.max_inflight_bytes);
     let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -181,10 +180,9 @@ async fn accept_loop(
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let broker = broker.clone();
                 let stop = stop.clone();
-                let inflight_bytes = inflight_bytes.clone();
                 connections.spawn(async move {
                     broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
-                    serve_connection(stream, remote, id, broker.clone(), inflight_bytes, stop).await;
+                    serve_connection(stream, remote, id, broker.clone(), stop).await;
                     broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
                     drop((slot, address_slot));
                 });
@@ -248,14 +246,14 @@ async fn serve_connection(
     remote: std::net::SocketAddr,
     id: u64,
     broker: Arc<Broker>,
-    inflight_bytes: ByteBudget,
     stop: watch::Receiver<bool>,
 ) {
     let options = Options {
         // Apache brokers speak as JAVA in every frame.
         language: Some(quiver_protocol::LANGUAGE_JAVA),
         outbound_queue: OUTBOUND_QUEUE,
-        read_budget: Some(inflight_bytes),
+        read_budget: Some(broker.read_budgets.shared.clone()),
+        connection_read_budget: Some(broker.read_budgets.per_connection.clone()),
         stamp_reads: broker.stages.is_on(),
         frame_read_timeout: broker.config.frame_read_timeout(),
         ..Options::new(remote.to_string())

@@ -1,0 +1,115 @@
+//! The `quiver-broker` binary holds 10,000 idle connections (it raises its open-file limit
+//! itself) while a client on another connection produces and consumes. The broker's memory
+//! per connection is printed, not asserted: `quiver-broker-bench idle-connections` measures it.
+
+mod common;
+
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{http_get, pulled_bodies, wait_for, Client};
+use quiver_protocol::code::response;
+
+const IDLE: usize = 10_000;
+/// The test's own descriptors beside the idle connections.
+const SPARE_FILES: u64 = 256;
+
+/// The broker binary on free ports, with room for every idle connection from one address.
+fn start_broker(
+    data_dir: &std::path::Path,
+    log: &std::path::Path,
+) -> (Child, SocketAddr, SocketAddr) {
+    let ports: Vec<std::net::TcpListener> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs: Vec<SocketAddr> = ports.iter().map(|l| l.local_addr().unwrap()).collect();
+    drop(ports);
+    let child = Command::new(env!("CARGO_BIN_EXE_quiver-broker"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", &addrs[0].to_string()])
+        .args(["--http-listen", &addrs[1].to_string()])
+        .args(["--max-connections-per-address", &(IDLE + 100).to_string()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    (child, addrs[0], addrs[1])
+}
+
+fn anonymous_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn connections_gauge(http: SocketAddr) -> Option<u64> {
+    let (_, metrics) = http_get(http, "/metrics").await?;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("quiver_connections{cluster=\"DefaultCluster\"} "))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_idle_connections_are_held_and_others_served() {
+    let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap();
+    assert!(
+        limit >= IDLE as u64 + SPARE_FILES,
+        "this test needs {} open files; the hard limit is {limit} (raise ulimit -Hn)",
+        IDLE as u64 + SPARE_FILES
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("broker.log");
+    let (mut child, addr, http) = start_broker(&dir.path().join("data"), &log);
+    wait_for(
+        "the broker to be ready",
+        Duration::from_secs(20),
+        || async {
+            http_get(http, "/readyz")
+                .await
+                .is_some_and(|(status, _)| status == 200)
+        },
+    )
+    .await;
+    let before_kib = anonymous_rss_kib(child.id());
+
+    let opened = Instant::now();
+    let idle: Vec<TcpStream> = tokio::task::spawn_blocking(move || {
+        (0..IDLE)
+            .map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect"))
+            .collect()
+    })
+    .await
+    .unwrap();
+    wait_for(
+        "every idle connection held",
+        Duration::from_secs(60),
+        || async { connections_gauge(http).await.unwrap_or(0) >= IDLE as u64 },
+    )
+    .await;
+    let per_connection =
+        anonymous_rss_kib(child.id()).saturating_sub(before_kib) as f64 / IDLE as f64;
+    eprintln!(
+        "{IDLE} idle connections held after {:?}: {per_connection:.1} KiB of anonymous memory each",
+        opened.elapsed()
+    );
+
+    let mut client = Client::connect(addr).await;
+    let sent = client.send("Busy", 0, "served-beside-10k", "A").await;
+    assert_eq!(sent.code, response::SUCCESS, "{:?}", sent.remark);
+    let pulled = client.pull("G", "Busy", 0, 0, 0, None).await;
+    assert_eq!(pulled_bodies(&pulled), ["served-beside-10k"]);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the broker is still running: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    drop(idle);
+    child.kill().ok();
+    child.wait().ok();
+}
