@@ -30,6 +30,8 @@ MANAGED_RULES = {
     ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "patch"},
+    # spec.security: the referenced Secrets are read and watched, never written.
+    ("", "secrets"): {"get", "list", "watch"},
     ("", "pods"): {"list", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
