@@ -103,6 +103,21 @@ pub async fn resolve(
     Ok(from_secrets(security, namespace, &found))
 }
 
+/// Makes the admin sign the calls to `broker`'s brokers with its admin account, for callers
+/// other than the Broker's own reconcile (a ConsumerGroup's may run first after a restart). A
+/// Secret problem keeps the account in use: the Broker's Degraded condition names it.
+pub async fn use_admin_account(
+    broker: &Broker,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    if let Ok(resolved) = resolve(broker, namespace, ctx).await? {
+        let scope = desired::broker_scope(broker);
+        ctx.admin.use_account(&scope, resolved.admin_account);
+    }
+    Ok(())
+}
+
 /// The hash and the admin account from the Secrets' data, in [`wanted`]'s order.
 fn from_secrets(
     security: &SecuritySpec,

@@ -4,7 +4,10 @@
 //! exist is a Degraded condition naming it, and the StatefulSet is left alone.
 
 use super::{addr, eventually, holds_for, Scenario};
+use crate::admin::BrokerAdmin;
+use crate::crd::ConsumerGroup;
 use crate::desired::SECURITY_HASH_ANNOTATION;
+use crate::fixtures::GroupFixture;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use serde_json::json;
@@ -101,6 +104,23 @@ async fn secrets_are_mounted_signed_with_and_rolled_on_change() {
     .await;
     assert!(scenario.statefulset().metadata.generation > generation);
     eventually(Duration::from_secs(300), || scenario.broker_ready()).await;
+
+    // An operator that restarted has no account yet: a ConsumerGroup's reconcile, which may
+    // run before the Broker's, takes it from the Broker's Secret itself.
+    scenario
+        .admin
+        .use_account(&crate::desired::broker_scope(&scenario.broker()), None);
+    let mut group = ConsumerGroup::test();
+    (group.metadata.uid, group.metadata.generation) = (None, None);
+    scenario.server.insert(&group);
+    eventually(Duration::from_secs(60), || {
+        scenario.admin.group(&addr(0), "billing").is_some()
+    })
+    .await;
+    assert_eq!(
+        scenario.admin.last_signer(&addr(0)).as_deref(),
+        Some("operator1")
+    );
     scenario.stop().await;
 }
 
