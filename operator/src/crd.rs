@@ -917,6 +917,7 @@ mod tests {
         for text in [
             include_str!("../../charts/quiver-operator/examples/broker-minimal.yaml"),
             include_str!("../../charts/quiver-operator/examples/broker-production.yaml"),
+            include_str!("../../charts/quiver-operator/examples/broker-secure.yaml"),
         ] {
             let broker: Broker = serde_yaml::from_str(text).expect("example parses");
             validate_cel(&broker).expect("example passes the CEL rules");
