@@ -949,6 +949,8 @@ mod tests {
             .any(|p| p.name.as_deref() == Some("remoting") && p.container_port == REMOTING_PORT));
     }
 
+    /// The Kubernetes "restricted" Pod Security profile, and a read-only root, for plain and
+    /// secure Brokers alike.
     #[test]
     fn pods_are_hardened() {
         let broker = Broker::test();
@@ -957,7 +959,24 @@ mod tests {
             .template
             .spec
             .unwrap();
+        let secure = secure_broker(true);
+        let secure_pod = pod_spec(&secure, &RolloutPlan::initial(&secure));
+        assert_eq!(secure_pod.security_context, pod.security_context);
+        assert_eq!(
+            secure_pod.containers[0].security_context,
+            pod.containers[0].security_context
+        );
+        for volume in secure_pod.volumes.unwrap() {
+            assert!(
+                volume.secret.is_some() || volume.config_map.is_some(),
+                "restricted allows {volume:?}"
+            );
+        }
+        assert!([pod.host_network, pod.host_pid, pod.host_ipc]
+            .iter()
+            .all(|host| host.is_none()));
         let pod_security = pod.security_context.unwrap();
+        assert_ne!(pod_security.run_as_user, Some(0));
         assert_eq!(pod_security.run_as_non_root, Some(true));
         assert_eq!(
             pod_security.seccomp_profile.unwrap().type_,
