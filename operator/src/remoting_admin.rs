@@ -412,4 +412,42 @@ mod tests {
             .expect_err("refused");
         assert!(error.is_unsupported(), "{error:?}");
     }
+
+    #[tokio::test]
+    async fn calls_to_a_brokers_scope_are_signed_with_its_account() {
+        let check = |expected: Option<&'static str>| {
+            move |request: &RemotingCommand| {
+                let access_key = request.ext(quiver_protocol::acl::ACCESS_KEY);
+                assert_eq!(access_key, expected);
+                if expected.is_some() {
+                    assert!(quiver_protocol::acl::verify(request, "operator-secret"));
+                }
+                request
+                    .response_to(response::SUCCESS, None)
+                    .with_body(body::KvTable::default().encode())
+            }
+        };
+        let admin = RemotingAdmin::default();
+        let signed = one_answer(check(Some("operator1"))).await;
+        admin.use_account(
+            account_scope(&signed),
+            Some(Credentials::new("operator1", "operator-secret")),
+        );
+        admin
+            .runtime_info(&signed)
+            .await
+            .expect("signed call answered");
+        // Another Broker's brokers, and this one's once its account is dropped: unsigned.
+        let other = one_answer(check(None)).await;
+        admin
+            .runtime_info(&other)
+            .await
+            .expect("unsigned call answered");
+        admin.use_account(account_scope(&signed), None);
+        let again = one_answer(check(None)).await;
+        admin
+            .runtime_info(&again)
+            .await
+            .expect("unsigned call answered");
+    }
 }
