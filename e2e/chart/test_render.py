@@ -242,6 +242,12 @@ def test_broker_pod_monitor_selects_the_pods_the_operator_creates():
     assert BROKER_POD_LABELS[monitor["spec"]["jobLabel"]] == "quiver-broker"
     cluster_wide = by_kind(manifests({"metrics": {"brokerPodMonitor": {"enabled": True}}}), "PodMonitor")[0]
     assert cluster_wide["spec"]["namespaceSelector"] == {"any": True}
+    # Brokers serving HTTP over TLS (spec.security.tls.http) are scraped over HTTPS.
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "quiver-secure-tls", "key": "ca.crt"}
+    plain = cluster_wide["spec"]["podMetricsEndpoints"][0]
+    assert plain["scheme"] == "http" and "tlsConfig" not in plain
 
 
 def test_dashboard_config_map_carries_the_dashboard_json_in_its_namespace():
