@@ -133,6 +133,8 @@ def test_deployment_is_hardened_and_passes_the_operator_contract_flags():
         "true",
         "--lag-interval-seconds",
         "30",
+        "--operator-pod-labels",
+        "app.kubernetes.io/instance=quiver,app.kubernetes.io/name=quiver-operator",
     ]
     env = {e["name"]: e for e in container["env"]}
     assert env["RUST_LOG"]["value"] == "info" and env["QUIVER_LOG_FORMAT"]["value"] == "json"
@@ -274,3 +276,14 @@ def test_notes_tell_the_user_what_to_do_next(values):
     assert "rollout status deployment/quiver-quiver-operator" in notes
     assert "examples/broker-minimal.yaml" in notes
     assert "/metrics" in notes
+
+
+def test_the_operator_names_its_pod_labels_for_the_brokers_network_policies():
+    (deployment,) = by_kind(manifests(), "Deployment")
+    pod = deployment["spec"]["template"]
+    args = pod["spec"]["containers"][0]["args"]
+    value = args[args.index("--operator-pod-labels") + 1]
+    labels = dict(pair.split("=", 1) for pair in value.split(","))
+    # Exactly the Deployment's selector, which every operator pod carries.
+    assert labels == deployment["spec"]["selector"]["matchLabels"]
+    assert labels.items() <= pod["metadata"]["labels"].items()

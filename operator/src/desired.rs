@@ -308,10 +308,46 @@ pub fn pod_disruption_budget(broker: &Broker) -> PodDisruptionBudget {
     }
 }
 
+/// Where the operator runs: its namespace, and its pods' labels (empty: any pod there).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OperatorPods {
+    /// The operator's namespace.
+    pub namespace: String,
+    /// Labels every operator pod carries (`--operator-pod-labels`).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl OperatorPods {
+    fn peer(&self) -> NetworkPolicyPeer {
+        NetworkPolicyPeer {
+            namespace_selector: Some(match_labels(BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.to_string(),
+                self.namespace.clone(),
+            )]))),
+            pod_selector: (!self.labels.is_empty()).then(|| match_labels(self.labels.clone())),
+            ..NetworkPolicyPeer::default()
+        }
+    }
+}
+
+/// `key=value[,key=value]` labels, as `--operator-pod-labels` takes them.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Ok((key.trim().to_string(), value.trim().to_string()))
+            }
+            _ => Err(format!("{pair:?} is not key=value")),
+        })
+        .collect()
+}
+
 /// The Broker's NetworkPolicy when `spec.networkPolicy` is set: ingress to the broker pods
-/// only from clients (remoting), the Broker's own pods and the operator's namespace (remoting
-/// and HTTP), and the metrics namespaces (HTTP).
-pub fn network_policy(broker: &Broker, operator_namespace: &str) -> Option<NetworkPolicy> {
+/// only from clients (remoting), the Broker's own pods and the operator's pods (remoting and
+/// HTTP), and the metrics namespaces (HTTP).
+pub fn network_policy(broker: &Broker, operator: &OperatorPods) -> Option<NetworkPolicy> {
     let wanted = broker.spec.network_policy.as_ref()?;
     let namespaces = |selector: &LabelSelector| NetworkPolicyPeer {
         namespace_selector: Some(selector.clone()),
@@ -321,10 +357,7 @@ pub fn network_policy(broker: &Broker, operator_namespace: &str) -> Option<Netwo
         pod_selector: Some(match_labels(selector_labels(broker))),
         ..NetworkPolicyPeer::default()
     };
-    let operator = namespaces(&match_labels(BTreeMap::from([(
-        NAMESPACE_NAME_LABEL.to_string(),
-        operator_namespace.to_string(),
-    )])));
+    let operator = operator.peer();
     let mut clients = vec![namespaces(&wanted.client_namespace_selector)];
     if wanted.allow_same_namespace {
         clients.push(NetworkPolicyPeer {
@@ -796,16 +829,50 @@ mod tests {
             .collect()
     }
 
+    fn operator_in(namespace: &str) -> OperatorPods {
+        OperatorPods {
+            namespace: namespace.to_string(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn with_its_pod_labels_only_the_operators_pods_are_admitted() {
+        let mut broker = Broker::test();
+        broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy::default());
+        let labels =
+            parse_labels("app.kubernetes.io/name=quiver-operator, app.kubernetes.io/instance=q")
+                .expect("labels");
+        let operator = OperatorPods {
+            namespace: "quiver-system".into(),
+            labels: labels.clone(),
+        };
+        let rules = ingress_rules(&network_policy(&broker, &operator).unwrap());
+        let peer = &rules[1].0[1];
+        assert_eq!(
+            peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "quiver-system"
+        );
+        assert_eq!(
+            peer["podSelector"]["matchLabels"],
+            serde_json::json!(labels)
+        );
+        assert_eq!(rules[1].1, vec![REMOTING_PORT, HTTP_PORT]);
+        assert!(parse_labels("novalue").is_err());
+        assert!(parse_labels("=x").is_err());
+        assert_eq!(parse_labels("").unwrap(), BTreeMap::new());
+    }
+
     #[test]
     fn no_network_policy_unless_the_spec_asks() {
-        assert!(network_policy(&Broker::test(), "quiver-system").is_none());
+        assert!(network_policy(&Broker::test(), &operator_in("quiver-system")).is_none());
     }
 
     #[test]
     fn the_network_policy_opens_each_port_to_its_callers_only() {
         let mut broker = Broker::test();
         broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy::default());
-        let policy = network_policy(&broker, "quiver-system").expect("asked for");
+        let policy = network_policy(&broker, &operator_in("quiver-system")).expect("asked for");
         assert_eq!(policy.metadata.name.as_deref(), Some("qb"));
         assert_eq!(
             policy.metadata.owner_references.as_ref().unwrap()[0].kind,
@@ -849,7 +916,7 @@ mod tests {
             allow_same_namespace: false,
             ..Default::default()
         });
-        let rules = ingress_rules(&network_policy(&broker, "ops").unwrap());
+        let rules = ingress_rules(&network_policy(&broker, &operator_in("ops")).unwrap());
         assert_eq!(rules[0].0.as_array().unwrap().len(), 1);
     }
 

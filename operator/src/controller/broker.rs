@@ -521,8 +521,11 @@ async fn apply_network_policy(
     namespace: &str,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let operator_namespace = ctx.client.default_namespace();
-    if let Some(policy) = desired::network_policy(broker, operator_namespace) {
+    let operator = desired::OperatorPods {
+        namespace: ctx.client.default_namespace().to_string(),
+        labels: ctx.operator_pod_labels.clone(),
+    };
+    if let Some(policy) = desired::network_policy(broker, &operator) {
         return apply(ctx, namespace, &policy).await;
     }
     let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);

@@ -25,7 +25,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -128,6 +128,9 @@ pub struct Context {
     pub clock: Clock,
     /// Each group's last lag poll and progress window, by [`object_key`].
     pub lag_polls: Mutex<HashMap<String, group::LastPoll>>,
+    /// Labels of the operator's own pods: the Brokers' NetworkPolicies admit only these pods of
+    /// its namespace (empty: every pod there).
+    pub operator_pod_labels: BTreeMap<String, String>,
     /// Consecutive failures per object, for backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -155,8 +158,15 @@ impl Context {
             lag_interval,
             clock: system_clock,
             lag_polls: Mutex::new(HashMap::new()),
+            operator_pod_labels: BTreeMap::new(),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Sets the labels of the operator's own pods (`--operator-pod-labels`).
+    pub fn with_operator_pod_labels(mut self, labels: BTreeMap<String, String>) -> Context {
+        self.operator_pod_labels = labels;
+        self
     }
 
     /// Replaces the time source.
