@@ -1,14 +1,18 @@
 """The example Broker and ConsumerGroup manifests are valid against our CRD schemas (strict:
-unknown fields are errors, as with kubectl's default server-side field validation)."""
+unknown fields are errors, as with kubectl's default server-side field validation); the Secrets
+of the secure example against the Kubernetes schemas, and they hold what the Broker names."""
 
 import copy
 
 import jsonschema
+import kubernetes_validate
 import pytest
 import yaml
-from chartlib import EXAMPLES_DIR, TOP_CRDS_DIR, crd_files
+from chartlib import EXAMPLES_DIR, KUBE_VERSIONS, TOP_CRDS_DIR, crd_files
 
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.glob("*.yaml"))
+# Our own kinds, one per file; the others hold Secrets and a cert-manager Certificate.
+CUSTOM_RESOURCE_EXAMPLES = ["broker-minimal.yaml", "broker-production.yaml", "broker-secure.yaml", "consumergroup.yaml"]
 
 
 def crd_schemas():
@@ -63,8 +67,8 @@ def load(name):
     return yaml.safe_load((EXAMPLES_DIR / name).read_text())
 
 
-def test_examples_cover_minimal_production_and_consumer_group():
-    assert EXAMPLES == ["broker-minimal.yaml", "broker-production.yaml", "consumergroup.yaml"]
+def test_examples_cover_minimal_production_secure_and_consumer_group():
+    assert EXAMPLES == sorted(CUSTOM_RESOURCE_EXAMPLES + ["certificate.yaml", "security-secrets.yaml"])
     production = load("broker-production.yaml")["spec"]
     assert production["replicas"] == 3
     assert production["flushDiskType"] == "SYNC"
@@ -75,7 +79,7 @@ def test_examples_cover_minimal_production_and_consumer_group():
     assert group["lagThresholds"]["messages"] > 0 and group["lagThresholds"]["seconds"] > 0
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name", CUSTOM_RESOURCE_EXAMPLES)
 def test_example_is_valid_against_its_crd_schema(name):
     schemas = crd_schemas()
     resource = load(name)
@@ -89,3 +93,29 @@ def test_crd_schema_rejects_a_misspelt_field():
     resource["spec"]["flushDiskTyp"] = resource["spec"].pop("flushDiskType")
     with pytest.raises(jsonschema.ValidationError, match="flushDiskTyp"):
         jsonschema.validate(resource, schemas[(resource["apiVersion"], resource["kind"])])
+
+
+def load_all(name):
+    return [doc for doc in yaml.safe_load_all((EXAMPLES_DIR / name).read_text()) if doc]
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_the_secure_examples_secrets_are_valid_kubernetes_objects(kube_version):
+    for secret in load_all("security-secrets.yaml"):
+        kubernetes_validate.validate(secret, kube_version, strict=True)
+
+
+def test_the_secure_example_names_secrets_that_hold_its_keys():
+    security = load("broker-secure.yaml")["spec"]["security"]
+    secrets = {s["metadata"]["name"]: s["stringData"] for s in load_all("security-secrets.yaml")}
+    acl_file = yaml.safe_load(secrets[security["acl"]["secretName"]][security["acl"]["key"]])
+    admin = secrets[security["adminCredentials"]["secretName"]]
+    # The operator's account must be an admin account of the ACL file, with the same secret.
+    (account,) = [a for a in acl_file["accounts"] if a["accessKey"] == admin["accessKey"]]
+    assert account["admin"] is True and account["secretKey"] == admin["secretKey"]
+    (certificate,) = load_all("certificate.yaml")
+    assert certificate["apiVersion"] == "cert-manager.io/v1" and certificate["kind"] == "Certificate"
+    assert certificate["spec"]["secretName"] == security["tls"]["secretName"]
+    broker = load("broker-secure.yaml")["metadata"]["name"]
+    # Routes hand out each broker's stable address: <broker>-<n>.<broker>-headless.<ns>.svc.
+    assert any(name.startswith(f"*.{broker}-headless.") for name in certificate["spec"]["dnsNames"])

@@ -30,6 +30,8 @@ MANAGED_RULES = {
     ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "patch"},
+    # spec.security: the referenced Secrets are read and watched, never written.
+    ("", "secrets"): {"get", "list", "watch"},
     ("", "pods"): {"list", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
 }
@@ -131,6 +133,8 @@ def test_deployment_is_hardened_and_passes_the_operator_contract_flags():
         "true",
         "--lag-interval-seconds",
         "30",
+        "--operator-pod-labels",
+        "app.kubernetes.io/instance=quiver,app.kubernetes.io/name=quiver-operator",
     ]
     env = {e["name"]: e for e in container["env"]}
     assert env["RUST_LOG"]["value"] == "info" and env["QUIVER_LOG_FORMAT"]["value"] == "json"
@@ -240,6 +244,12 @@ def test_broker_pod_monitor_selects_the_pods_the_operator_creates():
     assert BROKER_POD_LABELS[monitor["spec"]["jobLabel"]] == "quiver-broker"
     cluster_wide = by_kind(manifests({"metrics": {"brokerPodMonitor": {"enabled": True}}}), "PodMonitor")[0]
     assert cluster_wide["spec"]["namespaceSelector"] == {"any": True}
+    # Brokers serving HTTP over TLS (spec.security.tls.http) are scraped over HTTPS.
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "quiver-secure-tls", "key": "ca.crt"}
+    plain = cluster_wide["spec"]["podMetricsEndpoints"][0]
+    assert plain["scheme"] == "http" and "tlsConfig" not in plain
 
 
 def test_dashboard_config_map_carries_the_dashboard_json_in_its_namespace():
@@ -266,3 +276,14 @@ def test_notes_tell_the_user_what_to_do_next(values):
     assert "rollout status deployment/quiver-quiver-operator" in notes
     assert "examples/broker-minimal.yaml" in notes
     assert "/metrics" in notes
+
+
+def test_the_operator_names_its_pod_labels_for_the_brokers_network_policies():
+    (deployment,) = by_kind(manifests(), "Deployment")
+    pod = deployment["spec"]["template"]
+    args = pod["spec"]["containers"][0]["args"]
+    value = args[args.index("--operator-pod-labels") + 1]
+    labels = dict(pair.split("=", 1) for pair in value.split(","))
+    # Exactly the Deployment's selector, which every operator pod carries.
+    assert labels == deployment["spec"]["selector"]["matchLabels"]
+    assert labels.items() <= pod["metadata"]["labels"].items()

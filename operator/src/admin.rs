@@ -5,6 +5,7 @@
 //! fake the controller tests use.
 
 use futures::future::BoxFuture;
+use quiver_protocol::acl::Credentials;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -210,8 +211,19 @@ impl AdminError {
     }
 }
 
+/// The part of a broker address its Broker resource's brokers share (`<headless service>.
+/// <namespace>.svc:<port>`, the address without the pod name): the scope of an account.
+pub fn account_scope(addr: &BrokerAddr) -> &str {
+    addr.0
+        .split_once('.')
+        .map_or(addr.0.as_str(), |(_, scope)| scope)
+}
+
 /// Administration calls against one broker at a time.
 pub trait BrokerAdmin: Send + Sync {
+    /// Signs every later call to the brokers of `scope` (see [`account_scope`]) with `account`
+    /// (ACL on the brokers), or sends them unsigned when None.
+    fn use_account(&self, scope: &str, account: Option<Credentials>);
     /// Per-queue offsets of `group` on `addr` (all topics the group has offsets or subscriptions for).
     fn consume_stats<'a>(
         &'a self,

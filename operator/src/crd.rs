@@ -97,6 +97,105 @@ pub struct BrokerSpec {
     /// broker pods; when absent, no policy is made (and one made before is deleted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<BrokerNetworkPolicy>,
+    /// ACL and TLS of the brokers, from Secrets in the Broker's namespace; a change of a
+    /// referenced Secret's content rolls the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<SecuritySpec>,
+}
+
+/// ACL and TLS of the brokers. With `acl` set the brokers refuse unsigned requests, so the
+/// operator's own admin calls need `adminCredentials` (an admin account of the ACL file).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.acl) || has(self.adminCredentials)").message("security.acl needs security.adminCredentials: the operator signs its admin calls with that account"))]
+pub struct SecuritySpec {
+    /// The Secret holding Apache's `plain_acl.yml`; the brokers run with `--acl-file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<AclSecret>,
+    /// The Secret holding the admin account (keys `accessKey`, `secretKey`) the operator signs
+    /// its admin calls with, and the brokers sign their peer polls with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_credentials: Option<SecretRef>,
+    /// TLS on the remoting port (and optionally HTTP), from a Secret in cert-manager's
+    /// Certificate format (`tls.crt`, `tls.key`, `ca.crt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+}
+
+/// A Secret in the Broker's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// The Secret holding the ACL file.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AclSecret {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// The key holding the file; default `plain_acl.yml`.
+    #[serde(default = "default_acl_key")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("key must be a Secret key: letters, digits, '-', '_' and '.'"))]
+    pub key: String,
+}
+
+/// The key of the ACL Secret the brokers read by default.
+pub const DEFAULT_ACL_KEY: &str = "plain_acl.yml";
+
+fn default_acl_key() -> String {
+    DEFAULT_ACL_KEY.to_string()
+}
+
+/// TLS of the brokers (Apache's permissive and enforcing modes).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// The Secret with `tls.crt`, `tls.key` and, for client certificates, `ca.crt` (what a
+    /// cert-manager Certificate writes).
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Permissive: TLS and plain clients on the same port; Enforcing (default): TLS only.
+    #[serde(default)]
+    pub mode: TlsMode,
+    /// Whether clients must present a certificate signed by `ca.crt`; default None.
+    #[serde(default)]
+    pub client_auth: TlsClientAuth,
+    /// Serve the HTTP port (/metrics, /healthz, /readyz) over TLS too; the probes then use
+    /// HTTPS. Default false.
+    #[serde(default)]
+    pub http: bool,
+}
+
+/// How the remoting port takes TLS.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum TlsMode {
+    /// TLS and plain connections on the same port.
+    Permissive,
+    /// TLS connections only.
+    #[default]
+    Enforcing,
+}
+
+/// Whether the brokers ask clients for a certificate.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum TlsClientAuth {
+    /// No client certificate asked for.
+    #[default]
+    None,
+    /// A client certificate, when given, must be signed by `ca.crt`.
+    Optional,
+    /// Every client must present a certificate signed by `ca.crt`.
+    Require,
 }
 
 /// Who may reach the broker pods. Always admitted: the Broker's own pods (peer routing) and the
@@ -818,6 +917,7 @@ mod tests {
         for text in [
             include_str!("../../charts/quiver-operator/examples/broker-minimal.yaml"),
             include_str!("../../charts/quiver-operator/examples/broker-production.yaml"),
+            include_str!("../../charts/quiver-operator/examples/broker-secure.yaml"),
         ] {
             let broker: Broker = serde_yaml::from_str(text).expect("example parses");
             validate_cel(&broker).expect("example passes the CEL rules");
@@ -827,6 +927,36 @@ mod tests {
         ))
         .expect("example parses");
         validate_cel(&group).expect("example passes the CEL rules");
+    }
+
+    #[test]
+    fn acl_needs_admin_credentials_and_tls_has_defaults() {
+        let acl_only = broker(serde_json::json!({
+            "security": {"acl": {"secretName": "quiver-acl"}}
+        }));
+        let errors = validate_cel(&acl_only).unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("security.acl needs security.adminCredentials"),
+            "{errors:?}"
+        );
+        let complete = broker(serde_json::json!({"security": {
+            "acl": {"secretName": "quiver-acl"},
+            "adminCredentials": {"secretName": "quiver-admin"},
+            "tls": {"secretName": "quiver-tls"},
+        }}));
+        validate_cel(&complete).expect("valid security");
+        let security = complete.spec.security.expect("set");
+        assert_eq!(security.acl.expect("acl").key, DEFAULT_ACL_KEY);
+        let tls = security.tls.expect("tls");
+        assert_eq!(
+            (tls.mode, tls.client_auth, tls.http),
+            (TlsMode::Enforcing, TlsClientAuth::None, false)
+        );
+        let bad_key = broker(serde_json::json!({"security": {
+            "acl": {"secretName": "quiver-acl", "key": "../etc/passwd"},
+            "adminCredentials": {"secretName": "quiver-admin"},
+        }}));
+        assert!(validate_cel(&bad_key).is_err());
     }
 
     #[test]

@@ -3,8 +3,8 @@
 
 use crate::admin::BrokerPermission;
 use crate::crd::{
-    Broker, FlushDiskType, VolumeRetentionPolicy, BROKER_DISK_CLEAN_PERCENT,
-    BROKER_DISK_FORCE_CLEAN_PERCENT, NAMESPACE_NAME_LABEL,
+    Broker, FlushDiskType, SecuritySpec, TlsClientAuth, TlsMode, VolumeRetentionPolicy,
+    BROKER_DISK_CLEAN_PERCENT, BROKER_DISK_FORCE_CLEAN_PERCENT, NAMESPACE_NAME_LABEL,
 };
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
     EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec,
-    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext,
+    Service, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -44,6 +44,23 @@ pub const CONFIG_DIR: &str = "/etc/quiver";
 pub const CONFIG_FILE_ARG: &str = "/etc/quiver/$(POD_NAME).json";
 /// Pod template annotation holding the hash of the template and config, to detect rollouts.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "quiver.io/template-hash";
+/// Pod template annotation holding the hash of the referenced Secrets' data: a changed
+/// certificate or ACL file rolls the pods.
+pub const SECURITY_HASH_ANNOTATION: &str = "quiver.io/security-hash";
+/// Where the ACL Secret is mounted (the whole Secret, so kubelet updates the file in place).
+pub const ACL_DIR: &str = "/etc/quiver-acl";
+/// Where the TLS Secret is mounted.
+pub const TLS_DIR: &str = "/etc/quiver-tls";
+/// Keys of a cert-manager Certificate Secret.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+/// The private key in a cert-manager Certificate Secret.
+pub const TLS_KEY_KEY: &str = "tls.key";
+/// The issuing CA in a cert-manager Certificate Secret.
+pub const TLS_CA_KEY: &str = "ca.crt";
+/// Keys of the admin credentials Secret.
+pub const ACCESS_KEY_KEY: &str = "accessKey";
+/// The secret key in the admin credentials Secret.
+pub const SECRET_KEY_KEY: &str = "secretKey";
 /// Default seconds a stopping broker gets to flush its CommitLog and persist offsets.
 pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 60;
 /// The one field manager of every server-side apply.
@@ -58,6 +75,8 @@ pub struct RolloutPlan {
     pub partition: i32,
     /// Size in the volume claim template (immutable once the StatefulSet exists).
     pub claim_size: String,
+    /// Hash of the data of the Secrets `spec.security` references; None when it names none.
+    pub security_hash: Option<String>,
 }
 
 impl RolloutPlan {
@@ -67,6 +86,7 @@ impl RolloutPlan {
             replicas: broker.spec.replicas,
             partition: 0,
             claim_size: broker.spec.storage.size.clone(),
+            security_hash: None,
         }
     }
 }
@@ -147,9 +167,14 @@ pub fn claim_name(broker: &Broker, ordinal: i32) -> String {
 
 /// Stable remoting address of the broker with this ordinal.
 pub fn broker_address(broker: &Broker, ordinal: i32) -> String {
+    format!("{}.{}", pod_name(broker, ordinal), broker_scope(broker))
+}
+
+/// What every broker address of this Broker ends with: its account scope
+/// ([`crate::admin::account_scope`]).
+pub fn broker_scope(broker: &Broker) -> String {
     format!(
-        "{}.{}.{}.svc:{REMOTING_PORT}",
-        pod_name(broker, ordinal),
+        "{}.{}.svc:{REMOTING_PORT}",
         headless_service_name(broker),
         broker.namespace().unwrap_or_else(|| "default".to_string())
     )
@@ -283,10 +308,46 @@ pub fn pod_disruption_budget(broker: &Broker) -> PodDisruptionBudget {
     }
 }
 
+/// Where the operator runs: its namespace, and its pods' labels (empty: any pod there).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OperatorPods {
+    /// The operator's namespace.
+    pub namespace: String,
+    /// Labels every operator pod carries (`--operator-pod-labels`).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl OperatorPods {
+    fn peer(&self) -> NetworkPolicyPeer {
+        NetworkPolicyPeer {
+            namespace_selector: Some(match_labels(BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.to_string(),
+                self.namespace.clone(),
+            )]))),
+            pod_selector: (!self.labels.is_empty()).then(|| match_labels(self.labels.clone())),
+            ..NetworkPolicyPeer::default()
+        }
+    }
+}
+
+/// `key=value[,key=value]` labels, as `--operator-pod-labels` takes them.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Ok((key.trim().to_string(), value.trim().to_string()))
+            }
+            _ => Err(format!("{pair:?} is not key=value")),
+        })
+        .collect()
+}
+
 /// The Broker's NetworkPolicy when `spec.networkPolicy` is set: ingress to the broker pods
-/// only from clients (remoting), the Broker's own pods and the operator's namespace (remoting
-/// and HTTP), and the metrics namespaces (HTTP).
-pub fn network_policy(broker: &Broker, operator_namespace: &str) -> Option<NetworkPolicy> {
+/// only from clients (remoting), the Broker's own pods and the operator's pods (remoting and
+/// HTTP), and the metrics namespaces (HTTP).
+pub fn network_policy(broker: &Broker, operator: &OperatorPods) -> Option<NetworkPolicy> {
     let wanted = broker.spec.network_policy.as_ref()?;
     let namespaces = |selector: &LabelSelector| NetworkPolicyPeer {
         namespace_selector: Some(selector.clone()),
@@ -296,10 +357,7 @@ pub fn network_policy(broker: &Broker, operator_namespace: &str) -> Option<Netwo
         pod_selector: Some(match_labels(selector_labels(broker))),
         ..NetworkPolicyPeer::default()
     };
-    let operator = namespaces(&match_labels(BTreeMap::from([(
-        NAMESPACE_NAME_LABEL.to_string(),
-        operator_namespace.to_string(),
-    )])));
+    let operator = operator.peer();
     let mut clients = vec![namespaces(&wanted.client_namespace_selector)];
     if wanted.allow_same_namespace {
         clients.push(NetworkPolicyPeer {
@@ -347,15 +405,24 @@ fn tcp_port(port: i32) -> NetworkPolicyPort {
 /// StatefulSet running the brokers, with the pod template hash annotation set.
 pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
     let mut template = pod_template(broker);
+    let annotations = &mut template
+        .metadata
+        .get_or_insert_with(ObjectMeta::default)
+        .annotations;
+    if let Some(security_hash) = &plan.security_hash {
+        *annotations = Some(BTreeMap::from([(
+            SECURITY_HASH_ANNOTATION.to_string(),
+            security_hash.clone(),
+        )]));
+    }
     // The drain marks are left out: they must not restart the brokers that stay.
     let hash = template_hash(&template, &config_map(broker, plan.replicas, None));
     template
         .metadata
         .get_or_insert_with(ObjectMeta::default)
-        .annotations = Some(BTreeMap::from([(
-        TEMPLATE_HASH_ANNOTATION.to_string(),
-        hash,
-    )]));
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(TEMPLATE_HASH_ANNOTATION.to_string(), hash);
     let retention = match broker.spec.storage.retention_policy {
         VolumeRetentionPolicy::Retain => "Retain",
         VolumeRetentionPolicy::Delete => "Delete",
@@ -397,6 +464,31 @@ pub fn template_hash(template: &PodTemplateSpec, config: &ConfigMap) -> String {
     format!("{:016x}", fnv1a64(text.as_bytes()))
 }
 
+/// The hash of the Secrets' data recorded in [`SECURITY_HASH_ANNOTATION`]: SHA-1 over each
+/// Secret's name, then its keys and values in key order (a digest, so the annotation tells
+/// nothing of the data).
+pub fn security_hash<'a>(
+    secrets: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, Vec<u8>>)>,
+) -> String {
+    use sha1::{Digest, Sha1};
+    let mut hasher = Sha1::new();
+    for (name, data) in secrets {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        for (key, value) in data {
+            hasher.update((key.len() as u64).to_le_bytes());
+            hasher.update(key.as_bytes());
+            hasher.update((value.len() as u64).to_le_bytes());
+            hasher.update(value);
+        }
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
 fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
@@ -429,30 +521,59 @@ fn volume_claim_template(broker: &Broker, size: &str) -> PersistentVolumeClaim {
 
 /// The broker container: non-root, read-only root, probes on the broker's HTTP port.
 fn broker_container(broker: &Broker) -> Container {
+    let security = broker.spec.security.clone().unwrap_or_default();
+    let mut args = vec!["--config".to_string(), CONFIG_FILE_ARG.to_string()];
+    args.extend(security_args(&security));
+    let mut env = vec![EnvVar {
+        name: "POD_NAME".to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".to_string(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }];
+    env.extend(peer_credentials_env(&security));
+    let mut volume_mounts = vec![
+        VolumeMount {
+            name: DATA_VOLUME.to_string(),
+            mount_path: DATA_DIR.to_string(),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: "config".to_string(),
+            mount_path: CONFIG_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    ];
+    volume_mounts.extend(
+        security_volumes(&security)
+            .into_iter()
+            .map(|(volume, dir)| VolumeMount {
+                name: volume.name,
+                mount_path: dir.to_string(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            }),
+    );
+    let https = security.tls.as_ref().is_some_and(|tls| tls.http);
     Container {
         name: "broker".to_string(),
         image: Some(broker.image().to_string()),
-        args: Some(vec!["--config".to_string(), CONFIG_FILE_ARG.to_string()]),
-        env: Some(vec![EnvVar {
-            name: "POD_NAME".to_string(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_string(),
-                    ..ObjectFieldSelector::default()
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
+        args: Some(args),
+        env: Some(env),
         ports: Some(vec![
             container_port("remoting", REMOTING_PORT),
             container_port("http", HTTP_PORT),
         ]),
         resources: broker.spec.resources.clone(),
-        readiness_probe: Some(http_probe("/readyz", 5, 3)),
-        liveness_probe: Some(http_probe("/healthz", 10, 6)),
+        readiness_probe: Some(http_probe("/readyz", 5, 3, https)),
+        liveness_probe: Some(http_probe("/healthz", 10, 6, https)),
         // Recovery of a large CommitLog may take minutes; liveness starts after it.
-        startup_probe: Some(http_probe("/healthz", 5, 120)),
+        startup_probe: Some(http_probe("/healthz", 5, 120, https)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
@@ -463,21 +584,94 @@ fn broker_container(broker: &Broker) -> Container {
             }),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: DATA_VOLUME.to_string(),
-                mount_path: DATA_DIR.to_string(),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "config".to_string(),
-                mount_path: CONFIG_DIR.to_string(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-        ]),
+        volume_mounts: Some(volume_mounts),
         ..Container::default()
     }
+}
+
+/// The broker flags of `spec.security`: the ACL file and the TLS material in their mounts.
+fn security_args(security: &SecuritySpec) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(acl) = &security.acl {
+        args.extend(["--acl-file".to_string(), format!("{ACL_DIR}/{}", acl.key)]);
+    }
+    if let Some(tls) = &security.tls {
+        let mode = match tls.mode {
+            TlsMode::Permissive => "permissive",
+            TlsMode::Enforcing => "enforcing",
+        };
+        let client_auth = match tls.client_auth {
+            TlsClientAuth::None => "none",
+            TlsClientAuth::Optional => "optional",
+            TlsClientAuth::Require => "require",
+        };
+        let file = |key: &str| format!("{TLS_DIR}/{key}");
+        args.extend([
+            "--tls-mode".to_string(),
+            mode.to_string(),
+            "--tls-cert-file".to_string(),
+            file(TLS_CERT_KEY),
+            "--tls-key-file".to_string(),
+            file(TLS_KEY_KEY),
+        ]);
+        // Without client certificates the broker needs no CA, and a Secret without ca.crt
+        // (a certificate from a public issuer) still works.
+        if tls.client_auth != TlsClientAuth::None {
+            args.extend(["--tls-ca-file".to_string(), file(TLS_CA_KEY)]);
+        }
+        args.extend(["--tls-client-auth".to_string(), client_auth.to_string()]);
+        if tls.http {
+            args.push("--http-tls".to_string());
+        }
+    }
+    args
+}
+
+/// The admin account, from its Secret, signs the brokers' polls of their peers: with ACL on,
+/// unsigned polls would be refused.
+fn peer_credentials_env(security: &SecuritySpec) -> Vec<EnvVar> {
+    let Some(admin) = &security.admin_credentials else {
+        return Vec::new();
+    };
+    let from_secret = |name: &str, key: &str| EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: admin.secret_name.clone(),
+                key: key.to_string(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    };
+    vec![
+        from_secret("QUIVER_PEER_ACCESS_KEY", ACCESS_KEY_KEY),
+        from_secret("QUIVER_PEER_SECRET_KEY", SECRET_KEY_KEY),
+    ]
+}
+
+/// The Secret volumes of `spec.security` and their mount directories. Whole Secrets, not
+/// subPath mounts: kubelet updates their files in place and the broker reloads them.
+fn security_volumes(security: &SecuritySpec) -> Vec<(Volume, &'static str)> {
+    let secret_volume = |name: &str, secret_name: &str| Volume {
+        name: name.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name.to_string()),
+            // Readable by the broker's group (fsGroup) only.
+            default_mode: Some(0o440),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mut volumes = Vec::new();
+    if let Some(acl) = &security.acl {
+        volumes.push((secret_volume("acl", &acl.secret_name), ACL_DIR));
+    }
+    if let Some(tls) = &security.tls {
+        volumes.push((secret_volume("tls", &tls.secret_name), TLS_DIR));
+    }
+    volumes
 }
 
 /// The pod's security context: UID/GID 65532 (distroless nonroot), RuntimeDefault seccomp.
@@ -525,17 +719,29 @@ fn pod_template(broker: &Broker) -> PodTemplateSpec {
             tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
             node_selector: (!overrides.node_selector.is_empty())
                 .then(|| overrides.node_selector.clone()),
-            volumes: Some(vec![Volume {
-                name: "config".to_string(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: config_map_name(broker),
-                    ..ConfigMapVolumeSource::default()
-                }),
-                ..Volume::default()
-            }]),
+            volumes: Some(pod_volumes(broker)),
             ..PodSpec::default()
         }),
     }
+}
+
+fn pod_volumes(broker: &Broker) -> Vec<Volume> {
+    let config = Volume {
+        name: "config".to_string(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(broker),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let security = broker.spec.security.clone().unwrap_or_default();
+    std::iter::once(config)
+        .chain(
+            security_volumes(&security)
+                .into_iter()
+                .map(|(volume, _)| volume),
+        )
+        .collect()
 }
 
 fn container_port(name: &str, port: i32) -> ContainerPort {
@@ -547,11 +753,13 @@ fn container_port(name: &str, port: i32) -> ContainerPort {
     }
 }
 
-fn http_probe(path: &str, period_seconds: i32, failure_threshold: i32) -> Probe {
+/// A probe of the HTTP port; kubelet does not verify the certificate of an HTTPS probe.
+fn http_probe(path: &str, period_seconds: i32, failure_threshold: i32, https: bool) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
             port: IntOrString::String("http".to_string()),
+            scheme: https.then(|| "HTTPS".to_string()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period_seconds),
@@ -621,16 +829,50 @@ mod tests {
             .collect()
     }
 
+    fn operator_in(namespace: &str) -> OperatorPods {
+        OperatorPods {
+            namespace: namespace.to_string(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn with_its_pod_labels_only_the_operators_pods_are_admitted() {
+        let mut broker = Broker::test();
+        broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy::default());
+        let labels =
+            parse_labels("app.kubernetes.io/name=quiver-operator, app.kubernetes.io/instance=q")
+                .expect("labels");
+        let operator = OperatorPods {
+            namespace: "quiver-system".into(),
+            labels: labels.clone(),
+        };
+        let rules = ingress_rules(&network_policy(&broker, &operator).unwrap());
+        let peer = &rules[1].0[1];
+        assert_eq!(
+            peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            "quiver-system"
+        );
+        assert_eq!(
+            peer["podSelector"]["matchLabels"],
+            serde_json::json!(labels)
+        );
+        assert_eq!(rules[1].1, vec![REMOTING_PORT, HTTP_PORT]);
+        assert!(parse_labels("novalue").is_err());
+        assert!(parse_labels("=x").is_err());
+        assert_eq!(parse_labels("").unwrap(), BTreeMap::new());
+    }
+
     #[test]
     fn no_network_policy_unless_the_spec_asks() {
-        assert!(network_policy(&Broker::test(), "quiver-system").is_none());
+        assert!(network_policy(&Broker::test(), &operator_in("quiver-system")).is_none());
     }
 
     #[test]
     fn the_network_policy_opens_each_port_to_its_callers_only() {
         let mut broker = Broker::test();
         broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy::default());
-        let policy = network_policy(&broker, "quiver-system").expect("asked for");
+        let policy = network_policy(&broker, &operator_in("quiver-system")).expect("asked for");
         assert_eq!(policy.metadata.name.as_deref(), Some("qb"));
         assert_eq!(
             policy.metadata.owner_references.as_ref().unwrap()[0].kind,
@@ -674,7 +916,7 @@ mod tests {
             allow_same_namespace: false,
             ..Default::default()
         });
-        let rules = ingress_rules(&network_policy(&broker, "ops").unwrap());
+        let rules = ingress_rules(&network_policy(&broker, &operator_in("ops")).unwrap());
         assert_eq!(rules[0].0.as_array().unwrap().len(), 1);
     }
 
@@ -774,6 +1016,8 @@ mod tests {
             .any(|p| p.name.as_deref() == Some("remoting") && p.container_port == REMOTING_PORT));
     }
 
+    /// The Kubernetes "restricted" Pod Security profile, and a read-only root, for plain and
+    /// secure Brokers alike.
     #[test]
     fn pods_are_hardened() {
         let broker = Broker::test();
@@ -782,7 +1026,24 @@ mod tests {
             .template
             .spec
             .unwrap();
+        let secure = secure_broker(true);
+        let secure_pod = pod_spec(&secure, &RolloutPlan::initial(&secure));
+        assert_eq!(secure_pod.security_context, pod.security_context);
+        assert_eq!(
+            secure_pod.containers[0].security_context,
+            pod.containers[0].security_context
+        );
+        for volume in secure_pod.volumes.unwrap() {
+            assert!(
+                volume.secret.is_some() || volume.config_map.is_some(),
+                "restricted allows {volume:?}"
+            );
+        }
+        assert!([pod.host_network, pod.host_pid, pod.host_ipc]
+            .iter()
+            .all(|host| host.is_none()));
         let pod_security = pod.security_context.unwrap();
+        assert_ne!(pod_security.run_as_user, Some(0));
         assert_eq!(pod_security.run_as_non_root, Some(true));
         assert_eq!(
             pod_security.seccomp_profile.unwrap().type_,
@@ -804,6 +1065,7 @@ mod tests {
             replicas: 3,
             partition: 2,
             claim_size: "10Gi".to_string(),
+            security_hash: None,
         };
         let sts = stateful_set(&broker, &plan);
         let spec = sts.spec;
@@ -1036,5 +1298,180 @@ mod tests {
         let mut sync = broker.clone();
         sync.spec.flush_disk_type = FlushDiskType::Sync;
         assert_ne!(base, hash(&sync, &plan), "a config change rolls the pods");
+    }
+
+    fn secure_broker(http: bool) -> Broker {
+        let mut broker = Broker::test();
+        broker.spec.security = Some(SecuritySpec {
+            acl: Some(crate::crd::AclSecret {
+                secret_name: "quiver-acl".into(),
+                key: "acl.yml".into(),
+            }),
+            admin_credentials: Some(crate::crd::SecretRef {
+                secret_name: "quiver-admin".into(),
+            }),
+            tls: Some(crate::crd::TlsSpec {
+                secret_name: "quiver-tls".into(),
+                mode: TlsMode::Permissive,
+                client_auth: TlsClientAuth::Require,
+                http,
+            }),
+        });
+        broker
+    }
+
+    fn pod_spec(broker: &Broker, plan: &RolloutPlan) -> PodSpec {
+        stateful_set(broker, plan).spec.template.spec.unwrap()
+    }
+
+    #[test]
+    fn security_secrets_are_mounted_whole_and_read_only() {
+        let broker = secure_broker(false);
+        let pod = pod_spec(&broker, &RolloutPlan::initial(&broker));
+        let secrets: Vec<(String, String)> = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .filter_map(|volume| Some((volume.name, volume.secret?.secret_name?)))
+            .collect();
+        assert_eq!(
+            secrets,
+            vec![
+                ("acl".to_string(), "quiver-acl".to_string()),
+                ("tls".to_string(), "quiver-tls".to_string())
+            ]
+        );
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+        for (volume, dir) in [("acl", ACL_DIR), ("tls", TLS_DIR)] {
+            let mount = mounts.iter().find(|m| m.name == volume).expect("mounted");
+            assert_eq!(mount.mount_path, dir);
+            assert_eq!(mount.read_only, Some(true));
+            assert_eq!(
+                mount.sub_path, None,
+                "kubelet updates only whole-volume mounts"
+            );
+        }
+    }
+
+    #[test]
+    fn security_becomes_broker_flags_and_peer_credentials() {
+        let broker = secure_broker(true);
+        let container = &pod_spec(&broker, &RolloutPlan::initial(&broker)).containers[0];
+        assert_eq!(
+            container.args.clone().unwrap(),
+            [
+                "--config",
+                CONFIG_FILE_ARG,
+                "--acl-file",
+                "/etc/quiver-acl/acl.yml",
+                "--tls-mode",
+                "permissive",
+                "--tls-cert-file",
+                "/etc/quiver-tls/tls.crt",
+                "--tls-key-file",
+                "/etc/quiver-tls/tls.key",
+                "--tls-ca-file",
+                "/etc/quiver-tls/ca.crt",
+                "--tls-client-auth",
+                "require",
+                "--http-tls",
+            ]
+        );
+        let env = container.env.clone().unwrap();
+        let secret_ref = |name: &str| {
+            let var = env.iter().find(|var| var.name == name).expect(name);
+            let selector = var.value_from.clone().unwrap().secret_key_ref.unwrap();
+            (selector.name, selector.key)
+        };
+        assert_eq!(
+            secret_ref("QUIVER_PEER_ACCESS_KEY"),
+            ("quiver-admin".to_string(), "accessKey".to_string())
+        );
+        assert_eq!(
+            secret_ref("QUIVER_PEER_SECRET_KEY"),
+            ("quiver-admin".to_string(), "secretKey".to_string())
+        );
+        assert!(env
+            .iter()
+            .all(|var| var.value.as_deref() != Some("operator-secret")));
+    }
+
+    #[test]
+    fn probes_use_https_only_when_http_serves_tls() {
+        let scheme = |broker: &Broker| {
+            let container = pod_spec(broker, &RolloutPlan::initial(broker)).containers[0].clone();
+            [
+                container.readiness_probe,
+                container.liveness_probe,
+                container.startup_probe,
+            ]
+            .map(|probe| probe.unwrap().http_get.unwrap().scheme)
+        };
+        assert_eq!(
+            scheme(&secure_broker(true)),
+            [
+                Some("HTTPS".to_string()),
+                Some("HTTPS".to_string()),
+                Some("HTTPS".to_string())
+            ]
+        );
+        assert_eq!(scheme(&secure_broker(false)), [None, None, None]);
+        assert_eq!(scheme(&Broker::test()), [None, None, None]);
+    }
+
+    #[test]
+    fn without_client_certificates_no_ca_is_asked_for() {
+        let mut broker = secure_broker(false);
+        let tls = broker.spec.security.as_mut().unwrap().tls.as_mut().unwrap();
+        tls.client_auth = TlsClientAuth::None;
+        tls.mode = TlsMode::Enforcing;
+        let args = pod_spec(&broker, &RolloutPlan::initial(&broker)).containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(!args.contains(&"--tls-ca-file".to_string()), "{args:?}");
+        assert!(args
+            .windows(2)
+            .any(|pair| pair == ["--tls-mode", "enforcing"]));
+        assert!(args
+            .windows(2)
+            .any(|pair| pair == ["--tls-client-auth", "none"]));
+    }
+
+    #[test]
+    fn the_security_hash_is_annotated_and_rolls_the_template() {
+        let broker = secure_broker(false);
+        let annotations = |plan: &RolloutPlan| {
+            stateful_set(&broker, plan)
+                .spec
+                .template
+                .metadata
+                .unwrap()
+                .annotations
+                .unwrap()
+        };
+        let plan = |hash: Option<&str>| RolloutPlan {
+            security_hash: hash.map(str::to_string),
+            ..RolloutPlan::initial(&broker)
+        };
+        assert!(!annotations(&plan(None)).contains_key(SECURITY_HASH_ANNOTATION));
+        let first = annotations(&plan(Some("aaaa")));
+        let second = annotations(&plan(Some("bbbb")));
+        assert_eq!(first[SECURITY_HASH_ANNOTATION], "aaaa");
+        assert_ne!(
+            first[TEMPLATE_HASH_ANNOTATION], second[TEMPLATE_HASH_ANNOTATION],
+            "new Secret data is a new template: the pods roll"
+        );
+    }
+
+    #[test]
+    fn the_security_hash_follows_names_keys_and_values() {
+        let data = |value: &str| BTreeMap::from([("k".to_string(), value.as_bytes().to_vec())]);
+        let (one, two) = (data("1"), data("2"));
+        let base = security_hash([("a", &one)]);
+        assert_eq!(base, security_hash([("a", &one)]));
+        assert_ne!(base, security_hash([("a", &two)]));
+        assert_ne!(base, security_hash([("b", &one)]));
+        assert_eq!(base.len(), 40, "SHA-1 in hex");
     }
 }

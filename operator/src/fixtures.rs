@@ -2,9 +2,9 @@
 //! (the API server is `crate::testapi`).
 
 use crate::admin::{
-    AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats, QueueConsumeStats,
-    QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig,
-    TopicStats,
+    account_scope, AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats,
+    QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup,
+    TopicConfig, TopicStats,
 };
 use crate::crd::{
     Broker, BrokerSpec, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec, FlushDiskType,
@@ -14,6 +14,7 @@ use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use quiver_protocol::acl::Credentials;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 
@@ -50,6 +51,7 @@ impl BrokerFixture for Broker {
                 pod_template: None,
                 progress_deadline_seconds: crate::crd::DEFAULT_PROGRESS_DEADLINE_SECONDS,
                 network_policy: None,
+                security: None,
             },
         );
         broker.metadata = ObjectMeta {
@@ -168,6 +170,12 @@ struct FakeBrokers {
     runtime: BTreeMap<BrokerAddr, Option<RuntimeInfo>>,
     upserts: usize,
     topic_creates: usize,
+    /// Per account scope: the access key calls are signed with.
+    accounts: BTreeMap<String, String>,
+    /// When set, the brokers have ACL on: a call not signed with this access key is refused.
+    required_access_key: Option<String>,
+    /// Per broker: the access key of the last call (None: unsigned).
+    last_signer: BTreeMap<BrokerAddr, Option<String>>,
 }
 
 impl FakeAdmin {
@@ -344,6 +352,22 @@ impl FakeAdmin {
         self.with_state(|state| state.unreachable.remove(&BrokerAddr(addr.to_string())));
     }
 
+    /// Turns ACL on: calls not signed with `access_key` are refused with NO_PERMISSION.
+    pub fn require_access_key(&self, access_key: &str) {
+        self.with_state(|state| state.required_access_key = Some(access_key.to_string()));
+    }
+
+    /// The access key the last call to `addr` was signed with; None if unsigned or no call.
+    pub fn last_signer(&self, addr: &str) -> Option<String> {
+        self.with_state(|state| {
+            state
+                .last_signer
+                .get(&BrokerAddr(addr.to_string()))
+                .cloned()
+                .flatten()
+        })
+    }
+
     fn call<'a, T: Send + 'a>(
         &'a self,
         addr: &'a BrokerAddr,
@@ -351,6 +375,16 @@ impl FakeAdmin {
     ) -> BoxFuture<'a, Result<T, AdminError>> {
         async move {
             self.with_state(|state| {
+                let signer = state.accounts.get(account_scope(addr)).cloned();
+                state.last_signer.insert(addr.clone(), signer.clone());
+                if state.required_access_key.is_some() && state.required_access_key != signer {
+                    return Err(AdminError::Rejected {
+                        addr: addr.clone(),
+                        request: "an admin call",
+                        code: 16,
+                        remark: format!("ACL: access key {signer:?} refused"),
+                    });
+                }
                 if state.unreachable.contains(addr) {
                     let refused = std::io::Error::new(
                         std::io::ErrorKind::ConnectionRefused,
@@ -369,6 +403,17 @@ impl FakeAdmin {
 }
 
 impl BrokerAdmin for FakeAdmin {
+    fn use_account(&self, scope: &str, account: Option<Credentials>) {
+        self.with_state(|state| match account {
+            Some(account) => {
+                state.accounts.insert(scope.to_string(), account.access_key);
+            }
+            None => {
+                state.accounts.remove(scope);
+            }
+        });
+    }
+
     fn consume_stats<'a>(
         &'a self,
         addr: &'a BrokerAddr,

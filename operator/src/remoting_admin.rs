@@ -2,22 +2,29 @@
 //! and its per-broker calls, with the answers turned into the operator's types.
 
 use crate::admin::{
-    AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats, QueueConsumeStats,
-    QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig,
-    TopicStats,
+    account_scope, AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats,
+    QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup,
+    TopicConfig, TopicStats,
 };
 use futures::future::{BoxFuture, FutureExt};
 use quiver_client::{Admin, ClientConfig, ClientError, TopicSpec};
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::body::SubscriptionGroupConfig;
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Default bound on one call: connect, send, and read the response.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Talks to brokers directly by address.
+/// Talks to brokers directly by address, signing the calls to a Broker resource's brokers with
+/// the account [`BrokerAdmin::use_account`] gave for them.
 pub struct RemotingAdmin {
-    admin: Admin,
+    call_timeout: Duration,
+    unsigned: Arc<Admin>,
+    /// Per [`crate::admin::account_scope`]: the account and the client signing with it.
+    signed: Mutex<HashMap<String, (Credentials, Arc<Admin>)>>,
 }
 
 impl Default for RemotingAdmin {
@@ -31,7 +38,22 @@ impl RemotingAdmin {
     /// call names its broker.
     pub fn new(call_timeout: Duration) -> RemotingAdmin {
         RemotingAdmin {
-            admin: Admin::new(ClientConfig::new("").with_request_timeout(call_timeout)),
+            call_timeout,
+            unsigned: Arc::new(Admin::new(Self::config(call_timeout))),
+            signed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn config(call_timeout: Duration) -> ClientConfig {
+        ClientConfig::new("").with_request_timeout(call_timeout)
+    }
+
+    /// The client for `addr`: signing with its Broker's account, or unsigned.
+    fn admin_for(&self, addr: &BrokerAddr) -> Arc<Admin> {
+        let signed = self.signed.lock().expect("signed admins lock poisoned");
+        match signed.get(account_scope(addr)) {
+            Some((_, admin)) => admin.clone(),
+            None => self.unsigned.clone(),
         }
     }
 
@@ -41,7 +63,8 @@ impl RemotingAdmin {
         group: &str,
     ) -> Result<ConsumeStats, AdminError> {
         let request = "GET_CONSUME_STATS";
-        let stats = self.admin.consume_stats_at(&addr.0, group, None);
+        let admin = self.admin_for(addr);
+        let stats = admin.consume_stats_at(&addr.0, group, None);
         let Some(stats) = answer(addr, request, stats).await? else {
             return Ok(ConsumeStats::default());
         };
@@ -52,7 +75,7 @@ impl RemotingAdmin {
             let consumer_offset = u64::try_from(offsets.consumer_offset).ok().map(QueueOffset);
             let oldest_unconsumed_store_ms = match consumer_offset {
                 Some(committed) if committed < broker_offset => {
-                    let stored = self.admin.store_time_at(&addr.0, group, &queue, committed);
+                    let stored = admin.store_time_at(&addr.0, group, &queue, committed);
                     answer(addr, "PULL_MESSAGE", stored).await?
                 }
                 _ => None,
@@ -111,6 +134,24 @@ fn admin_error(addr: &BrokerAddr, request: &'static str, error: ClientError) -> 
 }
 
 impl BrokerAdmin for RemotingAdmin {
+    fn use_account(&self, scope: &str, account: Option<Credentials>) {
+        let mut signed = self.signed.lock().expect("signed admins lock poisoned");
+        let Some(account) = account else {
+            signed.remove(scope);
+            return;
+        };
+        // A new client only when the account changes: it keeps its connections otherwise.
+        if signed
+            .get(scope)
+            .is_some_and(|(current, _)| *current == account)
+        {
+            return;
+        }
+        let config = Self::config(self.call_timeout)
+            .with_credentials(&account.access_key, &account.secret_key);
+        signed.insert(scope.to_string(), (account, Arc::new(Admin::new(config))));
+    }
+
     fn consume_stats<'a>(
         &'a self,
         addr: &'a BrokerAddr,
@@ -125,7 +166,8 @@ impl BrokerAdmin for RemotingAdmin {
         topic: &'a str,
     ) -> BoxFuture<'a, Result<TopicStats, AdminError>> {
         async move {
-            let call = self.admin.topic_stats_at(&addr.0, topic);
+            let admin = self.admin_for(addr);
+            let call = admin.topic_stats_at(&addr.0, topic);
             let table = answer(addr, "GET_TOPIC_STATS_INFO", call).await?;
             let queues = table
                 .offset_table
@@ -150,7 +192,8 @@ impl BrokerAdmin for RemotingAdmin {
         group: &'a str,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
         async move {
-            let call = self.admin.members_at(&addr.0, group);
+            let admin = self.admin_for(addr);
+            let call = admin.members_at(&addr.0, group);
             let connections = answer(addr, "GET_CONSUMER_CONNECTION_LIST", call).await?;
             Ok(connections
                 .into_iter()
@@ -164,8 +207,16 @@ impl BrokerAdmin for RemotingAdmin {
         &'a self,
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
-        let call = self.admin.groups_at(&addr.0);
-        answer(addr, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG", call).boxed()
+        async move {
+            let admin = self.admin_for(addr);
+            answer(
+                addr,
+                "GET_ALL_SUBSCRIPTIONGROUP_CONFIG",
+                admin.groups_at(&addr.0),
+            )
+            .await
+        }
+        .boxed()
     }
 
     fn topics<'a>(
@@ -173,7 +224,8 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<Vec<String>, AdminError>> {
         async move {
-            let call = self.admin.topics_at(&addr.0);
+            let admin = self.admin_for(addr);
+            let call = admin.topics_at(&addr.0);
             let topics = answer(addr, "GET_ALL_TOPIC_CONFIG", call).await?;
             Ok(topics.into_iter().map(|topic| topic.name).collect())
         }
@@ -185,10 +237,16 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
         permission: BrokerPermission,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
-        let call = self
-            .admin
-            .set_broker_permission(&addr.0, permission.wire_value());
-        answer(addr, "UPDATE_BROKER_CONFIG", call).boxed()
+        async move {
+            let admin = self.admin_for(addr);
+            answer(
+                addr,
+                "UPDATE_BROKER_CONFIG",
+                admin.set_broker_permission(&addr.0, permission.wire_value()),
+            )
+            .await
+        }
+        .boxed()
     }
 
     fn create_topic<'a>(
@@ -199,7 +257,8 @@ impl BrokerAdmin for RemotingAdmin {
         async move {
             let queues = u32::try_from(topic.queues).unwrap_or(1);
             let spec = TopicSpec::new(topic.name.clone(), queues);
-            let call = self.admin.create_topic_at(&addr.0, &spec);
+            let admin = self.admin_for(addr);
+            let call = admin.create_topic_at(&addr.0, &spec);
             answer(addr, "UPDATE_AND_CREATE_TOPIC", call).await
         }
         .boxed()
@@ -218,7 +277,8 @@ impl BrokerAdmin for RemotingAdmin {
                 retry_max_times: group.max_reconsume_times,
                 ..SubscriptionGroupConfig::named(group.group.clone())
             };
-            let call = self.admin.upsert_group_at(&addr.0, &config);
+            let admin = self.admin_for(addr);
+            let call = admin.upsert_group_at(&addr.0, &config);
             answer(addr, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP", call).await
         }
         .boxed()
@@ -231,8 +291,16 @@ impl BrokerAdmin for RemotingAdmin {
         topic: &'a str,
         target: ResetTarget,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
-        let call = self.admin.reset_offsets_at(&addr.0, group, topic, target);
-        answer(addr, "INVOKE_BROKER_TO_RESET_OFFSET", call).boxed()
+        async move {
+            let admin = self.admin_for(addr);
+            answer(
+                addr,
+                "INVOKE_BROKER_TO_RESET_OFFSET",
+                admin.reset_offsets_at(&addr.0, group, topic, target),
+            )
+            .await
+        }
+        .boxed()
     }
 
     fn delete_group<'a>(
@@ -240,8 +308,16 @@ impl BrokerAdmin for RemotingAdmin {
         addr: &'a BrokerAddr,
         group: &'a str,
     ) -> BoxFuture<'a, Result<(), AdminError>> {
-        let call = self.admin.delete_group_at(&addr.0, group);
-        answer(addr, "DELETE_SUBSCRIPTIONGROUP", call).boxed()
+        async move {
+            let admin = self.admin_for(addr);
+            answer(
+                addr,
+                "DELETE_SUBSCRIPTIONGROUP",
+                admin.delete_group_at(&addr.0, group),
+            )
+            .await
+        }
+        .boxed()
     }
 
     fn runtime_info<'a>(
@@ -251,7 +327,8 @@ impl BrokerAdmin for RemotingAdmin {
         async move {
             // An older broker answers REQUEST_CODE_NOT_SUPPORTED: a Rejected error the caller
             // recognises with `is_unsupported`.
-            let call = self.admin.runtime_info_at(&addr.0);
+            let admin = self.admin_for(addr);
+            let call = admin.runtime_info_at(&addr.0);
             let table = answer(addr, "GET_BROKER_RUNTIME_INFO", call).await?;
             Ok(RuntimeInfo::from_table(&table))
         }
@@ -334,5 +411,43 @@ mod tests {
             .await
             .expect_err("refused");
         assert!(error.is_unsupported(), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn calls_to_a_brokers_scope_are_signed_with_its_account() {
+        let check = |expected: Option<&'static str>| {
+            move |request: &RemotingCommand| {
+                let access_key = request.ext(quiver_protocol::acl::ACCESS_KEY);
+                assert_eq!(access_key, expected);
+                if expected.is_some() {
+                    assert!(quiver_protocol::acl::verify(request, "operator-secret"));
+                }
+                request
+                    .response_to(response::SUCCESS, None)
+                    .with_body(body::KvTable::default().encode())
+            }
+        };
+        let admin = RemotingAdmin::default();
+        let signed = one_answer(check(Some("operator1"))).await;
+        admin.use_account(
+            account_scope(&signed),
+            Some(Credentials::new("operator1", "operator-secret")),
+        );
+        admin
+            .runtime_info(&signed)
+            .await
+            .expect("signed call answered");
+        // Another Broker's brokers, and this one's once its account is dropped: unsigned.
+        let other = one_answer(check(None)).await;
+        admin
+            .runtime_info(&other)
+            .await
+            .expect("unsigned call answered");
+        admin.use_account(account_scope(&signed), None);
+        let again = one_answer(check(None)).await;
+        admin
+            .runtime_info(&again)
+            .await
+            .expect("unsigned call answered");
     }
 }

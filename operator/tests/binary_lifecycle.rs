@@ -62,6 +62,9 @@ fn serves_http_and_stops_on_sigterm() {
             "false",
             "--log-format",
             "json",
+            // As the chart passes it.
+            "--operator-pod-labels",
+            "app.kubernetes.io/instance=quiver,app.kubernetes.io/name=quiver-operator",
         ])
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "info")

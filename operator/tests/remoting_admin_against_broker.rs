@@ -451,3 +451,53 @@ async fn a_closed_port_is_unreachable() {
         .expect_err("nothing listens");
     assert!(matches!(error, AdminError::Unreachable { .. }), "{error:?}");
 }
+
+/// A broker with ACL on (the file an operator mounts from `spec.security.acl`) refuses the
+/// operator's unsigned admin calls with NO_PERMISSION, and takes them signed with the admin
+/// account `spec.security.adminCredentials` names; a non-admin account is refused admin codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_are_signed_with_the_brokers_admin_account() {
+    use quiver_operator::admin::account_scope;
+    use quiver_protocol::acl::Credentials;
+    let acl_dir = tempfile::tempdir().expect("temp dir");
+    let acl_file = acl_dir.path().join("plain_acl.yml");
+    std::fs::write(
+        &acl_file,
+        "accounts:\n  - accessKey: quiver-operator\n    secretKey: operator-secret\n    admin: true\n  \
+         - accessKey: orders-app\n    secretKey: orders-secret\n    admin: false\n",
+    )
+    .expect("write acl file");
+    let broker = start_broker_with(|config| config.acl_file = Some(acl_file)).await;
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    let topic = TopicConfig {
+        name: "orders".into(),
+        queues: 2,
+    };
+    let refused = |result: Result<(), AdminError>| match result {
+        Err(AdminError::Rejected { code, remark, .. }) => {
+            assert_eq!(code, response::NO_PERMISSION, "{remark}");
+            remark
+        }
+        other => panic!("expected NO_PERMISSION, got {other:?}"),
+    };
+    let unsigned = refused(admin.create_topic(&broker.addr, &topic).await);
+    assert!(unsigned.contains("ACL"), "{unsigned}");
+    let scope = account_scope(&broker.addr).to_string();
+    admin.use_account(
+        &scope,
+        Some(Credentials::new("orders-app", "orders-secret")),
+    );
+    let not_admin = refused(admin.create_topic(&broker.addr, &topic).await);
+    assert!(not_admin.contains("admin"), "{not_admin}");
+    admin.use_account(
+        &scope,
+        Some(Credentials::new("quiver-operator", "operator-secret")),
+    );
+    admin
+        .create_topic(&broker.addr, &topic)
+        .await
+        .expect("the admin account may create topics");
+    let topics = admin.topics(&broker.addr).await.expect("topics");
+    assert!(topics.contains(&"orders".to_string()), "{topics:?}");
+    stop(broker).await;
+}

@@ -26,6 +26,15 @@ app.kubernetes.io/name: {{ include "quiver-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The selector labels as key=value,key=value (the operator's --operator-pod-labels). */}}
+{{- define "quiver-operator.selectorLabelList" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := (include "quiver-operator.selectorLabels" . | fromYaml) -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{- define "quiver-operator.labels" -}}
 helm.sh/chart: {{ include "quiver-operator.chart" . }}
 {{ include "quiver-operator.selectorLabels" . }}

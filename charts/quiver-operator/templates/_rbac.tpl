@@ -32,6 +32,12 @@ the operator's test API server and fails when these rules differ from them.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# spec.security: the referenced Secrets are read (their data hashed into the pod template, the
+# admin account taken for the operator's own calls); their metadata is watched so a change rolls
+# the pods. The operator never writes Secrets.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch"]
 # Volume expansion reads and patches the claims.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]

@@ -5,10 +5,12 @@ use anyhow::Context as _;
 use clap::Parser;
 use kube::Client;
 use quiver_operator::controller::{self, Context};
+use quiver_operator::desired;
 use quiver_operator::http::{self, Health};
 use quiver_operator::leader::{self, Candidate, Leadership};
 use quiver_operator::metrics::Metrics;
 use quiver_operator::remoting_admin::RemotingAdmin;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -35,6 +37,10 @@ struct Args {
     /// Log format: json (structured) or text.
     #[arg(long, env = "QUIVER_LOG_FORMAT", default_value = "json", value_parser = ["json", "text"])]
     log_format: String,
+    /// Labels of the operator's own pods, `key=value[,key=value]`: the Brokers'
+    /// NetworkPolicies admit only these pods of the operator's namespace (default: all of them).
+    #[arg(long, env = "QUIVER_OPERATOR_POD_LABELS", default_value = "", value_parser = desired::parse_labels)]
+    operator_pod_labels: BTreeMap<String, String>,
 }
 
 #[tokio::main]
@@ -74,12 +80,15 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     let admin = Arc::new(RemotingAdmin::default());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        admin,
-        metrics,
-        Duration::from_secs(args.lag_interval_seconds),
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            admin,
+            metrics,
+            Duration::from_secs(args.lag_interval_seconds),
+        )
+        .with_operator_pod_labels(args.operator_pod_labels),
+    );
 
     let outcome = if args.leader_election {
         run_as_leader(client, ctx, args.namespace, health, stop_rx).await

@@ -9,6 +9,7 @@ use super::conditions::{self, is_true, Desired, Status};
 use super::drain::{self, LeavingBroker};
 use super::expansion::{self, Expansion};
 use super::rollout::{self, plan_rollout, ProgressMarkers, RolloutPhase};
+use super::security;
 use super::{
     error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
 };
@@ -67,7 +68,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(reason: &'static str, message: impl Into<String>) -> Problem {
+    pub(crate) fn new(reason: &'static str, message: impl Into<String>) -> Problem {
         Problem {
             reason,
             message: message.into(),
@@ -121,6 +122,12 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
     if broker.is_paused() {
         return reconcile_paused(broker, &brokers, now_ms, ctx).await;
     }
+    let secrets = match security::resolve(broker, &namespace, ctx).await? {
+        Ok(resolved) => resolved,
+        Err(problem) => return hold_for_secrets(broker, &problem, ctx).await,
+    };
+    let scope = desired::broker_scope(broker);
+    ctx.admin.use_account(&scope, secrets.admin_account);
     let name = broker.name_any();
     let previous = broker.status.clone().unwrap_or_default();
     let statefulsets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -138,7 +145,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         &mut problems,
     )
     .await;
-    let (plan, phase) = plan_rollout(broker, existing.as_ref(), scale.replicas);
+    let (plan, phase) = plan_rollout(broker, existing.as_ref(), scale.replicas, secrets.hash);
     announce_rollout(broker, &phase, &plan, existing.is_some(), ctx).await;
     if let Some(sts) = &existing {
         unstick_rollout(broker, sts, &namespace, ctx, &mut problems).await;
@@ -187,6 +194,24 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
     .await;
     write_status_if_changed(&brokers, &name, broker.status.as_ref(), &status).await?;
     Ok(Action::requeue(outlook.requeue()))
+}
+
+/// A Secret of spec.security is missing or incomplete: Degraded names it, and nothing is
+/// applied (pods that cannot mount it, or would run without ACL, must not roll out). The
+/// Secret's creation or change wakes the next pass.
+async fn hold_for_secrets(
+    broker: &Broker,
+    problem: &Problem,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let previous = broker
+        .status
+        .as_ref()
+        .map(|status| status.conditions.as_slice())
+        .unwrap_or_default();
+    let failure = Desired::new("Degraded", true, problem.reason, problem.message.clone());
+    report_failure(ctx, broker, previous, &failure, "Reconcile").await;
+    Ok(Action::requeue(PROGRESS_REQUEUE))
 }
 
 /// Paused: only the Paused and Progressing conditions change; nothing is applied.
@@ -496,8 +521,11 @@ async fn apply_network_policy(
     namespace: &str,
     ctx: &Context,
 ) -> Result<(), Error> {
-    let operator_namespace = ctx.client.default_namespace();
-    if let Some(policy) = desired::network_policy(broker, operator_namespace) {
+    let operator = desired::OperatorPods {
+        namespace: ctx.client.default_namespace().to_string(),
+        labels: ctx.operator_pod_labels.clone(),
+    };
+    if let Some(policy) = desired::network_policy(broker, &operator) {
         return apply(ctx, namespace, &policy).await;
     }
     let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), namespace);

@@ -6,6 +6,7 @@
 //! interval: a lagging group costs one status write per interval, a quiet one none.
 
 use super::conditions::{self, Desired, Status};
+use super::security;
 use super::{
     error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
 };
@@ -102,7 +103,10 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
     let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
     let broker_ref = &group.spec.broker_ref;
     let polled = match brokers.get_opt(broker_ref).await {
-        Ok(Some(broker)) => poll(group, &broker, ctx, now_ms).await,
+        Ok(Some(broker)) => match security::use_admin_account(&broker, namespace, ctx).await {
+            Ok(()) => poll(group, &broker, ctx, now_ms).await,
+            Err(error) => Err(error),
+        },
         Ok(None) => return broker_missing(group, namespace, ctx, now_ms).await,
         Err(source) => Err(Error::Kube {
             action: format!("reading Broker {broker_ref}"),
@@ -871,6 +875,7 @@ async fn delete_from_brokers(
             .await
             .map_err(Error::kube(format!("reading Broker {broker_ref}")))?
         {
+            security::use_admin_account(&broker, namespace, ctx).await?;
             for addr in broker_addresses(&broker) {
                 ctx.admin
                     .delete_group(&addr, &name)

@@ -6,6 +6,7 @@ pub mod drain;
 pub mod expansion;
 pub mod group;
 pub mod rollout;
+pub mod security;
 
 use crate::admin::{AdminError, BrokerAdmin};
 use crate::crd::{Broker, ConsumerGroup};
@@ -13,17 +14,18 @@ use crate::metrics::Metrics;
 use conditions::Desired;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -126,6 +128,9 @@ pub struct Context {
     pub clock: Clock,
     /// Each group's last lag poll and progress window, by [`object_key`].
     pub lag_polls: Mutex<HashMap<String, group::LastPoll>>,
+    /// Labels of the operator's own pods: the Brokers' NetworkPolicies admit only these pods of
+    /// its namespace (empty: every pod there).
+    pub operator_pod_labels: BTreeMap<String, String>,
     /// Consecutive failures per object, for backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -153,8 +158,15 @@ impl Context {
             lag_interval,
             clock: system_clock,
             lag_polls: Mutex::new(HashMap::new()),
+            operator_pod_labels: BTreeMap::new(),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Sets the labels of the operator's own pods (`--operator-pod-labels`).
+    pub fn with_operator_pod_labels(mut self, labels: BTreeMap<String, String>) -> Context {
+        self.operator_pod_labels = labels;
+        self
     }
 
     /// Replaces the time source.
@@ -324,6 +336,32 @@ where
     (stream, reader)
 }
 
+/// The metadata watch of Secrets (their data never passes through the operator's watch), and
+/// the mapper waking the Brokers whose `spec.security` names a changed Secret.
+#[allow(clippy::type_complexity)]
+fn secret_triggers(
+    api: Api<PartialObjectMeta<Secret>>,
+    brokers: Store<Broker>,
+) -> (
+    impl Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>>,
+    impl Fn(PartialObjectMeta<Secret>) -> Vec<ObjectRef<Broker>> + Send + Sync + 'static,
+) {
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+    let mapper = move |secret: PartialObjectMeta<Secret>| {
+        let namespace = secret.namespace().unwrap_or_default();
+        let name = secret.name_any();
+        brokers
+            .state()
+            .iter()
+            .filter(|broker| security::references(broker, &namespace, &name))
+            .map(|broker| ObjectRef::from_obj(broker.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    (stream, mapper)
+}
+
 /// Longest event note the API server accepts (events.k8s.io/v1: under 1 kB).
 const MAX_EVENT_NOTE_BYTES: usize = 1000;
 
@@ -409,6 +447,10 @@ pub async fn run(
     };
     let labels = watcher::Config::default().labels("app.kubernetes.io/managed-by=quiver-operator");
     let (broker_changes, broker_store) = trigger_stream(api::<Broker>(&client, &namespace));
+    let secret_changes = secret_triggers(
+        api::<PartialObjectMeta<Secret>>(&client, &namespace),
+        broker_store.clone(),
+    );
     // Owned objects keep the unfiltered metadata watch: a StatefulSet status change (a pod
     // Ready or updated) is what moves a rollout on.
     let brokers = Controller::for_stream(broker_changes, broker_store)
@@ -420,6 +462,7 @@ pub async fn run(
             labels.clone(),
         )
         .owns(api::<NetworkPolicy>(&client, &namespace), labels)
+        .watches_stream(secret_changes.0, secret_changes.1)
         .graceful_shutdown_on(stop_on(broker_stop))
         .run(broker::reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {

@@ -27,16 +27,18 @@ pub enum RolloutPhase {
 }
 
 /// The StatefulSet plan for this pass: pure, from the Broker, the existing StatefulSet and the
-/// replica count decided by the drain.
+/// replica count decided by the drain, and the hash of the Secrets the pods mount.
 pub fn plan_rollout(
     broker: &Broker,
     existing: Option<&StatefulSet>,
     replicas: i32,
+    security_hash: Option<String>,
 ) -> (RolloutPlan, RolloutPhase) {
     let Some(existing) = existing else {
         return (
             RolloutPlan {
                 replicas,
+                security_hash,
                 ..RolloutPlan::initial(broker)
             },
             RolloutPhase::Creating,
@@ -59,6 +61,7 @@ pub fn plan_rollout(
         replicas,
         partition: 0,
         claim_size,
+        security_hash,
     };
     let new_hash = template_hash(&desired::stateful_set(broker, &provisional));
     let last_ordinal = (replicas - 1).max(0);
@@ -252,7 +255,7 @@ mod tests {
     #[test]
     fn no_statefulset_means_create_everything_at_once() {
         let broker = Broker::test().replicas(3);
-        let (plan, phase) = plan_rollout(&broker, None, 3);
+        let (plan, phase) = plan_rollout(&broker, None, 3, None);
         assert_eq!((plan.partition, phase), (0, RolloutPhase::Creating));
     }
 
@@ -261,7 +264,7 @@ mod tests {
         let old = Broker::test().replicas(3);
         let sts = existing(&old, &RolloutPlan::initial(&old), ready(3, 3));
         let new = old.clone().image("quiver:2");
-        let (plan, phase) = plan_rollout(&new, Some(&sts), 3);
+        let (plan, phase) = plan_rollout(&new, Some(&sts), 3, None);
         assert_eq!((plan.partition, phase), (2, RolloutPhase::Started));
     }
 
@@ -274,22 +277,22 @@ mod tests {
         };
         let waiting = existing(&broker, &at(2), ready(3, 0));
         assert_eq!(
-            plan_rollout(&broker, Some(&waiting), 3).1,
+            plan_rollout(&broker, Some(&waiting), 3, None).1,
             RolloutPhase::Waiting
         );
         let mut not_ready = ready(3, 1);
         not_ready.ready_replicas = Some(2);
         let restarting = existing(&broker, &at(2), not_ready);
         assert_eq!(
-            plan_rollout(&broker, Some(&restarting), 3).1,
+            plan_rollout(&broker, Some(&restarting), 3, None).1,
             RolloutPhase::Waiting
         );
         let done_top = existing(&broker, &at(2), ready(3, 1));
-        let (plan, phase) = plan_rollout(&broker, Some(&done_top), 3);
+        let (plan, phase) = plan_rollout(&broker, Some(&done_top), 3, None);
         assert_eq!((plan.partition, phase), (1, RolloutPhase::Stepped));
         let done = existing(&broker, &at(0), ready(3, 3));
         assert_eq!(
-            plan_rollout(&broker, Some(&done), 3).1,
+            plan_rollout(&broker, Some(&done), 3, None).1,
             RolloutPhase::Complete
         );
     }
@@ -307,7 +310,7 @@ mod tests {
         );
         sts.metadata.generation = Some(5);
         assert_eq!(
-            plan_rollout(&broker, Some(&sts), 3).1,
+            plan_rollout(&broker, Some(&sts), 3, None).1,
             RolloutPhase::Waiting
         );
     }
@@ -317,7 +320,7 @@ mod tests {
         let broker = Broker::test().replicas(1);
         let sts = existing(&broker, &RolloutPlan::initial(&broker), ready(1, 1));
         let grown = broker.clone().storage_size("20Gi");
-        let (plan, _) = plan_rollout(&grown, Some(&sts), 1);
+        let (plan, _) = plan_rollout(&grown, Some(&sts), 1, None);
         assert_eq!(plan.claim_size, "10Gi");
     }
 

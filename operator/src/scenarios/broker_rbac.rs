@@ -1,6 +1,6 @@
 //! RBAC is exactly what the code uses: every request the real operator (controllers, leader
 //! election) makes against the test API server while a Broker is created, given a
-//! NetworkPolicy and relieved of it, rolled past a stuck pod, expanded, drained, failed and
+//! NetworkPolicy and relieved of it, given TLS from a Secret and relieved of it, rolled past a stuck pod, expanded, drained, failed and
 //! paused, and a ConsumerGroup is created and deleted, is turned into (apiGroup, resource,
 //! verb) and compared with the rules of the chart's _rbac.tpl.
 
@@ -193,12 +193,39 @@ async fn network_policy_on_then_off(scenario: &Scenario) {
     eventually(LONG, || policy().is_none()).await;
 }
 
+/// spec.security naming a TLS Secret: the Secret is read (get) and its changes watched.
+async fn security_on_then_off(scenario: &Scenario) {
+    let mut tls = k8s_openapi::api::core::v1::Secret::default();
+    tls.metadata.name = Some("quiver-tls".into());
+    tls.metadata.namespace = Some("ns".into());
+    let mut value = serde_json::to_value(&tls).expect("json");
+    value["apiVersion"] = "v1".into();
+    value["kind"] = "Secret".into();
+    value["data"] = serde_json::json!({"tls.crt": "Q0VSVA==", "tls.key": "S0VZ"});
+    scenario.server.insert(&value);
+    scenario.edit_broker(|broker| {
+        broker["spec"]["security"] = serde_json::json!({"tls": {"secretName": "quiver-tls"}});
+    });
+    eventually(LONG, || {
+        let sts = scenario.statefulset();
+        let annotations = sts.spec.template.metadata.and_then(|m| m.annotations);
+        annotations.is_some_and(|a| a.contains_key(crate::desired::SECURITY_HASH_ANNOTATION))
+    })
+    .await;
+    eventually(LONG, || scenario.broker_ready()).await;
+    scenario.edit_broker(|broker| {
+        broker["spec"].as_object_mut().unwrap().remove("security");
+    });
+    eventually(LONG, || scenario.broker_ready()).await;
+}
+
 /// Every request of one operator run through all of the above.
 async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
     let scenario = Scenario::start_elected().await;
     scenario.create_broker(Broker::test().replicas(3).image("quiver:1"));
     eventually(LONG, || scenario.broker_ready()).await;
     network_policy_on_then_off(&scenario).await;
+    security_on_then_off(&scenario).await;
     roll_past_a_stuck_pod(&scenario).await;
     expand_and_drain(&scenario).await;
     fail_then_pause(&scenario).await;

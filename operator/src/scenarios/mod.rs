@@ -15,6 +15,7 @@ mod broker_rbac;
 mod broker_rollout;
 mod broker_rollout_stuck;
 mod broker_scale_down;
+mod broker_security;
 mod broker_storm;
 mod broker_two_operators;
 mod broker_volume_expansion;

@@ -76,6 +76,7 @@ pub static RESOURCES: &[ResourceType] = &[
     served("apps", "v1", "statefulsets", "StatefulSet", true, true),
     served("", "v1", "services", "Service", true, true),
     served("", "v1", "configmaps", "ConfigMap", true, false),
+    served("", "v1", "secrets", "Secret", true, false),
     served("", "v1", "pods", "Pod", true, true),
     served(
         "",
