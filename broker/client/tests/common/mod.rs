@@ -143,6 +143,11 @@ impl TestBroker {
         Self::launch(self.config.clone(), listener, self._data.clone()).await
     }
 
+    /// host:port of the broker's HTTP port (/metrics, /healthz, /readyz).
+    pub fn http_addr(&self) -> &str {
+        &self.config.http_listen
+    }
+
     pub fn client(&self) -> ClientConfig {
         ClientConfig::new(&self.addr)
     }
