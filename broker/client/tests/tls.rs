@@ -40,17 +40,24 @@ impl Pki {
             .push(DnType::CommonName, format!("Quiver test CA {tag}"));
         let ca_key = KeyPair::generate().unwrap();
         let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let leaf = |names: Vec<String>, usages: Vec<ExtendedKeyUsagePurpose>| {
             let mut params = CertificateParams::new(names).unwrap();
-            params.extended_key_usages = vec![usage];
+            params.extended_key_usages = usages;
             let key = KeyPair::generate().unwrap();
             let cert = params.signed_by(&key, &ca_cert, &ca_key).unwrap();
             (cert.pem(), key.serialize_pem())
         };
         let server_names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let (server_pem, server_key_pem) = leaf(server_names, ExtendedKeyUsagePurpose::ServerAuth);
-        let (client_pem, client_key_pem) =
-            leaf(vec!["client".into()], ExtendedKeyUsagePurpose::ClientAuth);
+        // Client auth too: a broker presents it when it polls its peers.
+        let server_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let (server_pem, server_key_pem) = leaf(server_names, server_usages);
+        let (client_pem, client_key_pem) = leaf(
+            vec!["client".into()],
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        );
         let file = |name: &str, text: &str| {
             let path = dir.join(format!("{tag}-{name}"));
             std::fs::write(&path, text).unwrap();
@@ -350,11 +357,42 @@ async fn a_certificate_swapped_on_disk_is_served_to_new_connections() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforcing_brokers_poll_their_peers_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::write(dir.path(), "a");
+    let brokers = TestBroker::start_cluster_with(2, |config| {
+        pki.serve(config, TlsMode::Enforcing);
+        config.tls_client_auth = ClientAuth::Require;
+    })
+    .await;
+    let admin = Admin::new(brokers[0].client().with_tls(pki.client_with_certificate()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let cluster = admin.cluster_info().await.expect("cluster info over TLS");
+        if cluster.broker_addr_table.len() == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the peer was not polled: {cluster:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    admin.shutdown().await;
+    for broker in brokers {
+        broker.stop().await;
+    }
+}
+
+/// The HTTP port never asks for a client certificate (probes have none), even when the
+/// remoting port requires one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_port_serves_metrics_over_tls() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::write(dir.path(), "a");
     let broker = TestBroker::start_with(|config| {
         pki.serve(config, TlsMode::Enforcing);
+        config.tls_client_auth = ClientAuth::Require;
         config.http_tls = true;
     })
     .await;

@@ -17,7 +17,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::broker::{Broker, BrokerSlot};
-use crate::tls::TlsServer;
+use crate::tls::{Port, TlsServer};
 
 /// Connections served at once; more are closed on accept (scrapers and probes need few).
 const MAX_CONNECTIONS: usize = 64;
@@ -85,7 +85,7 @@ async fn handshake_then_serve(
     match tls {
         None => serve_connection(stream, endpoints, slot).await,
         Some(tls) => {
-            if let Ok(stream) = tls.accept(stream).await {
+            if let Ok(stream) = tls.accept(stream, Port::Http).await {
                 serve_connection(stream, endpoints, slot).await;
             }
         }

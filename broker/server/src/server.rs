@@ -21,7 +21,7 @@ use crate::consumers::ConnectionHandle;
 use crate::error::BrokerError;
 use crate::metrics::ClosedBecause;
 use crate::processor::{self, Ctx};
-use crate::tls::{classify, peek_first_byte, FirstByte, HandshakeFailure, TlsServer};
+use crate::tls::{classify, peek_first_byte, FirstByte, HandshakeFailure, Port, TlsServer};
 
 /// Responses and pushes queued per connection before the writer applies back-pressure.
 const OUTBOUND_QUEUE: usize = 1024;
@@ -283,7 +283,7 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
         }
     };
     match (classify(first), served.broker.config.tls_mode) {
-        (FirstByte::Tls, _) => match tls.accept(stream).await {
+        (FirstByte::Tls, _) => match tls.accept(stream, Port::Remoting).await {
             Ok(stream) => {
                 let (reader, writer) = tokio::io::split(stream);
                 serve_connection(reader, writer, served).await;

@@ -103,10 +103,34 @@ struct Files {
 /// The files' bytes, to tell whether they changed.
 type Contents = Vec<Vec<u8>>;
 
+/// Which port a handshake is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// The remoting port: client certificates as `--tls-client-auth` says.
+    Remoting,
+    /// The HTTP port: never asks for a client certificate (Kubernetes probes have none).
+    Http,
+}
+
+/// The server configs built from one version of the files.
+struct Configs {
+    remoting: Arc<ServerConfig>,
+    http: Arc<ServerConfig>,
+}
+
+impl Configs {
+    fn build(files: &Files, contents: &Contents) -> Result<Configs, String> {
+        Ok(Configs {
+            remoting: Arc::new(build(files, contents, files.client_auth)?),
+            http: Arc::new(build(files, contents, ClientAuth::None)?),
+        })
+    }
+}
+
 /// The certificate in force for new connections, how it got there and what failed.
 pub struct TlsServer {
     files: Files,
-    config: RwLock<Arc<ServerConfig>>,
+    configs: RwLock<Configs>,
     last_contents: Mutex<Contents>,
     reloads: AtomicU64,
     reload_failures: AtomicU64,
@@ -130,12 +154,12 @@ impl TlsServer {
             client_auth: config.tls_client_auth,
         };
         let contents = read_contents(&files).map_err(invalid)?;
-        let server_config = build(&files, &contents).map_err(invalid)?;
+        let configs = Configs::build(&files, &contents).map_err(invalid)?;
         tracing::info!(cert = %cert.display(), mode = ?config.tls_mode, client_auth = ?config.tls_client_auth,
             http_tls = config.http_tls, "TLS on");
         Ok(Some(Arc::new(TlsServer {
             files,
-            config: RwLock::new(Arc::new(server_config)),
+            configs: RwLock::new(configs),
             last_contents: Mutex::new(contents),
             reloads: AtomicU64::new(0),
             reload_failures: AtomicU64::new(0),
@@ -143,13 +167,21 @@ impl TlsServer {
         })))
     }
 
-    /// Handshakes as the server with the certificate in force, within the handshake bound;
-    /// a failure is counted and logged at debug.
+    /// Handshakes as the server of `port` with the certificate in force, within the handshake
+    /// bound; a failure is counted and logged at debug.
     pub async fn accept(
         &self,
         stream: TcpStream,
+        port: Port,
     ) -> Result<TlsStream<TcpStream>, HandshakeFailure> {
-        let acceptor = TlsAcceptor::from(self.config.read().clone());
+        let config = {
+            let configs = self.configs.read();
+            match port {
+                Port::Remoting => configs.remoting.clone(),
+                Port::Http => configs.http.clone(),
+            }
+        };
+        let acceptor = TlsAcceptor::from(config);
         let failure = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
             Ok(Ok(stream)) => return Ok(stream),
             Ok(Err(error)) => {
@@ -178,9 +210,9 @@ impl TlsServer {
         if *self.last_contents.lock() == contents {
             return;
         }
-        match build(&self.files, &contents) {
-            Ok(server_config) => {
-                *self.config.write() = Arc::new(server_config);
+        match Configs::build(&self.files, &contents) {
+            Ok(configs) => {
+                *self.configs.write() = configs;
                 *self.last_contents.lock() = contents;
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
@@ -234,13 +266,17 @@ fn read_contents(files: &Files) -> Result<Contents, String> {
 }
 
 /// A server config from the files' contents (cert, key, then the CA when given).
-fn build(files: &Files, contents: &Contents) -> Result<ServerConfig, String> {
+fn build(
+    files: &Files,
+    contents: &Contents,
+    client_auth: ClientAuth,
+) -> Result<ServerConfig, String> {
     let chain = pem::certificates_from_pem(&contents[0], &files.cert)?;
     let key = pem::private_key_from_pem(&contents[1], &files.key)?;
     let builder = ServerConfig::builder_with_provider(pem::provider())
         .with_safe_default_protocol_versions()
         .map_err(|error| format!("TLS server settings: {error}"))?;
-    let builder = match (files.client_auth, &files.ca, contents.get(2)) {
+    let builder = match (client_auth, &files.ca, contents.get(2)) {
         (ClientAuth::None, _, _) => builder.with_no_client_auth(),
         (auth, Some(ca), Some(ca_pem)) => {
             let roots = Arc::new(pem::root_store_from_pem(ca_pem, ca)?);
@@ -334,16 +370,16 @@ mod tests {
             (0, 0),
             "unchanged files are not reloaded"
         );
-        let before = tls.config.read().clone();
+        let before = tls.configs.read().remoting.clone();
         std::fs::write(config.tls_cert_file.as_ref().unwrap(), "garbage").unwrap();
         tls.reload_if_changed();
         tls.reload_if_changed();
         assert_eq!(tls.reload_counts(), (0, 1), "one failure per bad version");
-        assert!(Arc::ptr_eq(&before, &tls.config.read()));
+        assert!(Arc::ptr_eq(&before, &tls.configs.read().remoting));
         write_certificate(dir.path());
         tls.reload_if_changed();
         assert_eq!(tls.reload_counts(), (1, 1));
-        assert!(!Arc::ptr_eq(&before, &tls.config.read()));
+        assert!(!Arc::ptr_eq(&before, &tls.configs.read().remoting));
     }
 
     #[test]
