@@ -14,6 +14,8 @@ import pytest
 import trustme
 
 import remoting
+from clients import Collector, produce, start_consumer
+from quiver_e2e import wait_until
 
 TOPIC = "TlsTopic"
 
@@ -63,6 +65,24 @@ def test_permissive_mode_answers_ssl_and_plain_frames(make_broker, pki):
     assert broker_name(broker.addr, context) == "broker-0"
     assert broker_name(broker.addr) == "broker-0"
     assert (broker.metric("quiver_connections_closed_total", reason="tls-required") or 0) == 0
+    assert broker.stop() == 0
+
+
+@pytest.mark.timeout(300)
+def test_stock_client_works_plain_against_permissive_mode(make_broker, pki):
+    _, context = pki
+    broker = tls_broker(make_broker, pki, "permissive")
+    create_topic(broker.addr, context)
+    collector = Collector()
+    consumer = start_consumer(broker.addr, "TlsGroup", TOPIC, collector)
+    try:
+        produce(broker.addr, TOPIC, range(20))
+        wait_until(lambda: len(collector.distinct()) == 20, 90, "the 20 messages consumed")
+    finally:
+        consumer.shutdown()
+    assert collector.distinct() == {f"k-{i}" for i in range(20)}
+    # A TLS client on another connection meanwhile.
+    assert broker_name(broker.addr, context) == "broker-0"
     assert broker.stop() == 0
 
 
