@@ -3,8 +3,8 @@ socket that sends RocketMQ frames, in permissive mode (TLS and plain on one port
 enforcing mode (a plain socket is closed, counted as tls-required); the `quiver` CLI with
 --tls. Certificates come from `trustme`.
 
-The stock `rocketmq` 0.4.4 client (Apache's C++ client) has no TLS setting it exposes, so
-it is not part of these tests; it keeps working against permissive mode as a plain client."""
+The stock `rocketmq` 0.4.4 client (Apache's C++ client) exposes no TLS setting, so it is
+tested only as what it can be: a plain client of a permissive broker."""
 
 import os
 import ssl

@@ -258,6 +258,38 @@ async fn enforcing_mode_closes_plain_connections_while_tls_ones_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_and_stalled_handshakes_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::write(dir.path(), "a");
+    let broker = TestBroker::start_with(|config| pki.serve(config, TlsMode::Enforcing)).await;
+    // A handshake record that is not a ClientHello, and one that stops after its first byte.
+    let mut garbage = TcpStream::connect(&broker.addr).await.unwrap();
+    garbage
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x04, 0xde, 0xad, 0xbe, 0xef])
+        .await
+        .unwrap();
+    let mut stalled = TcpStream::connect(&broker.addr).await.unwrap();
+    stalled.write_all(&[0x16]).await.unwrap();
+
+    create_topic(&broker, Some(pki.client()), "beside").await;
+    let tls_producer = producer(&broker, Some(pki.client()));
+    send(&tls_producer, "beside", "served")
+        .await
+        .expect("a TLS client beside them");
+    let mut rest = Vec::new();
+    let closed =
+        tokio::time::timeout(Duration::from_secs(10), garbage.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the bad handshake's connection is closed");
+    let scrape = plain_metrics(&broker).await;
+    assert!(series(&scrape, "quiver_tls_handshake_failures_total", "protocol") >= 1);
+    assert!(series(&scrape, "quiver_connections_closed_total", "tls-handshake") >= 1);
+    tls_producer.shutdown().await;
+    // Shutdown does not wait for the stalled handshake.
+    broker.stop().await;
+    drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn required_client_certificates_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::write(dir.path(), "a");

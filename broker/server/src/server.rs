@@ -270,10 +270,16 @@ struct Served {
 }
 
 /// A connection to a port with TLS on: a ClientHello is handshaken, a plain frame is served
-/// in permissive mode and closed in enforcing mode. Other connections are unaffected.
+/// in permissive mode and closed in enforcing mode. Other connections are unaffected; a
+/// handshake still going on at shutdown is dropped.
 async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
     let metrics = &served.broker.metrics;
-    let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, peek_first_byte(&stream)).await {
+    let mut stop = served.stop.clone();
+    let peeked = tokio::select! {
+        _ = stop.changed() => return,
+        peeked = tokio::time::timeout(HANDSHAKE_TIMEOUT, peek_first_byte(&stream)) => peeked,
+    };
+    let first = match peeked {
         Ok(Ok(Some(first))) => first,
         Ok(Ok(None) | Err(_)) => return,
         Err(_) => {
@@ -283,13 +289,19 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
         }
     };
     match (classify(first), served.broker.config.tls_mode) {
-        (FirstByte::Tls, _) => match tls.accept(stream, Port::Remoting).await {
-            Ok(stream) => {
-                let (reader, writer) = tokio::io::split(stream);
-                serve_connection(reader, writer, served).await;
+        (FirstByte::Tls, _) => {
+            let accepted = tokio::select! {
+                _ = stop.changed() => return,
+                accepted = tls.accept(stream, Port::Remoting) => accepted,
+            };
+            match accepted {
+                Ok(stream) => {
+                    let (reader, writer) = tokio::io::split(stream);
+                    serve_connection(reader, writer, served).await;
+                }
+                Err(_) => metrics.connection_closed(ClosedBecause::TlsHandshake),
             }
-            Err(_) => metrics.connection_closed(ClosedBecause::TlsHandshake),
-        },
+        }
         (FirstByte::Plain, TlsMode::Enforcing) => {
             tracing::debug!(remote = %served.remote, "plain connection with tls-mode enforcing; closing");
             metrics.connection_closed(ClosedBecause::TlsRequired);
