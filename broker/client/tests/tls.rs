@@ -114,6 +114,13 @@ fn with_tls(client: ClientConfig, tls: Option<TlsConfig>) -> ClientConfig {
     }
 }
 
+/// A broker serving `pki`'s certificate in `mode`, with `topic` created over TLS.
+async fn start_with_topic(pki: &Pki, mode: TlsMode, topic: &str) -> TestBroker {
+    let broker = TestBroker::start_with(|config| pki.serve(config, mode)).await;
+    create_topic(&broker, Some(pki.client()), topic).await;
+    broker
+}
+
 async fn create_topic(broker: &TestBroker, tls: Option<TlsConfig>, topic: &str) {
     let admin = Admin::new(with_tls(broker.client(), tls));
     admin
@@ -203,8 +210,7 @@ async fn plain_metrics(broker: &TestBroker) -> String {
 async fn permissive_mode_serves_tls_and_plain_clients_on_one_port() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::write(dir.path(), "a");
-    let broker = TestBroker::start_with(|config| pki.serve(config, TlsMode::Permissive)).await;
-    create_topic(&broker, Some(pki.client()), "mixed").await;
+    let broker = start_with_topic(&pki, TlsMode::Permissive, "mixed").await;
 
     let tls_producer = producer(&broker, Some(pki.client()));
     let plain_producer = producer(&broker, None);
@@ -230,8 +236,7 @@ async fn permissive_mode_serves_tls_and_plain_clients_on_one_port() {
 async fn enforcing_mode_closes_plain_connections_while_tls_ones_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::write(dir.path(), "a");
-    let broker = TestBroker::start_with(|config| pki.serve(config, TlsMode::Enforcing)).await;
-    create_topic(&broker, Some(pki.client()), "strict").await;
+    let broker = start_with_topic(&pki, TlsMode::Enforcing, "strict").await;
     let tls_producer = producer(&broker, Some(pki.client()));
     send(&tls_producer, "strict", "first")
         .await
@@ -338,8 +343,7 @@ async fn required_client_certificates_are_checked() {
 async fn a_certificate_swapped_on_disk_is_served_to_new_connections() {
     let dir = tempfile::tempdir().unwrap();
     let old = Pki::write(dir.path(), "old");
-    let broker = TestBroker::start_with(|config| old.serve(config, TlsMode::Enforcing)).await;
-    create_topic(&broker, Some(old.client()), "rotated").await;
+    let broker = start_with_topic(&old, TlsMode::Enforcing, "rotated").await;
     let open_before = producer(&broker, Some(old.client()));
     send(&open_before, "rotated", "before")
         .await
