@@ -1,8 +1,9 @@
 //! TLS on the remoting and HTTP ports, with the Rust client: permissive mode serves TLS and
 //! plain clients; enforcing mode closes plain ones while TLS connections go on; client
 //! certificates are checked when required; a certificate swapped on disk is served to new
-//! connections without a restart; the HTTP port serves /metrics over TLS. Certificates are
-//! made here with rcgen.
+//! connections without a restart; producers, pull and push consumers, admin and peer polls
+//! work over TLS; bad handshakes fail alone; the HTTP port serves /metrics over TLS.
+//! Certificates are made here with rcgen.
 
 mod common;
 
@@ -10,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestBroker;
+use common::{wait_until, Received, TestBroker};
 use quiver_broker::{BrokerConfig, ClientAuth, TlsMode};
 use quiver_client::{
-    Admin, ClientConfig, Message, Producer, ProducerConfig, PullConsumer, PullStatus,
-    QueueSelector, Subscription, TlsConfig, TopicSpec,
+    Admin, ClientConfig, ConsumeFromWhere, Message, Producer, ProducerConfig, PullConsumer,
+    PullStatus, PushConsumer, QueueSelector, Subscription, TlsConfig, TopicSpec,
 };
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -259,6 +260,35 @@ async fn enforcing_mode_closes_plain_connections_while_tls_ones_go_on() {
     assert_eq!(bodies, vec!["first".to_string(), "second".to_string()]);
     tls_producer.shutdown().await;
     plain_producer.shutdown().await;
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_consumer_consumes_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::write(dir.path(), "a");
+    let broker = start_with_topic(&pki, TlsMode::Enforcing, "pushed").await;
+    let producer = producer(&broker, Some(pki.client()));
+    for body in ["one", "two", "three"] {
+        send(&producer, "pushed", body).await.expect("TLS send");
+    }
+    let received = Received::default();
+    let mut config = broker
+        .consumer_config("tls-pushers", "pushed")
+        .consume_from(ConsumeFromWhere::FirstOffset);
+    config.client = config.client.with_tls(pki.client());
+    let consumer = PushConsumer::start(config, received.listener())
+        .await
+        .expect("start over TLS");
+    wait_until("three messages pushed", Duration::from_secs(20), || {
+        received.len() >= 3
+    })
+    .await;
+    consumer.shutdown().await.expect("shutdown");
+    let mut bodies = received.bodies();
+    bodies.sort();
+    assert_eq!(bodies, vec!["one", "three", "two"]);
+    producer.shutdown().await;
     broker.stop().await;
 }
 
