@@ -35,9 +35,9 @@ def _read_exact(sock, n):
     return data
 
 
-def call(addr, code, ext=None, body=b"", timeout=10, credentials=None):
-    """Sends one request, signed when `credentials` is (access key, secret key); returns
-    (code, remark, extFields, body)."""
+def call(addr, code, ext=None, body=b"", timeout=10, credentials=None, tls=None):
+    """Sends one request, signed when `credentials` is (access key, secret key), over TLS when
+    `tls` is an ssl.SSLContext (for the name "localhost"); returns (code, remark, extFields, body)."""
     ext = {k: str(v) for k, v in (ext or {}).items()}
     if credentials:
         ext = sign(ext, body, *credentials)
@@ -46,7 +46,8 @@ def call(addr, code, ext=None, body=b"", timeout=10, credentials=None):
         "remark": "", "extFields": ext,
     }).encode()
     host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname="localhost") if tls else raw
         sock.sendall(struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body)
         total, = struct.unpack(">i", _read_exact(sock, 4))
         frame = _read_exact(sock, total)

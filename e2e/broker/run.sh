@@ -7,6 +7,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 : "${QUIVER_BIN_DIR:?QUIVER_BIN_DIR must hold the quiver-broker binary}"
 export QUIVER_BROKER_BIN="$QUIVER_BIN_DIR/quiver-broker"
 [ -x "$QUIVER_BROKER_BIN" ] || { echo "missing $QUIVER_BROKER_BIN" >&2; exit 1; }
+# test_tls.py runs the `quiver` CLI too.
+[ -x "$QUIVER_BIN_DIR/quiver" ] || { echo "missing $QUIVER_BIN_DIR/quiver (run cargo build --workspace --bins)" >&2; exit 1; }
+export QUIVER_BIN_DIR
 # Brokers are children of pytest, stopped by its fixtures (and at interpreter exit).
 cd "$here"
 # Helpers shared by the e2e suites (free ports, waiting with a deadline).

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use crate::error::{ClientError, Result};
 use crate::remoting::{expect_success, InboundRequest, RemotingClient};
 use crate::MessageQueue;
+use crate::TlsConfig;
 
 /// Where and how a client connects.
 #[derive(Clone, Debug)]
@@ -28,6 +29,8 @@ pub struct ClientConfig {
     pub route_ttl: Duration,
     /// The ACL account every request is signed with; None: unsigned.
     pub credentials: Option<Credentials>,
+    /// Every connection (name servers, brokers) is TLS when set; None: plain.
+    pub tls: Option<TlsConfig>,
 }
 
 impl ClientConfig {
@@ -43,7 +46,14 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(3),
             route_ttl: Duration::from_secs(30),
             credentials: None,
+            tls: None,
         }
+    }
+
+    /// Opens every connection with TLS (brokers with `--tls-mode enforcing` refuse plain ones).
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Signs every request with this account (brokers with ACL on refuse unsigned ones).
@@ -133,7 +143,9 @@ impl ClientCore {
 
     fn build(config: ClientConfig, remoting: RemotingClient) -> Arc<Self> {
         Arc::new(Self {
-            remoting: remoting.with_credentials(config.credentials.clone()),
+            remoting: remoting
+                .with_credentials(config.credentials.clone())
+                .with_tls(config.tls.clone()),
             config,
             client_id: new_client_id(),
             routes: Mutex::new(HashMap::new()),

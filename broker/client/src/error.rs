@@ -12,6 +12,8 @@ pub enum ClientError {
     },
     #[error("connection to {addr} closed")]
     ConnectionClosed { addr: String },
+    #[error("TLS with {addr} failed: {reason}")]
+    Tls { addr: String, reason: String },
     #[error("I/O error on the connection to {addr}")]
     Io {
         addr: String,

@@ -39,6 +39,9 @@ pub use pull_from_where::ConsumeFromWhere;
 pub use push::{ConsumeMode, ConsumeOutcome, Listener, PushConsumer, PushConsumerConfig};
 pub use quiver_protocol::body::MessageQueue;
 pub use quiver_protocol::offset::QueueOffset;
+/// How the client connects with TLS: CA file (else the Mozilla roots), client certificate and
+/// key, server name override.
+pub use quiver_remoting::tls::TlsClientConfig as TlsConfig;
 pub use subscription::{MessageSelector, Subscription};
 pub use transaction::{
     LocalTransactionState, TransactionListener, TransactionProducer, TransactionSendResult,

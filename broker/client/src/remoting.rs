@@ -8,6 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use quiver_protocol::acl::Credentials;
 use quiver_protocol::{code, RemotingCommand, SerializeType};
+use quiver_remoting::tls::{AnyRead, TlsClientConfig as TlsConfig};
 use quiver_remoting::{Connection, ConnectionError, Incoming, Options};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -45,7 +46,17 @@ impl Link {
         addr: &str,
         inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
         credentials: Option<Arc<Credentials>>,
+        tls: Option<&TlsConfig>,
     ) -> Result<Self> {
+        let tls_error = |reason: String| ClientError::Tls {
+            addr: addr.to_owned(),
+            reason,
+        };
+        // Read at each connect, so renewed files are picked up by the next connection.
+        let connector = tls
+            .map(TlsConfig::connector)
+            .transpose()
+            .map_err(tls_error)?;
         let connect_error = |source| ClientError::Connect {
             addr: addr.to_owned(),
             source,
@@ -65,7 +76,10 @@ impl Link {
             credentials,
             ..Options::new(addr)
         };
-        let (connection, incoming) = Connection::start(stream, options);
+        let (connection, incoming) =
+            quiver_remoting::tls::start(stream, addr, connector.as_ref(), options)
+                .await
+                .map_err(|error| tls_error(error.to_string()))?;
         let reader = tokio::spawn(hand_over_inbound(
             addr.to_owned(),
             incoming,
@@ -80,7 +94,7 @@ impl Link {
 /// `inbound`, or refuses them when nobody takes them.
 async fn hand_over_inbound(
     addr: String,
-    mut incoming: Incoming,
+    mut incoming: Incoming<AnyRead>,
     connection: Connection,
     inbound: Option<mpsc::UnboundedSender<InboundRequest>>,
 ) {
@@ -144,6 +158,8 @@ pub struct RemotingClient {
     serialize_type: SerializeType,
     /// Signs every request (RocketMQ ACL) when set.
     credentials: Option<Arc<Credentials>>,
+    /// Every connection is TLS when set.
+    tls: Option<TlsConfig>,
 }
 
 impl RemotingClient {
@@ -163,7 +179,14 @@ impl RemotingClient {
             inbound,
             serialize_type: SerializeType::RocketMq,
             credentials: None,
+            tls: None,
         }
+    }
+
+    /// Opens every connection with TLS when `tls` is given.
+    pub fn with_tls(mut self, tls: Option<TlsConfig>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Signs every request with the account's keys, as RocketMQ's ACL hook does; a broker
@@ -195,8 +218,14 @@ impl RemotingClient {
         }
         // Drop the dead connection now, even if reconnecting fails.
         *current = None;
-        let link =
-            Arc::new(Link::open(addr, self.inbound.clone(), self.credentials.clone()).await?);
+        let link = Link::open(
+            addr,
+            self.inbound.clone(),
+            self.credentials.clone(),
+            self.tls.as_ref(),
+        )
+        .await?;
+        let link = Arc::new(link);
         let connection = link.connection.clone();
         *current = Some(link);
         Ok(connection)

@@ -9,6 +9,7 @@
 mod budget;
 mod connection;
 mod reader;
+pub mod tls;
 mod writer;
 
 pub use budget::{ByteBudget, HeldBytes, PerConnectionBudget};

@@ -270,6 +270,55 @@ pub struct BrokerConfig {
     /// Secret key of --peer-access-key.
     #[arg(long, env = "QUIVER_PEER_SECRET_KEY", hide_env_values = true)]
     pub peer_secret_key: Option<String>,
+
+    /// TLS on the remoting port: disabled, permissive (TLS and plain on the same port, told
+    /// apart by the first byte) or enforcing (plain connections are closed). Apache's modes.
+    #[arg(long, env = "QUIVER_TLS_MODE", value_enum, default_value_t = TlsMode::Disabled)]
+    pub tls_mode: TlsMode,
+
+    /// Certificate chain (PEM, e.g. a Secret's tls.crt) served; re-read when it changes.
+    #[arg(long, env = "QUIVER_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM, e.g. tls.key) of --tls-cert-file; re-read when it changes.
+    #[arg(long, env = "QUIVER_TLS_KEY_FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// CA certificates (PEM, e.g. ca.crt) client certificates must chain to.
+    #[arg(long, env = "QUIVER_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// Client certificates: none (not asked), optional (checked when sent) or require
+    /// (Apache's tls.server.need.client.auth). Needs --tls-ca-file unless none.
+    #[arg(long, env = "QUIVER_TLS_CLIENT_AUTH", value_enum, default_value_t = ClientAuth::None)]
+    pub tls_client_auth: ClientAuth,
+
+    /// The HTTP port (/metrics, /healthz, /readyz) serves TLS only, with the same certificate.
+    #[arg(long, env = "QUIVER_HTTP_TLS", default_value_t = false, action = clap::ArgAction::Set,
+        num_args = 0..=1, default_missing_value = "true")]
+    pub http_tls: bool,
+}
+
+/// TLS on the remoting port (`--tls-mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    #[default]
+    Disabled,
+    /// TLS and plain connections on the same port.
+    Permissive,
+    /// TLS connections only.
+    Enforcing,
+}
+
+/// Whether the remoting port asks clients for a certificate (`--tls-client-auth`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    #[default]
+    None,
+    Optional,
+    Require,
 }
 
 impl Default for BrokerConfig {
@@ -315,6 +364,12 @@ impl Default for BrokerConfig {
             acl_file: None,
             peer_access_key: None,
             peer_secret_key: None,
+            tls_mode: TlsMode::Disabled,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
+            tls_client_auth: ClientAuth::None,
+            http_tls: false,
         }
     }
 }
@@ -364,6 +419,7 @@ impl BrokerConfig {
             return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
         }
         self.validate_security()?;
+        self.validate_tls()?;
         self.validate_transactions()?;
         Ok(())
     }
@@ -384,6 +440,61 @@ impl BrokerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// TLS needs a certificate and key; client certificates need a CA.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let files = [
+            ("tls-cert-file", &self.tls_cert_file),
+            ("tls-key-file", &self.tls_key_file),
+            ("tls-ca-file", &self.tls_ca_file),
+        ];
+        for (field, path) in files {
+            if path
+                .as_ref()
+                .is_some_and(|path| path.as_os_str().is_empty())
+            {
+                return Err(invalid(field, "must not be empty"));
+            }
+        }
+        let serves_tls = self.tls_mode != TlsMode::Disabled || self.http_tls;
+        let why = if self.http_tls {
+            "http-tls"
+        } else {
+            "tls-mode"
+        };
+        if serves_tls && self.tls_cert_file.is_none() {
+            return Err(invalid(
+                "tls-cert-file",
+                format!("{why} needs --tls-cert-file"),
+            ));
+        }
+        if serves_tls && self.tls_key_file.is_none() {
+            return Err(invalid(
+                "tls-key-file",
+                format!("{why} needs --tls-key-file"),
+            ));
+        }
+        if self.tls_client_auth != ClientAuth::None {
+            if self.tls_mode == TlsMode::Disabled {
+                return Err(invalid(
+                    "tls-client-auth",
+                    "needs --tls-mode permissive or enforcing",
+                ));
+            }
+            if self.tls_ca_file.is_none() {
+                return Err(invalid(
+                    "tls-ca-file",
+                    "tls-client-auth needs --tls-ca-file",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the remoting port or the HTTP port serves TLS (certificates are loaded).
+    pub fn serves_tls(&self) -> bool {
+        self.tls_mode != TlsMode::Disabled || self.http_tls
     }
 
     /// The check-back service's bounds.
@@ -550,6 +661,18 @@ impl BrokerConfig {
             )),
             _ => None,
         }
+    }
+
+    /// How this broker polls its `--peers`: with TLS when its own port enforces it (peers of
+    /// one cluster share its settings), trusting `--tls-ca-file` (else the Mozilla roots) and
+    /// presenting its own certificate to peers that ask for one.
+    pub fn peer_tls(&self) -> Option<quiver_remoting::tls::TlsClientConfig> {
+        (self.tls_mode == TlsMode::Enforcing).then(|| quiver_remoting::tls::TlsClientConfig {
+            ca_file: self.tls_ca_file.clone(),
+            cert_file: self.tls_cert_file.clone(),
+            key_file: self.tls_key_file.clone(),
+            server_name: None,
+        })
     }
 
     /// The address peers and clients use for this broker.
@@ -804,6 +927,72 @@ mod tests {
         ]);
         let credentials = both.unwrap().peer_credentials().expect("both given");
         assert_eq!(credentials.access_key, "broker01");
+    }
+
+    #[test]
+    fn tls_flags_env_and_file_and_their_validation() {
+        assert_eq!(BrokerConfig::default().tls_mode, TlsMode::Disabled);
+        let no_cert = BrokerConfig::from_args(["quiver-broker", "--tls-mode", "enforcing"]);
+        assert!(no_cert.unwrap_err().to_string().contains("tls-cert-file"));
+        let no_key = BrokerConfig::from_args([
+            "quiver-broker",
+            "--tls-mode",
+            "permissive",
+            "--tls-cert-file",
+            "/tls/tls.crt",
+        ]);
+        assert!(no_key.unwrap_err().to_string().contains("tls-key-file"));
+        let http_only = BrokerConfig::from_args(["quiver-broker", "--http-tls"]);
+        assert!(http_only.unwrap_err().to_string().contains("http-tls"));
+        let with_files = [
+            "quiver-broker",
+            "--tls-cert-file",
+            "/tls/tls.crt",
+            "--tls-key-file",
+            "/tls/tls.key",
+        ];
+        let no_ca = BrokerConfig::from_args(with_files.iter().chain(&[
+            "--tls-mode",
+            "enforcing",
+            "--tls-client-auth",
+            "require",
+        ]));
+        assert!(no_ca.unwrap_err().to_string().contains("tls-ca-file"));
+        let auth_without_tls = BrokerConfig::from_args(with_files.iter().chain(&[
+            "--tls-client-auth",
+            "optional",
+            "--tls-ca-file",
+            "/tls/ca.crt",
+        ]));
+        assert!(auth_without_tls
+            .unwrap_err()
+            .to_string()
+            .contains("tls-client-auth"));
+        let full = BrokerConfig::from_args(with_files.iter().chain(&[
+            "--tls-mode",
+            "permissive",
+            "--tls-client-auth",
+            "optional",
+            "--tls-ca-file",
+            "/tls/ca.crt",
+            "--http-tls",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (full.tls_mode, full.tls_client_auth, full.http_tls),
+            (TlsMode::Permissive, ClientAuth::Optional, true)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.toml");
+        std::fs::write(
+            &path,
+            "tls-mode = \"enforcing\"\ntls-cert-file = \"/a.crt\"\ntls-key-file = \"/a.key\"\nhttp-tls = true\n",
+        )
+        .unwrap();
+        let from_file = BrokerConfig::from_file(&path).unwrap();
+        assert_eq!(from_file.tls_mode, TlsMode::Enforcing);
+        assert!(from_file.http_tls);
+        from_file.validate().expect("cert and key given");
     }
 
     #[test]

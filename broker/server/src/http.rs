@@ -11,11 +11,13 @@ use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::broker::{Broker, BrokerSlot};
+use crate::tls::{Port, TlsServer};
 
 /// Connections served at once; more are closed on accept (scrapers and probes need few).
 const MAX_CONNECTIONS: usize = 64;
@@ -34,15 +36,23 @@ struct Endpoints {
 }
 
 /// Serves until `stop` flips, then drops the connections in flight. Runs from the start, so
-/// /healthz answers during recovery while /readyz says 503 until the broker serves.
+/// /healthz answers during recovery while /readyz says 503 until the broker serves. `tls`
+/// (its metrics are served) handshakes every connection when `serve_tls` is set.
 pub async fn serve(
     listener: TcpListener,
     broker: BrokerSlot,
     cluster: Arc<str>,
     mut stop: watch::Receiver<bool>,
+    tls: Option<Arc<TlsServer>>,
+    serve_tls: bool,
 ) {
-    let registry = Arc::new(crate::metrics::registry(&cluster, broker.clone()));
+    let registry = Arc::new(crate::metrics::registry(
+        &cluster,
+        broker.clone(),
+        tls.clone(),
+    ));
     let endpoints = Endpoints { broker, registry };
+    let tls = tls.filter(|_| serve_tls);
     let connection_slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = JoinSet::new();
     loop {
@@ -55,7 +65,7 @@ pub async fn serve(
                         tracing::debug!(%remote, "http connection limit reached; closing");
                         continue;
                     };
-                    connections.spawn(serve_connection(stream, endpoints.clone(), slot));
+                    connections.spawn(handshake_then_serve(stream, tls.clone(), endpoints.clone(), slot));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "http accept failed");
@@ -66,7 +76,26 @@ pub async fn serve(
     }
 }
 
-async fn serve_connection(stream: TcpStream, endpoints: Endpoints, _slot: OwnedSemaphorePermit) {
+async fn handshake_then_serve(
+    stream: TcpStream,
+    tls: Option<Arc<TlsServer>>,
+    endpoints: Endpoints,
+    slot: OwnedSemaphorePermit,
+) {
+    match tls {
+        None => serve_connection(stream, endpoints, slot).await,
+        Some(tls) => {
+            if let Ok(stream) = tls.accept(stream, Port::Http).await {
+                serve_connection(stream, endpoints, slot).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection<S>(stream: S, endpoints: Endpoints, _slot: OwnedSemaphorePermit)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = service_fn(move |request: Request<Incoming>| {
         let endpoints = endpoints.clone();
         async move { Ok::<_, Infallible>(respond(&endpoints, &request).await) }
@@ -189,7 +218,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = watch::channel(false);
         let slot = BrokerSlot::default();
-        let server = tokio::spawn(serve(listener, slot, Arc::from("C"), stopped));
+        let server = tokio::spawn(serve(listener, slot, Arc::from("C"), stopped, None, false));
         (addr, stop, server)
     }
 

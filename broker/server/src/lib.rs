@@ -24,10 +24,11 @@ pub mod producers;
 pub mod schedule;
 pub mod server;
 pub mod stages;
+pub mod tls;
 pub mod topics;
 pub mod transaction;
 
-pub use config::{BrokerConfig, ConfigError, FlushMode};
+pub use config::{BrokerConfig, ClientAuth, ConfigError, FlushMode, TlsMode};
 pub use error::BrokerError;
 pub use server::run;
 

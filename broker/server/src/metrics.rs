@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 use prometheus_client::collector::Collector;
@@ -18,6 +19,7 @@ use prometheus_client::registry::Registry;
 use quiver_store::QueueOffset;
 
 use crate::broker::{Broker, BrokerSlot};
+use crate::tls::TlsServer;
 
 /// Messages and body bytes of one series.
 #[derive(Default)]
@@ -68,14 +70,20 @@ pub enum ClosedBecause {
     FrameReadTimeout,
     /// `max-connections-per-address` reached for the source address: closed on accept.
     AddressLimit,
+    /// A plain (not TLS) connection with `tls-mode enforcing`.
+    TlsRequired,
+    /// A TLS handshake that failed or did not finish in time.
+    TlsHandshake,
 }
 
 impl ClosedBecause {
-    const ALL: [ClosedBecause; 4] = [
+    const ALL: [ClosedBecause; 6] = [
         ClosedBecause::Idle,
         ClosedBecause::ConnectionLimit,
         ClosedBecause::FrameReadTimeout,
         ClosedBecause::AddressLimit,
+        ClosedBecause::TlsRequired,
+        ClosedBecause::TlsHandshake,
     ];
 
     /// The `reason` label.
@@ -85,6 +93,8 @@ impl ClosedBecause {
             ClosedBecause::ConnectionLimit => "max-connections",
             ClosedBecause::FrameReadTimeout => "frame-read-timeout",
             ClosedBecause::AddressLimit => "max-connections-per-address",
+            ClosedBecause::TlsRequired => "tls-required",
+            ClosedBecause::TlsHandshake => "tls-handshake",
         }
     }
 }
@@ -183,11 +193,46 @@ pub fn consumer_lag(broker: &Broker, now_ms: i64) -> BTreeMap<(String, String), 
 }
 
 /// The registry of the HTTP port: the broker's collector, every series labelled `cluster`.
-pub fn registry(cluster: &str, broker: BrokerSlot) -> Registry {
+pub fn registry(cluster: &str, broker: BrokerSlot, tls: Option<Arc<TlsServer>>) -> Registry {
     let cluster_label = (Cow::Borrowed("cluster"), Cow::Owned(cluster.to_owned()));
     let mut registry = Registry::with_labels(std::iter::once(cluster_label));
     registry.register_collector(Box::new(BrokerCollector { broker }));
+    if let Some(tls) = tls {
+        registry.register_collector(Box::new(TlsCollector { tls }));
+    }
     registry
+}
+
+/// Handshake failures and certificate reloads, with TLS on.
+struct TlsCollector {
+    tls: Arc<TlsServer>,
+}
+
+impl fmt::Debug for TlsCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for TlsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let failures = self.tls.handshake_failures();
+        counter_family(
+            &mut encoder,
+            "quiver_tls_handshake_failures_total",
+            "TLS handshakes that failed on the remoting and HTTP ports, by reason.",
+            failures
+                .iter()
+                .map(|&(reason, count)| ([("reason", reason)], count)),
+        )?;
+        let (reloaded, failed) = self.tls.reload_counts();
+        counter_family(
+            &mut encoder,
+            "quiver_tls_reloads_total",
+            "Re-reads of the TLS certificate files after they changed, by result (a failed one keeps the certificate in force).",
+            [([("result", "ok")], reloaded), ([("result", "failed")], failed)],
+        )
+    }
 }
 
 /// The Prometheus text exposition (format 0.0.4, the one the broker always served; counters
@@ -553,7 +598,7 @@ mod tests {
 
     #[test]
     fn recovering_exposition_is_not_ready_only() {
-        let registry = registry("C\"1", BrokerSlot::default());
+        let registry = registry("C\"1", BrokerSlot::default(), None);
         assert_eq!(
             encode(&registry),
             "# HELP quiver_broker_ready 1 once recovery finished and the broker serves.\n\

@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::{ExtFields, RemotingCommand};
+use quiver_remoting::tls::TlsClientConfig;
 use quiver_remoting::{Connection, ConnectionError, Options};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -97,6 +98,7 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         return;
     }
     let credentials = broker.config.peer_credentials().map(Arc::new);
+    let tls = broker.config.peer_tls();
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     loop {
         tokio::select! {
@@ -107,7 +109,7 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             if address == broker.advertised {
                 continue;
             }
-            let polled = poll(&address, credentials.clone());
+            let polled = poll(&address, credentials.clone(), tls.as_ref());
             match tokio::time::timeout(PEER_TIMEOUT, polled).await {
                 Ok(Ok(info)) => broker.peers.update(info),
                 Ok(Err(error)) => {
@@ -123,19 +125,33 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Asks one peer for its config and topics; signed when `credentials` are given.
-async fn poll(address: &str, credentials: Option<Arc<Credentials>>) -> Result<PeerInfo, PeerError> {
-    let stream = TcpStream::connect(address)
-        .await
-        .map_err(|source| PeerError::Io {
-            address: address.to_string(),
-            source,
-        })?;
+/// Asks one peer for its config and topics; signed when `credentials` are given, over TLS
+/// when `tls` is (the files are read again each poll: a renewed certificate is used).
+async fn poll(
+    address: &str,
+    credentials: Option<Arc<Credentials>>,
+    tls: Option<&TlsClientConfig>,
+) -> Result<PeerInfo, PeerError> {
+    let io_error = |source| PeerError::Io {
+        address: address.to_string(),
+        source,
+    };
+    let stream = TcpStream::connect(address).await.map_err(io_error)?;
     let options = Options {
         credentials,
         ..Options::new(address)
     };
-    let (connection, mut incoming) = Connection::start(stream, options);
+    let connector = match tls {
+        Some(tls) => Some(
+            tls.connector()
+                .map_err(|reason| io_error(std::io::Error::other(reason)))?,
+        ),
+        None => None,
+    };
+    let (connection, mut incoming) =
+        quiver_remoting::tls::start(stream, address, connector.as_ref(), options)
+            .await
+            .map_err(io_error)?;
     // The reader routes the answers; the peer sends nothing else.
     let reading = tokio::spawn(async move { while let Ok(Some(_)) = incoming.next().await {} });
     let answers = ask_config_and_topics(&connection, address).await;

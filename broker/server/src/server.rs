@@ -8,17 +8,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quiver_protocol::RemotingCommand;
+use quiver_remoting::tls::HANDSHAKE_TIMEOUT;
 use quiver_remoting::{Connection, ConnectionError, Inbound, Incoming, Options};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::broker::{blocking, Broker};
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, TlsMode};
 use crate::consumers::ConnectionHandle;
 use crate::error::BrokerError;
 use crate::metrics::ClosedBecause;
 use crate::processor::{self, Ctx};
+use crate::tls::{classify, peek_first_byte, FirstByte, HandshakeFailure, Port, TlsServer};
 
 /// Responses and pushes queued per connection before the writer applies back-pressure.
 const OUTBOUND_QUEUE: usize = 1024;
@@ -45,12 +48,18 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut background = JoinSet::new();
     let slot: crate::broker::BrokerSlot = Arc::default();
+    let tls = TlsServer::load(&config)?;
+    if let Some(tls) = &tls {
+        background.spawn(crate::tls::reload_loop(tls.clone(), stop_rx.clone()));
+    }
     if let Some(http_listener) = http_listener {
         background.spawn(crate::http::serve(
             http_listener,
             slot.clone(),
             Arc::from(config.cluster.as_str()),
             stop_rx.clone(),
+            tls.clone(),
+            config.http_tls,
         ));
     }
     let opened = {
@@ -78,7 +87,8 @@ pub async fn run(
         "quiver-broker serving"
     );
 
-    let connections = accept_loop(&broker, listener, stop_rx.clone(), shutdown).await;
+    let remoting_tls = tls.filter(|_| broker.config.tls_mode != TlsMode::Disabled);
+    let connections = accept_loop(&broker, listener, remoting_tls, stop_rx.clone(), shutdown).await;
 
     tracing::info!("shutting down: answering parked pulls and closing connections");
     broker.set_ready(false);
@@ -141,6 +151,7 @@ fn persist_and_stop(broker: &Broker) -> Result<(), BrokerError> {
 async fn accept_loop(
     broker: &Arc<Broker>,
     listener: TcpListener,
+    tls: Option<Arc<TlsServer>>,
     stop: watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinSet<()> {
@@ -180,9 +191,17 @@ async fn accept_loop(
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let broker = broker.clone();
                 let stop = stop.clone();
+                let tls = tls.clone();
                 connections.spawn(async move {
                     broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
-                    serve_connection(stream, remote, id, broker.clone(), stop).await;
+                    let served = Served { remote, id, broker: broker.clone(), stop };
+                    match tls {
+                        None => {
+                            let (reader, writer) = stream.into_split();
+                            serve_connection(reader, writer, served).await;
+                        }
+                        Some(tls) => serve_tls_port(stream, &tls, served).await,
+                    }
                     broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
                     drop((slot, address_slot));
                 });
@@ -239,15 +258,71 @@ impl Drop for AddressSlot {
     }
 }
 
-/// Serves one client: its requests are read and dispatched here (the reader half); the
-/// connection's writer task sends the responses and pushes (the writer half).
-async fn serve_connection(
-    stream: TcpStream,
+/// Who a connection serves and what it shares with the others.
+struct Served {
     remote: std::net::SocketAddr,
     id: u64,
     broker: Arc<Broker>,
     stop: watch::Receiver<bool>,
-) {
+}
+
+/// A connection to a port with TLS on: a ClientHello is handshaken, a plain frame is served
+/// in permissive mode and closed in enforcing mode. Other connections are unaffected; a
+/// handshake still going on at shutdown is dropped.
+async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
+    let metrics = &served.broker.metrics;
+    let mut stop = served.stop.clone();
+    let peeked = tokio::select! {
+        _ = stop.changed() => return,
+        peeked = tokio::time::timeout(HANDSHAKE_TIMEOUT, peek_first_byte(&stream)) => peeked,
+    };
+    let first = match peeked {
+        Ok(Ok(Some(first))) => first,
+        Ok(Ok(None) | Err(_)) => return,
+        Err(_) => {
+            tls.count_failure(HandshakeFailure::Timeout);
+            metrics.connection_closed(ClosedBecause::TlsHandshake);
+            return;
+        }
+    };
+    match (classify(first), served.broker.config.tls_mode) {
+        (FirstByte::Tls, _) => {
+            let accepted = tokio::select! {
+                _ = stop.changed() => return,
+                accepted = tls.accept(stream, Port::Remoting) => accepted,
+            };
+            match accepted {
+                Ok(stream) => {
+                    let (reader, writer) = tokio::io::split(stream);
+                    serve_connection(reader, writer, served).await;
+                }
+                Err(_) => metrics.connection_closed(ClosedBecause::TlsHandshake),
+            }
+        }
+        (FirstByte::Plain, TlsMode::Enforcing) => {
+            tracing::debug!(remote = %served.remote, "plain connection with tls-mode enforcing; closing");
+            metrics.connection_closed(ClosedBecause::TlsRequired);
+        }
+        (FirstByte::Plain, _) => {
+            let (reader, writer) = stream.into_split();
+            serve_connection(reader, writer, served).await;
+        }
+    }
+}
+
+/// Serves one client: its requests are read and dispatched here (the reader half); the
+/// connection's writer task sends the responses and pushes (the writer half).
+async fn serve_connection<R, W>(reader: R, writer: W, served: Served)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Served {
+        remote,
+        id,
+        broker,
+        stop,
+    } = served;
     let options = Options {
         // Apache brokers speak as JAVA in every frame.
         language: Some(quiver_protocol::LANGUAGE_JAVA),
@@ -258,7 +333,7 @@ async fn serve_connection(
         frame_read_timeout: broker.config.frame_read_timeout(),
         ..Options::new(remote.to_string())
     };
-    let (remoting, mut incoming) = Connection::start(stream, options);
+    let (remoting, mut incoming) = Connection::from_parts(reader, writer, options);
     let ctx = Ctx {
         broker: broker.clone(),
         connection: ConnectionHandle {
@@ -279,7 +354,11 @@ async fn serve_connection(
 
 /// Dispatches requests until the client leaves, sends garbage or `stop` flips; then waits for
 /// the requests still running (parked pulls are answered on shutdown).
-async fn serve_requests(ctx: &Ctx, incoming: &mut Incoming, mut stop: watch::Receiver<bool>) {
+async fn serve_requests<R: AsyncRead + Unpin>(
+    ctx: &Ctx,
+    incoming: &mut Incoming<R>,
+    mut stop: watch::Receiver<bool>,
+) {
     let inflight = Arc::new(Semaphore::new(
         ctx.broker.config.max_inflight_per_connection,
     ));

@@ -60,6 +60,14 @@ async fn every_documented_metric_is_exposed_with_its_type_and_labels() {
     std::fs::write(&acl_file, "globalWhiteRemoteAddresses: [127.0.0.1]\n").unwrap();
     let mut config = test_config(&dir.path().join("data"));
     config.acl_file = Some(acl_file);
+    // TLS on (its series exist only then), permissive: the plain test client still connects.
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    config.tls_mode = quiver_broker::TlsMode::Permissive;
+    config.tls_cert_file = Some(cert);
+    config.tls_key_file = Some(key);
     let broker = TestBroker::start(config).await;
     let mut client = broker.client().await;
     client.send("Met", 0, "m", "A").await;

@@ -40,6 +40,11 @@ impl TestBroker {
 
     /// Brokers that know each other as peers, so each route lists the whole cluster.
     pub async fn start_cluster(size: usize) -> Vec<Self> {
+        Self::start_cluster_with(size, |_| {}).await
+    }
+
+    /// As [`Self::start_cluster`], each broker's config adjusted by `adjust`.
+    pub async fn start_cluster_with(size: usize, adjust: impl Fn(&mut BrokerConfig)) -> Vec<Self> {
         let mut listeners = Vec::with_capacity(size);
         for _ in 0..size {
             listeners.push(
@@ -62,6 +67,7 @@ impl TestBroker {
                 .filter(|a| **a != addrs[index])
                 .cloned()
                 .collect();
+            adjust(&mut config);
             brokers.push(Self::launch(config, listener, data).await);
         }
         brokers
@@ -141,6 +147,11 @@ impl TestBroker {
             }
         };
         Self::launch(self.config.clone(), listener, self._data.clone()).await
+    }
+
+    /// host:port of the broker's HTTP port (/metrics, /healthz, /readyz).
+    pub fn http_addr(&self) -> &str {
+        &self.config.http_listen
     }
 
     pub fn client(&self) -> ClientConfig {

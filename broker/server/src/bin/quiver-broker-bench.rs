@@ -3,7 +3,9 @@
 //! end-to-end p50/p99 latency, beside store-only figures of the same run; then a catch-up
 //! read of stored messages, unfiltered and through a SQL92 filter matching 10%.
 //!
-//! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
+//! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`;
+//! `--tls` runs the broker with `--tls-mode enforcing` and connects with TLS, `--acl` with an
+//! ACL file of one account whose keys sign every request, to compare with a plain run.
 
 #![forbid(unsafe_code)]
 
@@ -18,10 +20,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use clap::Parser;
-use quiver_broker::{BrokerConfig, FlushMode};
+use quiver_broker::{BrokerConfig, FlushMode, TlsMode};
+use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::message::{encode_batch, BatchMessage};
 use quiver_protocol::{ExtFields, RemotingCommand};
+use quiver_remoting::tls::{self, AnyRead, TlsClient, TlsClientConfig};
 use quiver_remoting::{Connection, Incoming, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::net::{TcpListener, TcpStream};
@@ -44,6 +48,80 @@ struct Args {
     /// Messages stored for the filtered catch-up read (0 skips it).
     #[arg(long, default_value_t = 100_000)]
     catch_up_messages: u64,
+    /// The broker enforces TLS (a certificate made with rcgen) and every connection is TLS.
+    #[arg(long)]
+    tls: bool,
+    /// The broker has ACL on (one account) and every request is signed with it.
+    #[arg(long)]
+    acl: bool,
+}
+
+/// What `--tls` and `--acl` set up once: the files the broker reads and what clients use.
+struct Security {
+    dir: tempfile::TempDir,
+    tls: Option<TlsClient>,
+    credentials: Option<Arc<Credentials>>,
+}
+
+const BENCH_ACCESS_KEY: &str = "bench01";
+const BENCH_SECRET_KEY: &str = "bench-secret";
+
+impl Security {
+    fn new(args: &Args) -> anyhow::Result<Security> {
+        let dir = tempfile::tempdir()?;
+        let mut tls = None;
+        if args.tls {
+            let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
+            std::fs::write(dir.path().join("tls.crt"), certified.cert.pem())?;
+            std::fs::write(
+                dir.path().join("tls.key"),
+                certified.key_pair.serialize_pem(),
+            )?;
+            let client = TlsClientConfig {
+                ca_file: Some(dir.path().join("tls.crt")),
+                server_name: Some("localhost".into()),
+                ..TlsClientConfig::default()
+            };
+            tls = Some(client.connector().map_err(anyhow::Error::msg)?);
+        }
+        let mut credentials = None;
+        if args.acl {
+            let accounts = format!(
+                "accounts:\n  - accessKey: {BENCH_ACCESS_KEY}\n    secretKey: {BENCH_SECRET_KEY}\n    admin: true\n"
+            );
+            std::fs::write(dir.path().join("plain_acl.yml"), accounts)?;
+            credentials = Some(Arc::new(Credentials::new(
+                BENCH_ACCESS_KEY,
+                BENCH_SECRET_KEY,
+            )));
+        }
+        Ok(Security {
+            dir,
+            tls,
+            credentials,
+        })
+    }
+
+    /// The broker side of the same settings.
+    fn apply(&self, config: &mut BrokerConfig) {
+        if self.tls.is_some() {
+            config.tls_mode = TlsMode::Enforcing;
+            config.tls_cert_file = Some(self.dir.path().join("tls.crt"));
+            config.tls_key_file = Some(self.dir.path().join("tls.key"));
+        }
+        if self.credentials.is_some() {
+            config.acl_file = Some(self.dir.path().join("plain_acl.yml"));
+        }
+    }
+
+    fn describe(&self) -> &'static str {
+        match (self.tls.is_some(), self.credentials.is_some()) {
+            (false, false) => "plain",
+            (true, false) => "TLS enforcing",
+            (false, true) => "ACL on",
+            (true, true) => "TLS enforcing + ACL on",
+        }
+    }
 }
 
 const QUEUES: u32 = 8;
@@ -71,7 +149,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// A client connection whose answers are read by the task waiting for them.
 struct Conn {
     connection: Connection,
-    incoming: Incoming,
+    incoming: Incoming<AnyRead>,
 }
 
 impl Drop for Conn {
@@ -81,10 +159,15 @@ impl Drop for Conn {
 }
 
 impl Conn {
-    async fn connect(addr: SocketAddr) -> anyhow::Result<Conn> {
+    async fn connect(addr: SocketAddr, security: &Security) -> anyhow::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let (connection, incoming) = Connection::start(stream, Options::new(addr.to_string()));
+        let options = Options {
+            credentials: security.credentials.clone(),
+            ..Options::new(addr.to_string())
+        };
+        let (connection, incoming) =
+            tls::start(stream, "localhost:0", security.tls.as_ref(), options).await?;
         Ok(Conn {
             connection,
             incoming,
@@ -137,12 +220,13 @@ fn send_ext(queue_id: u32, batch: bool) -> ExtFields {
 
 async fn produce(
     addr: SocketAddr,
+    security: Arc<Security>,
     producer: u64,
     count: u64,
     size: usize,
     batch: usize,
 ) -> anyhow::Result<()> {
-    let mut conn = Conn::connect(addr).await?;
+    let mut conn = Conn::connect(addr, &security).await?;
     let mut sent = 0;
     let mut round = producer;
     while sent < count {
@@ -183,11 +267,12 @@ async fn produce(
 /// Pulls one queue (long polling) until `received` reaches `total`; returns latencies in µs.
 async fn consume(
     addr: SocketAddr,
+    security: Arc<Security>,
     queue_id: u32,
     total: u64,
     received: Arc<AtomicU64>,
 ) -> anyhow::Result<Vec<u64>> {
-    let mut conn = Conn::connect(addr).await?;
+    let mut conn = Conn::connect(addr, &security).await?;
     let mut offset = 0u64;
     let mut latencies = Vec::new();
     while received.load(Ordering::Acquire) < total {
@@ -246,15 +331,20 @@ impl std::fmt::Display for Figures {
     }
 }
 
-async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::Result<Figures> {
+async fn network_scenario(
+    args: &Args,
+    security: &Arc<Security>,
+    producers: u64,
+    batch: usize,
+) -> anyhow::Result<Figures> {
     let dir = tempfile::tempdir()?;
-    let broker = start_broker(args, dir.path()).await?;
+    let broker = start_broker(args, security, dir.path()).await?;
     let addr = broker.addr;
 
     let total = args.messages;
     let received = Arc::new(AtomicU64::new(0));
     let consumers: Vec<_> = (0..QUEUES)
-        .map(|q| tokio::spawn(consume(addr, q, total, received.clone())))
+        .map(|q| tokio::spawn(consume(addr, security.clone(), q, total, received.clone())))
         .collect();
     let started = Instant::now();
     let per_producer = total / producers;
@@ -265,7 +355,7 @@ async fn network_scenario(args: &Args, producers: u64, batch: usize) -> anyhow::
             } else {
                 per_producer
             };
-            tokio::spawn(produce(addr, p, count, args.size, batch))
+            tokio::spawn(produce(addr, security.clone(), p, count, args.size, batch))
         })
         .collect();
     for task in producer_tasks {
@@ -387,10 +477,14 @@ impl RunningBroker {
 }
 
 /// Starts a broker on a free loopback port over `dir` and creates the bench topic.
-async fn start_broker(args: &Args, dir: &std::path::Path) -> anyhow::Result<RunningBroker> {
+async fn start_broker(
+    args: &Args,
+    security: &Security,
+    dir: &std::path::Path,
+) -> anyhow::Result<RunningBroker> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let config = BrokerConfig {
+    let mut config = BrokerConfig {
         data_dir: dir.to_path_buf(),
         listen: addr.to_string(),
         http_listen: "127.0.0.1:0".into(),
@@ -399,12 +493,13 @@ async fn start_broker(args: &Args, dir: &std::path::Path) -> anyhow::Result<Runn
         segment_size: 256 * 1024 * 1024,
         ..BrokerConfig::default()
     };
+    security.apply(&mut config);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let broker = tokio::spawn(quiver_broker::run(config, listener, None, async move {
         let _ = stopped.await;
     }));
     let mut setup = loop {
-        match Conn::connect(addr).await {
+        match Conn::connect(addr, security).await {
             Ok(conn) => break conn,
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
@@ -504,9 +599,9 @@ async fn catch_up(conn: &mut Conn, kind: &str, expression: &str) -> anyhow::Resu
 
 /// Catch-up reads of the same stored messages, unfiltered and with a SQL92 filter matching
 /// 10%: messages delivered per second each, and their ratio (issue 23's target: >= 0.5).
-async fn filtered_catch_up(args: &Args) -> anyhow::Result<()> {
+async fn filtered_catch_up(args: &Args, security: &Security) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
-    let mut broker = start_broker(args, dir.path()).await?;
+    let mut broker = start_broker(args, security, dir.path()).await?;
     let conn = &mut broker.conn;
     let count = args.catch_up_messages;
     store_for_filtering(conn, count, args.size).await?;
@@ -535,9 +630,13 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let security = Arc::new(Security::new(&args)?);
     println!(
-        "quiver-broker-bench: {} messages of {} B per scenario, flush {:?}",
-        args.messages, args.size, args.flush_mode
+        "quiver-broker-bench: {} messages of {} B per scenario, flush {:?}, {}",
+        args.messages,
+        args.size,
+        args.flush_mode,
+        security.describe()
     );
     println!(
         "| {:<34} | {:>10} | {:>8} | {:>10} | {:>10} |",
@@ -558,7 +657,7 @@ fn main() -> anyhow::Result<()> {
         for producers in [1, 4] {
             println!(
                 "{}",
-                runtime.block_on(network_scenario(&args, producers, batch))?
+                runtime.block_on(network_scenario(&args, &security, producers, batch))?
             );
         }
     }
@@ -572,7 +671,7 @@ fn main() -> anyhow::Result<()> {
             "read", "delivered", "delivered/s"
         );
         println!("|{}|{}|{}|", "-".repeat(36), "-".repeat(12), "-".repeat(14));
-        runtime.block_on(filtered_catch_up(&args))?;
+        runtime.block_on(filtered_catch_up(&args, &security))?;
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use quiver_client::{
     Admin, BrokerState, ClientConfig, ClientError, ConsumeFromWhere, ConsumeMode, ConsumeOutcome,
     Message, MessageSelector, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueLag,
-    QueueSelector, ReceivedMessage, ResetTarget, TopicRoute, TopicSpec,
+    QueueSelector, ReceivedMessage, ResetTarget, TlsConfig, TopicRoute, TopicSpec,
 };
 use table::Table;
 
@@ -69,8 +69,49 @@ struct Cli {
         requires = "access_key"
     )]
     secret_key: Option<String>,
+    /// Connect with TLS (brokers with --tls-mode enforcing refuse plain connections); the
+    /// --tls-* flags below imply it.
+    #[arg(long, global = true, env = "QUIVER_TLS", action = clap::ArgAction::Set,
+        num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    tls: bool,
+    /// CA certificates (PEM) the broker's certificate must chain to; default: the Mozilla roots.
+    #[arg(long, global = true, env = "QUIVER_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for brokers that ask for one (--tls-client-auth); with
+    /// --tls-key-file.
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_TLS_CERT_FILE",
+        requires = "tls_key_file"
+    )]
+    tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(
+        long,
+        global = true,
+        env = "QUIVER_TLS_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
+    tls_key_file: Option<PathBuf>,
+    /// Name the broker's certificate must carry; default: the host of --server.
+    #[arg(long, global = true, env = "QUIVER_TLS_SERVER_NAME")]
+    tls_server_name: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// The TLS settings, when --tls or any --tls-* flag is given.
+    fn tls(&self) -> Option<TlsConfig> {
+        let config = TlsConfig {
+            ca_file: self.tls_ca_file.clone(),
+            cert_file: self.tls_cert_file.clone(),
+            key_file: self.tls_key_file.clone(),
+            server_name: self.tls_server_name.clone(),
+        };
+        (self.tls || config != TlsConfig::default()).then_some(config)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -343,6 +384,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         ClientError::Connect { .. }
         | ClientError::ConnectionClosed { .. }
         | ClientError::Io { .. }
+        | ClientError::Tls { .. }
         | ClientError::Timeout { .. } => 3,
         ClientError::TopicNotFound { .. }
         | ClientError::NoRoute { .. }
@@ -364,6 +406,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ClientConfig::new(&cli.server).with_request_timeout(Duration::from_millis(cli.timeout_ms));
     if let (Some(access_key), Some(secret_key)) = (&cli.access_key, &cli.secret_key) {
         client = client.with_credentials(access_key, secret_key);
+    }
+    if let Some(tls) = cli.tls() {
+        client = client.with_tls(tls);
     }
     match cli.command {
         Command::Produce(args) => produce(client, cli.output, args).await,
