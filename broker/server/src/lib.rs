@@ -24,6 +24,7 @@ pub mod producers;
 pub mod schedule;
 pub mod server;
 pub mod stages;
+pub mod timer;
 pub mod topics;
 pub mod transaction;
 

@@ -246,6 +246,26 @@ impl TimerStore {
         Ok(None)
     }
 
+    /// Records from the low water mark on that have not fired.
+    pub fn count_pending(&self, progress: &TimerProgress) -> Result<u64, StoreError> {
+        let mut pending = 0;
+        let mut index = progress.low_water;
+        while index < self.log_len {
+            let count = SCAN_CHUNK.min(self.log_len - index);
+            let mut bytes = vec![0u8; (count * RECORD_SIZE) as usize];
+            self.log
+                .read_exact_at(&mut bytes, index * RECORD_SIZE)
+                .map_err(|e| StoreError::io("read", self.dir.join("timerlog"), e))?;
+            for (i, chunk) in bytes.chunks_exact(RECORD_SIZE as usize).enumerate() {
+                if let Some((record, _)) = decode_record(chunk) {
+                    pending += u64::from(!progress.has_fired(record.deliver_ms, index + i as u64));
+                }
+            }
+            index += count;
+        }
+        Ok(pending)
+    }
+
     /// Writes the checkpoint; with `sync`, the log and wheel are made durable first (needed
     /// whenever `log_len` grows). Without it the page cache carries it over a kill -9.
     pub fn checkpoint(
