@@ -3,6 +3,8 @@
 //! end-to-end p50/p99 latency, beside store-only figures of the same run; then a catch-up
 //! read of stored messages, unfiltered and through a SQL92 filter matching 10%.
 //!
+//! `--mode timers` measures timed delivery instead (see `timers.rs`).
+//!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`
 
 #![forbid(unsafe_code)]
@@ -26,6 +28,18 @@ use quiver_remoting::{Connection, Incoming, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "quiver-broker-bench/timers.rs"]
+mod timers;
+
+/// What to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Produce, consume and catch-up read throughput and latency.
+    Throughput,
+    /// Timed delivery: RSS with many timers pending, and fire lateness.
+    Timers,
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "Network and store benchmark of quiver-broker on loopback")]
 struct Args {
@@ -44,6 +58,17 @@ struct Args {
     /// Messages stored for the filtered catch-up read (0 skips it).
     #[arg(long, default_value_t = 100_000)]
     catch_up_messages: u64,
+    #[arg(long, value_enum, default_value_t = Mode::Throughput)]
+    mode: Mode,
+    /// Timers mode: timers parked minutes ahead before RSS is read again.
+    #[arg(long, default_value_t = 1_000_000)]
+    timers: u64,
+    /// Timers mode: timers sent (each due 3 s later) per second while lateness is measured.
+    #[arg(long, default_value_t = 5_000)]
+    fire_rate: u64,
+    /// Timers mode: seconds of sending at --fire-rate.
+    #[arg(long, default_value_t = 10)]
+    fire_secs: u64,
 }
 
 const QUEUES: u32 = 8;
@@ -535,6 +560,13 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    if args.mode == Mode::Timers {
+        println!(
+            "quiver-broker-bench timers: {} parked, then {}/s for {} s, bodies of {} B",
+            args.timers, args.fire_rate, args.fire_secs, args.size
+        );
+        return runtime.block_on(timers::run(&args));
+    }
     println!(
         "quiver-broker-bench: {} messages of {} B per scenario, flush {:?}",
         args.messages, args.size, args.flush_mode
