@@ -173,8 +173,10 @@ impl<'a> Service<'a> {
         }
         // After a long stop, walking the ring once still finds every slot.
         let first = (progress.fired_ms.div_euclid(1000) - 1).max(now / 1000 - store_slots(broker));
-        let pending = store.count_pending(&progress).unwrap_or(0);
-        broker.timers.pending.store(pending, Ordering::Relaxed);
+        broker
+            .timers
+            .pending
+            .store(store.pending_on_open(), Ordering::Relaxed);
         // Retention keeps the messages of pending timers from the start.
         let lowest = store.advance_low_water(&mut progress).ok().flatten();
         broker
@@ -208,6 +210,9 @@ impl<'a> Service<'a> {
             );
             self.publish();
             std::thread::sleep(self.wait());
+        }
+        if let Err(error) = self.store.checkpoint(self.progress, true) {
+            tracing::warn!(error = %quiver_store::error_chain(&error), "timer checkpoint at stop failed");
         }
     }
 
@@ -255,7 +260,8 @@ impl<'a> Service<'a> {
             }
             self.progress.queue_offset = got.next_begin_offset.0;
             self.progress.log_len = self.store.len();
-            self.store.checkpoint(self.progress, true)?;
+            // No fsync here (it would hold up firing): a lost tail is re-enqueued on open.
+            self.store.checkpoint(self.progress, false)?;
             let pending = &self.broker.timers.pending;
             pending.fetch_add(records.len() as u64, Ordering::Relaxed);
         }
@@ -276,6 +282,7 @@ impl<'a> Service<'a> {
                     Some(TimerRecord {
                         deliver_ms: deliver.max(floor),
                         commit_log_offset: record.physical_offset.0,
+                        queue_offset: record.queue_offset.0,
                         size: u32::try_from(raw.len()).unwrap_or(u32::MAX),
                     })
                 }

@@ -1,8 +1,10 @@
 //! Timed delivery's files (learned from Apache's TimerMessageStore): an append-only timer
 //! log of fixed-size records, a memory-mapped wheel of per-second slots each holding the
 //! newest record of its second (records chain to the previous one of their slot), and a
-//! two-slot checkpoint. A start reads only the checkpoint and mends the wheel: no CommitLog
-//! scan, and pending timers cost disk, not anonymous memory.
+//! two-slot checkpoint. A start reads the checkpoint and the timer log's pending records (to
+//! check them and rebuild the wheel's heads): no CommitLog scan, and pending timers cost disk,
+//! not anonymous memory. Nothing here needs an fsync to stay consistent: each record carries
+//! its timer-queue offset, so a log that lost its tail resumes after its last whole record.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -12,7 +14,7 @@ use memmap2::MmapMut;
 
 use crate::error::StoreError;
 
-const RECORD_SIZE: u64 = 32;
+const RECORD_SIZE: u64 = 40;
 const RECORD_MAGIC: u32 = 0x7449_4d52;
 const SLOT_SIZE: u64 = 8;
 const CHECKPOINT_SLOT: u64 = 64;
@@ -25,6 +27,8 @@ const SCAN_CHUNK: u64 = 4096;
 pub struct TimerRecord {
     pub deliver_ms: i64,
     pub commit_log_offset: u64,
+    /// Where the message is in the timer topic's queue.
+    pub queue_offset: u64,
     pub size: u32,
 }
 
@@ -59,6 +63,7 @@ pub struct TimerStore {
     checkpoint: File,
     checkpoint_seq: u64,
     progress: TimerProgress,
+    pending_on_open: u64,
 }
 
 fn second_of(ms: i64) -> i64 {
@@ -69,26 +74,31 @@ fn encode_record(record: &TimerRecord, prev: u64) -> [u8; RECORD_SIZE as usize] 
     let mut bytes = [0u8; RECORD_SIZE as usize];
     bytes[0..8].copy_from_slice(&record.deliver_ms.to_le_bytes());
     bytes[8..16].copy_from_slice(&record.commit_log_offset.to_le_bytes());
-    bytes[16..20].copy_from_slice(&record.size.to_le_bytes());
-    bytes[20..24].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-    bytes[24..32].copy_from_slice(&prev.to_le_bytes());
+    bytes[16..24].copy_from_slice(&record.queue_offset.to_le_bytes());
+    bytes[PREV_AT..PREV_AT + 8].copy_from_slice(&prev.to_le_bytes());
+    bytes[32..36].copy_from_slice(&record.size.to_le_bytes());
+    bytes[36..40].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
     bytes
 }
+
+/// Where a record keeps its link (the previous record of its slot's index + 1, 0 for none).
+const PREV_AT: usize = 24;
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// A record and its link (the previous record's index + 1, 0 for none).
+/// A record and its link; `None` for bytes that are not a whole record (a lost page).
 fn decode_record(bytes: &[u8]) -> Option<(TimerRecord, u64)> {
-    let magic = u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"));
+    let magic = u32::from_le_bytes(bytes[36..40].try_into().expect("4 bytes"));
     (magic == RECORD_MAGIC).then(|| {
         let record = TimerRecord {
             deliver_ms: u64_at(bytes, 0) as i64,
             commit_log_offset: u64_at(bytes, 8),
-            size: u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes")),
+            queue_offset: u64_at(bytes, 16),
+            size: u32::from_le_bytes(bytes[32..36].try_into().expect("4 bytes")),
         };
-        (record, u64_at(bytes, 24))
+        (record, u64_at(bytes, PREV_AT))
     })
 }
 
@@ -103,8 +113,9 @@ fn open_rw(path: &Path) -> Result<File, StoreError> {
 }
 
 impl TimerStore {
-    /// Opens (or creates) the files under `dir` with a wheel of `slots` seconds, truncating
-    /// the log to the checkpoint and mending slot heads that point past it.
+    /// Opens (or creates) the files under `dir` with a wheel of `slots` seconds: the log is
+    /// cut to the checkpoint (or before its first record that is not whole) and the wheel's
+    /// heads are rebuilt from the records not known fired.
     pub fn open(dir: &Path, slots: u64) -> Result<TimerStore, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create dir", dir, e))?;
         let checkpoint = open_rw(&dir.join("timercheck"))?;
@@ -116,29 +127,49 @@ impl TimerStore {
             .map_err(|e| StoreError::io("stat", &log_path, e))?
             .len()
             / RECORD_SIZE;
-        // A log shorter than its checkpoint lost records: keep what is there.
-        progress.log_len = progress.log_len.min(on_disk);
-        progress.low_water = progress.low_water.min(progress.log_len);
-        log.set_len(progress.log_len * RECORD_SIZE)
-            .map_err(|e| StoreError::io("truncate", &log_path, e))?;
+        let claimed = progress.log_len;
+        progress.low_water = progress.low_water.min(claimed.min(on_disk));
         let (wheel, fresh) = open_wheel(&dir.join("timerwheel"), slots)?;
         let mut store = TimerStore {
             dir: dir.to_path_buf(),
             log,
-            log_len: progress.log_len,
+            log_len: claimed.min(on_disk),
             wheel,
             slots,
             checkpoint,
             checkpoint_seq,
             progress,
+            pending_on_open: 0,
         };
-        store.mend_wheel(fresh)?;
+        store.pending_on_open = store.rebuild_wheel(fresh)?;
+        if store.log_len < claimed {
+            // Records the checkpoint counted were lost: enqueue again after the last whole one.
+            if let Some(last) = store.log_len.checked_sub(1) {
+                progress.queue_offset = store.record(last)?.queue_offset + 1;
+            }
+            tracing::warn!(
+                kept = store.log_len,
+                claimed,
+                "timer log shorter than its checkpoint; re-enqueueing the rest"
+            );
+        }
+        progress.log_len = store.log_len;
+        store
+            .log
+            .set_len(store.log_len * RECORD_SIZE)
+            .map_err(|e| StoreError::io("truncate", &log_path, e))?;
+        store.progress = progress;
         if fresh {
             let wheel_path = dir.join("timerwheel");
             std::fs::rename(rebuilt_path(&wheel_path), &wheel_path)
                 .map_err(|e| StoreError::io("rename", &wheel_path, e))?;
         }
         Ok(store)
+    }
+
+    /// Records not fired when the store opened.
+    pub fn pending_on_open(&self) -> u64 {
+        self.pending_on_open
     }
 
     /// The last checkpoint written (or loaded).
@@ -176,7 +207,7 @@ impl TimerStore {
         for (i, record) in records.iter().enumerate() {
             let second = second_of(record.deliver_ms);
             bytes.extend_from_slice(&encode_record(record, self.head(second)));
-            // A head past the log's end after a crash is mended on open.
+            // Heads are rebuilt on open: their order against the log write does not matter.
             self.set_head(second, first + i as u64 + 1);
         }
         self.log
@@ -246,28 +277,9 @@ impl TimerStore {
         Ok(None)
     }
 
-    /// Records from the low water mark on that have not fired.
-    pub fn count_pending(&self, progress: &TimerProgress) -> Result<u64, StoreError> {
-        let mut pending = 0;
-        let mut index = progress.low_water;
-        while index < self.log_len {
-            let count = SCAN_CHUNK.min(self.log_len - index);
-            let mut bytes = vec![0u8; (count * RECORD_SIZE) as usize];
-            self.log
-                .read_exact_at(&mut bytes, index * RECORD_SIZE)
-                .map_err(|e| StoreError::io("read", self.dir.join("timerlog"), e))?;
-            for (i, chunk) in bytes.chunks_exact(RECORD_SIZE as usize).enumerate() {
-                if let Some((record, _)) = decode_record(chunk) {
-                    pending += u64::from(!progress.has_fired(record.deliver_ms, index + i as u64));
-                }
-            }
-            index += count;
-        }
-        Ok(pending)
-    }
-
-    /// Writes the checkpoint; with `sync`, the log and wheel are made durable first (needed
-    /// whenever `log_len` grows). Without it the page cache carries it over a kill -9.
+    /// Writes the checkpoint; with `sync`, the log and wheel are made durable first. Without
+    /// it the page cache carries it over a kill -9, and after a power loss `open` cuts the log
+    /// at its first lost record and resumes the queue after the last whole one.
     pub fn checkpoint(
         &mut self,
         mut progress: TimerProgress,
@@ -297,24 +309,12 @@ impl TimerStore {
         Ok(())
     }
 
-    /// Heads past the log's end (written after the checkpoint) are set back to the newest
-    /// record of their slot still in the log; a new wheel is built from the pending records.
-    fn mend_wheel(&mut self, rebuild: bool) -> Result<(), StoreError> {
-        let broken: Vec<usize> = (0..self.slots as usize)
-            .filter(|slot| {
-                let at = slot * SLOT_SIZE as usize;
-                rebuild || u64_at(&self.wheel, at) > self.log_len
-            })
-            .collect();
-        if broken.is_empty() {
-            return Ok(());
-        }
-        let mut is_broken = vec![false; self.slots as usize];
-        for slot in &broken {
-            is_broken[*slot] = true;
-            let at = slot * SLOT_SIZE as usize;
-            self.wheel[at..at + 8].copy_from_slice(&0u64.to_le_bytes());
-        }
+    /// Sets every slot's head to its newest record from the low water mark on (a new wheel
+    /// also relinks each record to its new predecessor), cutting the log before its first
+    /// record that is not whole; returns the records not fired.
+    fn rebuild_wheel(&mut self, relink: bool) -> Result<u64, StoreError> {
+        self.wheel.fill(0);
+        let mut pending = 0;
         let mut index = self.progress.low_water;
         while index < self.log_len {
             let count = SCAN_CHUNK.min(self.log_len - index);
@@ -322,34 +322,39 @@ impl TimerStore {
             self.log
                 .read_exact_at(&mut bytes, index * RECORD_SIZE)
                 .map_err(|e| StoreError::io("read", self.dir.join("timerlog"), e))?;
-            for (i, chunk) in bytes.chunks_exact_mut(RECORD_SIZE as usize).enumerate() {
+            let mut whole = 0;
+            for chunk in bytes.chunks_exact_mut(RECORD_SIZE as usize) {
                 let Some((record, _)) = decode_record(chunk) else {
-                    continue;
+                    break;
                 };
                 let second = second_of(record.deliver_ms);
-                if is_broken[self.slot_of(second) / SLOT_SIZE as usize] {
-                    // A new wheel has new slots: each record links to its new predecessor.
-                    if rebuild {
-                        chunk[24..32].copy_from_slice(&self.head(second).to_le_bytes());
-                    }
-                    self.set_head(second, index + i as u64 + 1);
+                if relink {
+                    chunk[PREV_AT..PREV_AT + 8].copy_from_slice(&self.head(second).to_le_bytes());
                 }
+                self.set_head(second, index + whole + 1);
+                pending += u64::from(!self.progress.has_fired(record.deliver_ms, index + whole));
+                whole += 1;
             }
-            if rebuild {
+            if relink {
+                let kept = (whole * RECORD_SIZE) as usize;
                 self.log
-                    .write_all_at(&bytes, index * RECORD_SIZE)
+                    .write_all_at(&bytes[..kept], index * RECORD_SIZE)
                     .map_err(|e| StoreError::io("write", self.dir.join("timerlog"), e))?;
             }
-            index += count;
+            index += whole;
+            if whole < count {
+                self.log_len = index;
+            }
         }
-        tracing::info!(
-            slots = broken.len(),
-            "timer wheel slots mended from the timer log"
-        );
-        self.wheel
-            .flush()
-            .map_err(|e| StoreError::io("msync", self.dir.join("timerwheel"), e))?;
-        Ok(())
+        if relink {
+            self.log
+                .sync_data()
+                .map_err(|e| StoreError::io("fsync", self.dir.join("timerlog"), e))?;
+            self.wheel
+                .flush()
+                .map_err(|e| StoreError::io("msync", self.dir.join("timerwheel"), e))?;
+        }
+        Ok(pending)
     }
 }
 
@@ -440,6 +445,7 @@ mod tests {
         TimerRecord {
             deliver_ms,
             commit_log_offset: offset,
+            queue_offset: offset * 10,
             size: 100,
         }
     }
@@ -471,7 +477,7 @@ mod tests {
     }
 
     #[test]
-    fn reopen_truncates_past_the_checkpoint_and_mends_heads() {
+    fn reopen_truncates_past_the_checkpoint_and_rebuilds_heads() {
         let dir = tempfile::tempdir().unwrap();
         {
             let mut store = TimerStore::open(dir.path(), 60).unwrap();
@@ -495,6 +501,46 @@ mod tests {
             .unwrap()
             .len();
         assert_eq!(length, 2 * RECORD_SIZE);
+    }
+
+    #[test]
+    fn a_log_that_lost_its_tail_resumes_after_its_last_whole_record() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = TimerStore::open(dir.path(), 60).unwrap();
+            store
+                .append(&[
+                    timer(5_000, 1),
+                    timer(6_000, 2),
+                    timer(5_100, 3),
+                    timer(7_000, 4),
+                ])
+                .unwrap();
+            let progress = TimerProgress {
+                queue_offset: 41,
+                log_len: 4,
+                ..TimerProgress::default()
+            };
+            store.checkpoint(progress, false).unwrap();
+        }
+        // The page holding the last two records never reached the disk.
+        let file = OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("timerlog"))
+            .unwrap();
+        file.write_all_at(&[0u8; 2 * RECORD_SIZE as usize], 2 * RECORD_SIZE)
+            .unwrap();
+        let store = TimerStore::open(dir.path(), 60).unwrap();
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.pending_on_open(), 2);
+        assert_eq!(
+            store.progress().queue_offset,
+            21,
+            "after record 2's queue offset 20"
+        );
+        let none = TimerProgress::default();
+        assert_eq!(offsets(&store.due_in_slot(5, &none).unwrap()), vec![1]);
+        assert!(store.due_in_slot(7, &none).unwrap().is_empty());
     }
 
     #[test]
