@@ -33,6 +33,8 @@ const ENQUEUE_ROUNDS: usize = 8;
 const FIRE_BATCH: usize = 256;
 /// Seconds of margin the wheel has beyond the longest delay.
 const WHEEL_MARGIN_SECS: u64 = 3_600;
+/// A timer log with every record fired starts over once this long (40 B a record).
+const RESET_AT_RECORDS: u64 = 1 << 16;
 /// How often the fired time is checkpointed while nothing fires.
 const IDLE_CHECKPOINT_MS: i64 = 1_000;
 
@@ -413,6 +415,13 @@ impl<'a> Service<'a> {
 
     fn checkpoint(&mut self, now: i64) -> Result<(), StoreError> {
         let lowest = self.store.advance_low_water(&mut self.progress)?;
+        if lowest.is_none()
+            && self
+                .store
+                .reset_if_drained(&mut self.progress, RESET_AT_RECORDS)?
+        {
+            tracing::debug!("timer log drained: started over");
+        }
         self.broker
             .timers
             .lowest_pending

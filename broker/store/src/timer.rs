@@ -277,6 +277,30 @@ impl TimerStore {
         Ok(None)
     }
 
+    /// Starts the log over once every record fired and it holds at least `min_len`, so it
+    /// does not grow for ever; true if it did. The checkpoint goes first: a crash between the
+    /// two leaves a log longer than its checkpoint, cut on open.
+    pub fn reset_if_drained(
+        &mut self,
+        progress: &mut TimerProgress,
+        min_len: u64,
+    ) -> Result<bool, StoreError> {
+        if progress.low_water < self.log_len || self.log_len < min_len {
+            return Ok(false);
+        }
+        progress.log_len = 0;
+        progress.low_water = 0;
+        // Indexes start again at 0: the fired time alone marks what fired.
+        progress.fired_index = u64::MAX;
+        self.log_len = 0;
+        self.checkpoint(*progress, false)?;
+        self.wheel.fill(0);
+        self.log
+            .set_len(0)
+            .map_err(|e| StoreError::io("truncate", self.dir.join("timerlog"), e))?;
+        Ok(true)
+    }
+
     /// Writes the checkpoint; with `sync`, the log and wheel are made durable first. Without
     /// it the page cache carries it over a kill -9, and after a power loss `open` cuts the log
     /// at its first lost record and resumes the queue after the last whole one.
@@ -582,6 +606,42 @@ mod tests {
         file.write_all_at(&[0xff; 8], CHECKPOINT_SLOT + 8).unwrap();
         let store = TimerStore::open(dir.path(), 10).unwrap();
         assert_eq!(store.progress().fired_ms, 2);
+    }
+
+    #[test]
+    fn a_drained_log_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = TimerStore::open(dir.path(), 60).unwrap();
+        store.append(&[timer(1_000, 1), timer(2_000, 2)]).unwrap();
+        let mut progress = TimerProgress {
+            queue_offset: 2,
+            log_len: 2,
+            fired_ms: 1_500,
+            fired_index: u64::MAX,
+            low_water: 0,
+        };
+        store.advance_low_water(&mut progress).unwrap();
+        assert!(
+            !store.reset_if_drained(&mut progress, 1).unwrap(),
+            "one pending"
+        );
+        progress.fired_ms = 2_000;
+        assert_eq!(store.advance_low_water(&mut progress).unwrap(), None);
+        assert!(store.reset_if_drained(&mut progress, 1).unwrap());
+        assert!(store.is_empty());
+        assert!(store
+            .due_in_slot(2, &TimerProgress::default())
+            .unwrap()
+            .is_empty());
+        store.append(&[timer(3_000, 3)]).unwrap();
+        drop(store);
+        let store = TimerStore::open(dir.path(), 60).unwrap();
+        assert_eq!(store.progress().queue_offset, 2);
+        assert_eq!(
+            store.len(),
+            0,
+            "the append after the reset was never checkpointed"
+        );
     }
 
     #[test]
