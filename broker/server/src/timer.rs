@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_protocol::message as msg;
-use quiver_store::record::{decode, encode_properties, property, Record};
+use quiver_store::record::{decode, encode_properties, property};
 use quiver_store::{
     CommitLogOffset, GetStatus, QueueOffset, StoreError, TimerProgress, TimerRecord, TimerStore,
 };
@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::error::{chain, BrokerError, FailureLog};
-use crate::processor::{store_message, StoreTarget};
+use crate::processor::store_message;
 
 /// Apache's `TimerMessageStore.TIMER_TOPIC`.
 pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
@@ -39,7 +39,6 @@ const RESET_AT_RECORDS: u64 = 1 << 16;
 const IDLE_CHECKPOINT_MS: i64 = 1_000;
 
 /// What the timer service shows the rest of the broker: metrics and retention's floor.
-#[derive(Default)]
 pub struct TimerState {
     pub pending: AtomicU64,
     pub fired_total: AtomicU64,
@@ -49,6 +48,18 @@ pub struct TimerState {
     pub enqueued_offset: AtomicU64,
     /// CommitLog offset of the oldest message with a timer pending; u64::MAX: none.
     pub lowest_pending: AtomicU64,
+}
+
+impl Default for TimerState {
+    fn default() -> Self {
+        TimerState {
+            pending: AtomicU64::new(0),
+            fired_total: AtomicU64::new(0),
+            last_lateness_ms: AtomicI64::new(0),
+            enqueued_offset: AtomicU64::new(0),
+            lowest_pending: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl TimerState {
@@ -97,35 +108,13 @@ pub fn timer_properties(
     encode_properties(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
-/// A parked message as it goes to its real topic and queue, without the timer properties.
-fn released(record: &Record) -> Option<StoreTarget> {
-    let mut properties = record.properties_map();
-    let topic = properties.remove(msg::PROPERTY_REAL_TOPIC)?;
-    let queue_id = properties
-        .remove(msg::PROPERTY_REAL_QID)
-        .and_then(|q| q.parse::<u32>().ok())
-        .unwrap_or(0);
-    for timer in [
-        msg::PROPERTY_TIMER_OUT_MS,
-        msg::PROPERTY_TIMER_DELIVER_MS,
-        msg::PROPERTY_TIMER_DELAY_SEC,
-        msg::PROPERTY_TIMER_DELAY_MS,
-    ] {
-        properties.remove(timer);
-    }
-    Some(StoreTarget {
-        topic,
-        queue_id,
-        flag: record.flag,
-        body: record.body.clone(),
-        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-        sys_flag: record.sys_flag,
-        born_timestamp_ms: record.born_timestamp_ms,
-        born_host: record.born_host,
-        reconsume_times: record.reconsume_times,
-        prepared_transaction_offset: record.prepared_transaction_offset,
-    })
-}
+/// What a timed message carries until it is re-stored (Apache drops them then too).
+const TIMER_PROPERTIES: [&str; 4] = [
+    msg::PROPERTY_TIMER_OUT_MS,
+    msg::PROPERTY_TIMER_DELIVER_MS,
+    msg::PROPERTY_TIMER_DELAY_SEC,
+    msg::PROPERTY_TIMER_DELAY_MS,
+];
 
 /// A loaded timer, ordered by deliver time then log index (the order timers fire in).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -374,7 +363,7 @@ impl<'a> Service<'a> {
             {
                 latest_out = latest_out.max(out);
             }
-            match released(&record) {
+            match crate::schedule::released(&record, &TIMER_PROPERTIES) {
                 Some(target) => targets.push(target),
                 None => tracing::warn!(
                     offset = due.commit_log_offset,

@@ -4,60 +4,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{pulled_bodies, v2_send_fields, Client};
 use quiver_protocol::code::{request, response};
-
-struct Broker {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
-}
-
-/// Starts the binary on free ports over `data_dir` and waits until it is ready.
-async fn start(data_dir: &Path, log: &Path) -> Broker {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = port.local_addr().unwrap();
-    let http = http_port.local_addr().unwrap();
-    drop((port, http_port));
-    let child = Command::new(env!("CARGO_BIN_EXE_quiver-broker"))
-        .args(["--data-dir", data_dir.to_str().unwrap()])
-        .args(["--listen", &addr.to_string()])
-        .args(["--http-listen", &http.to_string()])
-        .args(["--segment-size", "1048576", "--max-message-size", "65536"])
-        .args(["--disk-high-water-ratio", "1", "--disk-clean-ratio", "1"])
-        .args(["--disk-force-clean-ratio", "1"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut broker = Broker { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while common::http_get(http, "/readyz")
-        .await
-        .is_none_or(|(status, _)| status != 200)
-    {
-        assert!(
-            broker.child.try_wait().unwrap().is_none(),
-            "broker exited early: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        assert!(Instant::now() < deadline, "broker not ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    broker
-}
 
 async fn delivered(addr: std::net::SocketAddr) -> Vec<String> {
     let mut client = Client::connect(addr).await;
@@ -80,7 +31,7 @@ async fn send_at(client: &mut Client, body: &str, deliver_ms: i64) {
 async fn timers_fire_once_across_kill_9() {
     let data = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let mut first = start(data.path(), &logs.path().join("first.log")).await;
+    let mut first = common::start_binary(data.path(), &logs.path().join("first.log"), &[]).await;
     let mut client = Client::connect(first.addr).await;
     client.create_topic("Timed", 1).await;
     let now = quiver_broker::now_ms();
@@ -107,7 +58,7 @@ async fn timers_fire_once_across_kill_9() {
     ))
     .await;
 
-    let second = start(data.path(), &logs.path().join("second.log")).await;
+    let second = common::start_binary(data.path(), &logs.path().join("second.log"), &[]).await;
     let addr = second.addr;
     common::wait_for(
         "the timers after the restart",

@@ -474,6 +474,12 @@ mod tests {
         }
     }
 
+    /// Bytes at `at` of a file, as a crash or a lost page leaves them.
+    fn overwrite(path: &Path, at: u64, bytes: &[u8]) {
+        let file = OpenOptions::new().write(true).open(path).unwrap();
+        file.write_all_at(bytes, at).unwrap();
+    }
+
     fn offsets(found: &[(u64, TimerRecord)]) -> Vec<u64> {
         found.iter().map(|(_, r)| r.commit_log_offset).collect()
     }
@@ -548,12 +554,8 @@ mod tests {
             store.checkpoint(progress, false).unwrap();
         }
         // The page holding the last two records never reached the disk.
-        let file = OpenOptions::new()
-            .write(true)
-            .open(dir.path().join("timerlog"))
-            .unwrap();
-        file.write_all_at(&[0u8; 2 * RECORD_SIZE as usize], 2 * RECORD_SIZE)
-            .unwrap();
+        let lost = [0u8; 2 * RECORD_SIZE as usize];
+        overwrite(&dir.path().join("timerlog"), 2 * RECORD_SIZE, &lost);
         let store = TimerStore::open(dir.path(), 60).unwrap();
         assert_eq!(store.len(), 2);
         assert_eq!(store.pending_on_open(), 2);
@@ -599,11 +601,11 @@ mod tests {
             }
         }
         // Tear the newest slot (seq 3 lives in slot 1).
-        let file = OpenOptions::new()
-            .write(true)
-            .open(dir.path().join("timercheck"))
-            .unwrap();
-        file.write_all_at(&[0xff; 8], CHECKPOINT_SLOT + 8).unwrap();
+        overwrite(
+            &dir.path().join("timercheck"),
+            CHECKPOINT_SLOT + 8,
+            &[0xff; 8],
+        );
         let store = TimerStore::open(dir.path(), 10).unwrap();
         assert_eq!(store.progress().fired_ms, 2);
     }

@@ -434,9 +434,20 @@ async fn start_broker(args: &Args, dir: &std::path::Path) -> anyhow::Result<Runn
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     };
+    create_topic(&mut setup, TOPIC).await?;
+    Ok(RunningBroker {
+        addr,
+        conn: setup,
+        stop,
+        task: broker,
+    })
+}
+
+/// UPDATE_AND_CREATE_TOPIC with QUEUES read and write queues.
+async fn create_topic(conn: &mut Conn, topic: &str) -> anyhow::Result<()> {
     let queues = QUEUES.to_string();
     let ext = [
-        ("topic", TOPIC),
+        ("topic", topic),
         ("readQueueNums", &queues),
         ("writeQueueNums", &queues),
         ("perm", "6"),
@@ -444,15 +455,13 @@ async fn start_broker(args: &Args, dir: &std::path::Path) -> anyhow::Result<Runn
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    setup
+    let reply = conn
         .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
         .await?;
-    Ok(RunningBroker {
-        addr,
-        conn: setup,
-        stop,
-        task: broker,
-    })
+    if reply.code != response::SUCCESS {
+        bail!("creating {topic} failed: {} {:?}", reply.code, reply.remark);
+    }
+    Ok(())
 }
 
 /// Stores `count` messages in batches, property `a` = i % 10 (so `a = 0` selects 10%).

@@ -257,19 +257,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start_child(dir.path()).await?;
     let mut setup = Conn::connect(broker.addr).await?;
-    let queues = QUEUES.to_string();
-    let ext = [
-        ("topic", TOPIC),
-        ("readQueueNums", &queues),
-        ("writeQueueNums", &queues),
-        ("perm", "6"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    setup
-        .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
-        .await?;
+    super::create_topic(&mut setup, TOPIC).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = rss_anon_kib(broker.child.id())?;
     let started = Instant::now();
