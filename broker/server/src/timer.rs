@@ -27,6 +27,7 @@ pub const TIMER_QUEUE: u32 = 0;
 
 /// The longest sleep between two looks at the timer queue and the clock.
 const IDLE_WAIT: Duration = Duration::from_millis(2);
+const RETRY_WAIT: Duration = Duration::from_millis(100);
 const ENQUEUE_BATCH: u32 = 1024;
 /// Enqueue batches per round, so a backlog does not hold up firing.
 const ENQUEUE_ROUNDS: usize = 8;
@@ -195,12 +196,14 @@ impl<'a> Service<'a> {
         let mut failures = FailureLog::default();
         while !*stop.borrow() {
             let round = self.enqueue().and_then(|()| self.fire());
+            let failed = round.is_err();
             failures.record(
                 "timed delivery",
                 round.err().map(|e| quiver_store::error_chain(&e)),
             );
             self.publish();
-            std::thread::sleep(self.wait());
+            // A failing store (full disk) is retried at a calm pace, not in a busy loop.
+            std::thread::sleep(if failed { RETRY_WAIT } else { self.wait() });
         }
         if let Err(error) = self.store.checkpoint(self.progress, true) {
             tracing::warn!(error = %quiver_store::error_chain(&error), "timer checkpoint at stop failed");
