@@ -218,7 +218,8 @@ impl<'a> Service<'a> {
         IDLE_WAIT.min(Duration::from_millis(until))
     }
 
-    /// Appends newly parked messages to the timer log (durably, with the checkpoint).
+    /// Appends newly parked messages to the timer log and checkpoints the queue offset; those
+    /// of a second already loaded go to the heap as well.
     fn enqueue(&mut self) -> Result<(), StoreError> {
         let store = &self.broker.store;
         for _ in 0..ENQUEUE_ROUNDS {
@@ -433,4 +434,30 @@ impl<'a> Service<'a> {
 
 fn store_slots(broker: &Broker) -> i64 {
     i64::try_from(broker.config.timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deliver_time_is_absolute_or_counted_from_receipt() {
+        let now = 1_000_000;
+        let at = |properties: &str| deliver_ms(properties, now);
+        assert_eq!(at(""), Ok(None));
+        assert_eq!(at("TIMER_DELIVER_MS\u{1}1234567\u{2}"), Ok(Some(1_234_567)));
+        assert_eq!(at("TIMER_DELAY_SEC\u{1}3\u{2}"), Ok(Some(now + 3_000)));
+        assert_eq!(at("TIMER_DELAY_MS\u{1} 250 \u{2}"), Ok(Some(now + 250)));
+        let malformed = at("TIMER_DELAY_MS\u{1}soon\u{2}").unwrap_err();
+        assert!(malformed.contains("TIMER_DELAY_MS"), "{malformed}");
+    }
+
+    #[test]
+    fn parked_properties_name_the_real_queue_and_the_deliver_time() {
+        let parked = timer_properties("KEYS\u{1}k\u{2}", "Orders", 3, 42);
+        assert_eq!(property(&parked, msg::PROPERTY_REAL_TOPIC), Some("Orders"));
+        assert_eq!(property(&parked, msg::PROPERTY_REAL_QID), Some("3"));
+        assert_eq!(property(&parked, msg::PROPERTY_TIMER_OUT_MS), Some("42"));
+        assert_eq!(property(&parked, "KEYS"), Some("k"));
+    }
 }
