@@ -41,6 +41,10 @@ pub fn delay_properties(
     level: usize,
 ) -> String {
     let mut map = parse_properties(properties);
+    // As Apache's `HookUtils.checkIfTimerMessage`: a delay level wins and clears a timer.
+    for timer in crate::timer::TIMER_PROPERTIES {
+        map.remove(timer);
+    }
     map.insert(msg::PROPERTY_REAL_TOPIC.into(), real_topic.into());
     map.insert(
         msg::PROPERTY_REAL_QUEUE_ID.into(),

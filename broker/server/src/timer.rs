@@ -110,7 +110,7 @@ pub fn timer_properties(
 }
 
 /// What a timed message carries until it is re-stored (Apache drops them then too).
-const TIMER_PROPERTIES: [&str; 4] = [
+pub(crate) const TIMER_PROPERTIES: [&str; 4] = [
     msg::PROPERTY_TIMER_OUT_MS,
     msg::PROPERTY_TIMER_DELIVER_MS,
     msg::PROPERTY_TIMER_DELAY_SEC,

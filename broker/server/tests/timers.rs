@@ -132,7 +132,7 @@ async fn timed_messages_arrive_not_before_their_time_with_their_properties() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_times_go_at_once_and_beyond_the_maximum_is_refused() {
+async fn past_times_go_at_once_beyond_the_maximum_is_refused_and_a_delay_level_wins() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
     config.timer_max_delay_ms = 60_000;
@@ -171,6 +171,13 @@ async fn past_times_go_at_once_and_beyond_the_maximum_is_refused() {
         .await;
     assert!(matches!(max.ext("offset"), None | Some("0")), "{max:?}");
     assert_eq!(records(&mut client, "Timed", 0).await.len(), 1);
+
+    // A delay level wins over a timer and clears it, as Apache's broker does.
+    let both = "DELAY\u{1}1\u{2}TIMER_DELAY_SEC\u{1}30\u{2}";
+    let reply = send(&mut client, "Timed", 0, "both", both).await;
+    assert_eq!(reply.code, response::SUCCESS, "{reply:?}");
+    let arrived = wait_records(&mut client, "Timed", 0, 2, Duration::from_secs(20)).await;
+    assert_eq!(property(&arrived[1].properties, "TIMER_DELAY_SEC"), None);
     broker.stop().await;
 }
 
