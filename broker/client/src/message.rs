@@ -72,6 +72,24 @@ impl Message {
         self
     }
 
+    /// Delivered at `deliver_at_ms` (ms since the epoch; RocketMQ 5.x TIMER_DELIVER_MS).
+    pub fn with_deliver_at_ms(mut self, deliver_at_ms: i64) -> Self {
+        self.properties.insert(
+            wire::PROPERTY_TIMER_DELIVER_MS.to_owned(),
+            deliver_at_ms.to_string(),
+        );
+        self
+    }
+
+    /// Delivered `delay_ms` after the broker receives it (RocketMQ 5.x TIMER_DELAY_MS).
+    pub fn with_delay_ms(mut self, delay_ms: u64) -> Self {
+        self.properties.insert(
+            wire::PROPERTY_TIMER_DELAY_MS.to_owned(),
+            delay_ms.to_string(),
+        );
+        self
+    }
+
     pub fn tags(&self) -> Option<&str> {
         self.properties.get(wire::PROPERTY_TAGS).map(String::as_str)
     }

@@ -50,6 +50,8 @@ pub const PROPERTY_SHARDING_KEY: &str = "__SHARDINGKEY";
 pub const PROPERTY_TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
 pub const PROPERTY_TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
 pub const PROPERTY_TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+/// The deliver time the broker computed, on a message waiting in the timer topic.
+pub const PROPERTY_TIMER_OUT_MS: &str = "TIMER_OUT_MS";
 /// Request-reply: the requester's client id, the request's correlation id, when the broker
 /// pushed the reply.
 pub const PROPERTY_MESSAGE_REPLY_TO_CLIENT: &str = "REPLY_TO_CLIENT";

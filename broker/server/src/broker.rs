@@ -64,6 +64,8 @@ pub struct Broker {
     /// Per delay level (queue of the schedule topic), the offset delivered up to, as the
     /// schedule loop last knew it; a level missing here has delivered nothing.
     pub delay_delivered: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
+    /// The timer service's progress and counts (timed delivery).
+    pub timers: crate::timer::TimerState,
     ready: AtomicBool,
     /// When the broker opened (ms since the epoch): GET_BROKER_RUNTIME_INFO's bootTimestamp.
     pub started_ms: i64,
@@ -112,6 +114,7 @@ impl Broker {
             flushed,
             runtime_lock: parking_lot::Mutex::new(()),
             delay_delivered: parking_lot::Mutex::default(),
+            timers: crate::timer::TimerState::default(),
             advertised,
             store_host,
             store: Arc::new(store),
@@ -189,8 +192,8 @@ impl Broker {
     }
 
     /// The lowest CommitLog offset still to be read: by a consumer group with committed
-    /// offsets, or by the delay levels' delivery (a delayed message not yet moved to its
-    /// topic). Retention under disk pressure deletes nothing from there on. Blocking.
+    /// offsets, by the delay levels' delivery (a delayed message not yet moved to its
+    /// topic) or by the timer service (a timer not enqueued or not fired yet). Retention under disk pressure deletes nothing from there on. Blocking.
     pub fn lowest_unread(&self) -> Option<CommitLogOffset> {
         let mut positions = Vec::new();
         for group in self.offsets.groups() {
@@ -205,12 +208,19 @@ impl Broker {
             let next = QueueOffset(delivered.get(&level).copied().unwrap_or(0));
             positions.push((crate::topics::SCHEDULE_TOPIC.to_owned(), level, next));
         }
+        let enqueued = self.timers.enqueued_offset.load(Ordering::Acquire);
+        positions.push((
+            crate::timer::TIMER_TOPIC.to_owned(),
+            crate::timer::TIMER_QUEUE,
+            QueueOffset(enqueued),
+        ));
         positions
             .into_iter()
             .filter_map(|(topic, queue_id, next)| {
                 let first = next.max(self.store.min_offset(&topic, queue_id));
                 self.store.physical_offset_at(&topic, queue_id, first)
             })
+            .chain(self.timers.lowest_pending())
             .min()
     }
 

@@ -48,6 +48,8 @@ pub mod defaults {
     pub const TRANSACTION_TIMEOUT_MS: u64 = 6_000;
     pub const TRANSACTION_CHECK_MAX: u32 = 15;
     pub const TRANSACTION_CHECK_INTERVAL_MS: u64 = 1_000;
+    /// Apache's `timerMaxDelaySec`: 3 days.
+    pub const TIMER_MAX_DELAY_MS: u64 = 259_200_000;
 }
 
 /// Every setting of the broker. Each field is a flag `--<name>`, an environment variable
@@ -256,6 +258,11 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_TRANSACTION_CHECK_INTERVAL_MS", default_value_t = defaults::TRANSACTION_CHECK_INTERVAL_MS)]
     pub transaction_check_interval_ms: u64,
 
+    /// Longest wait a timed message (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) may
+    /// ask for, in ms; a send asking more is refused. 1000..=31536000000 (a year).
+    #[arg(long, env = "QUIVER_TIMER_MAX_DELAY_MS", default_value_t = defaults::TIMER_MAX_DELAY_MS)]
+    pub timer_max_delay_ms: u64,
+
     /// ACL on: every request must be signed by an account of this `plain_acl.yml` (Apache's
     /// format) and have the permissions its code needs; the file is re-read when it changes.
     /// Unset: ACL off.
@@ -361,6 +368,7 @@ impl Default for BrokerConfig {
             transaction_timeout_ms: defaults::TRANSACTION_TIMEOUT_MS,
             transaction_check_max: defaults::TRANSACTION_CHECK_MAX,
             transaction_check_interval_ms: defaults::TRANSACTION_CHECK_INTERVAL_MS,
+            timer_max_delay_ms: defaults::TIMER_MAX_DELAY_MS,
             acl_file: None,
             peer_access_key: None,
             peer_secret_key: None,
@@ -566,6 +574,12 @@ impl BrokerConfig {
         }
         if self.max_message_size == 0 || self.max_message_size > MAX_MESSAGE_SIZE_LIMIT_BYTES {
             return Err(invalid("max-message-size", "must be in 1..=15728640"));
+        }
+        if !(1_000..=31_536_000_000).contains(&self.timer_max_delay_ms) {
+            return Err(invalid(
+                "timer-max-delay-ms",
+                "must be in 1000..=31536000000",
+            ));
         }
         if !perm::is_broker_permission(self.broker_permission) {
             return Err(invalid(

@@ -25,6 +25,7 @@ pub mod schedule;
 pub mod server;
 pub mod stages;
 pub mod tls;
+pub mod timer;
 pub mod topics;
 pub mod transaction;
 

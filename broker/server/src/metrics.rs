@@ -269,6 +269,7 @@ impl Collector for BrokerCollector {
         encode_lag(&mut encoder, &consumer_lag(broker, crate::now_ms()))?;
         encode_broker(&mut encoder, broker)?;
         encode_transactions(&mut encoder, broker)?;
+        encode_timers(&mut encoder, &broker.timers)?;
         encode_disk(&mut encoder, broker)?;
         match &broker.acl {
             Some(acl) => encode_acl(&mut encoder, acl),
@@ -452,6 +453,34 @@ fn encode_transactions(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> 
         "quiver_transaction_discarded_total",
         "Half messages checked back transaction-check-max times, moved to TRANS_CHECK_MAX_TIME_TOPIC.",
         [([("topic", crate::transaction::CHECK_MAX_TIME_TOPIC)], discarded)],
+    )
+}
+
+/// Timed delivery: timers waiting, fired, and how late the latest firing was.
+fn encode_timers(
+    encoder: &mut DescriptorEncoder<'_>,
+    timers: &crate::timer::TimerState,
+) -> fmt::Result {
+    gauge(
+        encoder,
+        "quiver_timers_pending",
+        "Timed messages enqueued in the timer log and not fired yet.",
+        timers.pending.load(Ordering::Relaxed),
+    )?;
+    counter_family(
+        encoder,
+        "quiver_timers_fired_total",
+        "Timed messages re-stored to their real topic once due.",
+        [(
+            [("topic", crate::timer::TIMER_TOPIC)],
+            timers.fired_total.load(Ordering::Relaxed),
+        )],
+    )?;
+    gauge(
+        encoder,
+        "quiver_timers_fire_lateness_ms",
+        "Store time minus deliver time of the latest fired timer, in ms.",
+        timers.last_lateness_ms.load(Ordering::Relaxed),
     )
 }
 

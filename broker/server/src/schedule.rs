@@ -41,6 +41,10 @@ pub fn delay_properties(
     level: usize,
 ) -> String {
     let mut map = parse_properties(properties);
+    // As Apache's `HookUtils.checkIfTimerMessage`: a delay level wins and clears a timer.
+    for timer in crate::timer::TIMER_PROPERTIES {
+        map.remove(timer);
+    }
     map.insert(msg::PROPERTY_REAL_TOPIC.into(), real_topic.into());
     map.insert(
         msg::PROPERTY_REAL_QUEUE_ID.into(),
@@ -205,7 +209,7 @@ fn due_in_batch(
             return (due_targets, true);
         }
         *next = record.queue_offset.0 + 1;
-        match released(&record) {
+        match released(&record, &[msg::PROPERTY_DELAY]) {
             Some(target) => due_targets.push(target),
             None => tracing::warn!(queue_id, "scheduled message without REAL_TOPIC dropped"),
         }
@@ -213,15 +217,18 @@ fn due_in_batch(
     (due_targets, false)
 }
 
-/// A parked message as it goes to its real topic and queue, without the delay properties.
-fn released(record: &Record) -> Option<StoreTarget> {
+/// A parked message (delay level or timer) as it goes to its real topic and queue, without
+/// REAL_TOPIC, REAL_QID and the properties that parked it.
+pub(crate) fn released(record: &Record, parking: &[&str]) -> Option<StoreTarget> {
     let mut properties = record.properties_map();
     let real_topic = properties.remove(msg::PROPERTY_REAL_TOPIC);
     let real_queue = properties
         .remove(msg::PROPERTY_REAL_QUEUE_ID)
         .and_then(|q| q.parse::<u32>().ok())
         .unwrap_or(0);
-    properties.remove(msg::PROPERTY_DELAY);
+    for name in parking {
+        properties.remove(*name);
+    }
     Some(StoreTarget {
         topic: real_topic?,
         queue_id: real_queue,

@@ -112,7 +112,7 @@ pub async fn run(
 }
 
 /// The loops that run beside the connections until `stop`: persistence, client expiry,
-/// retention, delayed delivery, peer polling and ACL file reloads.
+/// retention, delayed and timed delivery, peer polling and ACL file reloads.
 fn spawn_background_loops(
     background: &mut JoinSet<()>,
     broker: &Arc<Broker>,
@@ -122,6 +122,7 @@ fn spawn_background_loops(
     background.spawn(client_expiry_loop(broker.clone(), stop.clone()));
     background.spawn(retention_loop(broker.clone(), stop.clone()));
     background.spawn(crate::schedule::run(broker.clone(), stop.clone()));
+    background.spawn(crate::timer::run(broker.clone(), stop.clone()));
     background.spawn(crate::transaction::run(broker.clone(), stop.clone()));
     background.spawn(crate::peers::run(broker.clone(), stop.clone()));
     background.spawn(crate::acl::reload_loop(broker.clone(), stop.clone()));

@@ -39,6 +39,7 @@ fn help_lists_every_flag() {
         "--transaction-timeout-ms",
         "--transaction-check-max",
         "--transaction-check-interval-ms",
+        "--timer-max-delay-ms",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }

@@ -1,5 +1,6 @@
 //! What retention under disk pressure must keep: everything from the lowest CommitLog offset
-//! a consumer group with committed offsets, or a delay level's delivery, has yet to read.
+//! a consumer group with committed offsets, a delay level's delivery, or the timer service
+//! (a timer not enqueued, or enqueued and not fired) has yet to read.
 
 mod common;
 
@@ -51,5 +52,32 @@ fn groups_and_undelivered_delayed_messages_hold_retention_back() {
     assert_eq!(broker.lowest_unread(), Some(last.physical_offset));
     broker.offsets.commit("G", "Orders", 0, QueueOffset(0));
     assert_eq!(broker.lowest_unread(), Some(CommitLogOffset(0)));
+    broker.store.shutdown().unwrap();
+}
+
+#[test]
+fn pending_timers_hold_retention_back() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let bound: SocketAddr = "127.0.0.1:10911".parse().unwrap();
+    let broker = Broker::open(test_config(dir.path()), bound).unwrap();
+    put(&broker, "Orders", 0);
+    let timed = put(&broker, quiver_broker::timer::TIMER_TOPIC, 0);
+    assert_eq!(
+        broker.lowest_unread(),
+        Some(timed.physical_offset),
+        "not enqueued yet"
+    );
+    let timers = &broker.timers;
+    timers.enqueued_offset.store(1, Ordering::Release);
+    assert_eq!(broker.lowest_unread(), None, "enqueued and fired");
+    timers
+        .lowest_pending
+        .store(timed.physical_offset.0, Ordering::Release);
+    assert_eq!(
+        broker.lowest_unread(),
+        Some(timed.physical_offset),
+        "enqueued, pending"
+    );
     broker.store.shutdown().unwrap();
 }

@@ -5,8 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
@@ -17,56 +16,16 @@ use quiver_protocol::header::CheckTransactionStateRequestHeader;
 use quiver_protocol::message::sys_flag::{TRANSACTION_COMMIT, TRANSACTION_ROLLBACK};
 use quiver_protocol::RemotingCommand;
 
-struct Broker {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
-}
-
-/// Starts the binary on free ports over `data_dir` and waits until it is ready.
-async fn start(data_dir: &Path, log: &Path, transaction_timeout_ms: u64) -> Broker {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = port.local_addr().unwrap();
-    let http = http_port.local_addr().unwrap();
-    drop((port, http_port));
-    let child = Command::new(env!("CARGO_BIN_EXE_quiver-broker"))
-        .args(["--data-dir", data_dir.to_str().unwrap()])
-        .args(["--listen", &addr.to_string()])
-        .args(["--http-listen", &http.to_string()])
-        .args(["--segment-size", "1048576", "--max-message-size", "65536"])
-        .args(["--disk-high-water-ratio", "1", "--disk-clean-ratio", "1"])
-        .args(["--disk-force-clean-ratio", "1"])
-        .args([
-            "--transaction-timeout-ms",
-            &transaction_timeout_ms.to_string(),
-        ])
-        .args(["--transaction-check-interval-ms", "100"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut broker = Broker { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while common::http_get(http, "/readyz")
-        .await
-        .is_none_or(|(status, _)| status != 200)
-    {
-        assert!(
-            broker.child.try_wait().unwrap().is_none(),
-            "broker exited early: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        assert!(Instant::now() < deadline, "broker not ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    broker
+/// The binary over `data_dir` with this transaction timeout, checking every 100 ms.
+async fn start(data_dir: &Path, log: &Path, transaction_timeout_ms: u64) -> common::BrokerProcess {
+    let timeout = transaction_timeout_ms.to_string();
+    let extra = [
+        "--transaction-timeout-ms",
+        &timeout,
+        "--transaction-check-interval-ms",
+        "100",
+    ];
+    common::start_binary(data_dir, log, &extra).await
 }
 
 async fn topic_messages(addr: std::net::SocketAddr) -> Vec<String> {

@@ -19,7 +19,7 @@ fn send_fields(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timers_batch_delays_and_unknown_filters_are_refused() {
+async fn bad_timers_batch_delays_and_unknown_filters_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let broker = TestBroker::start(test_config(dir.path())).await;
     let mut client = broker.client().await;
@@ -30,19 +30,21 @@ async fn timers_batch_delays_and_unknown_filters_are_refused() {
         )
     };
 
+    // Timers are served (tests/timers.rs); a malformed one or one beyond
+    // timer-max-delay-ms is refused, and so is a timer inside a batch.
     let cases = [
         (
             send("0", "TIMER_DELIVER_MS\u{1}1900000000000\u{2}"),
             response::MESSAGE_ILLEGAL,
-            "TIMER_DELIVER_MS",
+            "timer-max-delay-ms",
         ),
         (
-            send("0", "TIMER_DELAY_SEC\u{1}30\u{2}"),
+            send("0", "TIMER_DELAY_SEC\u{1}thirty\u{2}"),
             response::MESSAGE_ILLEGAL,
             "TIMER_DELAY_SEC",
         ),
         (
-            send("0", "TIMER_DELAY_MS\u{1}300\u{2}"),
+            send("0", "TIMER_DELAY_MS\u{1}1.5\u{2}"),
             response::MESSAGE_ILLEGAL,
             "TIMER_DELAY_MS",
         ),
@@ -78,6 +80,24 @@ async fn timers_batch_delays_and_unknown_filters_are_refused() {
         .await;
     assert_eq!(reply.code, response::MESSAGE_ILLEGAL, "{reply:?}");
     assert!(reply.remark.unwrap_or_default().contains("delay level"));
+    let timed = [BatchMessage {
+        flag: 0,
+        body: Bytes::from_static(b"t0"),
+        properties: "TIMER_DELAY_MS\u{1}500\u{2}".into(),
+    }];
+    let reply = client
+        .call(
+            request::SEND_BATCH_MESSAGE,
+            send_fields("Unsup", "0", "", true),
+            encode_batch(&timed),
+        )
+        .await;
+    assert_eq!(reply.code, response::MESSAGE_ILLEGAL, "{reply:?}");
+    let remark = reply.remark.unwrap_or_default();
+    assert!(
+        remark.contains("TIMER_DELAY_MS") && remark.contains("not stored"),
+        "{remark}"
+    );
 
     // Nothing above was stored.
     let max = client

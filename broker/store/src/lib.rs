@@ -21,6 +21,7 @@ mod recovery;
 mod retention;
 mod store;
 mod tail_fill;
+mod timer;
 mod warm;
 
 pub use config::{ConfigError, FlushMode, StoreConfig, MIN_SEGMENT_SIZE_BYTES};
@@ -40,6 +41,7 @@ pub use store::{
     Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, MessageStore,
     PutResult, QueryResult, RecordFilter, StoreStats,
 };
+pub use timer::{TimerProgress, TimerRecord, TimerStore};
 
 // Callers share these across threads in an `Arc`: the build fails if that ever breaks.
 const _: () = {

@@ -3,6 +3,8 @@
 //! end-to-end p50/p99 latency, beside store-only figures of the same run; then a catch-up
 //! read of stored messages, unfiltered and through a SQL92 filter matching 10%.
 //!
+//! `--mode timers` measures timed delivery instead (see `timers.rs`).
+//!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`;
 //! `--tls` runs the broker with `--tls-mode enforcing` and connects with TLS, `--acl` with an
 //! ACL file of one account whose keys sign every request, to compare with a plain run.
@@ -30,6 +32,18 @@ use quiver_remoting::{Connection, Incoming, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "quiver-broker-bench/timers.rs"]
+mod timers;
+
+/// What to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Produce, consume and catch-up read throughput and latency.
+    Throughput,
+    /// Timed delivery: RSS with many timers pending, and fire lateness.
+    Timers,
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "Network and store benchmark of quiver-broker on loopback")]
 struct Args {
@@ -54,6 +68,17 @@ struct Args {
     /// The broker has ACL on (one account) and every request is signed with it.
     #[arg(long)]
     acl: bool,
+    #[arg(long, value_enum, default_value_t = Mode::Throughput)]
+    mode: Mode,
+    /// Timers mode: timers parked minutes ahead before RSS is read again.
+    #[arg(long, default_value_t = 1_000_000)]
+    timers: u64,
+    /// Timers mode: timers sent (each due 3 s later) per second while lateness is measured.
+    #[arg(long, default_value_t = 5_000)]
+    fire_rate: u64,
+    /// Timers mode: seconds of sending at --fire-rate.
+    #[arg(long, default_value_t = 10)]
+    fire_secs: u64,
 }
 
 /// What `--tls` and `--acl` set up once: the files the broker reads and what clients use.
@@ -99,6 +124,15 @@ impl Security {
             dir,
             tls,
             credentials,
+        })
+    }
+
+    /// Neither TLS nor ACL (the timers mode's child broker).
+    fn none() -> anyhow::Result<Security> {
+        Ok(Security {
+            dir: tempfile::tempdir()?,
+            tls: None,
+            credentials: None,
         })
     }
 
@@ -159,6 +193,11 @@ impl Drop for Conn {
 }
 
 impl Conn {
+    /// A plain, unsigned connection.
+    async fn connect_plain(addr: SocketAddr) -> anyhow::Result<Conn> {
+        Conn::connect(addr, &Security::none()?).await
+    }
+
     async fn connect(addr: SocketAddr, security: &Security) -> anyhow::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
@@ -504,9 +543,20 @@ async fn start_broker(
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     };
+    create_topic(&mut setup, TOPIC).await?;
+    Ok(RunningBroker {
+        addr,
+        conn: setup,
+        stop,
+        task: broker,
+    })
+}
+
+/// UPDATE_AND_CREATE_TOPIC with QUEUES read and write queues.
+async fn create_topic(conn: &mut Conn, topic: &str) -> anyhow::Result<()> {
     let queues = QUEUES.to_string();
     let ext = [
-        ("topic", TOPIC),
+        ("topic", topic),
         ("readQueueNums", &queues),
         ("writeQueueNums", &queues),
         ("perm", "6"),
@@ -514,15 +564,13 @@ async fn start_broker(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    setup
+    let reply = conn
         .call(request::UPDATE_AND_CREATE_TOPIC, ext, Bytes::new())
         .await?;
-    Ok(RunningBroker {
-        addr,
-        conn: setup,
-        stop,
-        task: broker,
-    })
+    if reply.code != response::SUCCESS {
+        bail!("creating {topic} failed: {} {:?}", reply.code, reply.remark);
+    }
+    Ok(())
 }
 
 /// Stores `count` messages in batches, property `a` = i % 10 (so `a = 0` selects 10%).
@@ -630,6 +678,13 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    if args.mode == Mode::Timers {
+        println!(
+            "quiver-broker-bench timers: {} parked, then {}/s for {} s, bodies of {} B",
+            args.timers, args.fire_rate, args.fire_secs, args.size
+        );
+        return runtime.block_on(timers::run(&args));
+    }
     let security = Arc::new(Security::new(&args)?);
     println!(
         "quiver-broker-bench: {} messages of {} B per scenario, flush {:?}, {}",

@@ -13,6 +13,7 @@ use quiver_store::{NewMessage, PutResult, StoreError};
 use super::{Ctx, Outcome, Refusal};
 use crate::broker::Broker;
 use crate::schedule;
+use crate::timer;
 use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
 use crate::transaction;
 
@@ -119,7 +120,6 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = SendMessageRequestHeader::from_request(req)?;
     let properties_text = header.properties.clone().unwrap_or_default();
     check_broker_writable(broker)?;
-    refuse_unsupported(&properties_text)?;
     let topic = topic_for_send(broker, &header.topic)?;
     if topic.perm & quiver_protocol::body::perm::WRITE == 0 {
         return Err(Refusal::new(
@@ -213,7 +213,6 @@ impl Sending<'_> {
         } in batch
         {
             check_body(body.len(), self.max_body)?;
-            refuse_unsupported(&properties)?;
             refuse_batch_delay(&properties)?;
             refuse_batch_half(self.header.sys_flag, &properties)?;
             targets.push(StoreTarget {
@@ -239,7 +238,7 @@ impl Sending<'_> {
         if self.is_half() {
             return Ok(self.half_target(broker, body));
         }
-        let mut properties = self.properties.to_string();
+        let properties = self.properties.to_string();
         let reconsume_times = self.header.reconsume_times_or_zero();
         let mut target_topic = self.header.topic.clone();
         let mut queue_id = self.queue_id;
@@ -255,16 +254,7 @@ impl Sending<'_> {
                 queue_id = 0;
             }
         }
-        if let Some(level) = property(&properties, msg::PROPERTY_DELAY)
-            .and_then(|level| level.parse::<usize>().ok())
-            .filter(|level| *level > 0)
-        {
-            let level = level.min(schedule::DELAY_LEVELS_MS.len());
-            properties = schedule::delay_properties(&properties, &target_topic, queue_id, level);
-            target_topic = crate::topics::SCHEDULE_TOPIC.to_string();
-            queue_id = schedule::queue_of_level(level);
-        }
-        Ok(StoreTarget {
+        let target = StoreTarget {
             topic: target_topic,
             queue_id,
             flag: self.header.flag,
@@ -275,8 +265,61 @@ impl Sending<'_> {
             born_host: self.born_host,
             reconsume_times,
             prepared_transaction_offset: 0,
-        })
+        };
+        park_if_delayed(broker, target, crate::now_ms())
     }
+}
+
+/// A message with a delay level parked in the schedule topic, or with a timer property due
+/// later parked in the timer topic (as Apache's `HookUtils.handleScheduleMessage`: a delay
+/// level wins); due already or neither, it goes to its topic as is. A timer beyond
+/// `timer-max-delay-ms` or malformed is refused.
+pub(crate) fn park_if_delayed(
+    broker: &Broker,
+    mut target: StoreTarget,
+    now: i64,
+) -> Result<StoreTarget, Refusal> {
+    if let Some(level) = property(&target.properties, msg::PROPERTY_DELAY)
+        .and_then(|level| level.parse::<usize>().ok())
+        .filter(|level| *level > 0)
+    {
+        let level = level.min(schedule::DELAY_LEVELS_MS.len());
+        target.properties =
+            schedule::delay_properties(&target.properties, &target.topic, target.queue_id, level);
+        target.topic = crate::topics::SCHEDULE_TOPIC.to_string();
+        target.queue_id = schedule::queue_of_level(level);
+        return Ok(target);
+    }
+    let deliver_ms = timer::deliver_ms(&target.properties, now).map_err(|reason| {
+        Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            format!("{reason}; the message was not stored"),
+        )
+    })?;
+    let Some(deliver_ms) = deliver_ms.filter(|at| *at > now) else {
+        return Ok(target);
+    };
+    let max = broker.config.timer_max_delay_ms;
+    if deliver_ms - now > i64::try_from(max).unwrap_or(i64::MAX) {
+        return Err(Refusal::new(
+            response::MESSAGE_ILLEGAL,
+            format!(
+                "timed delivery {} ms ahead exceeds timer-max-delay-ms {max}; the message was \
+                 not stored",
+                deliver_ms - now
+            ),
+        ));
+    }
+    broker.topics.get_or_create(timer::TIMER_TOPIC, 1);
+    target.properties = timer::timer_properties(
+        &target.properties,
+        &target.topic,
+        target.queue_id,
+        deliver_ms,
+    );
+    target.topic = timer::TIMER_TOPIC.to_string();
+    target.queue_id = timer::TIMER_QUEUE;
+    Ok(target)
 }
 
 impl Sending<'_> {
@@ -313,27 +356,6 @@ impl Sending<'_> {
     }
 }
 
-/// Refuses what a client can ask for and Quiver does not implement, instead of storing the
-/// message as a plain one and delivering it at once: 5.x timed delivery.
-fn refuse_unsupported(properties: &str) -> Result<(), Refusal> {
-    for timer in [
-        msg::PROPERTY_TIMER_DELIVER_MS,
-        msg::PROPERTY_TIMER_DELAY_SEC,
-        msg::PROPERTY_TIMER_DELAY_MS,
-    ] {
-        if property(properties, timer).is_some() {
-            return Err(Refusal::new(
-                response::MESSAGE_ILLEGAL,
-                format!(
-                    "timed delivery ({timer}) is not supported by this broker; use a delay \
-                     level (DELAY); the message was not stored"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// A transactional half message: sysFlag TRANSACTION_PREPARED or property TRAN_MSG=true.
 fn is_half_message(sys_flag: i32, properties: &str) -> bool {
     msg::sys_flag::transaction_type(sys_flag) == msg::sys_flag::TRANSACTION_PREPARED
@@ -352,8 +374,8 @@ fn refuse_batch_half(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// As Apache (`CommitLog.asyncPutMessages`): a delay level, on the batch or on one of its
-/// messages, is MESSAGE_ILLEGAL, never stored as an immediate message.
+/// As Apache (`CommitLog.asyncPutMessages`): a delay level or a timer, on the batch or on
+/// one of its messages, is MESSAGE_ILLEGAL, never stored as an immediate message.
 fn refuse_batch_delay(properties: &str) -> Result<(), Refusal> {
     if property(properties, msg::PROPERTY_DELAY).is_some_and(|level| level.trim() != "0") {
         return Err(Refusal::new(
@@ -361,6 +383,21 @@ fn refuse_batch_delay(properties: &str) -> Result<(), Refusal> {
             "a batch cannot carry a delay level (DELAY); send delayed messages one by one; \
              the batch was not stored",
         ));
+    }
+    for timer in [
+        msg::PROPERTY_TIMER_DELIVER_MS,
+        msg::PROPERTY_TIMER_DELAY_SEC,
+        msg::PROPERTY_TIMER_DELAY_MS,
+    ] {
+        if property(properties, timer).is_some() {
+            return Err(Refusal::new(
+                response::MESSAGE_ILLEGAL,
+                format!(
+                    "a batch cannot carry a timer ({timer}); send timed messages one by one; \
+                     the batch was not stored"
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -19,12 +19,13 @@ use crate::topics::{DEFAULT_TOPIC, SCHEDULE_TOPIC};
 use crate::transaction;
 
 /// Topics Apache counts as system topics (`TopicValidator`), where this broker has them.
-const SYSTEM_TOPICS: [&str; 5] = [
+const SYSTEM_TOPICS: [&str; 6] = [
     DEFAULT_TOPIC,
     SCHEDULE_TOPIC,
     transaction::HALF_TOPIC,
     transaction::OP_TOPIC,
     transaction::CHECK_MAX_TIME_TOPIC,
+    crate::timer::TIMER_TOPIC,
 ];
 
 fn with_body(req: &RemotingCommand, body: bytes::Bytes) -> RemotingCommand {

@@ -47,7 +47,8 @@ pub async fn end(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             )
         })?;
         send::topic_for_send(broker, &target.topic)?;
-        targets.push(target);
+        // A delay level or timer the half message carries applies from the commit on.
+        targets.push(send::park_if_delayed(broker, target, crate::now_ms())?);
     }
     // One append: the op record is never stored without the committed message before it.
     targets.push(op_target(broker, half_offset.0));

@@ -517,3 +517,53 @@ pub async fn new_connection_answers(addr: SocketAddr, topic: &str) -> bool {
         .await
         .is_some_and(|reply| reply.opaque == opaque)
 }
+
+/// The `quiver-broker` binary as a child process (for kill -9 tests); killed when dropped.
+pub struct BrokerProcess {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// Starts the binary on free ports over `data_dir` (small segments, no disk limits, `extra`
+/// flags), its stderr in `log`, and waits until it is ready.
+pub async fn start_binary(data_dir: &Path, log: &Path, extra: &[&str]) -> BrokerProcess {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = port.local_addr().unwrap();
+    let http = http_port.local_addr().unwrap();
+    drop((port, http_port));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_quiver-broker"))
+        .args(["--data-dir", data_dir.to_str().unwrap()])
+        .args(["--listen", &addr.to_string()])
+        .args(["--http-listen", &http.to_string()])
+        .args(["--segment-size", "1048576", "--max-message-size", "65536"])
+        .args(["--disk-high-water-ratio", "1", "--disk-clean-ratio", "1"])
+        .args(["--disk-force-clean-ratio", "1"])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut broker = BrokerProcess { child, addr };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while http_get(http, "/readyz")
+        .await
+        .is_none_or(|(status, _)| status != 200)
+    {
+        assert!(
+            broker.child.try_wait().unwrap().is_none(),
+            "broker exited early: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        assert!(std::time::Instant::now() < deadline, "broker not ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker
+}

@@ -159,6 +159,12 @@ struct ProduceArgs {
     /// Extra property KEY=VALUE (repeatable).
     #[arg(long = "property", short = 'p', value_parser = parse_property)]
     properties: Vec<(String, String)>,
+    /// Deliver every message at this time, in ms since the epoch (TIMER_DELIVER_MS).
+    #[arg(long, conflicts_with = "delay_ms")]
+    deliver_at_ms: Option<i64>,
+    /// Deliver every message this many ms after the broker receives it (TIMER_DELAY_MS).
+    #[arg(long)]
+    delay_ms: Option<u64>,
     /// Send each message this many times (load generation).
     #[arg(long, default_value_t = 1)]
     repeat: u64,
@@ -464,6 +470,12 @@ async fn produce(client: ClientConfig, output: Output, args: ProduceArgs) -> any
         }
         for (k, v) in &args.properties {
             message = message.with_property(k.clone(), v.clone());
+        }
+        if let Some(at) = args.deliver_at_ms {
+            message = message.with_deliver_at_ms(at);
+        }
+        if let Some(delay) = args.delay_ms {
+            message = message.with_delay_ms(delay);
         }
         message
     };

@@ -1,0 +1,463 @@
+//! Timed delivery (RocketMQ 5.x TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS, after
+//! Apache's TimerMessageStore): a timed message waits in [`TIMER_TOPIC`] queue 0 with its
+//! real topic and queue in REAL_TOPIC / REAL_QID and its deliver time in TIMER_OUT_MS. One
+//! thread enqueues that queue into the store's timer log and wheel, loads each second's slot
+//! into a small heap when the second starts, and re-stores due messages to their real queue.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_protocol::message as msg;
+use quiver_store::record::{decode, encode_properties, property};
+use quiver_store::{
+    CommitLogOffset, GetStatus, QueueOffset, StoreError, TimerProgress, TimerRecord, TimerStore,
+};
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::error::{chain, BrokerError, FailureLog};
+use crate::processor::store_message;
+
+/// Apache's `TimerMessageStore.TIMER_TOPIC`.
+pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
+pub const TIMER_QUEUE: u32 = 0;
+
+/// The longest sleep between two looks at the timer queue and the clock.
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+const RETRY_WAIT: Duration = Duration::from_millis(100);
+const ENQUEUE_BATCH: u32 = 1024;
+/// Enqueue batches per round, so a backlog does not hold up firing.
+const ENQUEUE_ROUNDS: usize = 8;
+const FIRE_BATCH: usize = 256;
+/// Seconds of margin the wheel has beyond the longest delay.
+const WHEEL_MARGIN_SECS: u64 = 3_600;
+/// A timer log with every record fired starts over once this long (40 B a record).
+const RESET_AT_RECORDS: u64 = 1 << 16;
+/// How often the fired time is checkpointed while nothing fires.
+const IDLE_CHECKPOINT_MS: i64 = 1_000;
+
+/// What the timer service shows the rest of the broker: metrics and retention's floor.
+pub struct TimerState {
+    pub pending: AtomicU64,
+    pub fired_total: AtomicU64,
+    /// Lateness of the latest firing batch's latest message, in ms.
+    pub last_lateness_ms: AtomicI64,
+    /// The timer queue's offset enqueued up to.
+    pub enqueued_offset: AtomicU64,
+    /// CommitLog offset of the oldest message with a timer pending; u64::MAX: none.
+    pub lowest_pending: AtomicU64,
+}
+
+impl Default for TimerState {
+    fn default() -> Self {
+        TimerState {
+            pending: AtomicU64::new(0),
+            fired_total: AtomicU64::new(0),
+            last_lateness_ms: AtomicI64::new(0),
+            enqueued_offset: AtomicU64::new(0),
+            lowest_pending: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl TimerState {
+    /// The CommitLog offset retention must keep from, if a timer is pending.
+    pub fn lowest_pending(&self) -> Option<CommitLogOffset> {
+        match self.lowest_pending.load(Ordering::Acquire) {
+            u64::MAX => None,
+            offset => Some(CommitLogOffset(offset)),
+        }
+    }
+}
+
+/// When a message with a timer property is due, in ms since the epoch; `Ok(None)` without
+/// one. `now` is the broker's receive time, which relative delays count from.
+pub fn deliver_ms(properties: &str, now: i64) -> Result<Option<i64>, String> {
+    let parse = |name: &str| -> Result<Option<i64>, String> {
+        property(properties, name)
+            .map(|value| {
+                value
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| format!("{name} {value:?} is not a whole number"))
+            })
+            .transpose()
+    };
+    if let Some(at) = parse(msg::PROPERTY_TIMER_DELIVER_MS)? {
+        return Ok(Some(at));
+    }
+    if let Some(secs) = parse(msg::PROPERTY_TIMER_DELAY_SEC)? {
+        return Ok(Some(now.saturating_add(secs.saturating_mul(1000))));
+    }
+    Ok(parse(msg::PROPERTY_TIMER_DELAY_MS)?.map(|ms| now.saturating_add(ms)))
+}
+
+/// The properties of a message parked in the timer topic until `deliver_ms`.
+pub fn timer_properties(
+    properties: &str,
+    real_topic: &str,
+    real_queue_id: u32,
+    deliver_ms: i64,
+) -> String {
+    let mut map = quiver_store::record::parse_properties(properties);
+    map.insert(msg::PROPERTY_REAL_TOPIC.into(), real_topic.into());
+    map.insert(msg::PROPERTY_REAL_QID.into(), real_queue_id.to_string());
+    map.insert(msg::PROPERTY_TIMER_OUT_MS.into(), deliver_ms.to_string());
+    encode_properties(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+/// What a timed message carries until it is re-stored (Apache drops them then too).
+pub(crate) const TIMER_PROPERTIES: [&str; 4] = [
+    msg::PROPERTY_TIMER_OUT_MS,
+    msg::PROPERTY_TIMER_DELIVER_MS,
+    msg::PROPERTY_TIMER_DELAY_SEC,
+    msg::PROPERTY_TIMER_DELAY_MS,
+];
+
+/// A loaded timer, ordered by deliver time then log index (the order timers fire in).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    deliver_ms: i64,
+    index: u64,
+    commit_log_offset: u64,
+}
+
+/// The timer thread's state.
+struct Service<'a> {
+    broker: &'a Broker,
+    store: TimerStore,
+    progress: TimerProgress,
+    /// Timers of the seconds loaded so far, not fired yet.
+    heap: BinaryHeap<Reverse<Due>>,
+    /// The newest second whose slot is in `heap`.
+    loaded_second: i64,
+    last_checkpoint_ms: i64,
+}
+
+/// Runs the timer service on a thread of its own until `stop` flips.
+pub async fn run(broker: Arc<Broker>, stop: watch::Receiver<bool>) {
+    let worker = tokio::task::spawn_blocking(move || {
+        let slots = broker.config.timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS;
+        let dir = broker.config.data_dir.join("timer");
+        match TimerStore::open(&dir, slots) {
+            Ok(store) => Service::new(&broker, store).run(&stop),
+            Err(error) => {
+                tracing::error!(error = %quiver_store::error_chain(&error), "cannot open the timer store; timed messages are not delivered")
+            }
+        }
+    });
+    if let Err(error) = worker.await {
+        tracing::error!(error = %chain(&BrokerError::Blocking(error)), "timer service failed");
+    }
+}
+
+impl<'a> Service<'a> {
+    fn new(broker: &'a Broker, store: TimerStore) -> Service<'a> {
+        let now = crate::now_ms();
+        let mut progress = store.progress();
+        if progress == TimerProgress::default() {
+            // A new timer store: nothing fired, nothing is older than now.
+            progress.fired_ms = now;
+            progress.fired_index = u64::MAX;
+        }
+        // After a long stop, walking the ring once still finds every slot.
+        let first = (progress.fired_ms.div_euclid(1000) - 1).max(now / 1000 - store_slots(broker));
+        broker
+            .timers
+            .pending
+            .store(store.pending_on_open(), Ordering::Relaxed);
+        // Retention keeps the messages of pending timers from the start.
+        let lowest = store.advance_low_water(&mut progress).ok().flatten();
+        broker
+            .timers
+            .lowest_pending
+            .store(lowest.unwrap_or(u64::MAX), Ordering::Release);
+        Service {
+            broker,
+            store,
+            progress,
+            heap: BinaryHeap::new(),
+            loaded_second: first,
+            last_checkpoint_ms: now,
+        }
+    }
+
+    fn run(mut self, stop: &watch::Receiver<bool>) {
+        tracing::info!(
+            queue_offset = self.progress.queue_offset,
+            timer_log = self.store.len(),
+            fired_ms = self.progress.fired_ms,
+            "timer service started"
+        );
+        // A full disk refuses every round: due timers wait in place until there is room.
+        let mut failures = FailureLog::default();
+        while !*stop.borrow() {
+            let round = self.enqueue().and_then(|()| self.fire());
+            let failed = round.is_err();
+            failures.record(
+                "timed delivery",
+                round.err().map(|e| quiver_store::error_chain(&e)),
+            );
+            self.publish();
+            // A failing store (full disk) is retried at a calm pace, not in a busy loop.
+            std::thread::sleep(if failed { RETRY_WAIT } else { self.wait() });
+        }
+        if let Err(error) = self.store.checkpoint(self.progress, true) {
+            tracing::warn!(error = %quiver_store::error_chain(&error), "timer checkpoint at stop failed");
+        }
+    }
+
+    /// Until the next loaded timer is due, at most [`IDLE_WAIT`].
+    fn wait(&self) -> Duration {
+        let now = crate::now_ms();
+        let next = self.heap.peek().map_or(i64::MAX, |due| due.0.deliver_ms);
+        let until = u64::try_from(next.saturating_sub(now)).unwrap_or(0);
+        IDLE_WAIT.min(Duration::from_millis(until))
+    }
+
+    /// Appends newly parked messages to the timer log and checkpoints the queue offset; those
+    /// of a second already loaded go to the heap as well.
+    fn enqueue(&mut self) -> Result<(), StoreError> {
+        let store = &self.broker.store;
+        for _ in 0..ENQUEUE_ROUNDS {
+            let next = self
+                .progress
+                .queue_offset
+                .max(store.min_offset(TIMER_TOPIC, TIMER_QUEUE).0);
+            if next >= store.max_offset(TIMER_TOPIC, TIMER_QUEUE).0 {
+                return Ok(());
+            }
+            let got = store.get(
+                TIMER_TOPIC,
+                TIMER_QUEUE,
+                QueueOffset(next),
+                ENQUEUE_BATCH,
+                64 * 1024 * 1024,
+                &|_| true,
+            )?;
+            if got.status != GetStatus::Found {
+                self.progress.queue_offset = got.next_begin_offset.0.max(next);
+                continue;
+            }
+            let records = self.timer_records(&got.messages);
+            let first = self.store.append(&records)?;
+            for (i, record) in records.iter().enumerate() {
+                if record.deliver_ms.div_euclid(1000) <= self.loaded_second {
+                    self.heap.push(Reverse(Due {
+                        deliver_ms: record.deliver_ms,
+                        index: first + i as u64,
+                        commit_log_offset: record.commit_log_offset,
+                    }));
+                }
+            }
+            self.progress.queue_offset = got.next_begin_offset.0;
+            self.progress.log_len = self.store.len();
+            // No fsync here (it would hold up firing): a lost tail is re-enqueued on open.
+            self.store.checkpoint(self.progress, false)?;
+            let pending = &self.broker.timers.pending;
+            pending.fetch_add(records.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The timer records of parked messages; a deliver time already passed by the fired
+    /// mark is moved just after it, so the mark stays "everything before it fired".
+    fn timer_records(&self, messages: &[bytes::Bytes]) -> Vec<TimerRecord> {
+        let floor = self.progress.fired_ms.saturating_add(1);
+        messages
+            .iter()
+            .filter_map(|raw| match decode(raw) {
+                Ok((record, _)) => {
+                    let deliver = property(&record.properties, msg::PROPERTY_TIMER_OUT_MS)
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .unwrap_or(floor);
+                    Some(TimerRecord {
+                        deliver_ms: deliver.max(floor),
+                        commit_log_offset: record.physical_offset.0,
+                        queue_offset: record.queue_offset.0,
+                        size: u32::try_from(raw.len()).unwrap_or(u32::MAX),
+                    })
+                }
+                Err(error) => {
+                    tracing::error!(%error, "undecodable timer message skipped");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Loads each second that has started and fires what is due, oldest first.
+    fn fire(&mut self) -> Result<(), StoreError> {
+        let now = crate::now_ms();
+        let now_second = now.div_euclid(1000);
+        while self.loaded_second < now_second {
+            let second = self.loaded_second + 1;
+            for (index, record) in self.store.due_in_slot(second, &self.progress)? {
+                self.heap.push(Reverse(Due {
+                    deliver_ms: record.deliver_ms,
+                    index,
+                    commit_log_offset: record.commit_log_offset,
+                }));
+            }
+            self.loaded_second = second;
+            if second < now_second {
+                self.fire_until(second * 1000 + 999)?;
+            }
+        }
+        self.fire_until(now)
+    }
+
+    /// Fires every loaded timer due by `until` in batches, checkpointing after each, then
+    /// marks everything up to `until` fired.
+    fn fire_until(&mut self, until: i64) -> Result<(), StoreError> {
+        let mut fired_any = false;
+        loop {
+            let mut batch = Vec::with_capacity(FIRE_BATCH);
+            while batch.len() < FIRE_BATCH {
+                match self.heap.peek() {
+                    Some(Reverse(due)) if due.deliver_ms <= until => {
+                        let due = *due;
+                        self.heap.pop();
+                        if !self.progress.has_fired(due.deliver_ms, due.index) {
+                            batch.push(due);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            if let Err(error) = self.fire_batch(&batch) {
+                self.heap.extend(batch.into_iter().map(Reverse));
+                return Err(error);
+            }
+            fired_any = true;
+        }
+        if (until, u64::MAX) > (self.progress.fired_ms, self.progress.fired_index) {
+            self.progress.fired_ms = until;
+            self.progress.fired_index = u64::MAX;
+        }
+        let now = crate::now_ms();
+        if fired_any || now - self.last_checkpoint_ms >= IDLE_CHECKPOINT_MS {
+            self.checkpoint(now)?;
+        }
+        Ok(())
+    }
+
+    /// Re-stores one batch to the real queues and records it fired at once (a kill -9 keeps
+    /// the page cache, so the checkpoint outlives the process even unsynced).
+    fn fire_batch(&mut self, batch: &[Due]) -> Result<(), StoreError> {
+        let store = &self.broker.store;
+        let mut targets = Vec::with_capacity(batch.len());
+        let mut latest_out = 0;
+        for due in batch {
+            let record = match store.read_record(CommitLogOffset(due.commit_log_offset)) {
+                Ok(record) => record,
+                Err(error) => {
+                    tracing::error!(error = %quiver_store::error_chain(&error), offset = due.commit_log_offset, "timer message unreadable; dropped");
+                    continue;
+                }
+            };
+            if let Some(out) = property(&record.properties, msg::PROPERTY_TIMER_OUT_MS)
+                .and_then(|v| v.parse::<i64>().ok())
+            {
+                latest_out = latest_out.max(out);
+            }
+            match crate::schedule::released(&record, &TIMER_PROPERTIES) {
+                Some(target) => targets.push(target),
+                None => tracing::warn!(
+                    offset = due.commit_log_offset,
+                    "timer message without REAL_TOPIC dropped"
+                ),
+            }
+        }
+        for topic in targets
+            .iter()
+            .map(|t| t.topic.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            crate::processor::ensure_topic(self.broker, &topic);
+        }
+        if !targets.is_empty() {
+            store_message(self.broker, &targets)?;
+        }
+        let last = batch[batch.len() - 1];
+        self.progress.fired_ms = last.deliver_ms;
+        self.progress.fired_index = last.index;
+        self.checkpoint(crate::now_ms())?;
+        let timers = &self.broker.timers;
+        timers
+            .fired_total
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let _ = timers
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some(p.saturating_sub(batch.len() as u64))
+            });
+        if latest_out > 0 {
+            timers
+                .last_lateness_ms
+                .store(crate::now_ms() - latest_out, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, now: i64) -> Result<(), StoreError> {
+        let lowest = self.store.advance_low_water(&mut self.progress)?;
+        if lowest.is_none()
+            && self
+                .store
+                .reset_if_drained(&mut self.progress, RESET_AT_RECORDS)?
+        {
+            tracing::debug!("timer log drained: started over");
+        }
+        self.broker
+            .timers
+            .lowest_pending
+            .store(lowest.unwrap_or(u64::MAX), Ordering::Release);
+        self.store.checkpoint(self.progress, false)?;
+        self.last_checkpoint_ms = now;
+        Ok(())
+    }
+
+    fn publish(&self) {
+        self.broker
+            .timers
+            .enqueued_offset
+            .store(self.progress.queue_offset, Ordering::Release);
+    }
+}
+
+fn store_slots(broker: &Broker) -> i64 {
+    i64::try_from(broker.config.timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deliver_time_is_absolute_or_counted_from_receipt() {
+        let now = 1_000_000;
+        let at = |properties: &str| deliver_ms(properties, now);
+        assert_eq!(at(""), Ok(None));
+        assert_eq!(at("TIMER_DELIVER_MS\u{1}1234567\u{2}"), Ok(Some(1_234_567)));
+        assert_eq!(at("TIMER_DELAY_SEC\u{1}3\u{2}"), Ok(Some(now + 3_000)));
+        assert_eq!(at("TIMER_DELAY_MS\u{1} 250 \u{2}"), Ok(Some(now + 250)));
+        let malformed = at("TIMER_DELAY_MS\u{1}soon\u{2}").unwrap_err();
+        assert!(malformed.contains("TIMER_DELAY_MS"), "{malformed}");
+    }
+
+    #[test]
+    fn parked_properties_name_the_real_queue_and_the_deliver_time() {
+        let parked = timer_properties("KEYS\u{1}k\u{2}", "Orders", 3, 42);
+        assert_eq!(property(&parked, msg::PROPERTY_REAL_TOPIC), Some("Orders"));
+        assert_eq!(property(&parked, msg::PROPERTY_REAL_QID), Some("3"));
+        assert_eq!(property(&parked, msg::PROPERTY_TIMER_OUT_MS), Some("42"));
+        assert_eq!(property(&parked, "KEYS"), Some("k"));
+    }
+}
