@@ -25,7 +25,7 @@ use clap::Parser;
 use quiver_broker::{BrokerConfig, FlushMode, TlsMode};
 use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::{request, response};
-use quiver_protocol::message::{encode_batch, BatchMessage};
+use quiver_protocol::message::{encode_batch, sys_flag, BatchMessage};
 use quiver_protocol::{ExtFields, RemotingCommand};
 use quiver_remoting::tls::{self, AnyRead, TlsClient, TlsClientConfig};
 use quiver_remoting::{Connection, Incoming, Options};
@@ -257,13 +257,73 @@ fn send_ext(queue_id: u32, batch: bool) -> ExtFields {
     .collect()
 }
 
+/// How a scenario's producers send: one message a request, batches, or transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sends {
+    Single,
+    Batch(usize),
+    /// A half message, then END_TRANSACTION commit sent oneway (as the Java producer does).
+    Transactional,
+}
+
+impl Sends {
+    fn label(self) -> String {
+        match self {
+            Sends::Single => "single".into(),
+            Sends::Batch(batch) => format!("batch {batch}"),
+            Sends::Transactional => "transactional".into(),
+        }
+    }
+}
+
+/// A half message of `producer` on `queue_id`, then its commit; the half message's answer.
+async fn send_committed(
+    conn: &mut Conn,
+    queue_id: u32,
+    size: usize,
+    unique_key: &str,
+) -> anyhow::Result<RemotingCommand> {
+    let mut ext = send_ext(queue_id, false);
+    ext.insert("f".into(), sys_flag::TRANSACTION_PREPARED.to_string());
+    ext.insert(
+        "i".into(),
+        format!("TAGS\u{1}bench\u{2}TRAN_MSG\u{1}true\u{2}PGROUP\u{1}BenchProducer\u{2}UNIQ_KEY\u{1}{unique_key}\u{2}"),
+    );
+    let half = conn.call(request::SEND_MESSAGE_V2, ext, body(size)).await?;
+    if half.code != response::SUCCESS {
+        return Ok(half);
+    }
+    let msg_id = half
+        .ext("msgId")
+        .context("the half message's answer has no msgId")?;
+    let (_, commit_log_offset) = quiver_protocol::message::decode_offset_msg_id(msg_id)?;
+    let end: ExtFields = [
+        ("producerGroup", "BenchProducer".to_string()),
+        (
+            "tranStateTableOffset",
+            half.ext("queueOffset").unwrap_or("0").to_string(),
+        ),
+        ("commitLogOffset", commit_log_offset.to_string()),
+        ("commitOrRollback", sys_flag::TRANSACTION_COMMIT.to_string()),
+        ("fromTransactionCheck", "false".to_string()),
+        ("msgId", msg_id.to_string()),
+        ("transactionId", unique_key.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let commit = RemotingCommand::request(request::END_TRANSACTION, end);
+    conn.connection.send_oneway(commit).await?;
+    Ok(half)
+}
+
 async fn produce(
     addr: SocketAddr,
     security: Arc<Security>,
     producer: u64,
     count: u64,
     size: usize,
-    batch: usize,
+    sends: Sends,
 ) -> anyhow::Result<()> {
     let mut conn = Conn::connect(addr, &security).await?;
     let mut sent = 0;
@@ -271,7 +331,14 @@ async fn produce(
     while sent < count {
         let queue_id = u32::try_from(round % u64::from(QUEUES))?;
         round += 1;
-        let reply = if batch <= 1 {
+        let batch = match sends {
+            Sends::Batch(batch) => batch,
+            Sends::Single | Sends::Transactional => 1,
+        };
+        let reply = if sends == Sends::Transactional {
+            sent += 1;
+            send_committed(&mut conn, queue_id, size, &format!("B{producer}-{sent}")).await?
+        } else if batch <= 1 {
             sent += 1;
             conn.call(
                 request::SEND_MESSAGE_V2,
@@ -374,7 +441,7 @@ async fn network_scenario(
     args: &Args,
     security: &Arc<Security>,
     producers: u64,
-    batch: usize,
+    sends: Sends,
 ) -> anyhow::Result<Figures> {
     let dir = tempfile::tempdir()?;
     let broker = start_broker(args, security, dir.path()).await?;
@@ -394,7 +461,7 @@ async fn network_scenario(
             } else {
                 per_producer
             };
-            tokio::spawn(produce(addr, security.clone(), p, count, args.size, batch))
+            tokio::spawn(produce(addr, security.clone(), p, count, args.size, sends))
         })
         .collect();
     for task in producer_tasks {
@@ -406,14 +473,14 @@ async fn network_scenario(
     }
     let elapsed = started.elapsed().as_secs_f64();
     broker.stop().await?;
-    Ok(network_figures(args, producers, batch, elapsed, latencies))
+    Ok(network_figures(args, producers, sends, elapsed, latencies))
 }
 
 /// One network scenario's row: its rate over `elapsed` seconds and latency percentiles.
 fn network_figures(
     args: &Args,
     producers: u64,
-    batch: usize,
+    sends: Sends,
     elapsed: f64,
     mut latencies: Vec<u64>,
 ) -> Figures {
@@ -424,11 +491,7 @@ fn network_figures(
             .copied()
     };
     let total = args.messages;
-    let sends = if batch <= 1 {
-        "single".to_string()
-    } else {
-        format!("batch {batch}")
-    };
+    let sends = sends.label();
     let plural = if producers == 1 { "" } else { "s" };
     Figures {
         scenario: format!("network {sends} x{producers} producer{plural}"),
@@ -708,13 +771,28 @@ fn main() -> anyhow::Result<()> {
     for batch in [1, args.batch] {
         println!("{}", store_scenario(&args, batch)?);
     }
-    for batch in [1, args.batch] {
+    let mut single_rates = Vec::new();
+    for sends in [Sends::Single, Sends::Batch(args.batch)] {
         for producers in [1, 4] {
-            println!(
-                "{}",
-                runtime.block_on(network_scenario(&args, &security, producers, batch))?
-            );
+            let figures = runtime.block_on(network_scenario(&args, &security, producers, sends))?;
+            println!("{figures}");
+            if sends == Sends::Single {
+                single_rates.push((producers, figures.msgs_per_s));
+            }
         }
+    }
+    let mut transactional = Vec::new();
+    for (producers, single) in single_rates {
+        let sends = Sends::Transactional;
+        let figures = runtime.block_on(network_scenario(&args, &security, producers, sends))?;
+        println!("{figures}");
+        transactional.push((producers, figures.msgs_per_s / single));
+    }
+    for (producers, ratio) in transactional {
+        println!(
+            "transactional / single x{producers}: {ratio:.2} (target >= 0.40: half message + \
+             commit against one sync-acknowledged send)"
+        );
     }
     if args.catch_up_messages > 0 {
         println!(
