@@ -105,10 +105,10 @@ impl ReadBudget {
     /// connection's own first (only its own frames hold it), then the shared one.
     pub(crate) async fn hold(&mut self, bytes: usize) -> Result<(), AcquireError> {
         if let Some(own) = &self.own {
-            hold_more(own, &mut self.held.own, bytes).await?;
+            hold_more(own, &mut self.held.own, bytes, false).await?;
         }
         if let Some(shared) = &self.shared {
-            hold_shared(shared, &mut self.held.shared, bytes).await?;
+            hold_more(shared, &mut self.held.shared, bytes, true).await?;
         }
         Ok(())
     }
@@ -138,36 +138,16 @@ fn held_permits(held: &Option<OwnedSemaphorePermit>) -> usize {
     held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
 }
 
-/// Counts `bytes` in `held` from `budget`, waiting for the difference, counted as a wait.
+/// Counts `bytes` (capped at the whole budget, so a larger frame can still be read) in `held`
+/// from `budget`, waiting while it is spent (counted as a wait). A wait on a budget `shared`
+/// with other connections holds none of it: two connections each holding part while waiting
+/// for the rest would wait forever.
 async fn hold_more(
     budget: &ByteBudget,
     held: &mut Option<OwnedSemaphorePermit>,
     bytes: usize,
+    shared: bool,
 ) -> Result<(), AcquireError> {
-    let bytes = bytes.min(budget.total);
-    let more = u32::try_from(bytes.saturating_sub(held_permits(held))).unwrap_or(u32::MAX);
-    if more == 0 {
-        return Ok(());
-    }
-    let extra = match budget.semaphore.clone().try_acquire_many_owned(more) {
-        Ok(extra) => extra,
-        Err(_) => {
-            budget.waits.fetch_add(1, Ordering::Relaxed);
-            budget.semaphore.clone().acquire_many_owned(more).await?
-        }
-    };
-    merge(held, extra);
-    Ok(())
-}
-
-/// As [`hold_more`], for a budget other connections share: a wait holds none of it, since
-/// two connections each holding part while waiting for the rest would wait forever.
-async fn hold_shared(
-    budget: &ByteBudget,
-    held: &mut Option<OwnedSemaphorePermit>,
-    bytes: usize,
-) -> Result<(), AcquireError> {
-    // A frame larger than the whole budget waits for all of it, not for the impossible.
     let bytes = bytes.min(budget.total);
     let more = u32::try_from(bytes.saturating_sub(held_permits(held))).unwrap_or(u32::MAX);
     if more == 0 {
@@ -178,9 +158,16 @@ async fn hold_shared(
         return Ok(());
     }
     budget.waits.fetch_add(1, Ordering::Relaxed);
-    *held = None;
-    let all = u32::try_from(bytes).unwrap_or(u32::MAX);
-    *held = Some(budget.semaphore.clone().acquire_many_owned(all).await?);
+    if shared {
+        *held = None;
+        let all = u32::try_from(bytes).unwrap_or(u32::MAX);
+        *held = Some(budget.semaphore.clone().acquire_many_owned(all).await?);
+    } else {
+        merge(
+            held,
+            budget.semaphore.clone().acquire_many_owned(more).await?,
+        );
+    }
     Ok(())
 }
 
