@@ -2,9 +2,9 @@
 //! (the API server is `crate::testapi`).
 
 use crate::admin::{
-    account_scope, AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats,
-    QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup,
-    TopicConfig, TopicStats,
+    account_scope, AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission,
+    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo,
+    SubscriptionGroup, TopicConfig, TopicStats,
 };
 use crate::crd::{
     Broker, BrokerSpec, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec, FlushDiskType,
@@ -14,7 +14,6 @@ use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use quiver_protocol::acl::Credentials;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 
@@ -403,8 +402,8 @@ impl FakeAdmin {
 }
 
 impl BrokerAdmin for FakeAdmin {
-    fn use_account(&self, scope: &str, account: Option<Credentials>) {
-        self.with_state(|state| match account {
+    fn use_access(&self, scope: &str, access: BrokerAccess) {
+        self.with_state(|state| match access.account {
             Some(account) => {
                 state.accounts.insert(scope.to_string(), account.access_key);
             }

@@ -107,9 +107,10 @@ async fn secrets_are_mounted_signed_with_and_rolled_on_change() {
 
     // An operator that restarted has no account yet: a ConsumerGroup's reconcile, which may
     // run before the Broker's, takes it from the Broker's Secret itself.
-    scenario
-        .admin
-        .use_account(&crate::desired::broker_scope(&scenario.broker()), None);
+    scenario.admin.use_access(
+        &crate::desired::broker_scope(&scenario.broker()),
+        Default::default(),
+    );
     let mut group = ConsumerGroup::test();
     (group.metadata.uid, group.metadata.generation) = (None, None);
     scenario.server.insert(&group);
