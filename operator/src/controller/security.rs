@@ -1,6 +1,6 @@
 //! `spec.security`'s Secrets: read each pass, their data hashed into the pod template (a change
-//! rolls the pods), the admin account and the TLS trust taken out for the operator's own calls. A Secret that is
-//! missing or lacks a key is a [`Problem`] naming it, never an error or a panic.
+//! rolls the pods), the admin account and the TLS trust taken out for the operator's own calls.
+//! A Secret that is missing or lacks a key is a [`Problem`] naming it, never an error or a panic.
 
 use super::broker::Problem;
 use super::{Context, Error};
@@ -179,7 +179,12 @@ fn admin_account(name: &str, namespace: &str, found: &Found<'_>) -> Result<Crede
 /// they require one.
 fn operator_tls(tls: &TlsSpec, found: &Found<'_>) -> TlsConfig {
     let data = secret_data(found, &tls.secret_name);
-    let pem = |key: &str| data.and_then(|data| data.get(key)).cloned();
+    // An empty key counts as absent (some issuers write ca.crt empty).
+    let pem = |key: &str| {
+        data.and_then(|data| data.get(key))
+            .filter(|pem| !pem.is_empty())
+            .cloned()
+    };
     let client_certificate = tls.client_auth == TlsClientAuth::Require;
     TlsConfig {
         ca_pem: pem(TLS_CA_KEY),
