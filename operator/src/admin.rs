@@ -5,6 +5,7 @@
 //! fake the controller tests use.
 
 use futures::future::BoxFuture;
+use quiver_client::TlsConfig;
 use quiver_protocol::acl::Credentials;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -219,11 +220,21 @@ pub fn account_scope(addr: &BrokerAddr) -> &str {
         .map_or(addr.0.as_str(), |(_, scope)| scope)
 }
 
+/// How the operator reaches the brokers of one Broker resource; the default is unsigned and
+/// plain.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerAccess {
+    /// The account calls are signed with (ACL on the brokers).
+    pub account: Option<Credentials>,
+    /// TLS settings (CA and maybe a client certificate, in memory) when the brokers serve TLS.
+    pub tls: Option<TlsConfig>,
+}
+
 /// Administration calls against one broker at a time.
 pub trait BrokerAdmin: Send + Sync {
-    /// Signs every later call to the brokers of `scope` (see [`account_scope`]) with `account`
-    /// (ACL on the brokers), or sends them unsigned when None.
-    fn use_account(&self, scope: &str, account: Option<Credentials>);
+    /// Makes every later call to the brokers of `scope` (see [`account_scope`]) go through
+    /// `access`: signed with its account, over TLS with its settings.
+    fn use_access(&self, scope: &str, access: BrokerAccess);
     /// Per-queue offsets of `group` on `addr` (all topics the group has offsets or subscriptions for).
     fn consume_stats<'a>(
         &'a self,

@@ -2,9 +2,9 @@
 //! (the API server is `crate::testapi`).
 
 use crate::admin::{
-    account_scope, AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats,
-    QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup,
-    TopicConfig, TopicStats,
+    account_scope, AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission,
+    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo,
+    SubscriptionGroup, TopicConfig, TopicStats,
 };
 use crate::crd::{
     Broker, BrokerSpec, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec, FlushDiskType,
@@ -14,7 +14,6 @@ use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use quiver_protocol::acl::Credentials;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
 
@@ -172,6 +171,8 @@ struct FakeBrokers {
     topic_creates: usize,
     /// Per account scope: the access key calls are signed with.
     accounts: BTreeMap<String, String>,
+    /// Per account scope: the TLS settings calls use.
+    tls: BTreeMap<String, quiver_client::TlsConfig>,
     /// When set, the brokers have ACL on: a call not signed with this access key is refused.
     required_access_key: Option<String>,
     /// Per broker: the access key of the last call (None: unsigned).
@@ -357,6 +358,12 @@ impl FakeAdmin {
         self.with_state(|state| state.required_access_key = Some(access_key.to_string()));
     }
 
+    /// The TLS settings calls to `addr` use; None: plain.
+    pub fn tls_of(&self, addr: &str) -> Option<quiver_client::TlsConfig> {
+        let addr = BrokerAddr(addr.to_string());
+        self.with_state(|state| state.tls.get(account_scope(&addr)).cloned())
+    }
+
     /// The access key the last call to `addr` was signed with; None if unsigned or no call.
     pub fn last_signer(&self, addr: &str) -> Option<String> {
         self.with_state(|state| {
@@ -403,8 +410,16 @@ impl FakeAdmin {
 }
 
 impl BrokerAdmin for FakeAdmin {
-    fn use_account(&self, scope: &str, account: Option<Credentials>) {
-        self.with_state(|state| match account {
+    fn use_access(&self, scope: &str, access: BrokerAccess) {
+        self.with_state(|state| match access.tls {
+            Some(tls) => {
+                state.tls.insert(scope.to_string(), tls);
+            }
+            None => {
+                state.tls.remove(scope);
+            }
+        });
+        self.with_state(|state| match access.account {
             Some(account) => {
                 state.accounts.insert(scope.to_string(), account.access_key);
             }

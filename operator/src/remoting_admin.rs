@@ -2,13 +2,12 @@
 //! and its per-broker calls, with the answers turned into the operator's types.
 
 use crate::admin::{
-    account_scope, AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ConsumeStats,
-    QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo, SubscriptionGroup,
-    TopicConfig, TopicStats,
+    account_scope, AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission,
+    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo,
+    SubscriptionGroup, TopicConfig, TopicStats,
 };
 use futures::future::{BoxFuture, FutureExt};
 use quiver_client::{Admin, ClientConfig, ClientError, TopicSpec};
-use quiver_protocol::acl::Credentials;
 use quiver_protocol::body::SubscriptionGroupConfig;
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,13 +17,13 @@ use std::time::Duration;
 /// Default bound on one call: connect, send, and read the response.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Talks to brokers directly by address, signing the calls to a Broker resource's brokers with
-/// the account [`BrokerAdmin::use_account`] gave for them.
+/// Talks to brokers directly by address, reaching a Broker resource's brokers with the access
+/// (account, TLS) [`BrokerAdmin::use_access`] gave for them.
 pub struct RemotingAdmin {
     call_timeout: Duration,
     unsigned: Arc<Admin>,
-    /// Per [`crate::admin::account_scope`]: the account and the client signing with it.
-    signed: Mutex<HashMap<String, (Credentials, Arc<Admin>)>>,
+    /// Per [`crate::admin::account_scope`]: the access and the client using it.
+    scoped: Mutex<HashMap<String, (BrokerAccess, Arc<Admin>)>>,
 }
 
 impl Default for RemotingAdmin {
@@ -40,7 +39,7 @@ impl RemotingAdmin {
         RemotingAdmin {
             call_timeout,
             unsigned: Arc::new(Admin::new(Self::config(call_timeout))),
-            signed: Mutex::new(HashMap::new()),
+            scoped: Mutex::new(HashMap::new()),
         }
     }
 
@@ -48,10 +47,10 @@ impl RemotingAdmin {
         ClientConfig::new("").with_request_timeout(call_timeout)
     }
 
-    /// The client for `addr`: signing with its Broker's account, or unsigned.
+    /// The client for `addr`: with its Broker's access, or unsigned and plain.
     fn admin_for(&self, addr: &BrokerAddr) -> Arc<Admin> {
-        let signed = self.signed.lock().expect("signed admins lock poisoned");
-        match signed.get(account_scope(addr)) {
+        let scoped = self.scoped.lock().expect("scoped admins lock poisoned");
+        match scoped.get(account_scope(addr)) {
             Some((_, admin)) => admin.clone(),
             None => self.unsigned.clone(),
         }
@@ -134,22 +133,27 @@ fn admin_error(addr: &BrokerAddr, request: &'static str, error: ClientError) -> 
 }
 
 impl BrokerAdmin for RemotingAdmin {
-    fn use_account(&self, scope: &str, account: Option<Credentials>) {
-        let mut signed = self.signed.lock().expect("signed admins lock poisoned");
-        let Some(account) = account else {
-            signed.remove(scope);
+    fn use_access(&self, scope: &str, access: BrokerAccess) {
+        let mut scoped = self.scoped.lock().expect("scoped admins lock poisoned");
+        if access == BrokerAccess::default() {
+            scoped.remove(scope);
             return;
-        };
-        // A new client only when the account changes: it keeps its connections otherwise.
-        if signed
+        }
+        // A new client only when the access changes: it keeps its connections otherwise.
+        if scoped
             .get(scope)
-            .is_some_and(|(current, _)| *current == account)
+            .is_some_and(|(current, _)| *current == access)
         {
             return;
         }
-        let config = Self::config(self.call_timeout)
-            .with_credentials(&account.access_key, &account.secret_key);
-        signed.insert(scope.to_string(), (account, Arc::new(Admin::new(config))));
+        let mut config = Self::config(self.call_timeout);
+        if let Some(account) = &access.account {
+            config = config.with_credentials(&account.access_key, &account.secret_key);
+        }
+        if let Some(tls) = &access.tls {
+            config = config.with_tls(tls.clone());
+        }
+        scoped.insert(scope.to_string(), (access, Arc::new(Admin::new(config))));
     }
 
     fn consume_stats<'a>(
@@ -339,6 +343,7 @@ impl BrokerAdmin for RemotingAdmin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quiver_protocol::acl::Credentials;
     use quiver_protocol::body;
     use quiver_protocol::code::{request, response};
     use quiver_protocol::RemotingCommand;
@@ -429,10 +434,11 @@ mod tests {
         };
         let admin = RemotingAdmin::default();
         let signed = one_answer(check(Some("operator1"))).await;
-        admin.use_account(
-            account_scope(&signed),
-            Some(Credentials::new("operator1", "operator-secret")),
-        );
+        let access = BrokerAccess {
+            account: Some(Credentials::new("operator1", "operator-secret")),
+            tls: None,
+        };
+        admin.use_access(account_scope(&signed), access);
         admin
             .runtime_info(&signed)
             .await
@@ -443,7 +449,7 @@ mod tests {
             .runtime_info(&other)
             .await
             .expect("unsigned call answered");
-        admin.use_account(account_scope(&signed), None);
+        admin.use_access(account_scope(&signed), BrokerAccess::default());
         let again = one_answer(check(None)).await;
         admin
             .runtime_info(&again)

@@ -1,8 +1,8 @@
 //! RemotingAdmin against a real quiver-broker in-process on loopback: every BrokerAdmin call.
 
 use quiver_operator::admin::{
-    AdminError, BrokerAddr, BrokerAdmin, BrokerPermission, ResetTarget, SubscriptionGroup,
-    TopicConfig,
+    AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission, ResetTarget,
+    SubscriptionGroup, TopicConfig,
 };
 use quiver_operator::remoting_admin::RemotingAdmin;
 use quiver_protocol::code::{request, response};
@@ -483,21 +483,154 @@ async fn admin_calls_are_signed_with_the_brokers_admin_account() {
     let unsigned = refused(admin.create_topic(&broker.addr, &topic).await);
     assert!(unsigned.contains("ACL"), "{unsigned}");
     let scope = account_scope(&broker.addr).to_string();
-    admin.use_account(
-        &scope,
-        Some(Credentials::new("orders-app", "orders-secret")),
-    );
+    let signed_by = |access_key: &str, secret_key: &str| BrokerAccess {
+        account: Some(Credentials::new(access_key, secret_key)),
+        tls: None,
+    };
+    admin.use_access(&scope, signed_by("orders-app", "orders-secret"));
     let not_admin = refused(admin.create_topic(&broker.addr, &topic).await);
     assert!(not_admin.contains("admin"), "{not_admin}");
-    admin.use_account(
-        &scope,
-        Some(Credentials::new("quiver-operator", "operator-secret")),
-    );
+    admin.use_access(&scope, signed_by("quiver-operator", "operator-secret"));
     admin
         .create_topic(&broker.addr, &topic)
         .await
         .expect("the admin account may create topics");
     let topics = admin.topics(&broker.addr).await.expect("topics");
     assert!(topics.contains(&"orders".to_string()), "{topics:?}");
+    stop(broker).await;
+}
+
+/// A CA's PEM and a server certificate it signed for 127.0.0.1 (server and client auth usage,
+/// as the chart's example Certificate asks for), as a cert-manager Secret holds them.
+struct TlsSecret {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl TlsSecret {
+    fn new(tag: &str) -> TlsSecret {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, format!("operator test CA {tag}"));
+        let ca_key = KeyPair::generate().expect("CA key");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca_cert, &ca_key).expect("signed");
+        TlsSecret {
+            ca_pem: ca_cert.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// The operator's TLS from this Secret's bytes: its CA, and its certificate when asked.
+    fn access(&self, present_certificate: bool) -> BrokerAccess {
+        let pem = |text: &String| present_certificate.then(|| text.clone().into_bytes());
+        BrokerAccess {
+            account: None,
+            tls: Some(quiver_client::TlsConfig {
+                ca_pem: Some(self.ca_pem.clone().into_bytes()),
+                cert_pem: pem(&self.cert_pem),
+                key_pem: pem(&self.key_pem),
+                ..quiver_client::TlsConfig::default()
+            }),
+        }
+    }
+
+    /// A broker serving this certificate from files (the Secret mounted), TLS enforced.
+    async fn serve(
+        &self,
+        client_auth: quiver_broker::ClientAuth,
+    ) -> (RunningBroker, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write PEM");
+            path
+        };
+        let (cert, key, ca) = (
+            file("tls.crt", &self.cert_pem),
+            file("tls.key", &self.key_pem),
+            file("ca.crt", &self.ca_pem),
+        );
+        let broker = start_broker_with(|config| {
+            config.tls_mode = quiver_broker::TlsMode::Enforcing;
+            config.tls_cert_file = Some(cert);
+            config.tls_key_file = Some(key);
+            config.tls_ca_file = Some(ca);
+            config.tls_client_auth = client_auth;
+        })
+        .await;
+        (broker, dir)
+    }
+}
+
+/// A broker enforcing TLS (`spec.security.tls.mode: Enforcing`) takes the operator's calls over
+/// TLS trusting its Secret's ca.crt, refuses plain ones, and a client trusting another CA fails
+/// its handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_use_tls_with_the_brokers_ca() {
+    let secret = TlsSecret::new("broker");
+    let (broker, _pem_dir) = secret.serve(quiver_broker::ClientAuth::None).await;
+    let scope = quiver_operator::admin::account_scope(&broker.addr).to_string();
+    let plain = RemotingAdmin::new(Duration::from_secs(5));
+    match plain.topics(&broker.addr).await {
+        Err(AdminError::Unreachable { .. }) => {}
+        other => panic!("a plain call to an enforcing broker must fail: {other:?}"),
+    }
+    let stranger = RemotingAdmin::new(Duration::from_secs(5));
+    stranger.use_access(&scope, TlsSecret::new("other").access(false));
+    match stranger.topics(&broker.addr).await {
+        Err(error @ AdminError::Unreachable { .. }) => {
+            let text = format!("{error:?}").to_lowercase();
+            assert!(text.contains("certificate"), "not a TLS error: {text}");
+        }
+        other => panic!("another CA must not be trusted: {other:?}"),
+    }
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    admin.use_access(&scope, secret.access(false));
+    let topic = TopicConfig {
+        name: "orders".into(),
+        queues: 2,
+    };
+    admin
+        .create_topic(&broker.addr, &topic)
+        .await
+        .expect("created over TLS");
+    let topics = admin.topics(&broker.addr).await.expect("topics over TLS");
+    assert!(topics.contains(&"orders".to_string()), "{topics:?}");
+    // Dropping the access makes the calls plain again: refused.
+    admin.use_access(&scope, BrokerAccess::default());
+    assert!(admin.topics(&broker.addr).await.is_err());
+    stop(broker).await;
+}
+
+/// With `clientAuth: Require` the operator presents the Secret's certificate, which needs the
+/// client auth usage; without one the broker refuses the handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_calls_present_the_secrets_certificate_when_required() {
+    let secret = TlsSecret::new("require");
+    let (broker, _pem_dir) = secret.serve(quiver_broker::ClientAuth::Require).await;
+    let scope = quiver_operator::admin::account_scope(&broker.addr).to_string();
+    let anonymous = RemotingAdmin::new(Duration::from_secs(5));
+    anonymous.use_access(&scope, secret.access(false));
+    assert!(anonymous.topics(&broker.addr).await.is_err());
+    let admin = RemotingAdmin::new(Duration::from_secs(5));
+    admin.use_access(&scope, secret.access(true));
+    admin
+        .topics(&broker.addr)
+        .await
+        .expect("answered to the certified operator");
     stop(broker).await;
 }

@@ -64,40 +64,80 @@ pub fn root_store_from_pem(pem: &[u8], source: &Path) -> Result<RootCertStore, S
     Ok(roots)
 }
 
-/// How a client connects with TLS.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// How a client connects with TLS. Each PEM can come from a file or, for callers holding it in
+/// memory (a Kubernetes Secret's data), as bytes; the bytes win when both are given.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct TlsClientConfig {
-    /// CA certificates (PEM) the server's certificate must chain to; None: the Mozilla roots
-    /// of `webpki-roots`.
+    /// CA certificates (PEM) the server's certificate must chain to; None (and no `ca_pem`):
+    /// the Mozilla roots of `webpki-roots`.
     pub ca_file: Option<PathBuf>,
     /// Certificate chain (PEM) presented to servers that ask for one; with `key_file`.
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
     /// Name the server's certificate must carry; None: the host of the address dialled.
     pub server_name: Option<String>,
+    /// `ca_file`'s content, in memory.
+    pub ca_pem: Option<Vec<u8>>,
+    /// `cert_file`'s and `key_file`'s contents, in memory.
+    pub cert_pem: Option<Vec<u8>>,
+    pub key_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TlsClientConfig {
+    // The private key's bytes stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let given = |pem: &Option<Vec<u8>>| pem.as_ref().map(|bytes| bytes.len());
+        f.debug_struct("TlsClientConfig")
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("server_name", &self.server_name)
+            .field("ca_pem_len", &given(&self.ca_pem))
+            .field("cert_pem_len", &given(&self.cert_pem))
+            .field("key_pem_len", &given(&self.key_pem))
+            .finish()
+    }
+}
+
+/// A PEM given as bytes or as a file: its content and the name errors use.
+fn pem_of(
+    bytes: &Option<Vec<u8>>,
+    file: &Option<PathBuf>,
+    what: &str,
+) -> Result<Option<(Vec<u8>, PathBuf)>, String> {
+    match (bytes, file) {
+        (Some(bytes), _) => Ok(Some((
+            bytes.clone(),
+            PathBuf::from(format!("{what} (in memory)")),
+        ))),
+        (None, Some(path)) => Ok(Some((read_file(path)?, path.clone()))),
+        (None, None) => Ok(None),
+    }
 }
 
 impl TlsClientConfig {
-    /// Reads the files into a connector: errors name the file at fault.
+    /// Reads the PEMs into a connector: errors name the file (or in-memory PEM) at fault.
     pub fn connector(&self) -> Result<TlsClient, String> {
-        let roots = match &self.ca_file {
-            Some(path) => root_store_from_pem(&read_file(path)?, path)?,
+        let roots = match pem_of(&self.ca_pem, &self.ca_file, "CA")? {
+            Some((pem, source)) => root_store_from_pem(&pem, &source)?,
             None => RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
         };
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|error| format!("TLS client settings: {error}"))?
             .with_root_certificates(roots);
-        let config = match (&self.cert_file, &self.key_file) {
-            (Some(cert), Some(key)) => {
-                let chain = certificates_from_pem(&read_file(cert)?, cert)?;
-                let key_der = private_key_from_pem(&read_file(key)?, key)?;
+        let cert = pem_of(&self.cert_pem, &self.cert_file, "client certificate")?;
+        let key = pem_of(&self.key_pem, &self.key_file, "client key")?;
+        let config = match (cert, key) {
+            (Some((cert, cert_source)), Some((key, key_source))) => {
+                let chain = certificates_from_pem(&cert, &cert_source)?;
+                let key_der = private_key_from_pem(&key, &key_source)?;
                 builder
                     .with_client_auth_cert(chain, key_der)
-                    .map_err(|error| format!("{}: {error}", cert.display()))?
+                    .map_err(|error| format!("{}: {error}", cert_source.display()))?
             }
             (None, None) => builder.with_no_client_auth(),
-            _ => return Err("a client certificate needs both a cert file and a key file".into()),
+            _ => return Err("a client certificate needs both a certificate and a key".into()),
         };
         Ok(TlsClient {
             connector: TlsConnector::from(Arc::new(config)),
@@ -208,11 +248,37 @@ mod tests {
             ca_file: Some(cert.clone()),
             cert_file: Some(cert),
             key_file: Some(key.clone()),
-            server_name: None,
+            ..TlsClientConfig::default()
         };
         config.connector().expect("valid files");
         let half = TlsClientConfig {
             key_file: Some(key),
+            ..TlsClientConfig::default()
+        };
+        assert!(half.connector().is_err());
+    }
+
+    #[test]
+    fn in_memory_pems_make_a_connector_and_win_over_files() {
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let config = TlsClientConfig {
+            ca_pem: Some(certified.cert.pem().into_bytes()),
+            cert_pem: Some(certified.cert.pem().into_bytes()),
+            key_pem: Some(certified.key_pair.serialize_pem().into_bytes()),
+            // Never read: the bytes are given.
+            ca_file: Some(PathBuf::from("/nonexistent/ca.crt")),
+            ..TlsClientConfig::default()
+        };
+        config.connector().expect("valid PEM bytes");
+        assert!(!format!("{config:?}").contains("PRIVATE KEY"));
+        let bad = TlsClientConfig {
+            ca_pem: Some(b"not pem".to_vec()),
+            ..TlsClientConfig::default()
+        };
+        let error = bad.connector().unwrap_err();
+        assert!(error.contains("CA (in memory)"), "{error}");
+        let half = TlsClientConfig {
+            cert_pem: Some(certified.cert.pem().into_bytes()),
             ..TlsClientConfig::default()
         };
         assert!(half.connector().is_err());

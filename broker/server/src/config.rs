@@ -685,7 +685,7 @@ impl BrokerConfig {
             ca_file: self.tls_ca_file.clone(),
             cert_file: self.tls_cert_file.clone(),
             key_file: self.tls_key_file.clone(),
-            server_name: None,
+            ..Default::default()
         })
     }
 

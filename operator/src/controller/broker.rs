@@ -127,7 +127,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         Err(problem) => return hold_for_secrets(broker, &problem, ctx).await,
     };
     let scope = desired::broker_scope(broker);
-    ctx.admin.use_account(&scope, secrets.admin_account);
+    ctx.admin.use_access(&scope, secrets.access);
     let name = broker.name_any();
     let previous = broker.status.clone().unwrap_or_default();
     let statefulsets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);

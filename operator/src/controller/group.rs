@@ -103,7 +103,7 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
     let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
     let broker_ref = &group.spec.broker_ref;
     let polled = match brokers.get_opt(broker_ref).await {
-        Ok(Some(broker)) => match security::use_admin_account(&broker, namespace, ctx).await {
+        Ok(Some(broker)) => match security::use_broker_access(&broker, namespace, ctx).await {
             Ok(()) => poll(group, &broker, ctx, now_ms).await,
             Err(error) => Err(error),
         },
@@ -875,7 +875,7 @@ async fn delete_from_brokers(
             .await
             .map_err(Error::kube(format!("reading Broker {broker_ref}")))?
         {
-            security::use_admin_account(&broker, namespace, ctx).await?;
+            security::use_broker_access(&broker, namespace, ctx).await?;
             for addr in broker_addresses(&broker) {
                 ctx.admin
                     .delete_group(&addr, &name)

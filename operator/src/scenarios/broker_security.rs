@@ -1,7 +1,8 @@
 //! spec.security: the brokers mount the ACL Secret and run with `--acl-file`; the operator signs
 //! its admin calls with the account of the admin Secret (brokers with ACL on refuse the
-//! unsigned ones); a change of the ACL Secret's data rolls the pods; a Secret that does not
-//! exist is a Degraded condition naming it, and the StatefulSet is left alone.
+//! unsigned ones) and, with TLS, trusts the TLS Secret's CA; a change of the ACL Secret's data
+//! rolls the pods; a Secret that does not exist is a Degraded condition naming it, and the
+//! StatefulSet is left alone.
 
 use super::{addr, eventually, holds_for, Scenario};
 use crate::admin::BrokerAdmin;
@@ -107,9 +108,10 @@ async fn secrets_are_mounted_signed_with_and_rolled_on_change() {
 
     // An operator that restarted has no account yet: a ConsumerGroup's reconcile, which may
     // run before the Broker's, takes it from the Broker's Secret itself.
-    scenario
-        .admin
-        .use_account(&crate::desired::broker_scope(&scenario.broker()), None);
+    scenario.admin.use_access(
+        &crate::desired::broker_scope(&scenario.broker()),
+        Default::default(),
+    );
     let mut group = ConsumerGroup::test();
     (group.metadata.uid, group.metadata.generation) = (None, None);
     scenario.server.insert(&group);
@@ -156,6 +158,41 @@ async fn a_missing_secret_is_a_condition_and_changes_nothing() {
         scenario
             .condition("Degraded")
             .is_some_and(|(status, _)| status == "False")
+    })
+    .await;
+    scenario.stop().await;
+}
+
+/// With `spec.security.tls` the operator's calls trust the TLS Secret's ca.crt and, with
+/// `clientAuth: Require`, present its certificate; without TLS they are plain again.
+#[tokio::test(start_paused = true)]
+async fn the_operators_calls_use_the_tls_secret() {
+    let scenario = Scenario::settled(1).await;
+    insert_secret(
+        &scenario,
+        &secret(
+            "quiver-tls",
+            &[("tls.crt", "CERT"), ("tls.key", "KEY"), ("ca.crt", "CA")],
+        ),
+    );
+    scenario.edit_broker(|broker| {
+        broker["spec"]["security"] = json!({"tls": {
+            "secretName": "quiver-tls", "mode": "Enforcing", "clientAuth": "Require",
+        }});
+    });
+    eventually(Duration::from_secs(120), || {
+        scenario.admin.tls_of(&addr(0)).is_some()
+    })
+    .await;
+    let tls = scenario.admin.tls_of(&addr(0)).expect("TLS");
+    assert_eq!(tls.ca_pem.as_deref(), Some(&b"CA"[..]));
+    assert_eq!(tls.cert_pem.as_deref(), Some(&b"CERT"[..]));
+    assert_eq!(tls.key_pem.as_deref(), Some(&b"KEY"[..]));
+    scenario.edit_broker(|broker| {
+        broker["spec"].as_object_mut().unwrap().remove("security");
+    });
+    eventually(Duration::from_secs(120), || {
+        scenario.admin.tls_of(&addr(0)).is_none()
     })
     .await;
     scenario.stop().await;

@@ -109,6 +109,7 @@ impl Cli {
             cert_file: self.tls_cert_file.clone(),
             key_file: self.tls_key_file.clone(),
             server_name: self.tls_server_name.clone(),
+            ..TlsConfig::default()
         };
         (self.tls || config != TlsConfig::default()).then_some(config)
     }
