@@ -24,8 +24,8 @@ pub mod producers;
 pub mod schedule;
 pub mod server;
 pub mod stages;
-pub mod tls;
 pub mod timer;
+pub mod tls;
 pub mod topics;
 pub mod transaction;
 
