@@ -207,8 +207,9 @@ pub struct BrokerNetworkPolicy {
     /// labelled `quiver.io/client: "true"`.
     #[serde(default = "default_client_namespaces")]
     pub client_namespace_selector: LabelSelector,
-    /// Also admit every pod of the Broker's own namespace to the remoting port; default true.
-    #[serde(default = "default_true")]
+    /// Also admit every pod of the Broker's own namespace to the remoting port; default false
+    /// (label the namespace `quiver.io/client: "true"`, or set this, to let its pods in).
+    #[serde(default)]
     pub allow_same_namespace: bool,
     /// Namespaces whose pods may scrape `/metrics` (the HTTP port). Default: the namespace
     /// named `monitoring`.
@@ -240,7 +241,7 @@ impl Default for BrokerNetworkPolicy {
     fn default() -> Self {
         BrokerNetworkPolicy {
             client_namespace_selector: default_client_namespaces(),
-            allow_same_namespace: true,
+            allow_same_namespace: false,
             metrics_namespace_selector: default_metrics_namespaces(),
         }
     }

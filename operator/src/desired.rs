@@ -890,9 +890,9 @@ mod tests {
             "true"
         );
         assert_eq!(
-            clients[1],
-            serde_json::json!({"podSelector": {}}),
-            "same namespace"
+            clients.as_array().unwrap().len(),
+            1,
+            "by default only labelled namespaces, not the Broker's own: {clients}"
         );
         let (inside, inside_ports) = &rules[1];
         assert_eq!(inside_ports, &[REMOTING_PORT, HTTP_PORT]);
@@ -910,14 +910,16 @@ mod tests {
     }
 
     #[test]
-    fn without_same_namespace_only_labelled_namespaces_reach_the_remoting_port() {
+    fn with_same_namespace_its_pods_reach_the_remoting_port_too() {
         let mut broker = Broker::test();
         broker.spec.network_policy = Some(crate::crd::BrokerNetworkPolicy {
-            allow_same_namespace: false,
+            allow_same_namespace: true,
             ..Default::default()
         });
         let rules = ingress_rules(&network_policy(&broker, &operator_in("ops")).unwrap());
-        assert_eq!(rules[0].0.as_array().unwrap().len(), 1);
+        let clients = rules[0].0.as_array().unwrap();
+        assert_eq!(clients.len(), 2);
+        assert_eq!(clients[1], serde_json::json!({"podSelector": {}}));
     }
 
     #[test]
