@@ -489,16 +489,30 @@ fn lock_data_dir(data_dir: &std::path::Path, read_only: bool) -> Result<std::fs:
             .open(&path)
     };
     let file = opened.map_err(|e| StoreError::io("open lock file", &path, e))?;
-    if let Err(errno) =
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-    {
-        return Err(StoreError::Locked {
-            path,
-            source: errno.into(),
-        });
+    let mut attempts = 0;
+    loop {
+        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            // A child this process is spawning shares the previous holder's lock until it
+            // execs, and a stopping process lets go a moment late: wait that moment out.
+            Err(rustix::io::Errno::WOULDBLOCK) if attempts < LOCK_ATTEMPTS => {
+                attempts += 1;
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(errno) => {
+                return Err(StoreError::Locked {
+                    path,
+                    source: errno.into(),
+                })
+            }
+        }
     }
-    Ok(file)
 }
+
+/// How long a held data directory lock is waited for before the store refuses to open:
+/// `LOCK_ATTEMPTS` x `LOCK_RETRY`, 2 s.
+const LOCK_ATTEMPTS: u32 = 20;
+const LOCK_RETRY: Duration = Duration::from_millis(100);
 
 /// Writes the checkpoint that marks the store dirty until `shutdown()`. On a full or read-only
 /// disk that fails: the store then opens refusing writes until it can be written (the reason
