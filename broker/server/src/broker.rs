@@ -90,8 +90,13 @@ impl Broker {
             config.max_parked_pulls_per_connection,
         );
         let hook_registry = long_poll.clone();
+        let timers = crate::timer::TimerState::default();
+        let timer_wake = timers.wake.clone();
         store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
             hook_registry.notify(event.topic, event.queue_id);
+            if event.topic == crate::timer::TIMER_TOPIC {
+                timer_wake.wake();
+            }
         }));
         let flushed = Arc::new(tokio::sync::Notify::new());
         let flushed_hook = flushed.clone();
@@ -114,7 +119,7 @@ impl Broker {
             flushed,
             runtime_lock: parking_lot::Mutex::new(()),
             delay_delivered: parking_lot::Mutex::default(),
-            timers: crate::timer::TimerState::default(),
+            timers,
             advertised,
             store_host,
             store: Arc::new(store),

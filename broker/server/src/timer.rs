@@ -25,8 +25,6 @@ use crate::processor::store_message;
 pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
 pub const TIMER_QUEUE: u32 = 0;
 
-/// The longest sleep between two looks at the timer queue and the clock.
-const IDLE_WAIT: Duration = Duration::from_millis(2);
 const RETRY_WAIT: Duration = Duration::from_millis(100);
 const ENQUEUE_BATCH: u32 = 1024;
 /// Enqueue batches per round, so a backlog does not hold up firing.
@@ -49,6 +47,31 @@ pub struct TimerState {
     pub enqueued_offset: AtomicU64,
     /// CommitLog offset of the oldest message with a timer pending; u64::MAX: none.
     pub lowest_pending: AtomicU64,
+    /// Rung when a message reaches the timer queue (the store's dispatch hook) and at stop.
+    pub wake: Arc<TimerWake>,
+}
+
+/// Wakes the timer thread from its wait for the next due time: no polling between.
+#[derive(Default)]
+pub struct TimerWake {
+    woken: parking_lot::Mutex<bool>,
+    rung: parking_lot::Condvar,
+}
+
+impl TimerWake {
+    pub fn wake(&self) {
+        *self.woken.lock() = true;
+        self.rung.notify_one();
+    }
+
+    /// Waits at most `timeout`, less if woken (also by a wake since the last wait).
+    fn wait(&self, timeout: Duration) {
+        let mut woken = self.woken.lock();
+        if !*woken {
+            self.rung.wait_for(&mut woken, timeout);
+        }
+        *woken = false;
+    }
 }
 
 impl Default for TimerState {
@@ -59,6 +82,7 @@ impl Default for TimerState {
             last_lateness_ms: AtomicI64::new(0),
             enqueued_offset: AtomicU64::new(0),
             lowest_pending: AtomicU64::new(u64::MAX),
+            wake: Arc::default(),
         }
     }
 }
@@ -139,6 +163,13 @@ struct Service<'a> {
 
 /// Runs the timer service on a thread of its own until `stop` flips.
 pub async fn run(broker: Arc<Broker>, stop: watch::Receiver<bool>) {
+    let wake = broker.timers.wake.clone();
+    let mut stopping = stop.clone();
+    let wake_at_stop = tokio::spawn(async move {
+        // A dropped sender is a stop too.
+        let _ = stopping.wait_for(|stop| *stop).await;
+        wake.wake();
+    });
     let worker = tokio::task::spawn_blocking(move || {
         let slots = broker.config.timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS;
         let dir = broker.config.data_dir.join("timer");
@@ -152,6 +183,7 @@ pub async fn run(broker: Arc<Broker>, stop: watch::Receiver<bool>) {
     if let Err(error) = worker.await {
         tracing::error!(error = %chain(&BrokerError::Blocking(error)), "timer service failed");
     }
+    wake_at_stop.abort();
 }
 
 impl<'a> Service<'a> {
@@ -195,32 +227,41 @@ impl<'a> Service<'a> {
         // A full disk refuses every round: due timers wait in place until there is room.
         let mut failures = FailureLog::default();
         while !*stop.borrow() {
-            let round = self.enqueue().and_then(|()| self.fire());
-            let failed = round.is_err();
+            let round = self
+                .enqueue()
+                .and_then(|caught_up| self.fire().map(|()| caught_up));
+            let wait = match &round {
+                // A failing store (full disk) is retried at a calm pace, not in a busy loop.
+                Err(_) => RETRY_WAIT,
+                Ok(true) => self.until_due(),
+                Ok(false) => Duration::ZERO,
+            };
             failures.record(
                 "timed delivery",
                 round.err().map(|e| quiver_store::error_chain(&e)),
             );
             self.publish();
-            // A failing store (full disk) is retried at a calm pace, not in a busy loop.
-            std::thread::sleep(if failed { RETRY_WAIT } else { self.wait() });
+            self.broker.timers.wake.wait(wait);
         }
         if let Err(error) = self.store.checkpoint(self.progress, true) {
             tracing::warn!(error = %quiver_store::error_chain(&error), "timer checkpoint at stop failed");
         }
     }
 
-    /// Until the next loaded timer is due, at most [`IDLE_WAIT`].
-    fn wait(&self) -> Duration {
-        let now = crate::now_ms();
-        let next = self.heap.peek().map_or(i64::MAX, |due| due.0.deliver_ms);
-        let until = u64::try_from(next.saturating_sub(now)).unwrap_or(0);
-        IDLE_WAIT.min(Duration::from_millis(until))
+    /// Until the next loaded timer is due or the next second's slot is to be loaded; a new
+    /// message in the timer queue wakes the thread earlier.
+    fn until_due(&self) -> Duration {
+        let next_second = (self.loaded_second + 1).saturating_mul(1000);
+        let next = self
+            .heap
+            .peek()
+            .map_or(next_second, |due| due.0.deliver_ms.min(next_second));
+        Duration::from_millis(u64::try_from(next.saturating_sub(crate::now_ms())).unwrap_or(0))
     }
 
     /// Appends newly parked messages to the timer log and checkpoints the queue offset; those
-    /// of a second already loaded go to the heap as well.
-    fn enqueue(&mut self) -> Result<(), StoreError> {
+    /// of a second already loaded go to the heap as well. False while a backlog is left.
+    fn enqueue(&mut self) -> Result<bool, StoreError> {
         let store = &self.broker.store;
         for _ in 0..ENQUEUE_ROUNDS {
             let next = self
@@ -228,7 +269,7 @@ impl<'a> Service<'a> {
                 .queue_offset
                 .max(store.min_offset(TIMER_TOPIC, TIMER_QUEUE).0);
             if next >= store.max_offset(TIMER_TOPIC, TIMER_QUEUE).0 {
-                return Ok(());
+                return Ok(true);
             }
             let got = store.get(
                 TIMER_TOPIC,
@@ -260,7 +301,7 @@ impl<'a> Service<'a> {
             let pending = &self.broker.timers.pending;
             pending.fetch_add(records.len() as u64, Ordering::Relaxed);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// The timer records of parked messages; a deliver time already passed by the fired
