@@ -16,7 +16,7 @@ use bytes::Bytes;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::ExtFields;
 
-use super::{Args, Conn, QUEUES};
+use super::{send_ext, Args, Conn, QUEUES};
 
 const TOPIC: &str = "BenchTimed";
 /// Parked timers are due this far ahead (and spread over as long again): never during (b).
@@ -107,24 +107,17 @@ fn metric(http: SocketAddr, name: &str) -> anyhow::Result<f64> {
         .with_context(|| format!("{name} not in /metrics"))
 }
 
+/// A single send's fields (the throughput mode's) to this mode's topic, with a deliver time
+/// and no tag.
 fn timer_send_ext(queue_id: u32, deliver_ms: i64) -> ExtFields {
-    [
-        ("a", "BenchTimers".to_string()),
-        ("b", TOPIC.to_string()),
-        ("c", "TBW102".to_string()),
-        ("d", "8".to_string()),
-        ("e", queue_id.to_string()),
-        ("f", "0".to_string()),
-        ("g", quiver_broker::now_ms().to_string()),
-        ("h", "0".to_string()),
-        ("i", format!("TIMER_DELIVER_MS\u{1}{deliver_ms}\u{2}")),
-        ("j", "0".to_string()),
-        ("k", "false".to_string()),
-        ("m", "false".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    let mut ext = send_ext(queue_id, false);
+    ext.insert("a".into(), "BenchTimers".into());
+    ext.insert("b".into(), TOPIC.into());
+    ext.insert(
+        "i".into(),
+        format!("TIMER_DELIVER_MS\u{1}{deliver_ms}\u{2}"),
+    );
+    ext
 }
 
 /// One timed send; the body carries the deliver time for the consumer.
