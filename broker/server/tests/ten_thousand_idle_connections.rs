@@ -5,38 +5,14 @@
 mod common;
 
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http_get, pulled_bodies, wait_for, Client};
+use common::{http_get, pulled_bodies, start_binary, wait_for, Client};
 use quiver_protocol::code::response;
 
 const IDLE: usize = 10_000;
 /// The test's own descriptors beside the idle connections.
 const SPARE_FILES: u64 = 256;
-
-/// The broker binary on free ports, with room for every idle connection from one address.
-fn start_broker(
-    data_dir: &std::path::Path,
-    log: &std::path::Path,
-) -> (Child, SocketAddr, SocketAddr) {
-    let ports: Vec<std::net::TcpListener> = (0..2)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    let addrs: Vec<SocketAddr> = ports.iter().map(|l| l.local_addr().unwrap()).collect();
-    drop(ports);
-    let child = Command::new(env!("CARGO_BIN_EXE_quiver-broker"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--listen", &addrs[0].to_string()])
-        .args(["--http-listen", &addrs[1].to_string()])
-        .args(["--max-connections-per-address", &(IDLE + 100).to_string()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    (child, addrs[0], addrs[1])
-}
 
 fn anonymous_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -65,18 +41,16 @@ async fn ten_thousand_idle_connections_are_held_and_others_served() {
     );
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("broker.log");
-    let (mut child, addr, http) = start_broker(&dir.path().join("data"), &log);
-    wait_for(
-        "the broker to be ready",
-        Duration::from_secs(20),
-        || async {
-            http_get(http, "/readyz")
-                .await
-                .is_some_and(|(status, _)| status == 200)
-        },
+    // Room for every idle connection from one address.
+    let room = (IDLE + 100).to_string();
+    let mut broker = start_binary(
+        &dir.path().join("data"),
+        &log,
+        &["--max-connections-per-address", &room],
     )
     .await;
-    let before_kib = anonymous_rss_kib(child.id());
+    let (addr, http) = (broker.addr, broker.http);
+    let before_kib = anonymous_rss_kib(broker.child.id());
 
     let opened = Instant::now();
     let idle: Vec<TcpStream> = tokio::task::spawn_blocking(move || {
@@ -93,7 +67,7 @@ async fn ten_thousand_idle_connections_are_held_and_others_served() {
     )
     .await;
     let per_connection =
-        anonymous_rss_kib(child.id()).saturating_sub(before_kib) as f64 / IDLE as f64;
+        anonymous_rss_kib(broker.child.id()).saturating_sub(before_kib) as f64 / IDLE as f64;
     eprintln!(
         "{IDLE} idle connections held after {:?}: {per_connection:.1} KiB of anonymous memory each",
         opened.elapsed()
@@ -105,11 +79,9 @@ async fn ten_thousand_idle_connections_are_held_and_others_served() {
     let pulled = client.pull("G", "Busy", 0, 0, 0, None).await;
     assert_eq!(pulled_bodies(&pulled), ["served-beside-10k"]);
     assert!(
-        child.try_wait().unwrap().is_none(),
+        broker.child.try_wait().unwrap().is_none(),
         "the broker is still running: {}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     drop(idle);
-    child.kill().ok();
-    child.wait().ok();
 }

@@ -522,6 +522,7 @@ pub async fn new_connection_answers(addr: SocketAddr, topic: &str) -> bool {
 pub struct BrokerProcess {
     pub child: std::process::Child,
     pub addr: SocketAddr,
+    pub http: SocketAddr,
 }
 
 impl Drop for BrokerProcess {
@@ -551,7 +552,7 @@ pub async fn start_binary(data_dir: &Path, log: &Path, extra: &[&str]) -> Broker
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
         .unwrap();
-    let mut broker = BrokerProcess { child, addr };
+    let mut broker = BrokerProcess { child, addr, http };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while http_get(http, "/readyz")
         .await
