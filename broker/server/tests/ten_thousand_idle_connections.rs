@@ -1,6 +1,6 @@
 //! The `quiver-broker` binary holds 10,000 idle connections (it raises its open-file limit
 //! itself) while a client on another connection produces and consumes. The broker's memory
-//! per connection is printed, not asserted: `quiver-broker-bench idle-connections` measures it.
+//! per connection is printed, not asserted: `quiver-bench connections` measures it.
 
 mod common;
 
