@@ -22,6 +22,15 @@ pub(crate) fn segment_name(base: u64) -> String {
 }
 
 /// Parses a 20-digit segment name; `None` for anything else in the directory.
+/// The suffix of a segment file being created and sized, before it takes its name.
+const CREATING_SUFFIX: &str = ".creating";
+
+fn is_creating(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str()?.strip_suffix(CREATING_SUFFIX))
+        .is_some_and(|name| parse_segment_name(Path::new(name)).is_some())
+}
+
 pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     let name = path.file_name()?.to_str()?;
     if name.len() != SEGMENT_NAME_DIGITS || !name.bytes().all(|b| b.is_ascii_digit()) {
@@ -246,14 +255,26 @@ impl MappedSegment {
     /// Creates a zero-filled (sparse) file of `len` bytes and maps it.
     pub(crate) fn create(dir: &Path, base: u64, len: u64) -> Result<Arc<Self>, StoreError> {
         let path = dir.join(segment_name(base));
+        // Sized under a temporary name, then renamed: a crash in between leaves no empty
+        // segment for recovery to refuse, only a temporary file it removes.
+        let creating = dir.join(format!("{}{CREATING_SUFFIX}", segment_name(base)));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("create segment", &path, e))?;
+            .create(true)
+            .truncate(true)
+            .open(&creating)
+            .map_err(|e| StoreError::io("create segment", &creating, e))?;
         file.set_len(len)
-            .map_err(|e| StoreError::io("size segment", &path, e))?;
+            .map_err(|e| StoreError::io("size segment", &creating, e))?;
+        if path.exists() {
+            return Err(StoreError::io(
+                "create segment",
+                &path,
+                std::io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        std::fs::rename(&creating, &path).map_err(|e| StoreError::io("name segment", &path, e))?;
         // The new name must survive a crash, or recovery would miss the file.
         sync_dir(dir)?;
         Self::map(path, file, base, len)
@@ -498,8 +519,8 @@ pub(crate) fn load_segments(dir: &Path) -> Result<Vec<Arc<MappedSegment>>, Store
             Some(base) => found.push((base, path)),
             // A prepared next CommitLog segment: the writer adopts or removes it.
             None if warm::parse_warm_name(&path).is_some() => {}
-            // A preparation cut short by a crash or a shutdown.
-            None if warm::is_warm_tmp(&path) => {
+            // A preparation or a creation cut short by a crash or a shutdown.
+            None if warm::is_warm_tmp(&path) || is_creating(&path) => {
                 if let Err(e) = std::fs::remove_file(&path) {
                     tracing::warn!(path = %path.display(), error = %e, "cannot remove a partial prepared segment");
                 }
@@ -534,6 +555,27 @@ mod tests {
     use super::*;
 
     const LEN: u64 = 8 * 1024 * 1024;
+
+    #[test]
+    fn a_creation_cut_short_leaves_no_segment_and_is_cleared_on_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = MappedSegment::create(dir.path(), 0, 4096).unwrap();
+        assert_eq!(first.len(), 4096);
+        // As a kill between creating the next file and sizing it would leave it.
+        let cut_short = dir
+            .path()
+            .join(format!("{}{CREATING_SUFFIX}", segment_name(4096)));
+        std::fs::File::create(&cut_short).unwrap();
+        let loaded = load_segments(dir.path()).unwrap();
+        assert_eq!(loaded.iter().map(|s| s.base()).collect::<Vec<_>>(), [0]);
+        assert!(!cut_short.exists(), "the temporary file is removed");
+        assert!(
+            MappedSegment::create(dir.path(), 0, 4096).is_err(),
+            "never replaces one"
+        );
+        let next = MappedSegment::create(dir.path(), 4096, 4096).unwrap();
+        assert_eq!(next.len(), 4096);
+    }
 
     fn allocated(segment: &MappedSegment) -> u64 {
         std::os::unix::fs::MetadataExt::blocks(&segment.path().metadata().unwrap()) * 512
