@@ -539,6 +539,10 @@ pub struct SubscriptionGroupConfig {
     pub which_broker_when_consume_slowly: i64,
     #[serde(deserialize_with = "lenient::bool")]
     pub notify_consumer_ids_changed_enable: bool,
+    /// FIFO consumption for 5.x clients (POP): a queue's messages go out one batch at a time,
+    /// in order, redelivered in place until acked.
+    #[serde(deserialize_with = "lenient::bool")]
+    pub consume_message_orderly: bool,
 }
 
 impl Default for SubscriptionGroupConfig {
@@ -553,6 +557,7 @@ impl Default for SubscriptionGroupConfig {
             broker_id: 0,
             which_broker_when_consume_slowly: 1,
             notify_consumer_ids_changed_enable: true,
+            consume_message_orderly: false,
         }
     }
 }
