@@ -24,7 +24,8 @@ COPY --from=builder /out/quiver-broker /usr/local/bin/quiver-broker
 COPY --from=builder --chown=65532:65532 /out/data /var/lib/quiver
 # Numeric so that Kubernetes' runAsNonRoot can verify it.
 USER 65532:65532
-EXPOSE 10911 8080
+# Remoting (4.x clients, name server), gRPC (5.x clients, on by default), HTTP.
+EXPOSE 10911 8081 8080
 VOLUME ["/var/lib/quiver"]
 ENTRYPOINT ["/usr/local/bin/quiver-broker"]
 CMD ["--data-dir", "/var/lib/quiver", "--listen", "0.0.0.0:10911", "--http-listen", "0.0.0.0:8080"]

@@ -46,7 +46,7 @@ def test_broker_image_defaults_match_the_broker_contract():
     lines = instructions(DOCKER_DIR / "quiver-broker.Dockerfile")
     (cmd,) = [line for line in lines if line.startswith("CMD ")]
     assert cmd == 'CMD ["--data-dir", "/var/lib/quiver", "--listen", "0.0.0.0:10911", "--http-listen", "0.0.0.0:8080"]'
-    assert "EXPOSE 10911 8080" in lines
+    assert "EXPOSE 10911 8081 8080" in lines
 
 
 def test_chart_default_image_is_the_operator_dockerfile_image():

@@ -33,6 +33,9 @@ use std::collections::BTreeMap;
 pub const REMOTING_PORT: i32 = 10911;
 /// HTTP port: /metrics /healthz /readyz.
 pub const HTTP_PORT: i32 = 8080;
+/// gRPC port of the RocketMQ 5.x clients (`apache.rocketmq.v2.MessagingService`), the port
+/// Apache's Proxy listens on.
+pub const GRPC_PORT: i32 = 8081;
 /// Name of the store volume claim template; claims are `data-<broker>-<ordinal>`.
 pub const DATA_VOLUME: &str = "data";
 /// Where the store lives in the container.
@@ -170,14 +173,28 @@ pub fn broker_address(broker: &Broker, ordinal: i32) -> String {
     format!("{}.{}", pod_name(broker, ordinal), broker_scope(broker))
 }
 
+/// Stable gRPC address of the broker with this ordinal: what its routes tell 5.x clients.
+pub fn grpc_address(broker: &Broker, ordinal: i32) -> String {
+    format!(
+        "{}.{}.{}.svc:{GRPC_PORT}",
+        pod_name(broker, ordinal),
+        headless_service_name(broker),
+        namespace_of(broker)
+    )
+}
+
 /// What every broker address of this Broker ends with: its account scope
 /// ([`crate::admin::account_scope`]).
 pub fn broker_scope(broker: &Broker) -> String {
     format!(
         "{}.{}.svc:{REMOTING_PORT}",
         headless_service_name(broker),
-        broker.namespace().unwrap_or_else(|| "default".to_string())
+        namespace_of(broker)
     )
+}
+
+fn namespace_of(broker: &Broker) -> String {
+    broker.namespace().unwrap_or_else(|| "default".to_string())
 }
 
 /// The config file of the broker with this ordinal: its own name and address, and the other
@@ -193,6 +210,8 @@ pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json
         "data-dir": DATA_DIR,
         "listen": format!("0.0.0.0:{REMOTING_PORT}"),
         "http-listen": format!("0.0.0.0:{HTTP_PORT}"),
+        "grpc-listen": format!("0.0.0.0:{GRPC_PORT}"),
+        "grpc-advertise": grpc_address(broker, ordinal),
         "cluster": broker.name_any(),
         "peers": peers,
         "flush-mode": match broker.spec.flush_disk_type {
@@ -259,14 +278,18 @@ pub fn headless_service(broker: &Broker) -> Service {
             cluster_ip: Some("None".to_string()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(broker)),
-            ports: Some(vec![service_port("remoting", REMOTING_PORT)]),
+            ports: Some(vec![
+                service_port("remoting", REMOTING_PORT),
+                service_port("grpc", GRPC_PORT),
+            ]),
             ..ServiceSpec::default()
         }),
         ..Service::default()
     }
 }
 
-/// Client Service: the name-server address clients bootstrap from, plus metrics.
+/// Client Service: the name-server address 4.x clients bootstrap from, the endpoint 5.x clients
+/// bootstrap from (gRPC), plus metrics.
 pub fn client_service(broker: &Broker) -> Service {
     Service {
         metadata: metadata(broker, broker.name_any()),
@@ -274,6 +297,7 @@ pub fn client_service(broker: &Broker) -> Service {
             selector: Some(selector_labels(broker)),
             ports: Some(vec![
                 service_port("remoting", REMOTING_PORT),
+                service_port("grpc", GRPC_PORT),
                 service_port("http", HTTP_PORT),
             ]),
             ..ServiceSpec::default()
@@ -345,7 +369,7 @@ pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// The Broker's NetworkPolicy when `spec.networkPolicy` is set: ingress to the broker pods
-/// only from clients (remoting), the Broker's own pods and the operator's pods (remoting and
+/// only from clients (remoting and gRPC), the Broker's own pods and the operator's pods (remoting and
 /// HTTP), and the metrics namespaces (HTTP).
 pub fn network_policy(broker: &Broker, operator: &OperatorPods) -> Option<NetworkPolicy> {
     let wanted = broker.spec.network_policy.as_ref()?;
@@ -375,7 +399,7 @@ pub fn network_policy(broker: &Broker, operator: &OperatorPods) -> Option<Networ
             pod_selector: Some(match_labels(selector_labels(broker))),
             policy_types: Some(vec!["Ingress".to_string()]),
             ingress: Some(vec![
-                rule(clients, &[REMOTING_PORT]),
+                rule(clients, &[REMOTING_PORT, GRPC_PORT]),
                 rule(vec![own_pods, operator], &[REMOTING_PORT, HTTP_PORT]),
                 rule(
                     vec![namespaces(&wanted.metrics_namespace_selector)],
@@ -567,6 +591,7 @@ fn broker_container(broker: &Broker) -> Container {
         env: Some(env),
         ports: Some(vec![
             container_port("remoting", REMOTING_PORT),
+            container_port("grpc", GRPC_PORT),
             container_port("http", HTTP_PORT),
         ]),
         resources: broker.spec.resources.clone(),
@@ -884,7 +909,11 @@ mod tests {
         assert_eq!(pods["matchLabels"]["app.kubernetes.io/instance"], "qb");
         let rules = ingress_rules(&policy);
         let (clients, client_ports) = &rules[0];
-        assert_eq!(client_ports, &[REMOTING_PORT]);
+        assert_eq!(
+            client_ports,
+            &[REMOTING_PORT, GRPC_PORT],
+            "4.x and 5.x clients"
+        );
         assert_eq!(
             clients[0]["namespaceSelector"]["matchLabels"]["quiver.io/client"],
             "true"
@@ -1016,6 +1045,9 @@ mod tests {
         assert!(ports
             .iter()
             .any(|p| p.name.as_deref() == Some("remoting") && p.container_port == REMOTING_PORT));
+        assert!(ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("grpc") && p.container_port == GRPC_PORT));
     }
 
     /// The Kubernetes "restricted" Pod Security profile, and a read-only root, for plain and
@@ -1112,6 +1144,8 @@ mod tests {
         assert_eq!(config["cluster"], "qb");
         assert_eq!(config["broker-name"], "qb-1");
         assert_eq!(config["advertise"], "qb-1.qb-headless.ns.svc:10911");
+        assert_eq!(config["grpc-listen"], "0.0.0.0:8081");
+        assert_eq!(config["grpc-advertise"], "qb-1.qb-headless.ns.svc:8081");
         assert_eq!(
             config["peers"],
             serde_json::json!([
@@ -1260,9 +1294,31 @@ mod tests {
         let headless = headless_service(&broker).spec.unwrap();
         assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
         assert_eq!(headless.publish_not_ready_addresses, Some(true));
+        let named = |ports: Vec<ServicePort>| -> Vec<(String, i32, IntOrString)> {
+            ports
+                .into_iter()
+                .map(|p| (p.name.unwrap(), p.port, p.target_port.unwrap()))
+                .collect()
+        };
+        let by_name =
+            |name: &str, port: i32| (name.to_string(), port, IntOrString::String(name.into()));
+        assert_eq!(
+            named(headless.ports.unwrap()),
+            vec![
+                by_name("remoting", REMOTING_PORT),
+                by_name("grpc", GRPC_PORT)
+            ],
+            "each pod's gRPC address resolves through the headless Service"
+        );
         let client = client_service(&broker).spec.unwrap();
-        let ports: Vec<i32> = client.ports.unwrap().iter().map(|p| p.port).collect();
-        assert_eq!(ports, vec![REMOTING_PORT, HTTP_PORT]);
+        assert_eq!(
+            named(client.ports.unwrap()),
+            vec![
+                by_name("remoting", REMOTING_PORT),
+                by_name("grpc", GRPC_PORT),
+                by_name("http", HTTP_PORT)
+            ]
+        );
         let pdb = pod_disruption_budget(&broker).spec.unwrap();
         assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
         assert_eq!(

@@ -9,6 +9,7 @@ mod broker_drain_delayed;
 mod broker_drain_forced;
 mod broker_drain_partial_revert;
 mod broker_expansion_refused;
+mod broker_grpc_port;
 mod broker_network_policy;
 mod broker_pause;
 mod broker_rbac;
