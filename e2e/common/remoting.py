@@ -1,4 +1,5 @@
-"""A minimal RocketMQ remoting client (JSON header frames) for admin calls in tests."""
+"""A minimal RocketMQ remoting client (JSON header frames) for admin calls in tests (shared by
+the e2e suites: each run.sh puts e2e/common on PYTHONPATH)."""
 
 import base64
 import hashlib
