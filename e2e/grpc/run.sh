@@ -26,4 +26,4 @@ cd "$here"
 # Helpers shared by the e2e suites (free ports, waiting with a deadline, raw remoting calls).
 export PYTHONPATH="$here/../common${PYTHONPATH:+:$PYTHONPATH}"
 # Brokers are children of pytest, stopped by its fixtures (and at interpreter exit).
-"$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 180 "$here"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 180 "$here" "$@"
