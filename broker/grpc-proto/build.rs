@@ -12,6 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Calls Quiver does not serve answer UNIMPLEMENTED at once.
+        .generate_default_stubs(true)
         .compile_fds(files)?;
     Ok(())
 }

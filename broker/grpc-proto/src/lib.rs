@@ -15,3 +15,4 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub use prost;
 pub use prost_types;
 pub use tonic;
+pub use tonic_prost;
