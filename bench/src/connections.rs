@@ -94,6 +94,8 @@ fn start(binary: &Path, dir: &Path, connections: usize) -> anyhow::Result<Broker
         &addr.to_string(),
         "--http-listen",
         &http,
+        "--grpc-listen",
+        "off",
         "--max-connections",
         &room,
         "--max-connections-per-address",

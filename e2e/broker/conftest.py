@@ -37,6 +37,7 @@ class Broker:
             "--data-dir", self.data_dir,
             "--listen", self.addr,
             "--http-listen", f"127.0.0.1:{self.http_port}",
+            "--grpc-listen", "off",
             "--advertise", self.addr,
             "--broker-name", self.name,
             "--persist-interval-ms", "200",

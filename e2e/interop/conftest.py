@@ -41,6 +41,7 @@ class Broker:
             "--data-dir", data_dir,
             "--listen", self.addr,
             "--http-listen", f"127.0.0.1:{free_port()}",
+            "--grpc-listen", "off",
             "--advertise", self.addr,
             *extra,
         ]

@@ -71,6 +71,8 @@ class Broker(Process):
                 self.addr,
                 "--http-listen",
                 f"127.0.0.1:{self.http_port}",
+                "--grpc-listen",
+                "off",
                 "--advertise",
                 self.addr,
                 "--broker-name",

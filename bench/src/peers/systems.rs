@@ -117,6 +117,8 @@ pub fn start_quiver(
         localhost(port).to_string(),
         "--http-listen".into(),
         localhost(http_port).to_string(),
+        "--grpc-listen".into(),
+        "off".into(),
         "--flush-mode".into(),
         flush.name().into(),
         "--stage-sample-every".into(),

@@ -56,6 +56,8 @@ pub struct Broker {
     pub transactions: Transactions,
     /// The accounts every request is checked against; None: ACL off.
     pub acl: Option<Acl>,
+    /// The gRPC port's address and its clients' Telemetry sessions.
+    pub grpc: crate::grpc::GrpcState,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -139,6 +141,7 @@ impl Broker {
             },
             transactions,
             acl,
+            grpc: crate::grpc::GrpcState::default(),
             ready: AtomicBool::new(false),
             started_ms: crate::now_ms(),
             config,

@@ -17,6 +17,8 @@ pub mod defaults {
     pub const DATA_DIR: &str = "./data";
     pub const LISTEN: &str = "0.0.0.0:10911";
     pub const HTTP_LISTEN: &str = "0.0.0.0:8080";
+    /// The RocketMQ 5.x Proxy's gRPC port.
+    pub const GRPC_LISTEN: &str = "0.0.0.0:8081";
     pub const BROKER_NAME: &str = "broker-0";
     pub const CLUSTER: &str = "DefaultCluster";
     pub const SEGMENT_SIZE: u64 = 1 << 30;
@@ -73,6 +75,16 @@ pub struct BrokerConfig {
     /// Address of the HTTP port (/metrics, /healthz, /readyz).
     #[arg(long, env = "QUIVER_HTTP_LISTEN", default_value = defaults::HTTP_LISTEN)]
     pub http_listen: String,
+
+    /// Address of the gRPC port (`apache.rocketmq.v2.MessagingService`, what RocketMQ 5.x
+    /// clients speak to a Proxy); "" or "off" turns it off.
+    #[arg(long, env = "QUIVER_GRPC_LISTEN", default_value = defaults::GRPC_LISTEN)]
+    pub grpc_listen: String,
+
+    /// host:port 5.x clients reach the gRPC port at (QueryRoute answers). Default: the
+    /// advertised host with the gRPC port's port.
+    #[arg(long, env = "QUIVER_GRPC_ADVERTISE")]
+    pub grpc_advertise: Option<String>,
 
     /// host:port clients reach this broker at (routes, message ids). Default: the listen address.
     #[arg(long, env = "QUIVER_ADVERTISE")]
@@ -334,6 +346,8 @@ impl Default for BrokerConfig {
             data_dir: PathBuf::from(defaults::DATA_DIR),
             listen: defaults::LISTEN.into(),
             http_listen: defaults::HTTP_LISTEN.into(),
+            grpc_listen: defaults::GRPC_LISTEN.into(),
+            grpc_advertise: None,
             advertise: None,
             broker_name: defaults::BROKER_NAME.into(),
             cluster: defaults::CLUSTER.into(),
@@ -534,6 +548,12 @@ impl BrokerConfig {
                     .iter()
                     .map(|advertise| ("advertise", advertise)),
             )
+            .chain(self.grpc_listen().map(|listen| ("grpc-listen", listen)))
+            .chain(
+                self.grpc_advertise
+                    .iter()
+                    .map(|advertise| ("grpc-advertise", advertise)),
+            )
             .chain(self.peers.iter().map(|peer| ("peers", peer)));
         for (field, value) in addresses {
             if !is_host_port(value) {
@@ -687,6 +707,24 @@ impl BrokerConfig {
             key_file: self.tls_key_file.clone(),
             ..Default::default()
         })
+    }
+
+    /// The gRPC port's address; None when it is off ("" or "off").
+    pub fn grpc_listen(&self) -> Option<&String> {
+        let listen = &self.grpc_listen;
+        (!listen.trim().is_empty() && !listen.trim().eq_ignore_ascii_case("off")).then_some(listen)
+    }
+
+    /// The address 5.x clients use for this broker's gRPC port bound at `bound`: the
+    /// `grpc-advertise` setting, else the remoting port's advertised host with `bound`'s port.
+    pub fn grpc_advertised_addr(&self, bound: std::net::SocketAddr, advertised: &str) -> String {
+        if let Some(addr) = &self.grpc_advertise {
+            return addr.clone();
+        }
+        match advertised.rsplit_once(':') {
+            Some((host, _)) => format!("{host}:{}", bound.port()),
+            None => format!("127.0.0.1:{}", bound.port()),
+        }
     }
 
     /// The address peers and clients use for this broker.

@@ -13,6 +13,7 @@ pub mod consumers;
 pub mod error;
 pub mod filter;
 pub mod groups;
+pub mod grpc;
 pub mod http;
 pub mod locks;
 pub mod long_poll;
@@ -31,7 +32,7 @@ pub mod transaction;
 
 pub use config::{BrokerConfig, ClientAuth, ConfigError, FlushMode, TlsMode};
 pub use error::BrokerError;
-pub use server::run;
+pub use server::{run, run_with_grpc};
 
 /// Milliseconds since the Unix epoch (the clock RocketMQ timestamps use).
 pub fn now_ms() -> i64 {

@@ -38,7 +38,15 @@ fn main() -> anyhow::Result<()> {
         let http = tokio::net::TcpListener::bind(&config.http_listen)
             .await
             .with_context(|| format!("binding --http-listen {}", config.http_listen))?;
-        quiver_broker::run(config, listener, Some(http), shutdown_signal())
+        let grpc = match config.grpc_listen() {
+            Some(address) => Some(
+                bind_with_backlog(address, LISTEN_BACKLOG)
+                    .await
+                    .with_context(|| format!("binding --grpc-listen {address}"))?,
+            ),
+            None => None,
+        };
+        quiver_broker::run_with_grpc(config, listener, Some(http), grpc, shutdown_signal())
             .await
             .context("broker failed")
     })

@@ -17,6 +17,9 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use quiver_protocol::body::{TopicConfig, TopicConfigSerializeWrapper};
 
+/// The GET_BROKER_CONFIG key naming where a broker serves gRPC.
+pub const GRPC_ENDPOINT_KEY: &str = "grpcEndpoint";
+
 /// How often peers are asked for their state.
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
@@ -58,6 +61,8 @@ pub struct PeerInfo {
     pub cluster: String,
     pub permission: i32,
     pub topics: BTreeMap<String, TopicConfig>,
+    /// Where the peer serves gRPC (its `grpcEndpoint`); None when it does not.
+    pub grpc_endpoint: Option<String>,
 }
 
 /// The latest answer of each reachable peer.
@@ -187,6 +192,10 @@ async fn poll(
             .and_then(|p| p.parse().ok())
             .unwrap_or(quiver_protocol::body::perm::READ_WRITE),
         topics,
+        grpc_endpoint: properties
+            .get(GRPC_ENDPOINT_KEY)
+            .filter(|endpoint| !endpoint.is_empty())
+            .cloned(),
     })
 }
 

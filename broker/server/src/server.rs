@@ -39,6 +39,18 @@ pub async fn run(
     http_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
+    run_with_grpc(config, listener, http_listener, None, shutdown).await
+}
+
+/// [`run`], serving RocketMQ 5.x clients (`apache.rocketmq.v2.MessagingService`) on
+/// `grpc_listener` too.
+pub async fn run_with_grpc(
+    config: BrokerConfig,
+    listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    grpc_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), BrokerError> {
     config.validate()?;
     let bound = listener.local_addr().map_err(|source| BrokerError::Io {
         context: "reading the listen address".into(),
@@ -78,6 +90,25 @@ pub async fn run(
     };
     let _ = slot.set(broker.clone());
     spawn_background_loops(&mut background, &broker, &stop_rx);
+    if let Some(grpc_listener) = grpc_listener {
+        let grpc_bound = grpc_listener
+            .local_addr()
+            .map_err(|source| BrokerError::Io {
+                context: "reading the gRPC listen address".into(),
+                source,
+            })?;
+        let endpoint = broker
+            .config
+            .grpc_advertised_addr(grpc_bound, &broker.advertised);
+        tracing::info!(listen = %grpc_bound, advertise = %endpoint, "gRPC (RocketMQ 5.x) serving");
+        let _ = broker.grpc.advertised.set(endpoint);
+        background.spawn(crate::grpc::serve(
+            broker.clone(),
+            grpc_listener,
+            tls.clone(),
+            stop_rx.clone(),
+        ));
+    }
     broker.set_ready(true);
     tracing::info!(
         listen = %bound,

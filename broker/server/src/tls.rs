@@ -110,19 +110,26 @@ pub enum Port {
     Remoting,
     /// The HTTP port: never asks for a client certificate (Kubernetes probes have none).
     Http,
+    /// The gRPC port: client certificates as the remoting port, and ALPN `h2` (gRPC clients
+    /// refuse a TLS connection that did not negotiate HTTP/2).
+    Grpc,
 }
 
 /// The server configs built from one version of the files.
 struct Configs {
     remoting: Arc<ServerConfig>,
     http: Arc<ServerConfig>,
+    grpc: Arc<ServerConfig>,
 }
 
 impl Configs {
     fn build(files: &Files, contents: &Contents) -> Result<Configs, String> {
+        let mut grpc = build(files, contents, files.client_auth)?;
+        grpc.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Configs {
             remoting: Arc::new(build(files, contents, files.client_auth)?),
             http: Arc::new(build(files, contents, ClientAuth::None)?),
+            grpc: Arc::new(grpc),
         })
     }
 }
@@ -179,6 +186,7 @@ impl TlsServer {
             match port {
                 Port::Remoting => configs.remoting.clone(),
                 Port::Http => configs.http.clone(),
+                Port::Grpc => configs.grpc.clone(),
             }
         };
         let acceptor = TlsAcceptor::from(config);

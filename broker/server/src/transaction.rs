@@ -349,6 +349,13 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
 /// Sends each check over a live connection of its producer group (the newest heartbeat).
 async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
     for check in checks {
+        if crate::grpc::check_back(broker, &check.group, &check.request) {
+            broker
+                .transactions
+                .checks_sent
+                .fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         let producer = broker
             .producers
             .clients(&check.group)

@@ -29,6 +29,8 @@ fn help_lists_every_flag() {
         "--data-dir",
         "--listen",
         "--http-listen",
+        "--grpc-listen",
+        "--grpc-advertise",
         "--advertise",
         "--broker-name",
         "--cluster",
@@ -67,6 +69,8 @@ fn sigterm_exits_zero() {
         .env("QUIVER_DATA_DIR", dir.path())
         .env("QUIVER_SEGMENT_SIZE", "1048576")
         .env("QUIVER_MAX_MESSAGE_SIZE", "65536")
+        // Not the default 0.0.0.0:8081: another broker on the machine may hold it.
+        .env("QUIVER_GRPC_LISTEN", "off")
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--http-listen", &format!("127.0.0.1:{http_port}")])
         .stdout(Stdio::null())

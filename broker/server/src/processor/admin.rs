@@ -106,6 +106,9 @@ fn config_properties(ctx: &Ctx) -> String {
         format!("brokerId=0"),
         format!("aclEnable={}", broker.acl.is_some()),
     ];
+    if let Some(endpoint) = broker.grpc.advertised.get() {
+        lines.push(format!("{}={endpoint}", crate::peers::GRPC_ENDPOINT_KEY));
+    }
     lines.sort();
     lines.join("\n") + "\n"
 }

@@ -23,7 +23,11 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
-pub(crate) use send::{store_message, store_message_async, StoreTarget};
+pub(crate) use send::{
+    check_broker_writable, half_message, park_if_delayed, store_message, store_message_async,
+    topic_for_send, StoreTarget,
+};
+pub(crate) use transaction::{end_transaction, Ending};
 
 /// What a processor sees: the broker and the connection the request came on.
 #[derive(Clone)]

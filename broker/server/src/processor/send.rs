@@ -167,7 +167,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         .with_ext_fields(reply.to_ext()))
 }
 
-fn check_broker_writable(broker: &Broker) -> Result<(), Refusal> {
+pub(crate) fn check_broker_writable(broker: &Broker) -> Result<(), Refusal> {
     if broker.is_writable() {
         return Ok(());
     }
@@ -327,32 +327,47 @@ impl Sending<'_> {
         !self.header.is_batch() && is_half_message(self.header.sys_flag, self.properties)
     }
 
-    /// The half message in the half topic's queue 0, remembering its real topic and queue
-    /// and its producer group, with the transaction bits of its sysFlag cleared (as
-    /// Apache's `TransactionalMessageBridge.parseHalfMessageInner`).
     fn half_target(&self, broker: &Broker, body: &Bytes) -> StoreTarget {
-        let mut properties = parse_properties(self.properties);
-        properties.insert(msg::PROPERTY_REAL_TOPIC.into(), self.header.topic.clone());
-        properties.insert(msg::PROPERTY_REAL_QID.into(), self.queue_id.to_string());
-        properties
-            .entry(msg::PROPERTY_PRODUCER_GROUP.into())
-            .or_insert_with(|| self.header.producer_group.clone());
-        broker.topics.get_or_create(transaction::HALF_TOPIC, 1);
-        StoreTarget {
-            topic: transaction::HALF_TOPIC.to_owned(),
-            queue_id: transaction::HALF_QUEUE,
+        let target = StoreTarget {
+            topic: self.header.topic.clone(),
+            queue_id: self.queue_id,
             flag: self.header.flag,
             body: body.clone(),
-            properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-            sys_flag: msg::sys_flag::with_transaction_type(
-                self.header.sys_flag,
-                msg::sys_flag::TRANSACTION_NOT_TYPE,
-            ),
+            properties: self.properties.to_owned(),
+            sys_flag: self.header.sys_flag,
             born_timestamp_ms: self.header.born_timestamp,
             born_host: self.born_host,
             reconsume_times: self.header.reconsume_times_or_zero(),
             prepared_transaction_offset: 0,
-        }
+        };
+        half_message(broker, target, &self.header.producer_group)
+    }
+}
+
+/// The half message of `target` in the half topic's queue 0, remembering its real topic and
+/// queue and its producer group, with the transaction bits of its sysFlag cleared (as
+/// Apache's `TransactionalMessageBridge.parseHalfMessageInner`).
+pub(crate) fn half_message(
+    broker: &Broker,
+    target: StoreTarget,
+    producer_group: &str,
+) -> StoreTarget {
+    let mut properties = parse_properties(&target.properties);
+    properties.insert(msg::PROPERTY_REAL_TOPIC.into(), target.topic.clone());
+    properties.insert(msg::PROPERTY_REAL_QID.into(), target.queue_id.to_string());
+    properties
+        .entry(msg::PROPERTY_PRODUCER_GROUP.into())
+        .or_insert_with(|| producer_group.to_owned());
+    broker.topics.get_or_create(transaction::HALF_TOPIC, 1);
+    StoreTarget {
+        topic: transaction::HALF_TOPIC.to_owned(),
+        queue_id: transaction::HALF_QUEUE,
+        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        sys_flag: msg::sys_flag::with_transaction_type(
+            target.sys_flag,
+            msg::sys_flag::TRANSACTION_NOT_TYPE,
+        ),
+        ..target
     }
 }
 

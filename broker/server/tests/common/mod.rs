@@ -547,6 +547,12 @@ pub async fn start_binary(data_dir: &Path, log: &Path, extra: &[&str]) -> Broker
         .args(["--segment-size", "1048576", "--max-message-size", "65536"])
         .args(["--disk-high-water-ratio", "1", "--disk-clean-ratio", "1"])
         .args(["--disk-force-clean-ratio", "1"])
+        // Brokers of parallel tests must not all bind the default gRPC port.
+        .args(if extra.contains(&"--grpc-listen") {
+            &[][..]
+        } else {
+            &["--grpc-listen", "off"][..]
+        })
         .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())

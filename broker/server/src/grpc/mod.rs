@@ -1,0 +1,64 @@
+//! The gRPC port: `apache.rocketmq.v2.MessagingService`, the protocol RocketMQ 5.x clients
+//! speak to a Proxy, served by the broker itself from the same store as the remoting port.
+//!
+//! `listener.rs` accepts (TLS as the remoting port), `service.rs` authorises each call and
+//! hands it to the file of its family: `route.rs` (QueryRoute, QueryAssignment),
+//! `send.rs` (SendMessage), `transaction.rs` (EndTransaction and the check-back's command),
+//! `telemetry.rs` (the settings handshake and the sessions the broker pushes commands to),
+//! `consume.rs` (Receive, Ack, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue over
+//! the POP service); `convert.rs` maps messages to and from stored records.
+
+mod auth;
+mod convert;
+mod listener;
+mod route;
+mod send;
+mod service;
+mod telemetry;
+mod transaction;
+
+use std::sync::OnceLock;
+
+use quiver_grpc_proto::v2::{Code, Status};
+
+pub use listener::serve;
+pub use telemetry::Sessions;
+pub use transaction::{check_back, TransactionHandle};
+
+/// What the gRPC side shares with the rest of the broker.
+#[derive(Default)]
+pub struct GrpcState {
+    /// host:port 5.x clients reach this broker's gRPC port at; unset while it is off.
+    pub advertised: OnceLock<String>,
+    /// The clients' Telemetry streams, by client id.
+    pub sessions: Sessions,
+    /// The next queue a message without a message group goes to (modulo the queue count).
+    pub(crate) send_sequence: std::sync::atomic::AtomicU32,
+}
+
+/// A status line of a response.
+pub(crate) fn status(code: Code, message: impl Into<String>) -> Status {
+    Status {
+        code: code as i32,
+        message: message.into(),
+    }
+}
+
+pub(crate) fn ok() -> Status {
+    status(Code::Ok, "OK")
+}
+
+/// The 5.x code for a refusal of the remoting processors the gRPC calls share.
+pub(crate) fn refusal_status(refusal: &crate::processor::Refusal) -> Status {
+    use quiver_protocol::code::response;
+    let code = match refusal.code {
+        response::TOPIC_NOT_EXIST => Code::TopicNotFound,
+        response::NO_PERMISSION => Code::Forbidden,
+        response::MESSAGE_ILLEGAL => Code::BadRequest,
+        response::SYSTEM_BUSY => Code::TooManyRequests,
+        response::SUBSCRIPTION_GROUP_NOT_EXIST => Code::ConsumerGroupNotFound,
+        response::SUBSCRIPTION_PARSE_FAILED => Code::IllegalFilterExpression,
+        _ => Code::InternalServerError,
+    };
+    status(code, refusal.remark.clone())
+}
