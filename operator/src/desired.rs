@@ -1180,6 +1180,11 @@ mod tests {
             assert_eq!(parsed["disk-clean-ratio"], 0.55, "{parsed}");
             assert_eq!(parsed["disk-force-clean-ratio"], 0.65, "{parsed}");
             assert_eq!(config.data_dir, std::path::PathBuf::from(DATA_DIR));
+            assert_eq!(config.grpc_listen(), Some(&"0.0.0.0:8081".to_string()));
+            assert_eq!(
+                config.grpc_advertise,
+                Some(format!("{}.qb-headless.ns.svc:8081", config.broker_name))
+            );
             let read_only = config.broker_name == "qb-2";
             assert_eq!(config.broker_permission, if read_only { 4 } else { 6 });
         }
