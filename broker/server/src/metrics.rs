@@ -271,6 +271,7 @@ impl Collector for BrokerCollector {
         encode_transactions(&mut encoder, broker)?;
         encode_timers(&mut encoder, &broker.timers)?;
         encode_disk(&mut encoder, broker)?;
+        encode_grpc(&mut encoder, broker)?;
         match &broker.acl {
             Some(acl) => encode_acl(&mut encoder, acl),
             None => Ok(()),
@@ -453,6 +454,29 @@ fn encode_transactions(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> 
         "quiver_transaction_discarded_total",
         "Half messages checked back transaction-check-max times, moved to TRANS_CHECK_MAX_TIME_TOPIC.",
         [([("topic", crate::transaction::CHECK_MAX_TIME_TOPIC)], discarded)],
+    )
+}
+
+/// The gRPC port (when on): calls by result, and the clients' open Telemetry streams.
+fn encode_grpc(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
+    if broker.grpc.advertised.get().is_none() {
+        return Ok(());
+    }
+    gauge(
+        encoder,
+        "quiver_grpc_telemetry_sessions",
+        "RocketMQ 5.x clients with a Telemetry stream open to this broker.",
+        broker.grpc.sessions.len() as u64,
+    )?;
+    counter_family(
+        encoder,
+        "quiver_grpc_calls_total",
+        "gRPC calls answered, by call and apache.rocketmq.v2 result code.",
+        broker
+            .grpc
+            .call_counts()
+            .into_iter()
+            .map(|((call, code), count)| ([("call", call), ("code", code)], count)),
     )
 }
 

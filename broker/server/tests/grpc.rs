@@ -332,6 +332,14 @@ async fn a_grpc_message_reaches_a_4x_consumer_with_id_tag_keys_and_properties() 
     assert_eq!(property(record, "TAGS"), Some("TagA"));
     assert_eq!(property(record, "KEYS"), Some("k1 k2"));
     assert_eq!(property(record, "origin"), Some("grpc"));
+    let metrics = common::http_get(broker.process.http, "/metrics")
+        .await
+        .unwrap()
+        .1;
+    assert!(
+        metrics.contains("call=\"SendMessage\",code=\"OK\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -48,21 +48,31 @@ impl Caller {
         }
     }
 
+    fn credentials(&self) -> Option<GrpcCredentials<'_>> {
+        self.credentials
+            .as_ref()
+            .map(|(access_key, signature, date_time)| GrpcCredentials {
+                access_key,
+                signature,
+                date_time,
+            })
+    }
+
+    /// Whether ACL is off or the caller may do `needs`; a no is not counted as a refusal.
+    pub fn may(&self, broker: &Broker, needs: &[(Resource<'_>, Perm)]) -> bool {
+        broker
+            .acl
+            .as_ref()
+            .is_none_or(|acl| acl.allows_grpc(self.credentials(), self.remote.ip(), needs))
+    }
+
     /// Refuses the call unless ACL is off or the caller may do `needs` (UNAUTHORIZED for who
     /// it is, FORBIDDEN for what it asks).
     pub fn authorize(&self, broker: &Broker, needs: &[(Resource<'_>, Perm)]) -> Result<(), Status> {
         let Some(acl) = &broker.acl else {
             return Ok(());
         };
-        let credentials = self
-            .credentials
-            .as_ref()
-            .map(|(access_key, signature, date_time)| GrpcCredentials {
-                access_key,
-                signature,
-                date_time,
-            });
-        acl.check_grpc(credentials, self.remote.ip(), needs)
+        acl.check_grpc(self.credentials(), self.remote.ip(), needs)
             .map_err(|(because, reason)| {
                 tracing::debug!(remote = %self.remote, reason = because.label(), "gRPC call refused by ACL");
                 let code = match because {
