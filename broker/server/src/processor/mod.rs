@@ -23,6 +23,7 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
+pub(crate) use retry::retry_properties;
 pub(crate) use send::{store_message, store_message_async, StoreTarget};
 
 /// What a processor sees: the broker and the connection the request came on.
