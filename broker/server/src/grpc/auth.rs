@@ -22,6 +22,8 @@ pub(crate) struct Caller {
     pub client_id: String,
     /// (access key, signature, date time) when the call is signed.
     credentials: Option<(String, String, String)>,
+    /// What the client's `grpc-timeout` leaves the call.
+    pub timeout: Option<Duration>,
 }
 
 impl Caller {
@@ -45,6 +47,7 @@ impl Caller {
             remote,
             client_id: text("x-mq-client-id").unwrap_or_default(),
             credentials,
+            timeout: grpc_timeout(metadata),
         }
     }
 
@@ -101,7 +104,6 @@ fn parse_authorization(value: &str) -> Option<(String, String)> {
 }
 
 /// The `grpc-timeout` header: digits and a unit (H, M, S, m, u, n).
-#[cfg_attr(not(test), allow(dead_code))]
 fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);

@@ -9,6 +9,7 @@
 //! the POP service); `convert.rs` maps messages to and from stored records.
 
 mod auth;
+mod consume;
 mod convert;
 mod listener;
 mod route;

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::Caller;
 use super::telemetry::{self, OUTBOUND_QUEUE};
-use super::{ok, route, send, transaction};
+use super::{consume, ok, route, send, transaction};
 use crate::acl::{Perm, Resource};
 use crate::broker::Broker;
 
@@ -200,6 +200,106 @@ impl MessagingService for Messaging {
         Ok(Response::new(v2::NotifyClientTerminationResponse {
             status: Some(status),
         }))
+    }
+
+    async fn receive_message(
+        &self,
+        request: Request<v2::ReceiveMessageRequest>,
+    ) -> Result<Response<BoxStream<v2::ReceiveMessageResponse>>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(
+            request
+                .message_queue
+                .as_ref()
+                .and_then(|q| q.topic.as_ref()),
+        );
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let responses = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::receive(&self.broker, &caller, &request, self.stop.clone()).await,
+            Err(refused) => vec![v2::ReceiveMessageResponse {
+                content: Some(v2::receive_message_response::Content::Status(refused)),
+            }],
+        };
+        if let Some(v2::receive_message_response::Content::Status(status)) =
+            responses.first().and_then(|first| first.content.as_ref())
+        {
+            self.count("ReceiveMessage", Some(status));
+        }
+        let stream = tokio_stream::iter(responses.into_iter().map(Ok));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn ack_message(
+        &self,
+        request: Request<v2::AckMessageRequest>,
+    ) -> Result<Response<v2::AckMessageResponse>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(request.topic.as_ref());
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::ack(&self.broker, request).await,
+            Err(refused) => v2::AckMessageResponse {
+                status: Some(refused),
+                entries: Vec::new(),
+            },
+        };
+        self.count("AckMessage", response.status.as_ref());
+        Ok(Response::new(response))
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        request: Request<v2::ChangeInvisibleDurationRequest>,
+    ) -> Result<Response<v2::ChangeInvisibleDurationResponse>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(request.topic.as_ref());
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::change_invisible(&self.broker, request).await,
+            Err(refused) => v2::ChangeInvisibleDurationResponse {
+                status: Some(refused),
+                receipt_handle: String::new(),
+            },
+        };
+        self.count("ChangeInvisibleDuration", response.status.as_ref());
+        Ok(Response::new(response))
+    }
+
+    async fn forward_message_to_dead_letter_queue(
+        &self,
+        request: Request<v2::ForwardMessageToDeadLetterQueueRequest>,
+    ) -> Result<Response<v2::ForwardMessageToDeadLetterQueueResponse>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(request.topic.as_ref());
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::forward_to_dead_letter(&self.broker, request).await,
+            Err(refused) => v2::ForwardMessageToDeadLetterQueueResponse {
+                status: Some(refused),
+            },
+        };
+        self.count("ForwardMessageToDeadLetterQueue", response.status.as_ref());
+        Ok(Response::new(response))
     }
 
     async fn pull_message(
