@@ -242,19 +242,7 @@ async fn routes_name_the_grpc_endpoint_of_every_broker() {
 async fn telemetry_answers_the_groups_fifo_flag_and_retry_policy() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start(dir.path(), &[]).await;
-    let mut admin = Client::connect(broker.process.addr).await;
-    let group = serde_json::json!({
-        "groupName": "Ordered", "consumeEnable": true, "consumeMessageOrderly": true,
-        "retryMaxTimes": 3, "retryQueueNums": 1
-    });
-    let created = admin
-        .call(
-            request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-            ext(&[]),
-            Bytes::from(group.to_string()),
-        )
-        .await;
-    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    create_orderly_group(broker.process.addr, "Ordered").await;
     let mut client = connect(broker.grpc).await;
     let settings = v2::Settings {
         client_type: Some(v2::ClientType::SimpleConsumer as i32),
@@ -279,6 +267,23 @@ async fn telemetry_answers_the_groups_fifo_flag_and_retry_policy() {
         4,
         "retryMaxTimes + 1"
     );
+}
+
+/// Creates subscription group `name` with consumeMessageOrderly (a FIFO group for 5.x).
+async fn create_orderly_group(addr: SocketAddr, name: &str) {
+    let mut admin = Client::connect(addr).await;
+    let group = serde_json::json!({
+        "groupName": name, "consumeEnable": true, "consumeMessageOrderly": true,
+        "retryMaxTimes": 3, "retryQueueNums": 1
+    });
+    let created = admin
+        .call(
+            request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            ext(&[]),
+            Bytes::from(group.to_string()),
+        )
+        .await;
+    assert_eq!(created.code, response::SUCCESS, "{created:?}");
 }
 
 /// Opens a Telemetry stream as `client_id` and sends `settings` first.
@@ -1078,4 +1083,49 @@ async fn messages_cross_between_4x_and_5x_clients_both_ways() {
         from_5x.properties.get("origin").map(String::as_str),
         Some("grpc")
     );
+}
+
+#[tokio::test]
+async fn an_orderly_group_gets_a_message_groups_messages_in_order_one_batch_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    create_orderly_group(broker.process.addr, "Sequencers").await;
+    let mut client = connect(broker.grpc).await;
+    let fifo = |index: usize| {
+        let mut fifo = message("Seq", &format!("ID-SEQ-{index}"), &format!("s{index}"));
+        let system = fifo.system_properties.as_mut().unwrap();
+        system.message_group = Some("account-7".into());
+        system.message_type = MessageType::Fifo as i32;
+        fifo
+    };
+    for index in 0..4 {
+        let sent = send(&mut client, vec![fifo(index)]).await;
+        assert_eq!(code_of(sent.status.as_ref()), Code::Ok, "{sent:?}");
+    }
+    let invisible = Duration::from_secs(30);
+    let batch = receive_until(&mut client, "Sequencers", "Seq", invisible, 4).await;
+    let bodies: Vec<&[u8]> = batch.iter().map(|m| &m.body[..]).collect();
+    assert_eq!(bodies, [b"s0", b"s1", b"s2", b"s3"], "the group's order");
+    assert_eq!(
+        system(&batch[0]).message_group.as_deref(),
+        Some("account-7")
+    );
+    let sent = send(&mut client, vec![fifo(4)]).await;
+    assert_eq!(code_of(sent.status.as_ref()), Code::Ok);
+    let (blocked, none) =
+        receive(&mut client, "Sequencers", "Seq", invisible, Duration::ZERO).await;
+    assert_eq!(
+        (blocked, none.len()),
+        (Code::MessageNotFound, 0),
+        "the queue waits for its batch's acks"
+    );
+    for message in &batch {
+        assert_eq!(
+            ack(&mut client, "Sequencers", "Seq", message).await,
+            Code::Ok
+        );
+    }
+    let next = receive_until(&mut client, "Sequencers", "Seq", invisible, 1).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].body, b"s4");
 }

@@ -14,7 +14,7 @@ use super::{ok, status};
 use crate::broker::{blocking, Broker};
 use crate::config::FlushMode;
 use crate::filter::ConsumerFilter;
-use crate::pop::{PopError, ReceiveRequest, MAX_MESSAGES_PER_RECEIVE};
+use crate::pop::{PopError, Popped, ReceiveRequest, MAX_MESSAGES_PER_RECEIVE};
 
 /// What a receive's messages stay invisible for when the request names no time (push
 /// consumers that ask the server to renew).
@@ -140,17 +140,27 @@ pub(crate) async fn receive(
         Ok(popped) => popped,
         Err(error) => return refused(pop_status(&error)),
     };
-    let mut responses = Vec::with_capacity(popped.len() + 2);
+    let store_host = broker.grpc.advertised.get().cloned().unwrap_or_default();
+    answer(&popped, invisible, &store_host)
+}
+
+/// A receive's answer: its status, each message, then (when there are messages) the time
+/// they were handed out.
+fn answer(
+    popped: &[Popped],
+    invisible: Duration,
+    store_host: &str,
+) -> Vec<v2::ReceiveMessageResponse> {
     let first = if popped.is_empty() {
         status(Code::MessageNotFound, "no new message")
     } else {
         ok()
     };
+    let mut responses = Vec::with_capacity(popped.len() + 2);
     responses.push(v2::ReceiveMessageResponse {
         content: Some(v2::receive_message_response::Content::Status(first)),
     });
-    let store_host = broker.grpc.advertised.get().cloned().unwrap_or_default();
-    for message in &popped {
+    for message in popped {
         let Ok((record, _)) = quiver_protocol::record::decode(&message.record) else {
             tracing::warn!(topic = %message.topic, offset = message.queue_offset, "undecodable record received; skipped");
             continue;
@@ -160,7 +170,7 @@ pub(crate) async fn receive(
             delivery_attempt: message.delivery_attempt,
             invisible,
         };
-        let mut converted = outgoing(&record, &message.topic, Some(delivery), &store_host);
+        let mut converted = outgoing(&record, &message.topic, Some(delivery), store_host);
         if let Some(system) = converted.system_properties.as_mut() {
             system.queue_id = i32::try_from(message.queue_id).unwrap_or(i32::MAX);
             system.queue_offset = i64::try_from(message.queue_offset).ok();
