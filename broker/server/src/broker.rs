@@ -54,6 +54,8 @@ pub struct Broker {
     pub read_budgets: ReadBudgets,
     /// Which half messages are settled (transactional messages).
     pub transactions: Transactions,
+    /// POP consumption (5.x clients' receive / ack): state, waiting receives, revive counts.
+    pub pop: crate::pop::PopService,
     /// The accounts every request is checked against; None: ACL off.
     pub acl: Option<Acl>,
     /// The gRPC port's address and its clients' Telemetry sessions.
@@ -92,10 +94,14 @@ impl Broker {
             config.max_parked_pulls_per_connection,
         );
         let hook_registry = long_poll.clone();
+        let pop_wakers = Arc::new(crate::pop::Wakers::default());
+        let pop = crate::pop::PopService::open(&config, pop_wakers.clone())
+            .map_err(BrokerError::store("open pop state"))?;
         let timers = crate::timer::TimerState::default();
         let timer_wake = timers.wake.clone();
         store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
             hook_registry.notify(event.topic, event.queue_id);
+            pop_wakers.wake(event.topic);
             if event.topic == crate::timer::TIMER_TOPIC {
                 timer_wake.wake();
             }
@@ -140,6 +146,7 @@ impl Broker {
                 per_connection: PerConnectionBudget::new(config.max_inflight_bytes_per_connection),
             },
             transactions,
+            pop,
             acl,
             grpc: crate::grpc::GrpcState::default(),
             ready: AtomicBool::new(false),
@@ -251,6 +258,10 @@ impl Broker {
                 source,
             })?;
         self.topics.persist()?;
+        self.pop.flush().map_err(|source| BrokerError::Store {
+            op: "flush pop state",
+            source,
+        })?;
         self.groups.persist()
     }
 }

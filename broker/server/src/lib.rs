@@ -20,6 +20,7 @@ pub mod long_poll;
 pub mod metrics;
 pub mod peers;
 pub(crate) mod persist;
+pub mod pop;
 pub mod processor;
 pub mod producers;
 pub mod schedule;

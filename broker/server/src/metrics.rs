@@ -270,7 +270,9 @@ impl Collector for BrokerCollector {
         encode_broker(&mut encoder, broker)?;
         encode_transactions(&mut encoder, broker)?;
         encode_timers(&mut encoder, &broker.timers)?;
+        encode_pop(&mut encoder, &broker.pop)?;
         encode_disk(&mut encoder, broker)?;
+        encode_grpc(&mut encoder, broker)?;
         match &broker.acl {
             Some(acl) => encode_acl(&mut encoder, acl),
             None => Ok(()),
@@ -453,6 +455,55 @@ fn encode_transactions(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> 
         "quiver_transaction_discarded_total",
         "Half messages checked back transaction-check-max times, moved to TRANS_CHECK_MAX_TIME_TOPIC.",
         [([("topic", crate::transaction::CHECK_MAX_TIME_TOPIC)], discarded)],
+    )
+}
+
+/// The gRPC port (when on): calls by result, and the clients' open Telemetry streams.
+fn encode_grpc(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
+    if broker.grpc.advertised.get().is_none() {
+        return Ok(());
+    }
+    gauge(
+        encoder,
+        "quiver_grpc_telemetry_sessions",
+        "RocketMQ 5.x clients with a Telemetry stream open to this broker.",
+        broker.grpc.sessions.len() as u64,
+    )?;
+    counter_family(
+        encoder,
+        "quiver_grpc_calls_total",
+        "gRPC calls answered, by call and apache.rocketmq.v2 result code.",
+        broker
+            .grpc
+            .call_counts()
+            .into_iter()
+            .map(|((call, code), count)| ([("call", call), ("code", code)], count)),
+    )
+}
+
+/// POP consumption: messages in flight per group, revived messages, waiting receives.
+fn encode_pop(encoder: &mut DescriptorEncoder<'_>, pop: &crate::pop::PopService) -> fmt::Result {
+    let inflight = pop.inflight_by_group();
+    gauge_family(
+        encoder,
+        "quiver_pop_inflight_messages",
+        "POP-received messages neither acked nor revived yet, by consumer group.",
+        inflight
+            .iter()
+            .map(|(group, &count)| ([("group", group.as_str())], count)),
+    )?;
+    counter_family(
+        encoder,
+        "quiver_pop_revived_total",
+        "POP messages not acked in time: re-put to the retry topic, to the DLQ, or redelivered in place (in-order groups).",
+        pop.revived_counts()
+            .map(|(to, count)| ([("to", to)], count)),
+    )?;
+    gauge(
+        encoder,
+        "quiver_pop_waiting_receives",
+        "POP receives long polling for messages.",
+        pop.waiting_receives() as u64,
     )
 }
 

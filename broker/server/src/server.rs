@@ -39,7 +39,19 @@ pub async fn run(
     http_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
-    run_with_grpc(config, listener, http_listener, None, shutdown).await
+    run_with_slot(config, listener, http_listener, shutdown, Arc::default()).await
+}
+
+/// [`run`], filling `slot` with the broker once it has opened (tests and embedders reach the
+/// broker's services, such as `pop`, through it).
+pub async fn run_with_slot(
+    config: BrokerConfig,
+    listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    slot: crate::broker::BrokerSlot,
+) -> Result<(), BrokerError> {
+    serve(config, listener, http_listener, None, shutdown, slot).await
 }
 
 /// [`run`], serving RocketMQ 5.x clients (`apache.rocketmq.v2.MessagingService`) on
@@ -51,6 +63,25 @@ pub async fn run_with_grpc(
     grpc_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), BrokerError> {
+    serve(
+        config,
+        listener,
+        http_listener,
+        grpc_listener,
+        shutdown,
+        Arc::default(),
+    )
+    .await
+}
+
+async fn serve(
+    config: BrokerConfig,
+    listener: TcpListener,
+    http_listener: Option<TcpListener>,
+    grpc_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    slot: crate::broker::BrokerSlot,
+) -> Result<(), BrokerError> {
     config.validate()?;
     let bound = listener.local_addr().map_err(|source| BrokerError::Io {
         context: "reading the listen address".into(),
@@ -59,7 +90,6 @@ pub async fn run_with_grpc(
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut background = JoinSet::new();
-    let slot: crate::broker::BrokerSlot = Arc::default();
     let tls = TlsServer::load(&config)?;
     if let Some(tls) = &tls {
         background.spawn(crate::tls::reload_loop(tls.clone(), stop_rx.clone()));
@@ -154,6 +184,7 @@ fn spawn_background_loops(
     background.spawn(retention_loop(broker.clone(), stop.clone()));
     background.spawn(crate::schedule::run(broker.clone(), stop.clone()));
     background.spawn(crate::timer::run(broker.clone(), stop.clone()));
+    background.spawn(crate::pop::run(broker.clone(), stop.clone()));
     background.spawn(crate::transaction::run(broker.clone(), stop.clone()));
     background.spawn(crate::peers::run(broker.clone(), stop.clone()));
     background.spawn(crate::acl::reload_loop(broker.clone(), stop.clone()));

@@ -242,19 +242,7 @@ async fn routes_name_the_grpc_endpoint_of_every_broker() {
 async fn telemetry_answers_the_groups_fifo_flag_and_retry_policy() {
     let dir = tempfile::tempdir().unwrap();
     let broker = start(dir.path(), &[]).await;
-    let mut admin = Client::connect(broker.process.addr).await;
-    let group = serde_json::json!({
-        "groupName": "Ordered", "consumeEnable": true, "consumeMessageOrderly": true,
-        "retryMaxTimes": 3, "retryQueueNums": 1
-    });
-    let created = admin
-        .call(
-            request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-            ext(&[]),
-            Bytes::from(group.to_string()),
-        )
-        .await;
-    assert_eq!(created.code, response::SUCCESS, "{created:?}");
+    create_orderly_group(broker.process.addr, "Ordered").await;
     let mut client = connect(broker.grpc).await;
     let settings = v2::Settings {
         client_type: Some(v2::ClientType::SimpleConsumer as i32),
@@ -279,6 +267,23 @@ async fn telemetry_answers_the_groups_fifo_flag_and_retry_policy() {
         4,
         "retryMaxTimes + 1"
     );
+}
+
+/// Creates subscription group `name` with consumeMessageOrderly (a FIFO group for 5.x).
+async fn create_orderly_group(addr: SocketAddr, name: &str) {
+    let mut admin = Client::connect(addr).await;
+    let group = serde_json::json!({
+        "groupName": name, "consumeEnable": true, "consumeMessageOrderly": true,
+        "retryMaxTimes": 3, "retryQueueNums": 1
+    });
+    let created = admin
+        .call(
+            request::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            ext(&[]),
+            Bytes::from(group.to_string()),
+        )
+        .await;
+    assert_eq!(created.code, response::SUCCESS, "{created:?}");
 }
 
 /// Opens a Telemetry stream as `client_id` and sends `settings` first.
@@ -332,6 +337,14 @@ async fn a_grpc_message_reaches_a_4x_consumer_with_id_tag_keys_and_properties() 
     assert_eq!(property(record, "TAGS"), Some("TagA"));
     assert_eq!(property(record, "KEYS"), Some("k1 k2"));
     assert_eq!(property(record, "origin"), Some("grpc"));
+    let metrics = common::http_get(broker.process.http, "/metrics")
+        .await
+        .unwrap()
+        .1;
+    assert!(
+        metrics.contains("call=\"SendMessage\",code=\"OK\"} 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -719,4 +732,400 @@ async fn calls_quiver_does_not_serve_are_refused_at_once() {
         recall.expect_err("unknown call").code(),
         RpcCode::Unimplemented
     );
+}
+
+/// Receives from `topic` as `group`: (status code, messages).
+async fn receive(
+    client: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    invisible: Duration,
+    long_poll: Duration,
+) -> (Code, Vec<v2::Message>) {
+    let request = v2::ReceiveMessageRequest {
+        group: resource(group),
+        message_queue: Some(v2::MessageQueue {
+            topic: resource(topic),
+            id: -1,
+            ..Default::default()
+        }),
+        filter_expression: Some(v2::FilterExpression {
+            r#type: v2::FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
+        batch_size: 32,
+        invisible_duration: Some(proto_duration(invisible)),
+        auto_renew: false,
+        long_polling_timeout: Some(proto_duration(long_poll)),
+        attempt_id: None,
+    };
+    let mut request = call(request, "consumer-1");
+    request.set_timeout(long_poll + Duration::from_secs(5));
+    let mut stream = client
+        .receive_message(request)
+        .await
+        .expect("ReceiveMessage answers")
+        .into_inner();
+    let mut code = None;
+    let mut messages = Vec::new();
+    while let Some(response) = stream.message().await.expect("a healthy stream") {
+        match response.content {
+            Some(v2::receive_message_response::Content::Status(status)) => {
+                code = Some(Code::try_from(status.code).unwrap())
+            }
+            Some(v2::receive_message_response::Content::Message(message)) => messages.push(message),
+            _ => {}
+        }
+    }
+    (code.expect("a status"), messages)
+}
+
+fn proto_duration(of: Duration) -> quiver_grpc_proto::prost_types::Duration {
+    quiver_grpc_proto::prost_types::Duration {
+        seconds: i64::try_from(of.as_secs()).unwrap(),
+        nanos: i32::try_from(of.subsec_nanos()).unwrap(),
+    }
+}
+
+fn system(message: &v2::Message) -> &v2::SystemProperties {
+    message
+        .system_properties
+        .as_ref()
+        .expect("system properties")
+}
+
+async fn ack(
+    client: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    message: &v2::Message,
+) -> Code {
+    let request = v2::AckMessageRequest {
+        group: resource(group),
+        topic: resource(topic),
+        entries: vec![v2::AckMessageEntry {
+            message_id: system(message).message_id.clone(),
+            receipt_handle: system(message).receipt_handle.clone().unwrap(),
+        }],
+    };
+    let answer = client
+        .ack_message(call(request, "consumer-1"))
+        .await
+        .expect("AckMessage answers")
+        .into_inner();
+    code_of(answer.status.as_ref())
+}
+
+/// Receives until `wanted` messages came or the bound passes.
+async fn receive_until(
+    client: &mut MessagingServiceClient<Channel>,
+    group: &str,
+    topic: &str,
+    invisible: Duration,
+    wanted: usize,
+) -> Vec<v2::Message> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while got.len() < wanted && tokio::time::Instant::now() < deadline {
+        let (_, messages) = receive(client, group, topic, invisible, Duration::from_secs(2)).await;
+        got.extend(messages);
+    }
+    got
+}
+
+#[tokio::test]
+async fn received_messages_are_acked_redelivered_renewed_and_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut client = connect(broker.grpc).await;
+    for (id, body) in [("ID-W1", "first"), ("ID-W2", "second"), ("ID-W3", "third")] {
+        let sent = send(&mut client, vec![message("Work", id, body)]).await;
+        assert_eq!(code_of(sent.status.as_ref()), Code::Ok, "{sent:?}");
+    }
+    let invisible = Duration::from_secs(2);
+    let mut received = receive_until(&mut client, "Workers", "Work", invisible, 3).await;
+    received.sort_by_key(|m| system(m).message_id.clone());
+    let ids: Vec<&str> = received
+        .iter()
+        .map(|m| system(m).message_id.as_str())
+        .collect();
+    assert_eq!(ids, ["ID-W1", "ID-W2", "ID-W3"]);
+    for message in &received {
+        assert_eq!(system(message).delivery_attempt, Some(1));
+        assert_eq!(system(message).tag.as_deref(), Some("TagA"));
+        assert_eq!(
+            message.user_properties.get("origin").map(String::as_str),
+            Some("grpc")
+        );
+    }
+    let (first, second, third) = (&received[0], &received[1], &received[2]);
+    assert_eq!(ack(&mut client, "Workers", "Work", first).await, Code::Ok);
+    assert_eq!(
+        ack(&mut client, "Workers", "Work", first).await,
+        Code::InvalidReceiptHandle,
+        "a handle acks once"
+    );
+    // Third: dead-lettered by the client's request.
+    let forwarded = client
+        .forward_message_to_dead_letter_queue(call(
+            v2::ForwardMessageToDeadLetterQueueRequest {
+                group: resource("Workers"),
+                topic: resource("Work"),
+                receipt_handle: system(third).receipt_handle.clone().unwrap(),
+                message_id: system(third).message_id.clone(),
+                delivery_attempt: 1,
+                max_delivery_attempts: 16,
+            },
+            "consumer-1",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        code_of(forwarded.status.as_ref()),
+        Code::Ok,
+        "{forwarded:?}"
+    );
+    // Second: not acked in time, so delivered again, one attempt more.
+    let again = receive_until(&mut client, "Workers", "Work", Duration::from_secs(30), 1).await;
+    assert_eq!(again.len(), 1, "only the unacked one comes back: {again:?}");
+    assert_eq!(system(&again[0]).message_id, system(second).message_id);
+    assert_eq!(system(&again[0]).delivery_attempt, Some(2));
+    let renewed = client
+        .change_invisible_duration(call(
+            v2::ChangeInvisibleDurationRequest {
+                group: resource("Workers"),
+                topic: resource("Work"),
+                receipt_handle: system(&again[0]).receipt_handle.clone().unwrap(),
+                invisible_duration: Some(proto_duration(Duration::from_secs(60))),
+                message_id: system(&again[0]).message_id.clone(),
+            },
+            "consumer-1",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code_of(renewed.status.as_ref()), Code::Ok, "{renewed:?}");
+    assert_eq!(
+        ack(&mut client, "Workers", "Work", &again[0]).await,
+        Code::InvalidReceiptHandle,
+        "the old handle stopped working"
+    );
+    let mut renewed_message = again[0].clone();
+    renewed_message
+        .system_properties
+        .as_mut()
+        .unwrap()
+        .receipt_handle = Some(renewed.receipt_handle);
+    assert_eq!(
+        ack(&mut client, "Workers", "Work", &renewed_message).await,
+        Code::Ok
+    );
+    let dead = pull_dlq(broker.process.addr, "Workers").await;
+    assert_eq!(dead, ["ID-W3"]);
+}
+
+async fn pull_dlq(addr: SocketAddr, group: &str) -> Vec<String> {
+    let mut client = Client::connect(addr).await;
+    let pulled = client
+        .pull("DlqReader", &format!("%DLQ%{group}"), 0, 0, 0, None)
+        .await;
+    if pulled.code != response::SUCCESS {
+        return Vec::new();
+    }
+    quiver_store::record::decode_all(&pulled.body)
+        .unwrap()
+        .iter()
+        .filter_map(|r| property(r, "UNIQ_KEY").map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_empty_receive_answers_before_the_clients_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut client = connect(broker.grpc).await;
+    let mut admin = Client::connect(broker.process.addr).await;
+    assert_eq!(
+        admin.create_topic("Quiet", QUEUES).await.code,
+        response::SUCCESS
+    );
+    let request = v2::ReceiveMessageRequest {
+        group: resource("Listeners"),
+        message_queue: Some(v2::MessageQueue {
+            topic: resource("Quiet"),
+            id: -1,
+            ..Default::default()
+        }),
+        batch_size: 1,
+        invisible_duration: Some(proto_duration(Duration::from_secs(10))),
+        // Far longer than the deadline below: the broker must cut it short.
+        long_polling_timeout: Some(proto_duration(Duration::from_secs(120))),
+        ..Default::default()
+    };
+    let mut request = call(request, "consumer-1");
+    request.set_timeout(Duration::from_secs(3));
+    let answered = client.receive_message(request).await;
+    let mut stream = answered
+        .expect("answered, not DEADLINE_EXCEEDED")
+        .into_inner();
+    let first = stream
+        .message()
+        .await
+        .expect("a healthy stream")
+        .expect("a status");
+    let Some(v2::receive_message_response::Content::Status(status)) = first.content else {
+        panic!("a status first: {first:?}");
+    };
+    assert_eq!(Code::try_from(status.code).unwrap(), Code::MessageNotFound);
+    let missing = receive(
+        &mut client,
+        "Listeners",
+        "NoSuchTopic",
+        Duration::from_secs(10),
+        Duration::ZERO,
+    )
+    .await;
+    assert_eq!(missing.0, Code::TopicNotFound);
+}
+
+#[tokio::test]
+async fn messages_cross_between_4x_and_5x_clients_both_ways() {
+    use quiver_client::{ClientConfig, Message as RemotingMessage, Producer, ProducerConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut admin = Client::connect(broker.process.addr).await;
+    assert_eq!(
+        admin.create_topic("Bridge", QUEUES).await.code,
+        response::SUCCESS
+    );
+    // 4.x -> 5.x.
+    let producer = Producer::new(ProducerConfig::new(&broker.process.addr.to_string()));
+    let sent = producer
+        .send(
+            RemotingMessage::new("Bridge", "from-4x")
+                .with_tags("Old")
+                .with_keys(["order-1", "order-2"])
+                .with_property("region", "eu"),
+        )
+        .await
+        .expect("4.x send");
+    producer.shutdown().await;
+    let mut client = connect(broker.grpc).await;
+    let received = receive_until(
+        &mut client,
+        "Bridgers",
+        "Bridge",
+        Duration::from_secs(30),
+        1,
+    )
+    .await;
+    assert_eq!(received.len(), 1);
+    let from_4x = &received[0];
+    assert_eq!(
+        system(from_4x).message_id,
+        sent.msg_id,
+        "the UNIQ_KEY is the 5.x message id"
+    );
+    assert_eq!(system(from_4x).tag.as_deref(), Some("Old"));
+    assert_eq!(system(from_4x).keys, ["order-1", "order-2"]);
+    assert_eq!(
+        from_4x.user_properties.get("region").map(String::as_str),
+        Some("eu")
+    );
+    assert_eq!(from_4x.body, b"from-4x");
+    assert_eq!(
+        ack(&mut client, "Bridgers", "Bridge", from_4x).await,
+        Code::Ok
+    );
+    // 5.x -> 4.x.
+    let sent = send(
+        &mut client,
+        vec![message("Bridge", "ID-FROM-5X", "from-5x")],
+    )
+    .await;
+    assert_eq!(code_of(sent.status.as_ref()), Code::Ok);
+    let consumer = quiver_client::PullConsumer::new(
+        ClientConfig::new(&broker.process.addr.to_string()),
+        "OldReaders",
+    );
+    let subscription = quiver_client::Subscription::new("Bridge", "*");
+    let mut found = Vec::new();
+    for queue in consumer.queues("Bridge").await.unwrap() {
+        let pulled = consumer
+            .pull(
+                &queue,
+                quiver_client::QueueOffset(0),
+                32,
+                &subscription,
+                None,
+            )
+            .await
+            .unwrap();
+        if let quiver_client::PullStatus::Found(messages) = pulled.status {
+            found.extend(messages);
+        }
+    }
+    let from_5x = found
+        .iter()
+        .find(|m| m.properties.get("UNIQ_KEY").map(String::as_str) == Some("ID-FROM-5X"))
+        .expect("the 5.x message, by its id");
+    assert_eq!(&from_5x.body[..], b"from-5x");
+    assert_eq!(
+        from_5x.properties.get("TAGS").map(String::as_str),
+        Some("TagA")
+    );
+    assert_eq!(
+        from_5x.properties.get("KEYS").map(String::as_str),
+        Some("k1 k2")
+    );
+    assert_eq!(
+        from_5x.properties.get("origin").map(String::as_str),
+        Some("grpc")
+    );
+}
+
+#[tokio::test]
+async fn an_orderly_group_gets_a_message_groups_messages_in_order_one_batch_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    create_orderly_group(broker.process.addr, "Sequencers").await;
+    let mut client = connect(broker.grpc).await;
+    let fifo = |index: usize| {
+        let mut fifo = message("Seq", &format!("ID-SEQ-{index}"), &format!("s{index}"));
+        let system = fifo.system_properties.as_mut().unwrap();
+        system.message_group = Some("account-7".into());
+        system.message_type = MessageType::Fifo as i32;
+        fifo
+    };
+    for index in 0..4 {
+        let sent = send(&mut client, vec![fifo(index)]).await;
+        assert_eq!(code_of(sent.status.as_ref()), Code::Ok, "{sent:?}");
+    }
+    let invisible = Duration::from_secs(30);
+    let batch = receive_until(&mut client, "Sequencers", "Seq", invisible, 4).await;
+    let bodies: Vec<&[u8]> = batch.iter().map(|m| &m.body[..]).collect();
+    assert_eq!(bodies, [b"s0", b"s1", b"s2", b"s3"], "the group's order");
+    assert_eq!(
+        system(&batch[0]).message_group.as_deref(),
+        Some("account-7")
+    );
+    let sent = send(&mut client, vec![fifo(4)]).await;
+    assert_eq!(code_of(sent.status.as_ref()), Code::Ok);
+    let (blocked, none) =
+        receive(&mut client, "Sequencers", "Seq", invisible, Duration::ZERO).await;
+    assert_eq!(
+        (blocked, none.len()),
+        (Code::MessageNotFound, 0),
+        "the queue waits for its batch's acks"
+    );
+    for message in &batch {
+        assert_eq!(
+            ack(&mut client, "Sequencers", "Seq", message).await,
+            Code::Ok
+        );
+    }
+    let next = receive_until(&mut client, "Sequencers", "Seq", invisible, 1).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].body, b"s4");
 }

@@ -17,6 +17,7 @@ mod index;
 mod json_file;
 mod mapped_file;
 mod offsets;
+mod pop;
 mod recovery;
 mod retention;
 mod store;
@@ -31,6 +32,7 @@ pub use flush::FlushedHook;
 pub use index::{IndexProgress, KeyMatch};
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;
+pub use pop::{Delivery, Inflight, PopKey, PopState, PopStateError, ReadClaim, ReadStart};
 pub use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
 /// The record codec lives with the wire: the same bytes travel in pull bodies.
 pub use quiver_protocol::record;

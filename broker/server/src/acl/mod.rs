@@ -307,8 +307,32 @@ impl Acl {
         remote: IpAddr,
         needs: &[(Resource<'_>, Perm)],
     ) -> Result<(), (RefusedBecause, String)> {
+        let checked = self.judge_grpc(credentials, remote, needs);
+        if let Err((because, _)) = &checked {
+            self.refusals[*because as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        checked
+    }
+
+    /// Whether a gRPC call could do `needs`, without counting a refusal (a route query asks
+    /// whether it may create the topic, and is answered either way).
+    pub fn allows_grpc(
+        &self,
+        credentials: Option<GrpcCredentials<'_>>,
+        remote: IpAddr,
+        needs: &[(Resource<'_>, Perm)],
+    ) -> bool {
+        self.judge_grpc(credentials, remote, needs).is_ok()
+    }
+
+    fn judge_grpc(
+        &self,
+        credentials: Option<GrpcCredentials<'_>>,
+        remote: IpAddr,
+        needs: &[(Resource<'_>, Perm)],
+    ) -> Result<(), (RefusedBecause, String)> {
         let accounts = self.accounts.read();
-        let checked = authenticate_grpc(&accounts, credentials, remote).and_then(|account| {
+        authenticate_grpc(&accounts, credentials, remote).and_then(|account| {
             let Some(account) = account else {
                 return Ok(());
             };
@@ -325,11 +349,7 @@ impl Acl {
                 }
             }
             Ok(())
-        });
-        if let Err((because, _)) = &checked {
-            self.refusals[*because as usize].fetch_add(1, Ordering::Relaxed);
-        }
-        checked
+        })
     }
 }
 

@@ -22,6 +22,8 @@ pub(crate) struct Caller {
     pub client_id: String,
     /// (access key, signature, date time) when the call is signed.
     credentials: Option<(String, String, String)>,
+    /// What the client's `grpc-timeout` leaves the call.
+    pub timeout: Option<Duration>,
 }
 
 impl Caller {
@@ -45,7 +47,26 @@ impl Caller {
             remote,
             client_id: text("x-mq-client-id").unwrap_or_default(),
             credentials,
+            timeout: grpc_timeout(metadata),
         }
+    }
+
+    fn credentials(&self) -> Option<GrpcCredentials<'_>> {
+        self.credentials
+            .as_ref()
+            .map(|(access_key, signature, date_time)| GrpcCredentials {
+                access_key,
+                signature,
+                date_time,
+            })
+    }
+
+    /// Whether ACL is off or the caller may do `needs`; a no is not counted as a refusal.
+    pub fn may(&self, broker: &Broker, needs: &[(Resource<'_>, Perm)]) -> bool {
+        broker
+            .acl
+            .as_ref()
+            .is_none_or(|acl| acl.allows_grpc(self.credentials(), self.remote.ip(), needs))
     }
 
     /// Refuses the call unless ACL is off or the caller may do `needs` (UNAUTHORIZED for who
@@ -54,15 +75,7 @@ impl Caller {
         let Some(acl) = &broker.acl else {
             return Ok(());
         };
-        let credentials = self
-            .credentials
-            .as_ref()
-            .map(|(access_key, signature, date_time)| GrpcCredentials {
-                access_key,
-                signature,
-                date_time,
-            });
-        acl.check_grpc(credentials, self.remote.ip(), needs)
+        acl.check_grpc(self.credentials(), self.remote.ip(), needs)
             .map_err(|(because, reason)| {
                 tracing::debug!(remote = %self.remote, reason = because.label(), "gRPC call refused by ACL");
                 let code = match because {
@@ -91,7 +104,6 @@ fn parse_authorization(value: &str) -> Option<(String, String)> {
 }
 
 /// The `grpc-timeout` header: digits and a unit (H, M, S, m, u, n).
-#[cfg_attr(not(test), allow(dead_code))]
 fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
     let value = metadata.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);

@@ -9,6 +9,7 @@
 //! the POP service); `convert.rs` maps messages to and from stored records.
 
 mod auth;
+mod consume;
 mod convert;
 mod listener;
 mod route;
@@ -34,6 +35,25 @@ pub struct GrpcState {
     pub sessions: Sessions,
     /// The next queue a message without a message group goes to (modulo the queue count).
     pub(crate) send_sequence: std::sync::atomic::AtomicU32,
+    /// Calls answered, by call and result code (`quiver_grpc_calls_total`).
+    calls: parking_lot::Mutex<std::collections::BTreeMap<(&'static str, &'static str), u64>>,
+}
+
+impl GrpcState {
+    /// Counts one answered call.
+    pub(crate) fn count(&self, call: &'static str, status: &Status) {
+        let code = Code::try_from(status.code).map_or("UNKNOWN", |code| code.as_str_name());
+        *self.calls.lock().entry((call, code)).or_default() += 1;
+    }
+
+    /// ((call, code), calls answered so far).
+    pub fn call_counts(&self) -> Vec<((&'static str, &'static str), u64)> {
+        self.calls
+            .lock()
+            .iter()
+            .map(|(key, count)| (*key, *count))
+            .collect()
+    }
 }
 
 /// A status line of a response.

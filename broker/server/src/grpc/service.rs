@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::Caller;
 use super::telemetry::{self, OUTBOUND_QUEUE};
-use super::{ok, route, send, transaction};
+use super::{consume, ok, route, send, transaction};
 use crate::acl::{Perm, Resource};
 use crate::broker::Broker;
 
@@ -27,6 +27,12 @@ pub(crate) struct Messaging {
 impl Messaging {
     pub fn new(broker: Arc<Broker>, stop: watch::Receiver<bool>) -> Messaging {
         Messaging { broker, stop }
+    }
+
+    fn count(&self, call: &'static str, status: Option<&v2::Status>) {
+        if let Some(status) = status {
+            self.broker.grpc.count(call, status);
+        }
     }
 }
 
@@ -50,14 +56,10 @@ impl MessagingService for Messaging {
         let topic = name(request.topic.as_ref());
         // Routes are answered to anyone (as Apache's name server); creating the topic needs
         // the right to send to it.
-        let may_create = caller
-            .authorize(&self.broker, &[(Resource::topic(topic), Perm::PUB)])
-            .is_ok();
-        Ok(Response::new(route::query_route(
-            &self.broker,
-            topic,
-            may_create,
-        )))
+        let may_create = caller.may(&self.broker, &[(Resource::topic(topic), Perm::PUB)]);
+        let route = route::query_route(&self.broker, topic, may_create);
+        self.count("QueryRoute", route.status.as_ref());
+        Ok(Response::new(route))
     }
 
     async fn heartbeat(
@@ -77,6 +79,7 @@ impl MessagingService for Messaging {
             Ok(()) => ok(),
             Err(refused) => refused,
         };
+        self.count("Heartbeat", Some(&status));
         Ok(Response::new(v2::HeartbeatResponse {
             status: Some(status),
         }))
@@ -98,6 +101,7 @@ impl MessagingService for Messaging {
             .map(|topic| (Resource::topic(topic), Perm::PUB))
             .collect();
         if let Err(refused) = caller.authorize(&self.broker, &needs) {
+            self.count("SendMessage", Some(&refused));
             return Ok(Response::new(v2::SendMessageResponse {
                 status: Some(refused),
                 entries: Vec::new(),
@@ -110,6 +114,7 @@ impl MessagingService for Messaging {
                 .note_published(&caller.client_id, topic);
         }
         let response = send::send(&self.broker, &request, caller.remote).await;
+        self.count("SendMessage", response.status.as_ref());
         Ok(Response::new(response))
     }
 
@@ -125,13 +130,15 @@ impl MessagingService for Messaging {
             (Resource::topic(topic), Perm::SUB),
             (Resource::group(group), Perm::SUB),
         ];
-        if let Err(refused) = caller.authorize(&self.broker, &needs) {
-            return Ok(Response::new(v2::QueryAssignmentResponse {
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => route::query_assignment(&self.broker, topic),
+            Err(refused) => v2::QueryAssignmentResponse {
                 status: Some(refused),
                 assignments: Vec::new(),
-            }));
-        }
-        Ok(Response::new(route::query_assignment(&self.broker, topic)))
+            },
+        };
+        self.count("QueryAssignment", response.status.as_ref());
+        Ok(Response::new(response))
     }
 
     async fn end_transaction(
@@ -145,6 +152,7 @@ impl MessagingService for Messaging {
             Ok(()) => transaction::end(&self.broker, &request).await,
             Err(refused) => refused,
         };
+        self.count("EndTransaction", Some(&status));
         Ok(Response::new(v2::EndTransactionResponse {
             status: Some(status),
         }))
@@ -156,6 +164,7 @@ impl MessagingService for Messaging {
     ) -> Result<Response<BoxStream<v2::TelemetryCommand>>, Status> {
         let caller = Caller::of(&request);
         if let Err(refused) = caller.authorize(&self.broker, &[]) {
+            self.count("Telemetry", Some(&refused));
             return Err(Status::unauthenticated(refused.message));
         }
         if caller.client_id.is_empty() {
@@ -163,6 +172,7 @@ impl MessagingService for Messaging {
                 "a Telemetry stream needs the x-mq-client-id header",
             ));
         }
+        self.count("Telemetry", Some(&ok()));
         let (outbound, commands) = mpsc::channel(OUTBOUND_QUEUE);
         tokio::spawn(telemetry::serve_stream(
             self.broker.clone(),
@@ -186,9 +196,110 @@ impl MessagingService for Messaging {
             }
             Err(refused) => refused,
         };
+        self.count("NotifyClientTermination", Some(&status));
         Ok(Response::new(v2::NotifyClientTerminationResponse {
             status: Some(status),
         }))
+    }
+
+    async fn receive_message(
+        &self,
+        request: Request<v2::ReceiveMessageRequest>,
+    ) -> Result<Response<BoxStream<v2::ReceiveMessageResponse>>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(
+            request
+                .message_queue
+                .as_ref()
+                .and_then(|q| q.topic.as_ref()),
+        );
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let responses = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::receive(&self.broker, &caller, &request, self.stop.clone()).await,
+            Err(refused) => vec![v2::ReceiveMessageResponse {
+                content: Some(v2::receive_message_response::Content::Status(refused)),
+            }],
+        };
+        if let Some(v2::receive_message_response::Content::Status(status)) =
+            responses.first().and_then(|first| first.content.as_ref())
+        {
+            self.count("ReceiveMessage", Some(status));
+        }
+        let stream = tokio_stream::iter(responses.into_iter().map(Ok));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn ack_message(
+        &self,
+        request: Request<v2::AckMessageRequest>,
+    ) -> Result<Response<v2::AckMessageResponse>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(request.topic.as_ref());
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::ack(&self.broker, request).await,
+            Err(refused) => v2::AckMessageResponse {
+                status: Some(refused),
+                entries: Vec::new(),
+            },
+        };
+        self.count("AckMessage", response.status.as_ref());
+        Ok(Response::new(response))
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        request: Request<v2::ChangeInvisibleDurationRequest>,
+    ) -> Result<Response<v2::ChangeInvisibleDurationResponse>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(request.topic.as_ref());
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::change_invisible(&self.broker, request).await,
+            Err(refused) => v2::ChangeInvisibleDurationResponse {
+                status: Some(refused),
+                receipt_handle: String::new(),
+            },
+        };
+        self.count("ChangeInvisibleDuration", response.status.as_ref());
+        Ok(Response::new(response))
+    }
+
+    async fn forward_message_to_dead_letter_queue(
+        &self,
+        request: Request<v2::ForwardMessageToDeadLetterQueueRequest>,
+    ) -> Result<Response<v2::ForwardMessageToDeadLetterQueueResponse>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        let group = name(request.group.as_ref());
+        let topic = name(request.topic.as_ref());
+        let needs = [
+            (Resource::topic(topic), Perm::SUB),
+            (Resource::group(group), Perm::SUB),
+        ];
+        let response = match caller.authorize(&self.broker, &needs) {
+            Ok(()) => consume::forward_to_dead_letter(&self.broker, request).await,
+            Err(refused) => v2::ForwardMessageToDeadLetterQueueResponse {
+                status: Some(refused),
+            },
+        };
+        self.count("ForwardMessageToDeadLetterQueue", response.status.as_ref());
+        Ok(Response::new(response))
     }
 
     async fn pull_message(

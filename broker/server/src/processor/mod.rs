@@ -23,6 +23,7 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
+pub(crate) use retry::retry_properties;
 pub(crate) use send::{
     check_broker_writable, half_message, park_if_delayed, store_message, store_message_async,
     topic_for_send, StoreTarget,

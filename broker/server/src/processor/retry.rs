@@ -105,7 +105,10 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 /// The record's properties for its next delivery: where it came from (RETRY_TOPIC, kept from
 /// the first failure) and its origin message id; any delay level is the retry's, not its own.
-fn retry_properties(record: &Record, origin_msg_id: Option<String>) -> BTreeMap<String, String> {
+pub(crate) fn retry_properties(
+    record: &Record,
+    origin_msg_id: Option<String>,
+) -> BTreeMap<String, String> {
     let mut properties = record.properties_map();
     if property(&record.properties, msg::PROPERTY_RETRY_TOPIC).is_none() {
         properties.insert(msg::PROPERTY_RETRY_TOPIC.into(), record.topic.clone());

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use quiver_broker::broker::BrokerSlot;
 use quiver_broker::{BrokerConfig, BrokerError};
 use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::request;
@@ -62,16 +63,45 @@ impl TestBroker {
         listener: TcpListener,
         http: TcpListener,
     ) -> TestBroker {
+        Self::start_on_slot(config, listener, http, BrokerSlot::default()).await
+    }
+
+    /// Starts on free ports and hands out the broker itself (its services, such as `pop`).
+    pub async fn start_with_broker(
+        mut config: BrokerConfig,
+    ) -> (TestBroker, std::sync::Arc<quiver_broker::broker::Broker>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let http = TcpListener::bind("127.0.0.1:0").await.expect("bind http");
+        config.listen = listener.local_addr().unwrap().to_string();
+        config.http_listen = http.local_addr().unwrap().to_string();
+        config.advertise = Some(config.listen.clone());
+        let slot = BrokerSlot::default();
+        let started = Self::start_on_slot(config, listener, http, slot.clone()).await;
+        let broker = slot
+            .get()
+            .expect("the broker opened before it was ready")
+            .clone();
+        (started, broker)
+    }
+
+    async fn start_on_slot(
+        config: BrokerConfig,
+        listener: TcpListener,
+        http: TcpListener,
+        slot: BrokerSlot,
+    ) -> TestBroker {
         let addr = listener.local_addr().unwrap();
         let http_addr = http.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(quiver_broker::run(
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(quiver_broker::server::run_with_slot(
             config,
             listener,
             Some(http),
-            async move {
-                let _ = stopped.await;
-            },
+            shutdown,
+            slot,
         ));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while http_get(http_addr, "/readyz")

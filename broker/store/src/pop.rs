@@ -1,0 +1,899 @@
+//! POP consumption's durable state: per (group, topic, queue) the next offset to read and the
+//! messages in flight (received, neither acked nor revived), each with its delivery attempt,
+//! the time it becomes visible again and the revision its receipt handle names. Everything
+//! below the lowest in-flight offset (or the next offset, none in flight) is done: acked,
+//! revived elsewhere or skipped by a filter, so that is the acked prefix the broker commits.
+//!
+//! On disk, under `<data>/pop/`:
+//! - `snapshot` (JSON, written atomically with a `.bak`): the state when log `generation`
+//!   started, and the revision counter;
+//! - `log.<20-digit generation>`: records appended since, each `len u32 LE | crc32 u32 LE |
+//!   JSON payload` (a [`LogRecord`]). Every record sets cells to absolute values, so replaying
+//!   a log over a snapshot taken while the log was already being written gives the same state.
+//!
+//! Recovery reads the snapshot (or its `.bak`), then every log from its generation on, in
+//! order; a log ends at its first record that is not whole (a torn tail is cut off).
+//! Time is passed in (`now_ms`): this module reads no clock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::config::FlushMode;
+use crate::error::StoreError;
+use crate::json_file::{read_json_with_backup, write_json_atomically};
+
+/// One POP-consumed queue of one group. `topic` is the queue's own topic (a retry topic's
+/// name for its queues).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PopKey {
+    #[serde(rename = "g")]
+    pub group: String,
+    #[serde(rename = "t")]
+    pub topic: String,
+    #[serde(rename = "q")]
+    pub queue_id: u32,
+}
+
+impl PopKey {
+    pub fn new(group: &str, topic: &str, queue_id: u32) -> PopKey {
+        PopKey {
+            group: group.to_owned(),
+            topic: topic.to_owned(),
+            queue_id,
+        }
+    }
+}
+
+/// A message in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inflight {
+    /// Deliveries so far, this one included (1 on the first).
+    #[serde(rename = "a")]
+    pub attempt: u32,
+    /// Invisible until then (ms since the epoch); due for redelivery or revival after.
+    #[serde(rename = "u")]
+    pub invisible_until_ms: i64,
+    /// The revision receipt handles name; a renewal makes older handles stale.
+    #[serde(rename = "r")]
+    pub revision: u64,
+}
+
+/// A message received now: its queue offset and its delivery attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub offset: u64,
+    pub entry: Inflight,
+}
+
+/// One log record: each sets state to absolute values (replays are idempotent).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+enum LogRecord {
+    /// A read: the next offset moved to `next` and these offsets went in flight.
+    Read {
+        key: PopKey,
+        next: u64,
+        entries: Vec<(u64, Inflight)>,
+    },
+    /// An in-flight message got a new deadline, attempt or revision.
+    Renew {
+        key: PopKey,
+        offset: u64,
+        entry: Inflight,
+    },
+    /// An in-flight message is done (acked, revived or dead-lettered).
+    Remove { key: PopKey, offset: u64 },
+}
+
+/// Why a handle's message cannot be acted on.
+#[derive(Debug, thiserror::Error)]
+pub enum PopStateError {
+    #[error("offset {offset} of {key:?} is not in flight (acked, revived or never received)")]
+    NotInFlight { key: PopKey, offset: u64 },
+    #[error("offset {offset} of {key:?} was received again or changed since (revision {current}, not {given})")]
+    Superseded {
+        key: PopKey,
+        offset: u64,
+        given: u64,
+        current: u64,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct QueueState {
+    next_offset: u64,
+    inflight: BTreeMap<u64, Inflight>,
+    /// A receive is reading this queue (memory only): others skip it.
+    #[serde(skip)]
+    reading: bool,
+}
+
+impl QueueState {
+    fn acked_prefix(&self) -> u64 {
+        self.inflight
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_offset)
+    }
+
+    fn apply(&mut self, record: &LogRecord) {
+        match record {
+            LogRecord::Read { next, entries, .. } => {
+                self.next_offset = self.next_offset.max(*next);
+                self.inflight.extend(entries.iter().copied());
+            }
+            LogRecord::Renew { offset, entry, .. } => {
+                self.inflight.insert(*offset, *entry);
+            }
+            LogRecord::Remove { offset, .. } => {
+                self.inflight.remove(offset);
+            }
+        }
+    }
+}
+
+/// The snapshot file's content.
+#[derive(Default, Serialize, Deserialize)]
+struct Snapshot {
+    /// Logs from this generation on apply on top.
+    generation: u64,
+    next_revision: u64,
+    queues: Vec<(PopKey, QueueState)>,
+}
+
+/// The log being appended to.
+struct LogWriter {
+    generation: u64,
+    file: Arc<File>,
+}
+
+/// What [`PopState::begin_read`] found.
+pub enum ReadStart<'a> {
+    /// Another receive is reading the queue right now.
+    Busy,
+    /// In-order group: messages are in flight and not yet visible again.
+    Blocked,
+    /// In-order group: these in-flight messages became visible again and are delivered anew
+    /// (attempt + 1, new deadline and revision, already logged).
+    Redeliver(Vec<Delivery>),
+    /// Read the queue from `claim.from()`, then [`ReadClaim::finish`].
+    Read(ReadClaim<'a>),
+}
+
+/// The right to read one queue for one group; dropping it without finishing reads nothing.
+pub struct ReadClaim<'a> {
+    state: &'a PopState,
+    key: PopKey,
+    queue: Arc<Mutex<QueueState>>,
+    from: u64,
+}
+
+impl ReadClaim<'_> {
+    /// The offset to read from.
+    pub fn from(&self) -> u64 {
+        self.from
+    }
+
+    /// Records the read: the queue was read up to `next` and `received` (offset, attempt)
+    /// are now in flight until `invisible_until_ms`. Returns them with their revisions.
+    pub fn finish(
+        self,
+        next: u64,
+        received: &[(u64, u32)],
+        invisible_until_ms: i64,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        if received.is_empty() && next <= self.from {
+            return Ok(Vec::new());
+        }
+        let deliveries: Vec<Delivery> = received
+            .iter()
+            .map(|&(offset, attempt)| Delivery {
+                offset,
+                entry: Inflight {
+                    attempt,
+                    invisible_until_ms,
+                    revision: self.state.revision(),
+                },
+            })
+            .collect();
+        let record = LogRecord::Read {
+            key: self.key.clone(),
+            next: next.max(self.from),
+            entries: deliveries.iter().map(|d| (d.offset, d.entry)).collect(),
+        };
+        let file = {
+            let mut queue = self.queue.lock();
+            let file = self.state.append(&record)?;
+            queue.apply(&record);
+            file
+        };
+        self.state.sync(&file)?;
+        Ok(deliveries)
+    }
+}
+
+impl Drop for ReadClaim<'_> {
+    fn drop(&mut self) {
+        self.queue.lock().reading = false;
+    }
+}
+
+/// Log records after which the revive loop writes a snapshot and starts a new log.
+pub const SNAPSHOT_EVERY_RECORDS: u64 = 100_000;
+
+/// The POP state of every group, as [`PopState::open`] recovered it from `<data>/pop/`.
+pub struct PopState {
+    dir: PathBuf,
+    flush_mode: FlushMode,
+    queues: Mutex<HashMap<PopKey, Arc<Mutex<QueueState>>>>,
+    log: Mutex<LogWriter>,
+    next_revision: AtomicU64,
+    /// Records appended since the last snapshot.
+    since_snapshot: AtomicU64,
+    /// One snapshot at a time.
+    snapshotting: Mutex<()>,
+}
+
+impl PopState {
+    /// Opens (creating) `dir` and recovers the state: snapshot, then the logs after it.
+    pub fn open(dir: &Path, flush_mode: FlushMode) -> Result<PopState, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
+        let snapshot: Snapshot = read_json_with_backup(&dir.join("snapshot"))?.unwrap_or_default();
+        let mut queues: HashMap<PopKey, QueueState> = snapshot.queues.into_iter().collect();
+        let mut next_revision = snapshot.next_revision.max(1);
+        let mut generation = snapshot.generation;
+        let mut replayed = 0;
+        for (log_generation, path) in log_files(dir)? {
+            if log_generation < snapshot.generation {
+                continue;
+            }
+            generation = log_generation;
+            for record in read_log(&path)? {
+                next_revision = next_revision.max(max_revision(&record) + 1);
+                let key = record_key(&record).clone();
+                queues.entry(key).or_default().apply(&record);
+                replayed += 1;
+            }
+        }
+        let file = open_log(dir, generation)?;
+        tracing::info!(
+            queues = queues.len(),
+            replayed,
+            generation,
+            "pop state recovered"
+        );
+        Ok(PopState {
+            dir: dir.to_path_buf(),
+            flush_mode,
+            queues: Mutex::new(
+                queues
+                    .into_iter()
+                    .map(|(key, state)| (key, Arc::new(Mutex::new(state))))
+                    .collect(),
+            ),
+            log: Mutex::new(LogWriter {
+                generation,
+                file: Arc::new(file),
+            }),
+            next_revision: AtomicU64::new(next_revision),
+            since_snapshot: AtomicU64::new(replayed),
+            snapshotting: Mutex::new(()),
+        })
+    }
+
+    fn revision(&self) -> u64 {
+        self.next_revision.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn queue(&self, key: &PopKey) -> Arc<Mutex<QueueState>> {
+        let mut queues = self.queues.lock();
+        if let Some(queue) = queues.get(key) {
+            return queue.clone();
+        }
+        queues.entry(key.clone()).or_default().clone()
+    }
+
+    fn existing(&self, key: &PopKey) -> Option<Arc<Mutex<QueueState>>> {
+        self.queues.lock().get(key).cloned()
+    }
+
+    /// Appends one record (a write, no fsync); the file to sync once the caller's locks are released.
+    fn append(&self, record: &LogRecord) -> Result<Arc<File>, StoreError> {
+        let payload = serde_json::to_vec(record).map_err(|source| StoreError::Json {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let mut frame = Vec::with_capacity(payload.len() + 8);
+        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        frame.extend_from_slice(&payload);
+        let log = self.log.lock();
+        (&*log.file)
+            .write_all(&frame)
+            .map_err(|e| StoreError::io("append to", log_path(&self.dir, log.generation), e))?;
+        self.since_snapshot.fetch_add(1, Ordering::Relaxed);
+        Ok(log.file.clone())
+    }
+
+    /// Sync flush mode: the record is on disk before the call that wrote it returns.
+    fn sync(&self, file: &File) -> Result<(), StoreError> {
+        if self.flush_mode == FlushMode::Sync {
+            file.sync_data()
+                .map_err(|e| StoreError::io("fsync", self.dir.join("log"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Logs `record` and applies it to `queue` (held), then syncs per the flush mode.
+    fn commit(
+        &self,
+        mut queue: parking_lot::MutexGuard<'_, QueueState>,
+        record: LogRecord,
+    ) -> Result<(), StoreError> {
+        let file = self.append(&record)?;
+        queue.apply(&record);
+        drop(queue);
+        self.sync(&file)
+    }
+
+    /// Starts a receive on `key`'s queue. `fifo`: in-order delivery (a batch in flight blocks
+    /// the queue; expired ones are redelivered in place, at most `max`). `initial` is the
+    /// offset a queue never read starts from.
+    pub fn begin_read(
+        &self,
+        key: &PopKey,
+        fifo: bool,
+        now_ms: i64,
+        invisible_until_ms: i64,
+        max: usize,
+        initial: impl FnOnce() -> u64,
+    ) -> Result<ReadStart<'_>, StoreError> {
+        let queue_arc = match self.existing(key) {
+            Some(queue) => queue,
+            None => {
+                let start = initial();
+                let queue = self.queue(key);
+                let mut state = queue.lock();
+                if state.next_offset == 0 && state.inflight.is_empty() {
+                    state.next_offset = start;
+                }
+                drop(state);
+                queue
+            }
+        };
+        let mut queue = queue_arc.lock();
+        if queue.reading {
+            return Ok(ReadStart::Busy);
+        }
+        if fifo && !queue.inflight.is_empty() {
+            let due: Vec<(u64, Inflight)> = queue
+                .inflight
+                .iter()
+                .filter(|(_, entry)| entry.invisible_until_ms <= now_ms)
+                .take(max)
+                .map(|(&offset, &entry)| (offset, entry))
+                .collect();
+            if due.is_empty() {
+                return Ok(ReadStart::Blocked);
+            }
+            return self
+                .redeliver(key, queue, &due, invisible_until_ms)
+                .map(ReadStart::Redeliver);
+        }
+        queue.reading = true;
+        let from = queue.next_offset;
+        drop(queue);
+        Ok(ReadStart::Read(ReadClaim {
+            state: self,
+            key: key.clone(),
+            queue: queue_arc,
+            from,
+        }))
+    }
+
+    fn redeliver(
+        &self,
+        key: &PopKey,
+        mut queue: parking_lot::MutexGuard<'_, QueueState>,
+        due: &[(u64, Inflight)],
+        invisible_until_ms: i64,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let mut deliveries = Vec::with_capacity(due.len());
+        let mut file = None;
+        for &(offset, entry) in due {
+            let renewed = Inflight {
+                attempt: entry.attempt + 1,
+                invisible_until_ms,
+                revision: self.revision(),
+            };
+            let record = LogRecord::Renew {
+                key: key.clone(),
+                offset,
+                entry: renewed,
+            };
+            file = Some(self.append(&record)?);
+            queue.apply(&record);
+            deliveries.push(Delivery {
+                offset,
+                entry: renewed,
+            });
+        }
+        drop(queue);
+        if let Some(file) = file {
+            self.sync(&file)?;
+        }
+        Ok(deliveries)
+    }
+
+    /// The in-flight entry of `offset` if `revision` is still its revision.
+    fn check(
+        key: &PopKey,
+        queue: &QueueState,
+        offset: u64,
+        revision: u64,
+    ) -> Result<Inflight, PopStateError> {
+        let entry =
+            queue
+                .inflight
+                .get(&offset)
+                .copied()
+                .ok_or_else(|| PopStateError::NotInFlight {
+                    key: key.clone(),
+                    offset,
+                })?;
+        if entry.revision != revision {
+            return Err(PopStateError::Superseded {
+                key: key.clone(),
+                offset,
+                given: revision,
+                current: entry.revision,
+            });
+        }
+        Ok(entry)
+    }
+
+    /// Removes an in-flight message whose handle names `revision` (an ack). Returns the acked
+    /// prefix before and after.
+    pub fn remove(
+        &self,
+        key: &PopKey,
+        offset: u64,
+        revision: u64,
+    ) -> Result<(u64, u64), PopStateError> {
+        let queue_arc = self
+            .existing(key)
+            .ok_or_else(|| PopStateError::NotInFlight {
+                key: key.clone(),
+                offset,
+            })?;
+        let queue = queue_arc.lock();
+        Self::check(key, &queue, offset, revision)?;
+        let before = queue.acked_prefix();
+        let record = LogRecord::Remove {
+            key: key.clone(),
+            offset,
+        };
+        let file = self.append(&record)?;
+        let mut queue = queue;
+        queue.apply(&record);
+        let after = queue.acked_prefix();
+        drop(queue);
+        self.sync(&file)?;
+        Ok((before, after))
+    }
+
+    /// Gives an in-flight message a new deadline (and a new revision: the old handle stops
+    /// working); `next_attempt` counts it as a delivery.
+    pub fn renew(
+        &self,
+        key: &PopKey,
+        offset: u64,
+        revision: u64,
+        invisible_until_ms: i64,
+    ) -> Result<Inflight, PopStateError> {
+        let queue_arc = self
+            .existing(key)
+            .ok_or_else(|| PopStateError::NotInFlight {
+                key: key.clone(),
+                offset,
+            })?;
+        let queue = queue_arc.lock();
+        let entry = Self::check(key, &queue, offset, revision)?;
+        let renewed = Inflight {
+            invisible_until_ms,
+            revision: self.revision(),
+            ..entry
+        };
+        self.commit(
+            queue,
+            LogRecord::Renew {
+                key: key.clone(),
+                offset,
+                entry: renewed,
+            },
+        )?;
+        Ok(renewed)
+    }
+
+    /// In-flight messages visible again at `now_ms` (at most `limit`), oldest deadline first.
+    pub fn expired(&self, now_ms: i64, limit: usize) -> Vec<(PopKey, Delivery)> {
+        let queues: Vec<(PopKey, Arc<Mutex<QueueState>>)> = self
+            .queues
+            .lock()
+            .iter()
+            .map(|(key, queue)| (key.clone(), queue.clone()))
+            .collect();
+        let mut due = Vec::new();
+        for (key, queue) in queues {
+            let queue = queue.lock();
+            let expired = queue
+                .inflight
+                .iter()
+                .filter(|(_, entry)| entry.invisible_until_ms <= now_ms);
+            for (&offset, &entry) in expired {
+                due.push((key.clone(), Delivery { offset, entry }));
+            }
+        }
+        due.sort_by_key(|(_, delivery)| delivery.entry.invisible_until_ms);
+        due.truncate(limit);
+        due
+    }
+
+    /// The acked prefix of `key` (None: never read): offsets below it are done.
+    pub fn acked_prefix(&self, key: &PopKey) -> Option<u64> {
+        self.existing(key).map(|queue| queue.lock().acked_prefix())
+    }
+
+    /// The in-flight entry at `offset`, if any.
+    pub fn inflight(&self, key: &PopKey, offset: u64) -> Option<Inflight> {
+        self.existing(key)
+            .and_then(|queue| queue.lock().inflight.get(&offset).copied())
+    }
+
+    /// Messages in flight in `key`'s queue.
+    pub fn inflight_count(&self, key: &PopKey) -> usize {
+        self.existing(key)
+            .map_or(0, |queue| queue.lock().inflight.len())
+    }
+
+    /// Messages in flight per group.
+    pub fn inflight_by_group(&self) -> BTreeMap<String, u64> {
+        let queues: Vec<(PopKey, Arc<Mutex<QueueState>>)> = self
+            .queues
+            .lock()
+            .iter()
+            .map(|(key, queue)| (key.clone(), queue.clone()))
+            .collect();
+        let mut counts = BTreeMap::new();
+        for (key, queue) in queues {
+            *counts.entry(key.group).or_default() += queue.lock().inflight.len() as u64;
+        }
+        counts
+    }
+
+    /// Writes a snapshot and starts a new log when enough records accumulated (or `force`).
+    /// Blocking: fsyncs and renames.
+    pub fn snapshot_if_due(&self, force: bool) -> Result<bool, StoreError> {
+        if !force && self.since_snapshot.load(Ordering::Relaxed) < SNAPSHOT_EVERY_RECORDS {
+            return Ok(false);
+        }
+        let _one = self.snapshotting.lock();
+        let generation = self.start_new_log()?;
+        // Taken after the switch: the new log replays over it idempotently.
+        let revision = self.next_revision.load(Ordering::Relaxed);
+        let queues: Vec<(PopKey, Arc<Mutex<QueueState>>)> = self
+            .queues
+            .lock()
+            .iter()
+            .map(|(key, queue)| (key.clone(), queue.clone()))
+            .collect();
+        let mut states = Vec::with_capacity(queues.len());
+        for (key, queue) in queues {
+            let state = queue.lock().clone();
+            if state.next_offset > 0 || !state.inflight.is_empty() {
+                states.push((key, state));
+            }
+        }
+        let snapshot = Snapshot {
+            generation,
+            next_revision: revision,
+            queues: states,
+        };
+        write_json_atomically(&self.dir.join("snapshot"), &snapshot)?;
+        // The `.bak` snapshot starts at the generation before: keep its log too.
+        for (old, path) in log_files(&self.dir)? {
+            if old + 1 < generation {
+                std::fs::remove_file(&path).map_err(|e| StoreError::io("remove", &path, e))?;
+            }
+        }
+        Ok(true)
+    }
+
+    fn start_new_log(&self) -> Result<u64, StoreError> {
+        let mut log = self.log.lock();
+        let generation = log.generation + 1;
+        let file = open_log(&self.dir, generation)?;
+        // The records before the switch must be durable before a snapshot replaces them.
+        log.file
+            .sync_data()
+            .map_err(|e| StoreError::io("fsync", log_path(&self.dir, log.generation), e))?;
+        *log = LogWriter {
+            generation,
+            file: Arc::new(file),
+        };
+        self.since_snapshot.store(0, Ordering::Relaxed);
+        Ok(generation)
+    }
+
+    /// Flushes the log (a clean stop).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let log = self.log.lock();
+        log.file
+            .sync_data()
+            .map_err(|e| StoreError::io("fsync", log_path(&self.dir, log.generation), e))
+    }
+}
+
+fn record_key(record: &LogRecord) -> &PopKey {
+    match record {
+        LogRecord::Read { key, .. }
+        | LogRecord::Renew { key, .. }
+        | LogRecord::Remove { key, .. } => key,
+    }
+}
+
+fn max_revision(record: &LogRecord) -> u64 {
+    match record {
+        LogRecord::Read { entries, .. } => {
+            entries.iter().map(|(_, e)| e.revision).max().unwrap_or(0)
+        }
+        LogRecord::Renew { entry, .. } => entry.revision,
+        LogRecord::Remove { .. } => 0,
+    }
+}
+
+fn log_path(dir: &Path, generation: u64) -> PathBuf {
+    dir.join(format!("log.{generation:020}"))
+}
+
+/// The logs in `dir`, oldest generation first.
+fn log_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
+    let mut logs = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| StoreError::io("read dir", dir, e))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| StoreError::io("read dir", dir, e))?
+            .path();
+        let generation = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.strip_prefix("log."))
+            .and_then(|digits| digits.parse::<u64>().ok());
+        if let Some(generation) = generation {
+            logs.push((generation, path));
+        }
+    }
+    logs.sort();
+    Ok(logs)
+}
+
+/// Opens a log for appending, creating it (and making its name durable).
+fn open_log(dir: &Path, generation: u64) -> Result<File, StoreError> {
+    let path = log_path(dir, generation);
+    let existed = path.exists();
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| StoreError::io("open", &path, e))?;
+    if !existed {
+        // A new file's directory entry must survive a crash like its records.
+        crate::mapped_file::sync_dir(dir)?;
+    }
+    Ok(file)
+}
+
+/// What one position of a log holds.
+#[derive(Debug, PartialEq)]
+enum Framed {
+    Record(LogRecord, usize),
+    /// The log ends here: nothing, or a record cut short or damaged.
+    End,
+}
+
+fn parse_frame(bytes: &[u8]) -> Framed {
+    let Some(header) = bytes.get(..8) else {
+        return Framed::End;
+    };
+    let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default()) as usize;
+    let crc = u32::from_le_bytes(header[4..8].try_into().unwrap_or_default());
+    let Some(payload) = bytes.get(8..8 + len) else {
+        return Framed::End;
+    };
+    if len == 0 || crc32fast::hash(payload) != crc {
+        return Framed::End;
+    }
+    match serde_json::from_slice(payload) {
+        Ok(record) => Framed::Record(record, 8 + len),
+        Err(_) => Framed::End,
+    }
+}
+
+/// The whole records of a log; a torn or damaged tail is cut off the file.
+fn read_log(path: &Path) -> Result<Vec<LogRecord>, StoreError> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut file| file.read_to_end(&mut bytes))
+        .map_err(|e| StoreError::io("read", path, e))?;
+    let mut records = Vec::new();
+    let mut at = 0;
+    while let Framed::Record(record, len) = parse_frame(&bytes[at..]) {
+        records.push(record);
+        at += len;
+    }
+    if at < bytes.len() {
+        tracing::warn!(path = %path.display(), kept = at, dropped = bytes.len() - at, "pop log tail torn: cut off");
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| StoreError::io("open", path, e))?;
+        file.set_len(at as u64)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| StoreError::io("truncate", path, e))?;
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(queue_id: u32) -> PopKey {
+        PopKey::new("g", "t", queue_id)
+    }
+
+    /// Reads `count` new messages of `key` (all pass the filter), in flight until `until`.
+    fn read(state: &PopState, key: &PopKey, count: u64, until: i64) -> Vec<Delivery> {
+        let ReadStart::Read(claim) = state.begin_read(key, false, 0, until, 32, || 0).unwrap()
+        else {
+            panic!("the queue is free");
+        };
+        let from = claim.from();
+        let received: Vec<(u64, u32)> = (from..from + count).map(|o| (o, 1)).collect();
+        claim.finish(from + count, &received, until).unwrap()
+    }
+
+    #[test]
+    fn state_survives_reopen_and_a_torn_tail_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let got = {
+            let state = PopState::open(dir.path(), FlushMode::Sync).unwrap();
+            let got = read(&state, &key(0), 3, 1_000);
+            state.remove(&key(0), 0, got[0].entry.revision).unwrap();
+            got
+        };
+        let (_, log) = log_files(dir.path()).unwrap().pop().unwrap();
+        let whole = std::fs::metadata(&log).unwrap().len();
+        // Half a record more: a write cut short by a crash.
+        let mut file = OpenOptions::new().append(true).open(&log).unwrap();
+        file.write_all(&[40, 0, 0, 0, 1, 2, 3, 4, b'{']).unwrap();
+        drop(file);
+
+        let state = PopState::open(dir.path(), FlushMode::Sync).unwrap();
+        assert_eq!(
+            std::fs::metadata(&log).unwrap().len(),
+            whole,
+            "tail cut off"
+        );
+        assert_eq!(state.acked_prefix(&key(0)), Some(1));
+        assert_eq!(state.inflight(&key(0), 1), Some(got[1].entry));
+        assert!(state.inflight(&key(0), 0).is_none());
+        let fresh = read(&state, &key(0), 1, 1_000);
+        assert_eq!(fresh[0].offset, 3);
+        assert!(
+            fresh[0].entry.revision > got[2].entry.revision,
+            "revisions never repeat"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_replaces_old_logs_and_a_damaged_middle_record_ends_that_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        let first = read(&state, &key(0), 2, 1_000);
+        assert!(state.snapshot_if_due(true).unwrap());
+        let second = read(&state, &key(1), 1, 1_000);
+        state.remove(&key(0), 1, first[1].entry.revision).unwrap();
+        assert!(state.snapshot_if_due(true).unwrap());
+        state.remove(&key(1), 0, second[0].entry.revision).unwrap();
+        let generations: Vec<u64> = log_files(dir.path())
+            .unwrap()
+            .iter()
+            .map(|(g, _)| *g)
+            .collect();
+        assert_eq!(
+            generations,
+            [1, 2],
+            "logs older than the .bak snapshot's are deleted"
+        );
+        drop(state);
+
+        let state = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        assert_eq!(
+            state.acked_prefix(&key(0)),
+            Some(0),
+            "offset 0 still in flight"
+        );
+        assert_eq!(state.inflight(&key(0), 0), Some(first[0].entry));
+        assert_eq!(state.acked_prefix(&key(1)), Some(1));
+        drop(state);
+
+        // A flipped byte in the last log: its records from there on are not replayed.
+        let (_, log) = log_files(dir.path()).unwrap().pop().unwrap();
+        let mut bytes = std::fs::read(&log).unwrap();
+        let last = bytes.len() - 2;
+        bytes[last] ^= 0xff;
+        std::fs::write(&log, &bytes).unwrap();
+        let state = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        assert_eq!(
+            state.acked_prefix(&key(1)),
+            Some(0),
+            "the removal was lost, not invented"
+        );
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn in_order_queues_block_then_redeliver_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        let got = read(&state, &key(0), 2, 100);
+        assert!(matches!(
+            state.begin_read(&key(0), true, 50, 200, 32, || 0).unwrap(),
+            ReadStart::Blocked
+        ));
+        let ReadStart::Redeliver(again) =
+            state.begin_read(&key(0), true, 100, 300, 1, || 0).unwrap()
+        else {
+            panic!("expired entries come back");
+        };
+        assert_eq!(again.len(), 1, "at most max");
+        assert_eq!((again[0].offset, again[0].entry.attempt), (0, 2));
+        assert!(matches!(
+            state.remove(&key(0), 0, got[0].entry.revision),
+            Err(PopStateError::Superseded { .. })
+        ));
+        state.remove(&key(0), 0, again[0].entry.revision).unwrap();
+        assert!(matches!(
+            state.remove(&key(0), 0, again[0].entry.revision),
+            Err(PopStateError::NotInFlight { .. })
+        ));
+    }
+
+    #[test]
+    fn a_queue_being_read_is_busy_for_other_receives() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        let claim = state.begin_read(&key(0), false, 0, 10, 32, || 5).unwrap();
+        assert!(matches!(claim, ReadStart::Read(ref c) if c.from() == 5));
+        assert!(matches!(
+            state.begin_read(&key(0), false, 0, 10, 32, || 0).unwrap(),
+            ReadStart::Busy
+        ));
+        drop(claim);
+        assert!(matches!(
+            state.begin_read(&key(0), false, 0, 10, 32, || 0).unwrap(),
+            ReadStart::Read(_)
+        ));
+    }
+}
