@@ -198,9 +198,10 @@ impl PopService {
             if !popped.is_empty() || Instant::now() >= deadline {
                 return Ok(popped);
             }
-            self.wakers.parked.fetch_add(1, Ordering::Relaxed);
-            let woken = tokio::time::timeout_at(deadline.into(), watch.notify.notified()).await;
-            self.wakers.parked.fetch_sub(1, Ordering::Relaxed);
+            let woken = {
+                let _parked = watch.parked();
+                tokio::time::timeout_at(deadline.into(), watch.notify.notified()).await
+            };
             if woken.is_err() {
                 // One last look: an in-order queue may have become visible again just now.
                 return self.receive_once(broker, &spec).await;
