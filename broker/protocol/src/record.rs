@@ -557,6 +557,24 @@ pub fn store_timestamp_of(record: &[u8]) -> Option<i64> {
 
 /// Byte offset of BODY's length for IPv4 hosts; +12 for each IPv6 host.
 const BODY_LEN_AT_V4: usize = 84;
+const QUEUE_OFFSET_AT: usize = 20;
+/// Byte offset of RECONSUMETIMES for IPv4 hosts; +12 for each IPv6 host.
+const RECONSUME_TIMES_AT_V4: usize = 72;
+
+/// QUEUEOFFSET and RECONSUMETIMES of a record known to be valid, without decoding it (a POP
+/// receive needs both for every message it hands out).
+pub fn queue_offset_and_reconsume_times_of(record: &[u8]) -> Option<(QueueOffset, i32)> {
+    let read = |at: usize, n: usize| record.get(at..at.checked_add(n)?);
+    let queue_offset = i64::from_be_bytes(read(QUEUE_OFFSET_AT, 8)?.try_into().ok()?);
+    let sys_flag = i32::from_be_bytes(read(SYS_FLAG_AT, 4)?.try_into().ok()?);
+    let v6 = |flag: i32| if sys_flag & flag != 0 { 12 } else { 0 };
+    let at = RECONSUME_TIMES_AT_V4 + v6(BORN_HOST_V6_FLAG) + v6(STORE_HOST_V6_FLAG);
+    let reconsume_times = i32::from_be_bytes(read(at, 4)?.try_into().ok()?);
+    Some((
+        QueueOffset(u64::try_from(queue_offset).ok()?),
+        reconsume_times,
+    ))
+}
 
 /// The PROPERTIES of a stored record, read through its length fields without decoding or
 /// checking the rest (a pull's property filter runs it on every record it scans).
@@ -770,6 +788,26 @@ mod tests {
             assert_eq!(properties_of(&bytes[..bytes.len() - 1]), None);
         }
         assert_eq!(properties_of(&[]), None);
+    }
+
+    #[test]
+    fn queue_offset_and_reconsume_times_are_read_in_place() {
+        for (born, store) in [
+            ("10.0.0.1:1", "10.0.0.2:2"),
+            ("[2001:db8::1]:4000", "[::1]:10911"),
+        ] {
+            let mut msg = message(b"body", "");
+            msg.born_host = born.parse().unwrap();
+            msg.store_host = store.parse().unwrap();
+            msg.reconsume_times = 7;
+            let bytes = encode(&msg, PLACEMENT).unwrap();
+            let decoded = decode(&bytes).unwrap().0;
+            assert_eq!(
+                queue_offset_and_reconsume_times_of(&bytes),
+                Some((decoded.queue_offset, 7))
+            );
+        }
+        assert_eq!(queue_offset_and_reconsume_times_of(&[0; 40]), None);
     }
 
     #[test]

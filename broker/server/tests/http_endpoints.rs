@@ -68,11 +68,24 @@ async fn every_documented_metric_is_exposed_with_its_type_and_labels() {
     config.tls_mode = quiver_broker::TlsMode::Permissive;
     config.tls_cert_file = Some(cert);
     config.tls_key_file = Some(key);
-    let broker = TestBroker::start(config).await;
+    let (broker, service) = TestBroker::start_with_broker(config).await;
     let mut client = broker.client().await;
     client.send("Met", 0, "m", "A").await;
     // Pulls with a commit, so the traffic-out and lag series exist.
     client.pull("G", "Met", 0, 0, 0, Some(0)).await;
+    // A POP receive, so a group has messages in flight.
+    let receive = quiver_broker::pop::ReceiveRequest {
+        group: "PopG",
+        topic: "Met",
+        filter: &quiver_broker::filter::ConsumerFilter::All,
+        max_messages: 1,
+        invisible: std::time::Duration::from_secs(60),
+        long_poll: std::time::Duration::ZERO,
+    };
+    assert_eq!(
+        service.pop.receive(&service, receive).await.unwrap().len(),
+        1
+    );
     let exposition = broker.metrics().await;
     for metric in documented_broker_metrics() {
         let type_line = format!("# TYPE {} {}\n", metric.name, metric.kind);

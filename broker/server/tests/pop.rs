@@ -505,3 +505,63 @@ async fn kill9_between_receive_and_ack_redelivers_the_unacked_message_only() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_cancelled_long_poll_stops_counting_as_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, broker) = start(dir.path()).await;
+    send_all(&server, "T", 1, &[], "a").await;
+    let receive = {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            let req = ReceiveRequest {
+                group: GROUP,
+                topic: "T",
+                filter: &ConsumerFilter::All,
+                max_messages: 1,
+                invisible: Duration::from_secs(60),
+                long_poll: Duration::from_secs(120),
+            };
+            broker.pop.receive(&broker, req).await
+        })
+    };
+    wait_for("the receive waits", Duration::from_secs(10), || {
+        let broker = broker.clone();
+        async move { broker.pop.waiting_receives() == 1 }
+    })
+    .await;
+    receive.abort(); // a gRPC client going away drops the future
+    wait_for("nothing waits", Duration::from_secs(10), || {
+        let broker = broker.clone();
+        async move { broker.pop.waiting_receives() == 0 }
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sync_flush_mode_receives_and_acks_and_keeps_them_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || quiver_broker::BrokerConfig {
+        flush_mode: quiver_broker::FlushMode::Sync,
+        ..test_config(dir.path())
+    };
+    let (server, broker) = TestBroker::start_with_broker(config()).await;
+    send_all(&server, "S", 1, &["s0", "s1"], "a").await;
+    let got = receive(&broker, "S", 8, Duration::from_secs(60)).await;
+    assert_eq!(bodies(&got), ["s0", "s1"]);
+    ack(&broker, "S", &got[0]).unwrap();
+    server.stop().await;
+    drop(broker); // the store's directory lock goes with the last reference
+
+    let (server, broker) = TestBroker::start_with_broker(config()).await;
+    assert!(
+        receive(&broker, "S", 8, Duration::from_secs(60))
+            .await
+            .is_empty(),
+        "s1 is still in flight"
+    );
+    ack(&broker, "S", &got[1]).expect("a handle outlives a restart");
+    assert_eq!(broker.offsets.query(GROUP, "S", 0), Some(QueueOffset(2)));
+    server.stop().await;
+}

@@ -216,6 +216,35 @@ impl Admin {
         Ok(groups)
     }
 
+    /// The settings of every subscription group, the first broker's where several know it.
+    pub async fn group_configs(&self) -> Result<Vec<body::SubscriptionGroupConfig>> {
+        let mut groups = BTreeMap::new();
+        for addr in self.broker_addrs().await? {
+            for config in self.group_configs_at(&addr).await? {
+                groups.entry(config.group_name.clone()).or_insert(config);
+            }
+        }
+        Ok(groups.into_values().collect())
+    }
+
+    /// Creates or updates a subscription group on every broker; the brokers' addresses.
+    pub async fn upsert_group(
+        &self,
+        config: &body::SubscriptionGroupConfig,
+    ) -> Result<Vec<String>> {
+        if config.group_name.is_empty() {
+            return Err(ClientError::InvalidArgument {
+                what: "group",
+                reason: "a subscription group needs a name".into(),
+            });
+        }
+        let addrs = self.broker_addrs().await?;
+        for addr in &addrs {
+            self.upsert_group_at(addr, config).await?;
+        }
+        Ok(addrs)
+    }
+
     /// Per-queue broker and consumer offsets of a group, merged over the brokers.
     pub async fn consume_stats(
         &self,

@@ -135,6 +135,15 @@ impl Admin {
 
     /// Every subscription group one broker knows, sorted.
     pub async fn groups_at(&self, addr: &str) -> Result<Vec<String>> {
+        let configs = self.group_configs_at(addr).await?;
+        Ok(configs
+            .into_iter()
+            .map(|config| config.group_name)
+            .collect())
+    }
+
+    /// The settings of every subscription group one broker knows, sorted by name.
+    pub async fn group_configs_at(&self, addr: &str) -> Result<Vec<SubscriptionGroupConfig>> {
         let request = RemotingCommand::request(
             code::request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
             ExtFields::default(),
@@ -146,7 +155,14 @@ impl Admin {
             body::SubscriptionGroupWrapper::decode,
             &response,
         )?;
-        Ok(wrapper.subscription_group_table.into_keys().collect())
+        let table = wrapper.subscription_group_table.into_iter();
+        // The key names the group; a body written by another tool may leave groupName out.
+        Ok(table
+            .map(|(name, config)| SubscriptionGroupConfig {
+                group_name: name,
+                ..config
+            })
+            .collect())
     }
 
     /// Every topic one broker holds, with its queue counts and permission, sorted by name.

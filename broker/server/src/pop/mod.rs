@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use quiver_store::record::decode;
+use quiver_store::record::queue_offset_and_reconsume_times_of;
 use quiver_store::{
     Delivery, GetFilter, GetStatus, PopKey, PopState, PopStateError, QueueOffset, ReadStart,
     StoreError,
@@ -87,6 +87,16 @@ pub enum PopError {
     Filter(#[from] FilterError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("the record at offset {offset} of {topic}/{queue_id} cannot be decoded")]
+    BadRecord {
+        topic: String,
+        queue_id: u32,
+        offset: u64,
+        #[source]
+        source: quiver_store::RecordError,
+    },
+    #[error("the receive's blocking task failed")]
+    Task(#[source] crate::error::BrokerError),
 }
 
 impl From<PopStateError> for PopError {
@@ -188,9 +198,10 @@ impl PopService {
             if !popped.is_empty() || Instant::now() >= deadline {
                 return Ok(popped);
             }
-            self.wakers.parked.fetch_add(1, Ordering::Relaxed);
-            let woken = tokio::time::timeout_at(deadline.into(), watch.notify.notified()).await;
-            self.wakers.parked.fetch_sub(1, Ordering::Relaxed);
+            let woken = {
+                let _parked = watch.parked();
+                tokio::time::timeout_at(deadline.into(), watch.notify.notified()).await
+            };
             if woken.is_err() {
                 // One last look: an in-order queue may have become visible again just now.
                 return self.receive_once(broker, &spec).await;
@@ -213,13 +224,7 @@ impl PopService {
             broker.pop.receive_now(broker, &spec, crate::now_ms())
         })
         .await
-        .map_err(|error| {
-            PopError::Store(StoreError::Io {
-                op: "run receive",
-                path: broker.config.data_dir.join("pop"),
-                source: std::io::Error::other(crate::error::chain(&error)),
-            })
-        })?
+        .map_err(PopError::Task)?
     }
 
     /// Reads the topic's queues and its retry topic's, round robin, until `max_messages`.
@@ -487,8 +492,8 @@ fn read_one(broker: &Broker, key: &PopKey, offset: u64) -> Option<Bytes> {
         )
         .ok()?;
     let record = got.messages.into_iter().next()?;
-    let (decoded, _) = decode(&record).ok()?;
-    (decoded.queue_offset.0 == offset).then_some(record)
+    let (stored_at, _) = queue_offset_and_reconsume_times_of(&record)?;
+    (stored_at.0 == offset).then_some(record)
 }
 
 /// A queue read: the offset reached and (offset, attempt, record) of each message the filter
@@ -536,14 +541,15 @@ fn read_queue(
         GetStatus::Found | GetStatus::NoMatchedMessage => got.next_begin_offset.0,
         _ => from,
     };
-    let mut records = Vec::with_capacity(got.messages.len());
-    for record in got.messages {
-        let (decoded, _) = decode(&record).map_err(|source| StoreError::BadRecord {
-            offset: quiver_store::CommitLogOffset(0),
-            source,
-        })?;
-        let attempt = u32::try_from(decoded.reconsume_times).unwrap_or(0) + 1;
-        records.push((decoded.queue_offset.0, attempt, record));
-    }
+    let records = got
+        .messages
+        .into_iter()
+        .filter_map(|record| {
+            // The store hands out whole records only: the fields are there.
+            let (offset, reconsume_times) = queue_offset_and_reconsume_times_of(&record)?;
+            let attempt = u32::try_from(reconsume_times).unwrap_or(0) + 1;
+            Some((offset.0, attempt, record))
+        })
+        .collect();
     Ok((next, records))
 }

@@ -101,11 +101,11 @@ pub(super) fn move_message(
     let Some(stored) = read_one(broker, key, delivery.offset) else {
         return pop.drop_gone(broker, key, leased);
     };
-    let (record, _) = decode(&stored).map_err(|source| {
-        PopError::Store(quiver_store::StoreError::BadRecord {
-            offset: quiver_store::CommitLogOffset(0),
-            source,
-        })
+    let (record, _) = decode(&stored).map_err(|source| PopError::BadRecord {
+        topic: key.topic.clone(),
+        queue_id: key.queue_id,
+        offset: delivery.offset,
+        source,
     })?;
     let topic = match destination {
         Destination::DeadLetter => format!("{DLQ_PREFIX}{}", key.group),

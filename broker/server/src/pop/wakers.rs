@@ -17,7 +17,7 @@ pub struct Wakers {
     /// Receives watching now: the dispatch hook skips the lock while it is 0.
     watching: AtomicUsize,
     /// Receives parked (waiting for a wake-up), for the metrics.
-    pub(crate) parked: AtomicUsize,
+    parked: AtomicUsize,
     by_topic: Mutex<HashMap<String, Watchers>>,
     next_id: AtomicUsize,
 }
@@ -66,6 +66,23 @@ impl Wakers {
 
     pub fn parked(&self) -> usize {
         self.parked.load(Ordering::Relaxed)
+    }
+}
+
+/// Counts a receive as parked while it lives (a cancelled receive drops it too).
+pub struct ParkedGuard<'a>(&'a Wakers);
+
+impl Drop for ParkedGuard<'_> {
+    fn drop(&mut self) {
+        self.0.parked.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Watch {
+    /// Counts the receive as parked until the guard drops.
+    pub fn parked(&self) -> ParkedGuard<'_> {
+        self.wakers.parked.fetch_add(1, Ordering::Relaxed);
+        ParkedGuard(&self.wakers)
     }
 }
 

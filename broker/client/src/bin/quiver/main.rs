@@ -23,6 +23,7 @@ use quiver_client::{
     Message, MessageSelector, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueLag,
     QueueSelector, ReceivedMessage, ResetTarget, TlsConfig, TopicRoute, TopicSpec,
 };
+use quiver_protocol::body::SubscriptionGroupConfig;
 use table::Table;
 
 const EXIT_CODES: &str = "\
@@ -130,6 +131,9 @@ enum Command {
     /// List or create topics.
     #[command(subcommand)]
     Topics(TopicsCommand),
+    /// List or create subscription groups (consumer groups' settings on the brokers).
+    #[command(subcommand)]
+    Groups(GroupsCommand),
     /// Lag per group, topic and queue, in messages and seconds.
     Lag(LagArgs),
     /// Manage committed offsets.
@@ -240,6 +244,23 @@ enum TopicsCommand {
     Route { name: String },
     /// The groups consuming a topic: online subscribers and groups with offsets on it.
     Consumers { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum GroupsCommand {
+    /// List every subscription group with its settings.
+    List,
+    /// Create or update a subscription group on every broker.
+    Create {
+        name: String,
+        /// In-order delivery (consumeMessageOrderly): 5.x clients receive a message group's
+        /// messages in order, one batch in flight per queue.
+        #[arg(long)]
+        fifo: bool,
+        /// Redeliveries before a message goes to %DLQ%<group>.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(i32).range(0..))]
+        retry_max_times: i32,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -421,6 +442,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(args) => produce(client, cli.output, args).await,
         Command::Consume(args) => consume(client, cli.output, args).await,
         Command::Topics(command) => topics(client, cli.output, command).await,
+        Command::Groups(command) => groups(client, cli.output, command).await,
         Command::Lag(args) => lag(client, cli.output, args).await,
         Command::Offsets(OffsetsCommand::Reset { group, topic, to }) => {
             reset(client, cli.output, &group, &topic, to).await
@@ -813,6 +835,60 @@ async fn topics(
                     }
                     print!("{}", table.render());
                 }
+            }
+        }
+    }
+    admin.shutdown().await;
+    Ok(())
+}
+
+async fn groups(
+    client: ClientConfig,
+    output: Output,
+    command: GroupsCommand,
+) -> anyhow::Result<()> {
+    let admin = Admin::new(client);
+    match command {
+        GroupsCommand::List => {
+            let groups = admin.group_configs().await?;
+            match output {
+                Output::Json => print_json(&groups)?,
+                Output::Table => {
+                    let mut table = Table::new(&["GROUP", "FIFO", "RETRY_MAX_TIMES", "CONSUME"]);
+                    for group in groups {
+                        table.row(vec![
+                            group.group_name,
+                            group.consume_message_orderly.to_string(),
+                            group.retry_max_times.to_string(),
+                            group.consume_enable.to_string(),
+                        ]);
+                    }
+                    print!("{}", table.render());
+                }
+            }
+        }
+        GroupsCommand::Create {
+            name,
+            fifo,
+            retry_max_times,
+        } => {
+            let config = SubscriptionGroupConfig {
+                group_name: name,
+                consume_message_orderly: fifo,
+                retry_max_times,
+                ..SubscriptionGroupConfig::default()
+            };
+            let brokers = admin.upsert_group(&config).await?;
+            match output {
+                Output::Json => {
+                    print_json(&serde_json::json!({ "group": config, "brokers": brokers }))?
+                }
+                Output::Table => println!(
+                    "group {} created on {} broker(s): {}",
+                    config.group_name,
+                    brokers.len(),
+                    brokers.join(", ")
+                ),
             }
         }
     }
