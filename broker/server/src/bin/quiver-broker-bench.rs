@@ -3,7 +3,8 @@
 //! end-to-end p50/p99 latency, beside store-only figures of the same run; then a catch-up
 //! read of stored messages, unfiltered and through a SQL92 filter matching 10%.
 //!
-//! `--mode timers` measures timed delivery instead (see `timers.rs`).
+//! `--mode timers` measures timed delivery instead (see `timers.rs`); `--mode grpc` the
+//! RocketMQ 5.x gRPC path beside the remoting path (see `grpc.rs`).
 //!
 //! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`;
 //! `--tls` runs the broker with `--tls-mode enforcing` and connects with TLS, `--acl` with an
@@ -32,6 +33,8 @@ use quiver_remoting::{Connection, Incoming, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "quiver-broker-bench/grpc.rs"]
+mod grpc;
 #[path = "quiver-broker-bench/timers.rs"]
 mod timers;
 
@@ -42,6 +45,8 @@ enum Mode {
     Throughput,
     /// Timed delivery: RSS with many timers pending, and fire lateness.
     Timers,
+    /// The gRPC (5.x) path beside the remoting path: produce, receive+ack, paced latency.
+    Grpc,
 }
 
 #[derive(Parser, Debug)]
@@ -79,6 +84,12 @@ struct Args {
     /// Timers mode: seconds of sending at --fire-rate.
     #[arg(long, default_value_t = 10)]
     fire_secs: u64,
+    /// gRPC mode: messages per second of the paced latency scenario.
+    #[arg(long, default_value_t = 5_000)]
+    paced_rate: u64,
+    /// gRPC mode: seconds of the paced latency scenario.
+    #[arg(long, default_value_t = 5)]
+    paced_secs: u64,
 }
 
 /// What `--tls` and `--acl` set up once: the files the broker reads and what clients use.
@@ -564,6 +575,8 @@ fn store_scenario(args: &Args, batch: usize) -> anyhow::Result<Figures> {
 /// An in-process broker with the bench topic, and a connection to it.
 struct RunningBroker {
     addr: SocketAddr,
+    /// The gRPC (5.x) port.
+    grpc_addr: SocketAddr,
     conn: Conn,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), quiver_broker::BrokerError>>,
@@ -586,6 +599,8 @@ async fn start_broker(
 ) -> anyhow::Result<RunningBroker> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    let grpc_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let grpc_addr = grpc_listener.local_addr()?;
     let mut config = BrokerConfig {
         data_dir: dir.to_path_buf(),
         listen: addr.to_string(),
@@ -597,9 +612,15 @@ async fn start_broker(
     };
     security.apply(&mut config);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let broker = tokio::spawn(quiver_broker::run(config, listener, None, async move {
-        let _ = stopped.await;
-    }));
+    let broker = tokio::spawn(quiver_broker::run_with_grpc(
+        config,
+        listener,
+        None,
+        Some(grpc_listener),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let mut setup = loop {
         match Conn::connect(addr, security).await {
             Ok(conn) => break conn,
@@ -609,6 +630,7 @@ async fn start_broker(
     create_topic(&mut setup, TOPIC).await?;
     Ok(RunningBroker {
         addr,
+        grpc_addr,
         conn: setup,
         stop,
         task: broker,
@@ -749,6 +771,22 @@ fn main() -> anyhow::Result<()> {
         return runtime.block_on(timers::run(&args));
     }
     let security = Arc::new(Security::new(&args)?);
+    if args.mode == Mode::Grpc {
+        if args.tls || args.acl {
+            bail!("--mode grpc measures the plain paths: drop --tls and --acl");
+        }
+        println!(
+            "quiver-broker-bench grpc: {} messages of {} B per produce scenario, {} for \
+             catch-up, paced {}/s for {} s, flush {:?}",
+            args.messages,
+            args.size,
+            args.catch_up_messages,
+            args.paced_rate,
+            args.paced_secs,
+            args.flush_mode
+        );
+        return runtime.block_on(grpc::run(&args, &security));
+    }
     println!(
         "quiver-broker-bench: {} messages of {} B per scenario, flush {:?}, {}",
         args.messages,

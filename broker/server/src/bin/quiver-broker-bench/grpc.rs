@@ -1,0 +1,414 @@
+//! `--mode grpc`: the RocketMQ 5.x gRPC path beside the remoting path, in one run and on the
+//! same in-process broker build, with the same 1 KiB bodies:
+//! - produce only: one message a request, 1 and 4 producers, remoting SEND_MESSAGE_V2 against
+//!   gRPC SendMessage (issue 25's target: gRPC >= 0.60 of remoting);
+//! - catch-up: messages stored beforehand, read once by a remoting PULL (32 a pull, offsets
+//!   kept by the reader) and by a SimpleConsumer's ReceiveMessage (32 a receive) plus one
+//!   AckMessage per message, the acks of a batch in flight together (target >= 0.50);
+//! - paced: a producer at a fixed rate and a consumer long polling, producer-to-consumer
+//!   latency percentiles of each path (target: gRPC p99 <= 2 ms at 5k msgs/s).
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use quiver_grpc_proto::v2;
+use quiver_grpc_proto::v2::messaging_service_client::MessagingServiceClient;
+use tonic::transport::Channel;
+
+use super::{
+    body, catch_up, consume, produce, stamp_nanos, start_broker, store_for_filtering, Args,
+    Security, Sends, QUEUES, TOPIC,
+};
+
+const GROUP: &str = "GrpcBench";
+
+/// A gRPC client on its own HTTP/2 connection.
+async fn connect(addr: SocketAddr) -> anyhow::Result<MessagingServiceClient<Channel>> {
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .with_context(|| format!("connecting to the gRPC port {addr}"))?;
+    Ok(MessagingServiceClient::new(channel))
+}
+
+fn resource(name: &str) -> Option<v2::Resource> {
+    Some(v2::Resource {
+        resource_namespace: String::new(),
+        name: name.to_string(),
+    })
+}
+
+/// A 5.x client's normal message: tag `bench`, a fresh message id, the stamped body.
+fn message(size: usize, id: u64) -> v2::Message {
+    v2::Message {
+        topic: resource(TOPIC),
+        user_properties: Default::default(),
+        system_properties: Some(v2::SystemProperties {
+            tag: Some("bench".into()),
+            message_id: format!("01BENCH{id:020}"),
+            message_type: v2::MessageType::Normal as i32,
+            born_timestamp: Some(prost_types_now()),
+            born_host: "127.0.0.1".into(),
+            ..Default::default()
+        }),
+        body: body(size).to_vec(),
+    }
+}
+
+fn prost_types_now() -> quiver_grpc_proto::prost_types::Timestamp {
+    let ms = quiver_broker::now_ms();
+    quiver_grpc_proto::prost_types::Timestamp {
+        seconds: ms / 1000,
+        nanos: i32::try_from((ms % 1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+fn ok(status: Option<&v2::Status>, what: &str) -> anyhow::Result<()> {
+    match status {
+        Some(s) if s.code == v2::Code::Ok as i32 => Ok(()),
+        other => bail!("{what} failed: {other:?}"),
+    }
+}
+
+async fn send_one(
+    client: &mut MessagingServiceClient<Channel>,
+    size: usize,
+    id: u64,
+) -> anyhow::Result<()> {
+    let request = v2::SendMessageRequest {
+        messages: vec![message(size, id)],
+    };
+    let answer = client.send_message(request).await?.into_inner();
+    ok(answer.status.as_ref(), "SendMessage")
+}
+
+async fn grpc_produce(
+    addr: SocketAddr,
+    producer: u64,
+    count: u64,
+    size: usize,
+) -> anyhow::Result<()> {
+    let mut client = connect(addr).await?;
+    for i in 0..count {
+        send_one(&mut client, size, producer << 40 | i).await?;
+    }
+    Ok(())
+}
+
+/// Sends `total` messages split over `producers`; msgs/s.
+async fn produce_rate(
+    args: &Args,
+    security: &Arc<Security>,
+    producers: u64,
+    grpc: bool,
+) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir()?;
+    let broker = start_broker(args, security, dir.path()).await?;
+    let total = args.messages;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..producers)
+        .map(|p| {
+            let count = total / producers + u64::from(p < total % producers);
+            if grpc {
+                tokio::spawn(grpc_produce(broker.grpc_addr, p, count, args.size))
+            } else {
+                let security = security.clone();
+                tokio::spawn(produce(
+                    broker.addr,
+                    security,
+                    p,
+                    count,
+                    args.size,
+                    Sends::Single,
+                ))
+            }
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    broker.stop().await?;
+    Ok(rate)
+}
+
+/// Receives (32 at a time) and acks until `count` messages were delivered; the deliveries.
+async fn receive_and_ack(
+    client: &mut MessagingServiceClient<Channel>,
+    count: u64,
+    long_poll: Duration,
+    mut on_message: impl FnMut(&v2::Message),
+) -> anyhow::Result<u64> {
+    let mut delivered = 0u64;
+    while delivered < count {
+        let request = v2::ReceiveMessageRequest {
+            group: resource(GROUP),
+            message_queue: Some(v2::MessageQueue {
+                topic: resource(TOPIC),
+                id: -1,
+                ..Default::default()
+            }),
+            filter_expression: Some(v2::FilterExpression {
+                r#type: v2::FilterType::Tag as i32,
+                expression: "*".into(),
+            }),
+            batch_size: 32,
+            invisible_duration: Some(quiver_grpc_proto::prost_types::Duration {
+                seconds: 60,
+                nanos: 0,
+            }),
+            auto_renew: false,
+            long_polling_timeout: Some(quiver_grpc_proto::prost_types::Duration {
+                seconds: i64::try_from(long_poll.as_secs())?,
+                nanos: i32::try_from(long_poll.subsec_nanos())?,
+            }),
+            attempt_id: None,
+        };
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(long_poll + Duration::from_secs(5));
+        let mut stream = client.receive_message(request).await?.into_inner();
+        let mut batch = Vec::new();
+        while let Some(item) = stream.message().await? {
+            match item.content {
+                Some(v2::receive_message_response::Content::Message(m)) => {
+                    on_message(&m);
+                    batch.push(m);
+                }
+                Some(v2::receive_message_response::Content::Status(s)) => {
+                    let code = s.code;
+                    if code != v2::Code::Ok as i32 && code != v2::Code::MessageNotFound as i32 {
+                        bail!("ReceiveMessage failed: {s:?}");
+                    }
+                }
+                _ => {}
+            }
+        }
+        delivered += batch.len() as u64;
+        ack_each(client, batch).await?;
+    }
+    Ok(delivered)
+}
+
+/// One AckMessage per message, as a SimpleConsumer's `ack(message)`, all in flight together.
+async fn ack_each(
+    client: &MessagingServiceClient<Channel>,
+    batch: Vec<v2::Message>,
+) -> anyhow::Result<()> {
+    let mut acks = tokio::task::JoinSet::new();
+    for m in batch {
+        let mut client = client.clone();
+        acks.spawn(async move {
+            let props = m.system_properties.unwrap_or_default();
+            let request = v2::AckMessageRequest {
+                group: resource(GROUP),
+                topic: m.topic,
+                entries: vec![v2::AckMessageEntry {
+                    message_id: props.message_id,
+                    receipt_handle: props.receipt_handle.unwrap_or_default(),
+                }],
+            };
+            let answer = client.ack_message(request).await?.into_inner();
+            ok(answer.status.as_ref(), "AckMessage")
+        });
+    }
+    while let Some(result) = acks.join_next().await {
+        result??;
+    }
+    Ok(())
+}
+
+/// The same stored messages read by a remoting catch-up and by a SimpleConsumer; msgs/s each.
+async fn catch_up_rates(args: &Args, security: &Arc<Security>) -> anyhow::Result<(f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let mut broker = start_broker(args, security, dir.path()).await?;
+    let count = args.catch_up_messages;
+    store_for_filtering(&mut broker.conn, count, args.size).await?;
+    let started = Instant::now();
+    let pulled = catch_up(&mut broker.conn, "TAG", "*").await?;
+    let remoting = pulled as f64 / started.elapsed().as_secs_f64();
+    let mut client = connect(broker.grpc_addr).await?;
+    let started = Instant::now();
+    let received = receive_and_ack(&mut client, count, Duration::ZERO, |_| ()).await?;
+    let grpc = received as f64 / started.elapsed().as_secs_f64();
+    broker.stop().await?;
+    Ok((remoting, grpc))
+}
+
+/// Percentile `q` of sorted microseconds.
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * q) as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Sends `count` messages at `rate` per second, each on its own task so a slow answer does
+/// not hold back the schedule; `send(i)` sends message i.
+async fn paced<F, Fut>(rate: u64, count: u64, send: F) -> anyhow::Result<()>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let started = Instant::now();
+    let mut sends = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
+        tokio::time::sleep_until(due.into()).await;
+        sends.spawn(send(i));
+        while let Some(done) = sends.try_join_next() {
+            done??;
+        }
+    }
+    while let Some(done) = sends.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// Producer-to-consumer latency (µs, sorted) at `rate` msgs/s over gRPC: one producer
+/// channel, one SimpleConsumer long polling and acking.
+async fn grpc_paced(
+    args: &Args,
+    security: &Arc<Security>,
+    rate: u64,
+    count: u64,
+) -> anyhow::Result<Vec<u64>> {
+    let dir = tempfile::tempdir()?;
+    let broker = start_broker(args, security, dir.path()).await?;
+    let mut consumer = connect(broker.grpc_addr).await?;
+    let latencies = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(count as usize)));
+    let seen = latencies.clone();
+    let receiving = tokio::spawn(async move {
+        receive_and_ack(&mut consumer, count, Duration::from_secs(2), |m| {
+            let sent = m
+                .body
+                .get(..8)
+                .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])));
+            seen.lock().push(stamp_nanos().saturating_sub(sent) / 1_000);
+        })
+        .await
+    });
+    let producer = connect(broker.grpc_addr).await?;
+    let size = args.size;
+    paced(rate, count, move |i| {
+        let mut client = producer.clone();
+        async move { send_one(&mut client, size, i).await }
+    })
+    .await?;
+    receiving.await??;
+    broker.stop().await?;
+    let mut latencies = std::mem::take(&mut *latencies.lock());
+    latencies.sort_unstable();
+    Ok(latencies)
+}
+
+/// The same over remoting: single sends paced on 4 connections, a long-polling pull per queue.
+async fn remoting_paced(
+    args: &Args,
+    security: &Arc<Security>,
+    rate: u64,
+    count: u64,
+) -> anyhow::Result<Vec<u64>> {
+    let dir = tempfile::tempdir()?;
+    let broker = start_broker(args, security, dir.path()).await?;
+    let received = Arc::new(AtomicU64::new(0));
+    let consumers: Vec<_> = (0..QUEUES)
+        .map(|q| {
+            tokio::spawn(consume(
+                broker.addr,
+                security.clone(),
+                q,
+                count,
+                received.clone(),
+            ))
+        })
+        .collect();
+    let mut connections = Vec::new();
+    for _ in 0..4 {
+        connections.push(Arc::new(tokio::sync::Mutex::new(
+            super::Conn::connect(broker.addr, security).await?,
+        )));
+    }
+    let size = args.size;
+    paced(rate, count, move |i| {
+        let conn = connections[(i % 4) as usize].clone();
+        async move {
+            let queue_id = u32::try_from(i % u64::from(QUEUES))?;
+            let reply = conn
+                .lock()
+                .await
+                .call(
+                    quiver_protocol::code::request::SEND_MESSAGE_V2,
+                    super::send_ext(queue_id, false),
+                    body(size),
+                )
+                .await?;
+            if reply.code != quiver_protocol::code::response::SUCCESS {
+                bail!("send failed: {} {:?}", reply.code, reply.remark);
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    let mut latencies = Vec::new();
+    for task in consumers {
+        latencies.extend(task.await??);
+    }
+    broker.stop().await?;
+    latencies.sort_unstable();
+    Ok(latencies)
+}
+
+pub async fn run(args: &Args, security: &Arc<Security>) -> anyhow::Result<()> {
+    println!(
+        "| {:<40} | {:>10} | {:>10} | {:>8} |",
+        "scenario", "remoting", "gRPC", "ratio"
+    );
+    println!(
+        "|{}|{}|{}|{}|",
+        "-".repeat(42),
+        "-".repeat(12),
+        "-".repeat(12),
+        "-".repeat(10)
+    );
+    for producers in [1, 4] {
+        let remoting = produce_rate(args, security, producers, false).await?;
+        let grpc = produce_rate(args, security, producers, true).await?;
+        println!(
+            "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
+            format!("produce 1 msg/request x{producers} (msgs/s)"),
+            grpc / remoting
+        );
+    }
+    if args.catch_up_messages > 0 {
+        let (remoting, grpc) = catch_up_rates(args, security).await?;
+        println!(
+            "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
+            "catch-up pull / receive+ack (msgs/s)",
+            grpc / remoting
+        );
+    }
+    let rate = args.paced_rate;
+    let count = rate * args.paced_secs;
+    if count == 0 {
+        return Ok(());
+    }
+    let remoting = remoting_paced(args, security, rate, count).await?;
+    let grpc = grpc_paced(args, security, rate, count).await?;
+    for (label, q) in [("p50", 0.50), ("p99", 0.99)] {
+        let (r, g) = (percentile(&remoting, q), percentile(&grpc, q));
+        println!(
+            "| {:<40} | {:>10} | {:>10} | {:>8.2} |",
+            format!("paced {rate}/s producer-to-consumer {label}"),
+            format!("{:.2} ms", r as f64 / 1000.0),
+            format!("{:.2} ms", g as f64 / 1000.0),
+            g as f64 / r.max(1) as f64
+        );
+    }
+    println!("targets: produce ratio >= 0.60, receive+ack ratio >= 0.50, gRPC paced p99 <= 2 ms");
+    Ok(())
+}
