@@ -35,7 +35,9 @@ fn pop_status(error: &PopError) -> v2::Status {
         PopError::TopicNotFound(_) => Code::TopicNotFound,
         PopError::ConsumeDisabled(_) => Code::Forbidden,
         PopError::Filter(_) => Code::IllegalFilterExpression,
-        PopError::Store(_) => Code::InternalServerError,
+        PopError::Store(_) | PopError::BadRecord { .. } | PopError::Task(_) => {
+            Code::InternalServerError
+        }
     };
     status(code, crate::error::chain(error))
 }
