@@ -141,6 +141,14 @@ pub(crate) const TIMER_PROPERTIES: [&str; 4] = [
     msg::PROPERTY_TIMER_DELAY_MS,
 ];
 
+/// What a re-stored timed message drops: the request, not TIMER_OUT_MS, which stays (as in
+/// Apache) so a 5.x consumer learns the message's delivery timestamp.
+const TIMER_REQUEST_PROPERTIES: [&str; 3] = [
+    msg::PROPERTY_TIMER_DELIVER_MS,
+    msg::PROPERTY_TIMER_DELAY_SEC,
+    msg::PROPERTY_TIMER_DELAY_MS,
+];
+
 /// A loaded timer, ordered by deliver time then log index (the order timers fire in).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Due {
@@ -408,7 +416,7 @@ impl<'a> Service<'a> {
             {
                 latest_out = latest_out.max(out);
             }
-            match crate::schedule::released(&record, &TIMER_PROPERTIES) {
+            match crate::schedule::released(&record, &TIMER_REQUEST_PROPERTIES) {
                 Some(target) => targets.push(target),
                 None => tracing::warn!(
                     offset = due.commit_log_offset,

@@ -118,9 +118,23 @@ async fn timed_messages_arrive_not_before_their_time_with_their_properties() {
             Some(format!("U-{body}").as_str())
         );
         assert_eq!(property(properties, "color"), Some("red"));
-        for gone in ["REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS"] {
+        for gone in [
+            "REAL_TOPIC",
+            "REAL_QID",
+            "TIMER_DELIVER_MS",
+            "TIMER_DELAY_SEC",
+            "TIMER_DELAY_MS",
+        ] {
             assert_eq!(property(properties, gone), None, "{gone} in {properties:?}");
         }
+        let out: i64 = property(properties, "TIMER_OUT_MS")
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("no TIMER_OUT_MS in {properties:?}"));
+        assert!(
+            (due..=record.store_timestamp_ms).contains(&out),
+            "{body}: TIMER_OUT_MS {out} outside [{due}, {}]",
+            record.store_timestamp_ms
+        );
     }
     let metrics = broker.metrics().await;
     let fired = metrics

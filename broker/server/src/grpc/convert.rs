@@ -206,7 +206,10 @@ pub(crate) fn outgoing(
     let message_id = get(msg::PROPERTY_UNIQ_KEY)
         .unwrap_or_else(|| msg::offset_msg_id(record.store_host, record.physical_offset.0));
     let message_group = get(msg::PROPERTY_SHARDING_KEY).filter(|g| !g.is_empty());
-    let deliver_ms = get(msg::PROPERTY_TIMER_DELIVER_MS).and_then(|ms| ms.parse::<i64>().ok());
+    // A released timed message keeps its deliver time in TIMER_OUT_MS (Apache's proxy reads it first).
+    let deliver_ms = get(msg::PROPERTY_TIMER_OUT_MS)
+        .or_else(|| get(msg::PROPERTY_TIMER_DELIVER_MS))
+        .and_then(|ms| ms.parse::<i64>().ok());
     let is_transactional = msg::sys_flag::transaction_type(record.sys_flag)
         != msg::sys_flag::TRANSACTION_NOT_TYPE
         || get(msg::PROPERTY_TRANSACTION_PREPARED).as_deref() == Some("true");
