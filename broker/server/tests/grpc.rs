@@ -732,6 +732,15 @@ async fn calls_quiver_does_not_serve_are_refused_at_once() {
         recall.expect_err("unknown call").code(),
         RpcCode::Unimplemented
     );
+    let (_, metrics) = common::http_get(broker.process.http, "/metrics")
+        .await
+        .expect("metrics");
+    for call in ["PullMessage", "UpdateOffset"] {
+        assert!(
+            metrics.contains(&format!("call=\"{call}\",code=\"NOT_IMPLEMENTED\"}} 1")),
+            "{call} refusal counted: {metrics}"
+        );
+    }
 }
 
 /// Receives from `topic` as `group`: (status code, messages).

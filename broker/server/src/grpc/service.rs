@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use quiver_grpc_proto::v2::messaging_service_server::MessagingService;
-use quiver_grpc_proto::v2::{self, ClientType};
+use quiver_grpc_proto::v2::{self, ClientType, Code};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::auth::Caller;
 use super::telemetry::{self, OUTBOUND_QUEUE};
-use super::{consume, ok, route, send, transaction};
+use super::{consume, ok, route, send, status, transaction};
 use crate::acl::{Perm, Resource};
 use crate::broker::Broker;
 
@@ -34,15 +34,18 @@ impl Messaging {
             self.broker.grpc.count(call, status);
         }
     }
+
+    /// Calls of the newer `apache.rocketmq.v2` API that Quiver does not serve: refused at once
+    /// (gRPC UNIMPLEMENTED), counted as NOT_IMPLEMENTED.
+    fn not_served(&self, call: &'static str, instead: &str) -> Status {
+        let message = format!("{call} is not supported by Quiver; {instead}");
+        self.count(call, Some(&status(Code::NotImplemented, message.clone())));
+        Status::unimplemented(message)
+    }
 }
 
 fn name(resource: Option<&v2::Resource>) -> &str {
     resource.map_or("", |resource| resource.name.as_str())
-}
-
-/// Calls of the newer `apache.rocketmq.v2` API that Quiver does not serve: refused at once.
-fn not_served(call: &str, instead: &str) -> Status {
-    Status::unimplemented(format!("{call} is not supported by Quiver; {instead}"))
 }
 
 #[tonic::async_trait]
@@ -306,7 +309,7 @@ impl MessagingService for Messaging {
         &self,
         _request: Request<v2::PullMessageRequest>,
     ) -> Result<Response<BoxStream<v2::PullMessageResponse>>, Status> {
-        Err(not_served(
+        Err(self.not_served(
             "PullMessage",
             "consume with ReceiveMessage (a SimpleConsumer or PushConsumer)",
         ))
@@ -316,17 +319,14 @@ impl MessagingService for Messaging {
         &self,
         _request: Request<v2::UpdateOffsetRequest>,
     ) -> Result<Response<v2::UpdateOffsetResponse>, Status> {
-        Err(not_served(
-            "UpdateOffset",
-            "acknowledge messages with AckMessage",
-        ))
+        Err(self.not_served("UpdateOffset", "acknowledge messages with AckMessage"))
     }
 
     async fn get_offset(
         &self,
         _request: Request<v2::GetOffsetRequest>,
     ) -> Result<Response<v2::GetOffsetResponse>, Status> {
-        Err(not_served(
+        Err(self.not_served(
             "GetOffset",
             "consumer offsets are read over the remoting port",
         ))
@@ -336,7 +336,7 @@ impl MessagingService for Messaging {
         &self,
         _request: Request<v2::QueryOffsetRequest>,
     ) -> Result<Response<v2::QueryOffsetResponse>, Status> {
-        Err(not_served(
+        Err(self.not_served(
             "QueryOffset",
             "queue offsets are read over the remoting port",
         ))

@@ -101,12 +101,20 @@ pub(super) fn move_message(
     let Some(stored) = read_one(broker, key, delivery.offset) else {
         return pop.drop_gone(broker, key, leased);
     };
-    let (record, _) = decode(&stored).map_err(|source| PopError::BadRecord {
-        topic: key.topic.clone(),
-        queue_id: key.queue_id,
-        offset: delivery.offset,
-        source,
-    })?;
+    let record = match decode(&stored) {
+        Ok((record, _)) => record,
+        // Undeliverable by any path: dropped (loudly) rather than stalling every later round.
+        Err(source) => {
+            let error = PopError::BadRecord {
+                topic: key.topic.clone(),
+                queue_id: key.queue_id,
+                offset: delivery.offset,
+                source,
+            };
+            tracing::error!(group = %key.group, error = %chain(&error), "in-flight message cannot be decoded");
+            return pop.drop_gone(broker, key, leased);
+        }
+    };
     let topic = match destination {
         Destination::DeadLetter => format!("{DLQ_PREFIX}{}", key.group),
         Destination::Retry if key.topic.starts_with(RETRY_PREFIX) => key.topic.clone(),
