@@ -26,6 +26,10 @@ use crate::tls::{classify, peek_first_byte, FirstByte, Port, TlsServer};
 const ACCEPTED_QUEUE: usize = 64;
 /// Pings on idle HTTP/2 connections, so a vanished client's streams end.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// HTTP/2 flow-control windows: a receive answers up to 32 messages of up to max-message-size
+/// each; 64 KiB windows (the HTTP/2 default) would stall it for WINDOW_UPDATEs every 64 KiB.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 4 * 1024 * 1024;
 
 /// The remote address of a call, as the HTTP/2 server hands it to each request.
 #[derive(Clone, Copy, Debug)]
@@ -116,6 +120,8 @@ pub async fn serve(
     };
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .serve_with_incoming_shutdown(service, ReceiverStream::new(accepted_rx), shutdown)
         .await;
     if let Err(error) = served {

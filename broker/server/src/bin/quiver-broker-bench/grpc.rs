@@ -4,7 +4,8 @@
 //!   gRPC SendMessage (issue 25's target: gRPC >= 0.60 of remoting);
 //! - catch-up: messages stored beforehand, read once by a remoting PULL (32 a pull, offsets
 //!   kept by the reader) and by a SimpleConsumer's ReceiveMessage (32 a receive) plus one
-//!   AckMessage per message, the acks of a batch in flight together (target >= 0.50);
+//!   AckMessage per message, the acks of a batch in flight together and not awaited before
+//!   the next receive (up to 2 batches acking, as `ack_async`) (target >= 0.50);
 //! - paced: a producer at a fixed rate and a consumer long polling, producer-to-consumer
 //!   latency percentiles of each path (target: gRPC p99 <= 2 ms at 5k msgs/s).
 
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use bytes::Bytes;
 use quiver_grpc_proto::v2;
 use quiver_grpc_proto::v2::messaging_service_client::MessagingServiceClient;
 use tonic::transport::Channel;
@@ -29,6 +31,9 @@ const GROUP: &str = "GrpcBench";
 async fn connect(addr: SocketAddr) -> anyhow::Result<MessagingServiceClient<Channel>> {
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .tcp_nodelay(true)
+        // grpc-java's default window (the Python and Go clients size theirs by BDP probes).
+        .initial_stream_window_size(1024 * 1024)
+        .initial_connection_window_size(4 * 1024 * 1024)
         .connect()
         .await
         .with_context(|| format!("connecting to the gRPC port {addr}"))?;
@@ -99,6 +104,59 @@ async fn grpc_produce(
     Ok(())
 }
 
+/// The transport's floor: `calls` heartbeats (no store work) on one connection per caller,
+/// remoting HEART_BEAT against gRPC Heartbeat; calls/s.
+async fn heartbeat_rate(
+    args: &Args,
+    security: &Arc<Security>,
+    callers: u64,
+    grpc: bool,
+) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir()?;
+    let broker = start_broker(args, security, dir.path()).await?;
+    let total = args.messages;
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for caller in 0..callers {
+        let count = total / callers + u64::from(caller < total % callers);
+        let (addr, grpc_addr, security) = (broker.addr, broker.grpc_addr, security.clone());
+        tasks.spawn(async move {
+            if grpc {
+                let mut client = connect(grpc_addr).await?;
+                for _ in 0..count {
+                    let request = v2::HeartbeatRequest {
+                        group: resource(GROUP),
+                        client_type: v2::ClientType::Producer as i32,
+                    };
+                    let answer = client.heartbeat(request).await?.into_inner();
+                    ok(answer.status.as_ref(), "Heartbeat")?;
+                }
+            } else {
+                let mut conn = super::Conn::connect(addr, &security).await?;
+                let heartbeat = Bytes::from_static(
+                    br#"{"clientID":"bench","producerDataSet":[],"consumerDataSet":[]}"#,
+                );
+                for _ in 0..count {
+                    let request = quiver_protocol::code::request::HEART_BEAT;
+                    let reply = conn
+                        .call(request, Default::default(), heartbeat.clone())
+                        .await?;
+                    if reply.code != quiver_protocol::code::response::SUCCESS {
+                        bail!("heartbeat failed: {} {:?}", reply.code, reply.remark);
+                    }
+                }
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    broker.stop().await?;
+    Ok(rate)
+}
+
 /// Sends `total` messages split over `producers`; msgs/s.
 async fn produce_rate(
     args: &Args,
@@ -136,17 +194,33 @@ async fn produce_rate(
     Ok(rate)
 }
 
+/// Batches whose acks may still be in flight while the consumer receives the next one (as
+/// an application acking asynchronously, `ack_async`, does).
+const ACK_BATCHES_IN_FLIGHT: usize = 2;
+
+/// How a consumer acks what it received.
+#[derive(Clone, Copy)]
+enum Acks {
+    /// One AckMessage per message, as a SimpleConsumer's `ack(message)`.
+    PerMessage,
+    /// One AckMessage with an entry per message of the batch (the protocol allows it; the
+    /// Apache clients do not send it): the broker's POP cost without a call per message.
+    PerBatch,
+}
+
 /// Receives (32 at a time) and acks until `count` messages were delivered; the deliveries.
 async fn receive_and_ack(
     client: &mut MessagingServiceClient<Channel>,
+    (group, acks): (&'static str, Acks),
     count: u64,
     long_poll: Duration,
     mut on_message: impl FnMut(&v2::Message),
 ) -> anyhow::Result<u64> {
     let mut delivered = 0u64;
+    let mut acking = tokio::task::JoinSet::new();
     while delivered < count {
         let request = v2::ReceiveMessageRequest {
-            group: resource(GROUP),
+            group: resource(group),
             message_queue: Some(v2::MessageQueue {
                 topic: resource(TOPIC),
                 id: -1,
@@ -188,41 +262,62 @@ async fn receive_and_ack(
             }
         }
         delivered += batch.len() as u64;
-        ack_each(client, batch).await?;
+        acking.spawn(ack_batch(client.clone(), group, acks, batch));
+        while acking.len() >= ACK_BATCHES_IN_FLIGHT {
+            acking.join_next().await.context("an ack batch")???;
+        }
+    }
+    while let Some(acked) = acking.join_next().await {
+        acked??;
     }
     Ok(delivered)
 }
 
-/// One AckMessage per message, as a SimpleConsumer's `ack(message)`, all in flight together.
-async fn ack_each(
-    client: &MessagingServiceClient<Channel>,
+/// Acks a received batch, the AckMessage calls of a batch in flight together.
+async fn ack_batch(
+    client: MessagingServiceClient<Channel>,
+    group: &'static str,
+    acks: Acks,
     batch: Vec<v2::Message>,
 ) -> anyhow::Result<()> {
-    let mut acks = tokio::task::JoinSet::new();
-    for m in batch {
+    let entry = |m: v2::Message| {
+        let props = m.system_properties.unwrap_or_default();
+        v2::AckMessageEntry {
+            message_id: props.message_id,
+            receipt_handle: props.receipt_handle.unwrap_or_default(),
+        }
+    };
+    let requests: Vec<v2::AckMessageRequest> = match acks {
+        Acks::PerMessage => batch
+            .into_iter()
+            .map(|m| v2::AckMessageRequest {
+                group: resource(group),
+                topic: resource(TOPIC),
+                entries: vec![entry(m)],
+            })
+            .collect(),
+        Acks::PerBatch => vec![v2::AckMessageRequest {
+            group: resource(group),
+            topic: resource(TOPIC),
+            entries: batch.into_iter().map(entry).collect(),
+        }],
+    };
+    let mut calls = tokio::task::JoinSet::new();
+    for request in requests {
         let mut client = client.clone();
-        acks.spawn(async move {
-            let props = m.system_properties.unwrap_or_default();
-            let request = v2::AckMessageRequest {
-                group: resource(GROUP),
-                topic: m.topic,
-                entries: vec![v2::AckMessageEntry {
-                    message_id: props.message_id,
-                    receipt_handle: props.receipt_handle.unwrap_or_default(),
-                }],
-            };
+        calls.spawn(async move {
             let answer = client.ack_message(request).await?.into_inner();
             ok(answer.status.as_ref(), "AckMessage")
         });
     }
-    while let Some(result) = acks.join_next().await {
+    while let Some(result) = calls.join_next().await {
         result??;
     }
     Ok(())
 }
 
 /// The same stored messages read by a remoting catch-up and by a SimpleConsumer; msgs/s each.
-async fn catch_up_rates(args: &Args, security: &Arc<Security>) -> anyhow::Result<(f64, f64)> {
+async fn catch_up_rates(args: &Args, security: &Arc<Security>) -> anyhow::Result<(f64, f64, f64)> {
     let dir = tempfile::tempdir()?;
     let mut broker = start_broker(args, security, dir.path()).await?;
     let count = args.catch_up_messages;
@@ -232,10 +327,16 @@ async fn catch_up_rates(args: &Args, security: &Arc<Security>) -> anyhow::Result
     let remoting = pulled as f64 / started.elapsed().as_secs_f64();
     let mut client = connect(broker.grpc_addr).await?;
     let started = Instant::now();
-    let received = receive_and_ack(&mut client, count, Duration::ZERO, |_| ()).await?;
+    let group = (GROUP, Acks::PerMessage);
+    let received = receive_and_ack(&mut client, group, count, Duration::ZERO, |_| ()).await?;
     let grpc = received as f64 / started.elapsed().as_secs_f64();
+    // Another group reads the same messages from the start, acking a batch a call.
+    let started = Instant::now();
+    let group = ("GrpcBenchBatchAcks", Acks::PerBatch);
+    let received = receive_and_ack(&mut client, group, count, Duration::ZERO, |_| ()).await?;
+    let batched = received as f64 / started.elapsed().as_secs_f64();
     broker.stop().await?;
-    Ok((remoting, grpc))
+    Ok((remoting, grpc, batched))
 }
 
 /// Percentile `q` of sorted microseconds.
@@ -283,7 +384,8 @@ async fn grpc_paced(
     let latencies = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(count as usize)));
     let seen = latencies.clone();
     let receiving = tokio::spawn(async move {
-        receive_and_ack(&mut consumer, count, Duration::from_secs(2), |m| {
+        let group = (GROUP, Acks::PerMessage);
+        receive_and_ack(&mut consumer, group, count, Duration::from_secs(2), |m| {
             let sent = m
                 .body
                 .get(..8)
@@ -375,6 +477,15 @@ pub async fn run(args: &Args, security: &Arc<Security>) -> anyhow::Result<()> {
         "-".repeat(12),
         "-".repeat(10)
     );
+    for callers in [1, 4] {
+        let remoting = heartbeat_rate(args, security, callers, false).await?;
+        let grpc = heartbeat_rate(args, security, callers, true).await?;
+        println!(
+            "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
+            format!("floor: heartbeat x{callers} (calls/s)"),
+            grpc / remoting
+        );
+    }
     for producers in [1, 4] {
         let remoting = produce_rate(args, security, producers, false).await?;
         let grpc = produce_rate(args, security, producers, true).await?;
@@ -385,11 +496,16 @@ pub async fn run(args: &Args, security: &Arc<Security>) -> anyhow::Result<()> {
         );
     }
     if args.catch_up_messages > 0 {
-        let (remoting, grpc) = catch_up_rates(args, security).await?;
+        let (remoting, grpc, batched) = catch_up_rates(args, security).await?;
         println!(
             "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
             "catch-up pull / receive+ack (msgs/s)",
             grpc / remoting
+        );
+        println!(
+            "| {:<40} | {remoting:>10.0} | {batched:>10.0} | {:>8.2} |",
+            "catch-up, one ack call per batch (msgs/s)",
+            batched / remoting
         );
     }
     let rate = args.paced_rate;
