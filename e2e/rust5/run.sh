@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Apache's Rust 5.x client (crates.io rocketmq 5.0.0: Producer, SimpleConsumer) against the real
 # quiver-broker's gRPC port. The crate is outside the workspace (root Cargo.toml `exclude`, its
-# own Cargo.lock): the client's tonic 0.9 / prost 0.11 stay out of the broker's dependency graph.
+# own Cargo.lock): the client's older tonic / prost stay out of the broker's dependency graph.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 : "${QUIVER_PYTHON:?QUIVER_PYTHON must point at the e2e venv python}"

@@ -267,6 +267,13 @@ async fn telemetry_answers_the_groups_fifo_flag_and_retry_policy() {
         4,
         "retryMaxTimes + 1"
     );
+    let (_, metrics) = common::http_get(broker.process.http, "/metrics")
+        .await
+        .expect("metrics");
+    assert!(
+        metrics.contains("quiver_grpc_telemetry_sessions{cluster=\"DefaultCluster\"} 1"),
+        "the open stream counts: {metrics}"
+    );
 }
 
 /// Creates subscription group `name` with consumeMessageOrderly (a FIFO group for 5.x).
