@@ -44,6 +44,14 @@ impl Messaging {
     }
 }
 
+/// What a consumer's call needs: SUB on its topic and on its group.
+fn consume_needs<'a>(group: &'a str, topic: &'a str) -> [(Resource<'a>, Perm); 2] {
+    [
+        (Resource::topic(topic), Perm::SUB),
+        (Resource::group(group), Perm::SUB),
+    ]
+}
+
 fn name(resource: Option<&v2::Resource>) -> &str {
     resource.map_or("", |resource| resource.name.as_str())
 }
@@ -129,10 +137,7 @@ impl MessagingService for Messaging {
         let request = request.into_inner();
         let topic = name(request.topic.as_ref());
         let group = name(request.group.as_ref());
-        let needs = [
-            (Resource::topic(topic), Perm::SUB),
-            (Resource::group(group), Perm::SUB),
-        ];
+        let needs = consume_needs(group, topic);
         let response = match caller.authorize(&self.broker, &needs) {
             Ok(()) => route::query_assignment(&self.broker, topic),
             Err(refused) => v2::QueryAssignmentResponse {
@@ -218,10 +223,7 @@ impl MessagingService for Messaging {
                 .as_ref()
                 .and_then(|q| q.topic.as_ref()),
         );
-        let needs = [
-            (Resource::topic(topic), Perm::SUB),
-            (Resource::group(group), Perm::SUB),
-        ];
+        let needs = consume_needs(group, topic);
         let responses = match caller.authorize(&self.broker, &needs) {
             Ok(()) => consume::receive(&self.broker, &caller, &request, self.stop.clone()).await,
             Err(refused) => vec![v2::ReceiveMessageResponse {
@@ -245,10 +247,7 @@ impl MessagingService for Messaging {
         let request = request.into_inner();
         let group = name(request.group.as_ref());
         let topic = name(request.topic.as_ref());
-        let needs = [
-            (Resource::topic(topic), Perm::SUB),
-            (Resource::group(group), Perm::SUB),
-        ];
+        let needs = consume_needs(group, topic);
         let response = match caller.authorize(&self.broker, &needs) {
             Ok(()) => consume::ack(&self.broker, request).await,
             Err(refused) => v2::AckMessageResponse {
@@ -268,10 +267,7 @@ impl MessagingService for Messaging {
         let request = request.into_inner();
         let group = name(request.group.as_ref());
         let topic = name(request.topic.as_ref());
-        let needs = [
-            (Resource::topic(topic), Perm::SUB),
-            (Resource::group(group), Perm::SUB),
-        ];
+        let needs = consume_needs(group, topic);
         let response = match caller.authorize(&self.broker, &needs) {
             Ok(()) => consume::change_invisible(&self.broker, request).await,
             Err(refused) => v2::ChangeInvisibleDurationResponse {
@@ -291,10 +287,7 @@ impl MessagingService for Messaging {
         let request = request.into_inner();
         let group = name(request.group.as_ref());
         let topic = name(request.topic.as_ref());
-        let needs = [
-            (Resource::topic(topic), Perm::SUB),
-            (Resource::group(group), Perm::SUB),
-        ];
+        let needs = consume_needs(group, topic);
         let response = match caller.authorize(&self.broker, &needs) {
             Ok(()) => consume::forward_to_dead_letter(&self.broker, request).await,
             Err(refused) => v2::ForwardMessageToDeadLetterQueueResponse {

@@ -104,50 +104,37 @@ async fn grpc_produce(
     Ok(())
 }
 
-/// The transport's floor: `calls` heartbeats (no store work) on one connection per caller,
-/// remoting HEART_BEAT against gRPC Heartbeat; calls/s.
-async fn heartbeat_rate(
+/// A fresh broker's remoting and gRPC addresses.
+#[derive(Clone, Copy)]
+struct Ports {
+    remoting: SocketAddr,
+    grpc: SocketAddr,
+}
+
+/// Runs `run(ports, caller, count)` for `callers` callers sharing `args.messages` calls on a
+/// fresh broker; calls/s of them all.
+async fn rate_of<F, Fut>(
     args: &Args,
     security: &Arc<Security>,
     callers: u64,
-    grpc: bool,
-) -> anyhow::Result<f64> {
+    run: F,
+) -> anyhow::Result<f64>
+where
+    F: Fn(Ports, u64, u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
     let dir = tempfile::tempdir()?;
     let broker = start_broker(args, security, dir.path()).await?;
+    let ports = Ports {
+        remoting: broker.addr,
+        grpc: broker.grpc_addr,
+    };
     let total = args.messages;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for caller in 0..callers {
         let count = total / callers + u64::from(caller < total % callers);
-        let (addr, grpc_addr, security) = (broker.addr, broker.grpc_addr, security.clone());
-        tasks.spawn(async move {
-            if grpc {
-                let mut client = connect(grpc_addr).await?;
-                for _ in 0..count {
-                    let request = v2::HeartbeatRequest {
-                        group: resource(GROUP),
-                        client_type: v2::ClientType::Producer as i32,
-                    };
-                    let answer = client.heartbeat(request).await?.into_inner();
-                    ok(answer.status.as_ref(), "Heartbeat")?;
-                }
-            } else {
-                let mut conn = super::Conn::connect(addr, &security).await?;
-                let heartbeat = Bytes::from_static(
-                    br#"{"clientID":"bench","producerDataSet":[],"consumerDataSet":[]}"#,
-                );
-                for _ in 0..count {
-                    let request = quiver_protocol::code::request::HEART_BEAT;
-                    let reply = conn
-                        .call(request, Default::default(), heartbeat.clone())
-                        .await?;
-                    if reply.code != quiver_protocol::code::response::SUCCESS {
-                        bail!("heartbeat failed: {} {:?}", reply.code, reply.remark);
-                    }
-                }
-            }
-            anyhow::Ok(())
-        });
+        tasks.spawn(run(ports, caller, count));
     }
     while let Some(done) = tasks.join_next().await {
         done??;
@@ -157,41 +144,73 @@ async fn heartbeat_rate(
     Ok(rate)
 }
 
-/// Sends `total` messages split over `producers`; msgs/s.
+/// The transport's floor: heartbeats (no store work) on one connection per caller, remoting
+/// HEART_BEAT against gRPC Heartbeat; calls/s.
+async fn heartbeat_rate(
+    args: &Args,
+    security: &Arc<Security>,
+    callers: u64,
+    grpc: bool,
+) -> anyhow::Result<f64> {
+    let shared = security.clone();
+    rate_of(args, security, callers, move |ports, _, count| {
+        let security = shared.clone();
+        async move {
+            if grpc {
+                let mut client = connect(ports.grpc).await?;
+                for _ in 0..count {
+                    let request = v2::HeartbeatRequest {
+                        group: resource(GROUP),
+                        client_type: v2::ClientType::Producer as i32,
+                    };
+                    let answer = client.heartbeat(request).await?.into_inner();
+                    ok(answer.status.as_ref(), "Heartbeat")?;
+                }
+                return Ok(());
+            }
+            let mut conn = super::Conn::connect(ports.remoting, &security).await?;
+            let heartbeat = Bytes::from_static(
+                br#"{"clientID":"bench","producerDataSet":[],"consumerDataSet":[]}"#,
+            );
+            for _ in 0..count {
+                let request = quiver_protocol::code::request::HEART_BEAT;
+                let reply = conn
+                    .call(request, Default::default(), heartbeat.clone())
+                    .await?;
+                if reply.code != quiver_protocol::code::response::SUCCESS {
+                    bail!("heartbeat failed: {} {:?}", reply.code, reply.remark);
+                }
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Sends `args.messages` messages split over `producers`; msgs/s.
 async fn produce_rate(
     args: &Args,
     security: &Arc<Security>,
     producers: u64,
     grpc: bool,
 ) -> anyhow::Result<f64> {
-    let dir = tempfile::tempdir()?;
-    let broker = start_broker(args, security, dir.path()).await?;
-    let total = args.messages;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..producers)
-        .map(|p| {
-            let count = total / producers + u64::from(p < total % producers);
-            if grpc {
-                tokio::spawn(grpc_produce(broker.grpc_addr, p, count, args.size))
-            } else {
-                let security = security.clone();
-                tokio::spawn(produce(
-                    broker.addr,
-                    security,
-                    p,
-                    count,
-                    args.size,
-                    Sends::Single,
-                ))
+    let (size, security) = (args.size, security.clone());
+    rate_of(
+        args,
+        &security.clone(),
+        producers,
+        move |ports, p, count| {
+            let security = security.clone();
+            async move {
+                if grpc {
+                    grpc_produce(ports.grpc, p, count, size).await
+                } else {
+                    produce(ports.remoting, security, p, count, size, Sends::Single).await
+                }
             }
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    let rate = total as f64 / started.elapsed().as_secs_f64();
-    broker.stop().await?;
-    Ok(rate)
+        },
+    )
+    .await
 }
 
 /// Batches whose acks may still be in flight while the consumer receives the next one (as
