@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 target_dir=${CARGO_TARGET_DIR:-$root/target}
+# A clean CI machine builds once: incremental caches would only take disk (it ran out once).
+if [ "${CI:-}" = "true" ]; then export CARGO_INCREMENTAL=0; fi
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -46,7 +48,9 @@ cargo run -q -p quiver-bench -- peers --smoke --systems quiver
 
 for suite in e2e/*/run.sh; do
     step "e2e: $suite"
-    QUIVER_PYTHON="$root/.venv/bin/python" QUIVER_BIN_DIR="$target_dir/debug" bash "$suite"
+    # Suites that build (e2e/rust5) share the workspace's target dir.
+    CARGO_TARGET_DIR="$target_dir" QUIVER_PYTHON="$root/.venv/bin/python" \
+        QUIVER_BIN_DIR="$target_dir/debug" bash "$suite"
 done
 
 step "all tests passed"
