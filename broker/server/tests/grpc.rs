@@ -758,6 +758,19 @@ async fn receive(
     invisible: Duration,
     long_poll: Duration,
 ) -> (Code, Vec<v2::Message>) {
+    let as_client = ("consumer-1", false);
+    receive_as(client, as_client, group, topic, invisible, long_poll).await
+}
+
+/// Receives as `client_id`, asking the broker to renew what it hands out when `auto_renew`.
+async fn receive_as(
+    client: &mut MessagingServiceClient<Channel>,
+    (client_id, auto_renew): (&str, bool),
+    group: &str,
+    topic: &str,
+    invisible: Duration,
+    long_poll: Duration,
+) -> (Code, Vec<v2::Message>) {
     let request = v2::ReceiveMessageRequest {
         group: resource(group),
         message_queue: Some(v2::MessageQueue {
@@ -771,11 +784,11 @@ async fn receive(
         }),
         batch_size: 32,
         invisible_duration: Some(proto_duration(invisible)),
-        auto_renew: false,
+        auto_renew,
         long_polling_timeout: Some(proto_duration(long_poll)),
         attempt_id: None,
     };
-    let mut request = call(request, "consumer-1");
+    let mut request = call(request, client_id);
     request.set_timeout(long_poll + Duration::from_secs(5));
     let mut stream = client
         .receive_message(request)
@@ -1144,4 +1157,84 @@ async fn an_orderly_group_gets_a_message_groups_messages_in_order_one_batch_at_a
     let next = receive_until(&mut client, "Sequencers", "Seq", invisible, 1).await;
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].body, b"s4");
+}
+
+#[tokio::test]
+async fn auto_renew_holds_a_message_while_its_client_is_connected_and_acks_by_the_first_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut client = connect(broker.grpc).await;
+    for (id, body) in [("ID-R1", "kept"), ("ID-R2", "let go")] {
+        let sent = send(&mut client, vec![message("Renew", id, body)]).await;
+        assert_eq!(code_of(sent.status.as_ref()), Code::Ok, "{sent:?}");
+    }
+    let settings = v2::Settings {
+        client_type: Some(v2::ClientType::PushConsumer as i32),
+        pub_sub: Some(v2::settings::PubSub::Subscription(v2::Subscription {
+            group: resource("Renewers"),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    // The holder's Telemetry stream is open: it is connected.
+    let (_answers, holder_stream) = open_telemetry(&mut client, "holder", settings).await;
+    let invisible = Duration::from_secs(2);
+    let long_poll = Duration::from_secs(2);
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        let holder = ("holder", true);
+        let (_, got) = receive_as(
+            &mut client,
+            holder,
+            "Renewers",
+            "Renew",
+            invisible,
+            long_poll,
+        )
+        .await;
+        held.extend(got);
+        if held.len() == 2 {
+            break;
+        }
+    }
+    held.sort_by_key(|m| system(m).message_id.clone());
+    assert_eq!(held.len(), 2, "both received");
+    // Two and a half invisible times later, nobody else gets them: they were renewed.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let other = ("other", false);
+    let (code, again) = receive_as(
+        &mut client,
+        other,
+        "Renewers",
+        "Renew",
+        invisible,
+        long_poll,
+    )
+    .await;
+    assert_eq!(code, Code::MessageNotFound, "{again:?}");
+    // The handle the holder received still acks (the renewed one is applied).
+    assert_eq!(
+        ack(&mut client, "Renewers", "Renew", &held[0]).await,
+        Code::Ok
+    );
+    // The holder goes away: the other message comes back once its invisible time passes.
+    drop(holder_stream);
+    let back = receive_until(&mut client, "Renewers", "Renew", Duration::from_secs(30), 1).await;
+    let ids: Vec<&str> = back.iter().map(|m| system(m).message_id.as_str()).collect();
+    assert_eq!(ids, ["ID-R2"]);
+    assert_eq!(system(&back[0]).delivery_attempt, Some(2));
+    let (code, after) = receive_as(
+        &mut client,
+        other,
+        "Renewers",
+        "Renew",
+        invisible,
+        long_poll,
+    )
+    .await;
+    assert_eq!(
+        code,
+        Code::MessageNotFound,
+        "the acked one never comes back: {after:?}"
+    );
 }

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use super::auth::Caller;
 use super::convert::{outgoing, std_duration, timestamp, Delivery};
+use super::renew::Received;
 use super::{ok, status};
 use crate::broker::{blocking, Broker};
 use crate::config::FlushMode;
@@ -142,6 +143,20 @@ pub(crate) async fn receive(
         Ok(popped) => popped,
         Err(error) => return refused(pop_status(&error)),
     };
+    if request.auto_renew && !caller.client_id.is_empty() {
+        let now_ms = crate::now_ms();
+        for message in &popped {
+            let received = Received {
+                client_id: &caller.client_id,
+                group,
+                topic,
+                handle: &message.receipt_handle,
+                invisible_ms: i64::try_from(invisible.as_millis()).unwrap_or(i64::MAX / 4),
+                invisible_until_ms: message.invisible_until_ms,
+            };
+            broker.grpc.renewals.track(received, now_ms);
+        }
+    }
     let store_host = broker.grpc.advertised.get().cloned().unwrap_or_default();
     answer(&popped, invisible, &store_host)
 }
@@ -220,7 +235,10 @@ pub(crate) async fn ack(
     for entry in request.entries {
         let (group, topic, handle) = (group.clone(), topic.clone(), entry.receipt_handle.clone());
         let acked = pop_work(broker, false, move |broker| {
-            broker.pop.ack(broker, &group, &topic, &handle)
+            let renewals = &broker.grpc.renewals;
+            renewals.settle(&handle, |handle| {
+                broker.pop.ack(broker, &group, &topic, handle)
+            })
         })
         .await;
         entries.push(v2::AckMessageResultEntry {
@@ -269,10 +287,13 @@ pub(crate) async fn change_invisible(
     let group = request.group.map(|g| g.name).unwrap_or_default();
     let topic = request.topic.map(|t| t.name).unwrap_or_default();
     let handle = request.receipt_handle;
+    // The client takes over: the message is no longer renewed for it.
     let changed = pop_work(broker, false, move |broker| {
-        broker
-            .pop
-            .change_invisible(broker, &group, &topic, &handle, invisible)
+        broker.grpc.renewals.settle(&handle, |handle| {
+            broker
+                .pop
+                .change_invisible(broker, &group, &topic, handle, invisible)
+        })
     })
     .await;
     match changed {
@@ -292,9 +313,11 @@ pub(crate) async fn forward_to_dead_letter(
     let topic = request.topic.map(|t| t.name).unwrap_or_default();
     let handle = request.receipt_handle;
     let forwarded = pop_work(broker, true, move |broker| {
-        broker
-            .pop
-            .forward_to_dead_letter(broker, &group, &topic, &handle)
+        broker.grpc.renewals.settle(&handle, |handle| {
+            broker
+                .pop
+                .forward_to_dead_letter(broker, &group, &topic, handle)
+        })
     })
     .await;
     v2::ForwardMessageToDeadLetterQueueResponse {

@@ -100,6 +100,7 @@ pub async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     let (accepted_tx, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
+    let renewing = tokio::spawn(super::renew::run(broker.clone(), stop.clone()));
     let tls_mode = broker.config.tls_mode;
     let accepting = tokio::spawn(accept_loop(
         listener,
@@ -128,6 +129,7 @@ pub async fn serve(
         tracing::error!(%error, "the gRPC server failed");
     }
     accepting.abort();
+    renewing.abort();
 }
 
 async fn accept_loop(

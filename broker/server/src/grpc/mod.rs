@@ -6,12 +6,14 @@
 //! `send.rs` (SendMessage), `transaction.rs` (EndTransaction and the check-back's command),
 //! `telemetry.rs` (the settings handshake and the sessions the broker pushes commands to),
 //! `consume.rs` (Receive, Ack, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue over
-//! the POP service); `convert.rs` maps messages to and from stored records.
+//! the POP service; `renew.rs` keeps `auto_renew` receives invisible for their connected
+//! client); `convert.rs` maps messages to and from stored records.
 
 mod auth;
 mod consume;
 mod convert;
 mod listener;
+mod renew;
 mod route;
 mod send;
 mod service;
@@ -33,6 +35,8 @@ pub struct GrpcState {
     pub advertised: OnceLock<String>,
     /// The clients' Telemetry streams, by client id.
     pub sessions: Sessions,
+    /// Messages received with `auto_renew`, kept invisible while their client is connected.
+    pub(crate) renewals: renew::Renewals,
     /// The next queue a message without a message group goes to (modulo the queue count).
     pub(crate) send_sequence: std::sync::atomic::AtomicU32,
     /// Calls answered, by call and result code (`quiver_grpc_calls_total`).

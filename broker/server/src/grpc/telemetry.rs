@@ -81,6 +81,11 @@ impl Sessions {
         self.by_client.lock().clear();
     }
 
+    /// Whether `client_id` has a stream open.
+    pub(crate) fn contains(&self, client_id: &str) -> bool {
+        self.by_client.lock().contains_key(client_id)
+    }
+
     /// Open streams.
     pub fn len(&self) -> usize {
         self.by_client.lock().len()
