@@ -154,7 +154,8 @@ struct Snapshot {
 /// The log being appended to.
 struct LogWriter {
     generation: u64,
-    file: Arc<File>,
+    /// None on a read-only file system: the state is served as recovered, changes refused.
+    file: Option<Arc<File>>,
 }
 
 /// What [`PopState::begin_read`] found.
@@ -247,13 +248,22 @@ pub struct PopState {
 impl PopState {
     /// Opens (creating) `dir` and recovers the state: snapshot, then the logs after it.
     pub fn open(dir: &Path, flush_mode: FlushMode) -> Result<PopState, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            if !is_read_only(&e) {
+                return Err(StoreError::io("create", dir, e));
+            }
+        }
         let snapshot: Snapshot = read_json_with_backup(&dir.join("snapshot"))?.unwrap_or_default();
         let mut queues: HashMap<PopKey, QueueState> = snapshot.queues.into_iter().collect();
         let mut next_revision = snapshot.next_revision.max(1);
         let mut generation = snapshot.generation;
         let mut replayed = 0;
-        for (log_generation, path) in log_files(dir)? {
+        let logs = if dir.exists() {
+            log_files(dir)?
+        } else {
+            Vec::new()
+        };
+        for (log_generation, path) in logs {
             if log_generation < snapshot.generation {
                 continue;
             }
@@ -265,7 +275,21 @@ impl PopState {
                 replayed += 1;
             }
         }
-        let file = open_log(dir, generation)?;
+        let opened = if dir.exists() {
+            open_log(dir, generation)
+        } else {
+            // Only a read-only file system leaves it missing after create_dir_all.
+            let read_only = std::io::Error::from_raw_os_error(libc::EROFS);
+            Err(StoreError::io("create", dir, read_only))
+        };
+        let file = match opened {
+            Ok(file) => Some(Arc::new(file)),
+            Err(StoreError::Io { source, .. }) if is_read_only(&source) => {
+                tracing::warn!(dir = %dir.display(), "pop state on a read-only file system: 5.x receives, acks and changes are refused until the broker restarts on a writable one");
+                None
+            }
+            Err(error) => return Err(error),
+        };
         tracing::info!(
             queues = queues.len(),
             replayed,
@@ -281,10 +305,7 @@ impl PopState {
                     .map(|(key, state)| (key, Arc::new(Mutex::new(state))))
                     .collect(),
             ),
-            log: Mutex::new(LogWriter {
-                generation,
-                file: Arc::new(file),
-            }),
+            log: Mutex::new(LogWriter { generation, file }),
             next_revision: AtomicU64::new(next_revision),
             since_snapshot: AtomicU64::new(replayed),
             snapshotting: Mutex::new(()),
@@ -318,11 +339,16 @@ impl PopState {
         frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         frame.extend_from_slice(&payload);
         let log = self.log.lock();
-        (&*log.file)
+        let path = || log_path(&self.dir, log.generation);
+        let Some(file) = &log.file else {
+            let read_only = std::io::Error::from_raw_os_error(libc::EROFS);
+            return Err(StoreError::io("append to", path(), read_only));
+        };
+        (&**file)
             .write_all(&frame)
-            .map_err(|e| StoreError::io("append to", log_path(&self.dir, log.generation), e))?;
+            .map_err(|e| StoreError::io("append to", path(), e))?;
         self.since_snapshot.fetch_add(1, Ordering::Relaxed);
-        Ok(log.file.clone())
+        Ok(file.clone())
     }
 
     /// Sync flush mode: the record is on disk before the call that wrote it returns.
@@ -584,7 +610,8 @@ impl PopState {
     /// Writes a snapshot and starts a new log when enough records accumulated (or `force`).
     /// Blocking: fsyncs and renames.
     pub fn snapshot_if_due(&self, force: bool) -> Result<bool, StoreError> {
-        if !force && self.since_snapshot.load(Ordering::Relaxed) < SNAPSHOT_EVERY_RECORDS {
+        let due = force || self.since_snapshot.load(Ordering::Relaxed) >= SNAPSHOT_EVERY_RECORDS;
+        if !due || self.log.lock().file.is_none() {
             return Ok(false);
         }
         let _one = self.snapshotting.lock();
@@ -624,12 +651,13 @@ impl PopState {
         let generation = log.generation + 1;
         let file = open_log(&self.dir, generation)?;
         // The records before the switch must be durable before a snapshot replaces them.
-        log.file
-            .sync_data()
-            .map_err(|e| StoreError::io("fsync", log_path(&self.dir, log.generation), e))?;
+        if let Some(old) = &log.file {
+            old.sync_data()
+                .map_err(|e| StoreError::io("fsync", log_path(&self.dir, log.generation), e))?;
+        }
         *log = LogWriter {
             generation,
-            file: Arc::new(file),
+            file: Some(Arc::new(file)),
         };
         self.since_snapshot.store(0, Ordering::Relaxed);
         Ok(generation)
@@ -638,8 +666,10 @@ impl PopState {
     /// Flushes the log (a clean stop).
     pub fn flush(&self) -> Result<(), StoreError> {
         let log = self.log.lock();
-        log.file
-            .sync_data()
+        let Some(file) = &log.file else {
+            return Ok(());
+        };
+        file.sync_data()
             .map_err(|e| StoreError::io("fsync", log_path(&self.dir, log.generation), e))
     }
 }
@@ -688,6 +718,10 @@ fn log_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
 }
 
 /// Opens a log for appending, creating it (and making its name durable).
+fn is_read_only(error: &std::io::Error) -> bool {
+    error.raw_os_error() == Some(libc::EROFS)
+}
+
 fn open_log(dir: &Path, generation: u64) -> Result<File, StoreError> {
     let path = log_path(dir, generation);
     let existed = path.exists();
@@ -743,13 +777,15 @@ fn read_log(path: &Path) -> Result<Vec<LogRecord>, StoreError> {
     }
     if at < bytes.len() {
         tracing::warn!(path = %path.display(), kept = at, dropped = bytes.len() - at, "pop log tail torn: cut off");
-        let file = OpenOptions::new()
+        let cut = OpenOptions::new()
             .write(true)
             .open(path)
-            .map_err(|e| StoreError::io("open", path, e))?;
-        file.set_len(at as u64)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| StoreError::io("truncate", path, e))?;
+            .and_then(|file| file.set_len(at as u64).and_then(|()| file.sync_all()));
+        match cut {
+            // Read-only: nothing is appended after the torn tail, so it needs no cutting.
+            Err(e) if is_read_only(&e) => {}
+            cut => cut.map_err(|e| StoreError::io("truncate", path, e))?,
+        }
     }
     Ok(records)
 }
