@@ -50,6 +50,8 @@ pub struct Broker {
     pub locks: QueueLocks,
     pub peers: PeerView,
     pub metrics: Metrics,
+    /// Client connections of both ports: `max-connections`, `max-connections-per-address`.
+    pub connection_slots: crate::slots::ConnectionSlots,
     /// What connections' requests may hold in memory: all of them, and each one.
     pub read_budgets: ReadBudgets,
     /// Which half messages are settled (transactional messages).
@@ -141,6 +143,10 @@ impl Broker {
             locks: QueueLocks::default(),
             peers,
             metrics: Metrics::default(),
+            connection_slots: crate::slots::ConnectionSlots::new(
+                config.max_connections,
+                config.max_connections_per_address,
+            ),
             read_budgets: ReadBudgets {
                 shared: ByteBudget::new(config.max_inflight_bytes),
                 per_connection: PerConnectionBudget::new(config.max_inflight_bytes_per_connection),

@@ -25,6 +25,7 @@ pub mod processor;
 pub mod producers;
 pub mod schedule;
 pub mod server;
+pub mod slots;
 pub mod stages;
 pub mod timer;
 pub mod tls;

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -54,7 +54,6 @@ pub struct Metrics {
     inbound: RwLock<FlowsBy>,
     /// By topic, then consumer group.
     outbound: RwLock<foldhash::HashMap<Box<str>, FlowsBy>>,
-    pub connections: AtomicI64,
     /// Connections the broker closed, by [`ClosedBecause`].
     closed: [AtomicU64; ClosedBecause::ALL.len()],
 }
@@ -397,7 +396,7 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
         (
             "quiver_connections",
             "Open client connections.",
-            u64::try_from(broker.metrics.connections.load(Ordering::Relaxed)).unwrap_or(0),
+            u64::try_from(broker.connection_slots.open()).unwrap_or(0),
         ),
         (
             "quiver_parked_pulls",

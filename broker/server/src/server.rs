@@ -1,8 +1,7 @@
 //! The accept loop, one task per connection, and the broker lifecycle.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use crate::consumers::ConnectionHandle;
 use crate::error::BrokerError;
 use crate::metrics::ClosedBecause;
 use crate::processor::{self, Ctx};
+use crate::slots::ConnectionSlot;
 use crate::tls::{classify, peek_first_byte, FirstByte, HandshakeFailure, Port, TlsServer};
 
 /// Responses and pushes queued per connection before the writer applies back-pressure.
@@ -218,8 +218,6 @@ async fn accept_loop(
     stop: watch::Receiver<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> JoinSet<()> {
-    let connection_slots = Arc::new(Semaphore::new(broker.config.max_connections));
-    let per_address = AddressSlots::new(broker.config.max_connections_per_address);
     let next_id = AtomicU64::new(1);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -237,16 +235,7 @@ async fn accept_loop(
                         continue;
                     }
                 };
-                let Ok(slot) = connection_slots.clone().try_acquire_owned() else {
-                    tracing::warn!(%remote, max = broker.config.max_connections, "connection limit reached; closing");
-                    broker.metrics.connection_closed(ClosedBecause::ConnectionLimit);
-                    drop(stream);
-                    continue;
-                };
-                let Some(address_slot) = per_address.take(remote.ip()) else {
-                    tracing::warn!(%remote, max = broker.config.max_connections_per_address,
-                        "connection limit of the source address reached; closing");
-                    broker.metrics.connection_closed(ClosedBecause::AddressLimit);
+                let Some(slot) = take_slot(broker, remote) else {
                     drop(stream);
                     continue;
                 };
@@ -256,7 +245,6 @@ async fn accept_loop(
                 let stop = stop.clone();
                 let tls = tls.clone();
                 connections.spawn(async move {
-                    broker.metrics.connections.fetch_add(1, Ordering::Relaxed);
                     let served = Served { remote, id, broker: broker.clone(), stop };
                     match tls {
                         None => {
@@ -265,8 +253,7 @@ async fn accept_loop(
                         }
                         Some(tls) => serve_tls_port(stream, &tls, served).await,
                     }
-                    broker.metrics.connections.fetch_sub(1, Ordering::Relaxed);
-                    drop((slot, address_slot));
+                    drop(slot);
                 });
             }
         }
@@ -274,49 +261,22 @@ async fn accept_loop(
     connections
 }
 
-/// Open connections per source address, bounded: a slot is given back when dropped.
-#[derive(Clone)]
-struct AddressSlots {
-    open: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
-    max: usize,
-}
-
-struct AddressSlot {
-    slots: AddressSlots,
-    address: IpAddr,
-}
-
-impl AddressSlots {
-    fn new(max: usize) -> AddressSlots {
-        AddressSlots {
-            open: Arc::default(),
-            max,
-        }
-    }
-
-    /// A slot for one more connection from `address`; None at the limit.
-    fn take(&self, address: IpAddr) -> Option<AddressSlot> {
-        let mut open = self.open.lock();
-        let count = open.entry(address).or_default();
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
-        Some(AddressSlot {
-            slots: self.clone(),
-            address,
-        })
-    }
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut open = self.slots.open.lock();
-        if let Some(count) = open.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.address);
-            }
+/// A connection slot for `remote` (of either port), or None, logged and counted, at a limit.
+pub(crate) fn take_slot(broker: &Broker, remote: SocketAddr) -> Option<ConnectionSlot> {
+    match broker.connection_slots.take(remote.ip()) {
+        Ok(slot) => Some(slot),
+        Err(refused) => {
+            let config = &broker.config;
+            let (limit, max) = match refused {
+                ClosedBecause::AddressLimit => (
+                    "max-connections-per-address",
+                    config.max_connections_per_address,
+                ),
+                _ => ("max-connections", config.max_connections),
+            };
+            tracing::warn!(%remote, limit, max, "connection limit reached; closing");
+            broker.metrics.connection_closed(refused);
+            None
         }
     }
 }

@@ -1238,3 +1238,46 @@ async fn auto_renew_holds_a_message_while_its_client_is_connected_and_acks_by_th
         "the acked one never comes back: {after:?}"
     );
 }
+
+#[tokio::test]
+async fn grpc_connections_share_the_remoting_ports_connection_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &["--max-connections", "1"]).await;
+    let heartbeat = || v2::HeartbeatRequest {
+        group: resource("G"),
+        client_type: v2::ClientType::Producer as i32,
+    };
+    // The one slot goes to a remoting client (a call proves it was accepted).
+    let mut remoting = Client::connect(broker.process.addr).await;
+    let body = Bytes::from_static(br#"{"clientID":"c","producerDataSet":[],"consumerDataSet":[]}"#);
+    let answered = remoting.call(request::HEART_BEAT, ext(&[]), body).await;
+    assert_eq!(answered.code, response::SUCCESS, "{answered:?}");
+    let endpoint = Endpoint::from_shared(format!("http://{}", broker.grpc)).unwrap();
+    let mut refused = MessagingServiceClient::new(endpoint.connect_lazy());
+    let attempt = tokio::time::timeout(CALL_BOUND, refused.heartbeat(call(heartbeat(), "c")));
+    attempt
+        .await
+        .expect("answered, not hung")
+        .expect_err("closed on accept: no slot left");
+    // The remoting client leaves: its slot serves a gRPC connection.
+    drop(remoting);
+    wait_for(
+        "a gRPC call once the slot is free",
+        Duration::from_secs(10),
+        || async {
+            let mut client = MessagingServiceClient::new(endpoint.connect_lazy());
+            client.heartbeat(call(heartbeat(), "c")).await.is_ok()
+        },
+    )
+    .await;
+    let (_, metrics) = common::http_get(broker.process.http, "/metrics")
+        .await
+        .expect("metrics");
+    let closed = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("quiver_connections_closed_total") && l.contains("max-connections\"")
+        })
+        .unwrap_or_default();
+    assert!(!closed.ends_with(" 0") && !closed.is_empty(), "{metrics}");
+}

@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::service::Messaging;
 use crate::broker::Broker;
 use crate::config::TlsMode;
+use crate::slots::ConnectionSlot;
 use crate::tls::{classify, peek_first_byte, FirstByte, Port, TlsServer};
 
 /// Connections handshaken and waiting for the HTTP/2 server to take them.
@@ -35,10 +36,16 @@ const CONNECTION_WINDOW: u32 = 4 * 1024 * 1024;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RemoteAddr(pub SocketAddr);
 
+/// Who is at the other end of a connection, and the connection slot it holds until it ends.
+pub(crate) struct Peer {
+    remote: SocketAddr,
+    _slot: ConnectionSlot,
+}
+
 /// One accepted connection, plain or TLS.
 pub(crate) enum GrpcStream {
-    Plain(TcpStream, SocketAddr),
-    Tls(Box<TlsStream<TcpStream>>, SocketAddr),
+    Plain(TcpStream, Peer),
+    Tls(Box<TlsStream<TcpStream>>, Peer),
 }
 
 impl tonic::transport::server::Connected for GrpcStream {
@@ -46,7 +53,7 @@ impl tonic::transport::server::Connected for GrpcStream {
 
     fn connect_info(&self) -> RemoteAddr {
         match self {
-            GrpcStream::Plain(_, remote) | GrpcStream::Tls(_, remote) => RemoteAddr(*remote),
+            GrpcStream::Plain(_, peer) | GrpcStream::Tls(_, peer) => RemoteAddr(peer.remote),
         }
     }
 }
@@ -103,6 +110,7 @@ pub async fn serve(
     let renewing = tokio::spawn(super::renew::run(broker.clone(), stop.clone()));
     let tls_mode = broker.config.tls_mode;
     let accepting = tokio::spawn(accept_loop(
+        broker.clone(),
         listener,
         tls,
         tls_mode,
@@ -133,6 +141,7 @@ pub async fn serve(
 }
 
 async fn accept_loop(
+    broker: Arc<Broker>,
     listener: TcpListener,
     tls: Option<Arc<TlsServer>>,
     tls_mode: TlsMode,
@@ -152,15 +161,24 @@ async fn accept_loop(
                 }
             },
         };
+        // gRPC connections count against the remoting port's limits: one budget of sockets.
+        let Some(slot) = crate::server::take_slot(&broker, remote) else {
+            drop(stream);
+            continue;
+        };
+        let peer = Peer {
+            remote,
+            _slot: slot,
+        };
         let _ = stream.set_nodelay(true);
         let accepted = accepted.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let stream = match tls {
                 Some(tls) if tls_mode != TlsMode::Disabled => {
-                    handshake(stream, remote, &tls, tls_mode).await
+                    handshake(stream, peer, &tls, tls_mode).await
                 }
-                _ => Some(GrpcStream::Plain(stream, remote)),
+                _ => Some(GrpcStream::Plain(stream, peer)),
             };
             if let Some(stream) = stream {
                 let _ = accepted.send(Ok(stream)).await;
@@ -172,7 +190,7 @@ async fn accept_loop(
 /// A connection to a TLS-enabled gRPC port: None when it is closed instead of served.
 async fn handshake(
     stream: TcpStream,
-    remote: SocketAddr,
+    peer: Peer,
     tls: &TlsServer,
     mode: TlsMode,
 ) -> Option<GrpcStream> {
@@ -183,12 +201,13 @@ async fn handshake(
     match (classify(first), mode) {
         (FirstByte::Tls, _) => {
             let stream = tls.accept(stream, Port::Grpc).await.ok()?;
-            Some(GrpcStream::Tls(Box::new(stream), remote))
+            Some(GrpcStream::Tls(Box::new(stream), peer))
         }
         (FirstByte::Plain, TlsMode::Enforcing) => {
+            let remote = peer.remote;
             tracing::debug!(%remote, "plain gRPC connection with tls-mode enforcing; closing");
             None
         }
-        (FirstByte::Plain, _) => Some(GrpcStream::Plain(stream, remote)),
+        (FirstByte::Plain, _) => Some(GrpcStream::Plain(stream, peer)),
     }
 }
