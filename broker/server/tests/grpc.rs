@@ -1281,3 +1281,65 @@ async fn grpc_connections_share_the_remoting_ports_connection_limit() {
         .unwrap_or_default();
     assert!(!closed.ends_with(" 0") && !closed.is_empty(), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_5x_consumer_is_a_member_of_its_group_while_its_telemetry_stream_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut client = connect(broker.grpc).await;
+    let mut remoting = Client::connect(broker.process.addr).await;
+    let settings = v2::Settings {
+        client_type: Some(v2::ClientType::SimpleConsumer as i32),
+        user_agent: Some(v2::Ua {
+            language: v2::Language::Python as i32,
+            ..Default::default()
+        }),
+        pub_sub: Some(v2::settings::PubSub::Subscription(v2::Subscription {
+            group: resource("Watchers"),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let (mut answers, stream) = open_telemetry(&mut client, "watcher-1", settings).await;
+    next_command(&mut answers).await;
+    let header = ext(&[("consumerGroup", "Watchers")]);
+    let listed = remoting
+        .call(
+            request::GET_CONSUMER_CONNECTION_LIST,
+            header.clone(),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(listed.code, response::SUCCESS, "{listed:?}");
+    let body = quiver_protocol::body::ConsumerConnection::decode(&listed.body).unwrap();
+    let members: Vec<(&str, &str)> = body
+        .connection_set
+        .iter()
+        .map(|c| (c.client_id.as_str(), c.language.as_str()))
+        .collect();
+    assert_eq!(members, [("watcher-1", "PYTHON")]);
+    assert_eq!(
+        body.consume_type,
+        quiver_protocol::body::ConsumeType::ConsumePop
+    );
+    // The stream ends: no member is left.
+    drop((stream, answers));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = remoting
+            .call(
+                request::GET_CONSUMER_CONNECTION_LIST,
+                header.clone(),
+                Bytes::new(),
+            )
+            .await;
+        if listed.code == response::CONSUMER_NOT_ONLINE {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still listed: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -60,6 +60,8 @@ java_enum! {
     pub enum ConsumeType {
         ConsumeActively = 0 => "CONSUME_ACTIVELY",
         ConsumePassively = 1 => "CONSUME_PASSIVELY",
+        /// RocketMQ 5.x POP consumers (gRPC ReceiveMessage).
+        ConsumePop = 2 => "CONSUME_POP",
     }
     default ConsumePassively
 }

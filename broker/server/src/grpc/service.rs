@@ -186,6 +186,7 @@ impl MessagingService for Messaging {
             self.broker.clone(),
             caller.client_id,
             request.into_inner(),
+            caller.remote,
             outbound,
             self.stop.clone(),
         ));

@@ -33,7 +33,12 @@ pub(crate) type Outbound = mpsc::Sender<Result<TelemetryCommand, tonic::Status>>
 struct Session {
     /// Tells a reopened stream of the same client from the one it replaced.
     generation: u64,
+    remote: std::net::SocketAddr,
     client_type: ClientType,
+    /// The consumer group its settings name (consumers only).
+    group: Option<String>,
+    /// Its SDK's language, as its settings' user agent says ("JAVA", "PYTHON", ...).
+    language: String,
     /// Topics the client publishes to: from its settings and its sends.
     topics: BTreeSet<String>,
     outbound: Outbound,
@@ -48,11 +53,19 @@ pub struct Sessions {
 
 impl Sessions {
     /// Registers a new stream of `client_id` (replacing an older one); returns its generation.
-    pub(crate) fn open(&self, client_id: &str, outbound: Outbound) -> u64 {
+    pub(crate) fn open(
+        &self,
+        client_id: &str,
+        remote: std::net::SocketAddr,
+        outbound: Outbound,
+    ) -> u64 {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let session = Session {
             generation,
+            remote,
             client_type: ClientType::Unspecified,
+            group: None,
+            language: String::new(),
             topics: BTreeSet::new(),
             outbound,
         };
@@ -101,11 +114,33 @@ impl Sessions {
             return;
         };
         session.client_type = settings.client_type();
-        if let Some(settings::PubSub::Publishing(publishing)) = &settings.pub_sub {
-            session
-                .topics
-                .extend(publishing.topics.iter().map(|topic| topic.name.clone()));
+        if let Some(agent) = &settings.user_agent {
+            session.language = agent.language().as_str_name().to_owned();
         }
+        match &settings.pub_sub {
+            Some(settings::PubSub::Publishing(publishing)) => session
+                .topics
+                .extend(publishing.topics.iter().map(|topic| topic.name.clone())),
+            Some(settings::PubSub::Subscription(subscription)) => {
+                session.group = subscription.group.as_ref().map(|g| g.name.clone());
+            }
+            None => {}
+        }
+    }
+
+    /// The connected 5.x consumers of `group`, as GET_CONSUMER_CONNECTION_LIST lists members.
+    pub fn consumers_of(&self, group: &str) -> Vec<quiver_protocol::body::Connection> {
+        self.by_client
+            .lock()
+            .iter()
+            .filter(|(_, session)| session.group.as_deref() == Some(group))
+            .map(|(client_id, session)| quiver_protocol::body::Connection {
+                client_id: client_id.clone(),
+                client_addr: session.remote.to_string(),
+                language: session.language.clone(),
+                version: 0,
+            })
+            .collect()
     }
 
     /// Remembers that `client_id` sent to `topic` (a check-back for it may go there).
@@ -136,10 +171,14 @@ pub(crate) async fn serve_stream(
     broker: std::sync::Arc<Broker>,
     client_id: String,
     mut inbound: tonic::Streaming<TelemetryCommand>,
+    remote: std::net::SocketAddr,
     outbound: Outbound,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let generation = broker.grpc.sessions.open(&client_id, outbound.clone());
+    let generation = broker
+        .grpc
+        .sessions
+        .open(&client_id, remote, outbound.clone());
     loop {
         let next = tokio::select! {
             _ = stop.wait_for(|stopped| *stopped) => break,
@@ -262,7 +301,7 @@ mod tests {
     fn pushes_go_to_a_producer_of_the_topic_only() {
         let sessions = Sessions::default();
         let (tx, mut rx) = outbound();
-        let generation = sessions.open("c1", tx);
+        let generation = sessions.open("c1", "127.0.0.1:1".parse().unwrap(), tx);
         assert!(
             !sessions.push_to_producer_of("T", TelemetryCommand::default()),
             "no settings yet"

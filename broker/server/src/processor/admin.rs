@@ -334,13 +334,25 @@ fn stored_at(
 
 pub fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let group = GetConsumerConnectionListRequestHeader::from_command(req)?.consumer_group;
-    let state = ctx.broker.consumers.group(&group).ok_or_else(|| {
-        Refusal::new(
-            response::CONSUMER_NOT_ONLINE,
-            format!("no consumer of group {group} is online"),
-        )
-    })?;
-    let body = ConsumerConnection {
+    // 5.x consumers (gRPC Telemetry sessions) are members too.
+    let pop_members = ctx.broker.grpc.sessions.consumers_of(&group);
+    let Some(state) = ctx.broker.consumers.group(&group) else {
+        if pop_members.is_empty() {
+            return Err(Refusal::new(
+                response::CONSUMER_NOT_ONLINE,
+                format!("no consumer of group {group} is online"),
+            ));
+        }
+        let body = ConsumerConnection {
+            connection_set: pop_members,
+            consume_type: quiver_protocol::body::ConsumeType::ConsumePop,
+            ..Default::default()
+        };
+        return Ok(req
+            .response_to(response::SUCCESS, None)
+            .with_body(body.encode()));
+    };
+    let mut body = ConsumerConnection {
         connection_set: state
             .clients
             .values()
@@ -356,6 +368,7 @@ pub fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         message_model: state.message_model,
         consume_from_where: state.consume_from_where,
     };
+    body.connection_set.extend(pop_members);
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_body(body.encode()))
