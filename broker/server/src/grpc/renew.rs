@@ -67,14 +67,12 @@ impl Renewals {
     }
 
     /// Runs `act` on the handle that works for the client's `handle` (itself when it is not
-    /// renewed) and stops renewing it. The lock is held throughout, so a renewal cannot
-    /// replace the handle between the lookup and `act`. Blocking when `act` is.
+    /// renewed) and stops renewing it. Once removed (a renewal pass holds the lock throughout,
+    /// so the removal sees its result) nothing replaces the handle: `act` runs unlocked, and
+    /// acks do not queue behind one another. Blocking when `act` is.
     pub(crate) fn settle<T>(&self, handle: &str, act: impl FnOnce(&str) -> T) -> T {
-        let mut renewals = self.by_handle.lock();
-        match renewals.remove(handle) {
-            Some(renewal) => act(&renewal.current),
-            None => act(handle),
-        }
+        let renewed = self.by_handle.lock().remove(handle).map(|r| r.current);
+        act(renewed.as_deref().unwrap_or(handle))
     }
 
     /// Messages renewed for their clients now.
