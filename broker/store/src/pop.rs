@@ -324,6 +324,15 @@ impl PopState {
         queues.entry(key.clone()).or_default().clone()
     }
 
+    /// Every queue's state, taken out of the map so each is locked on its own.
+    fn all_queues(&self) -> Vec<(PopKey, Arc<Mutex<QueueState>>)> {
+        self.queues
+            .lock()
+            .iter()
+            .map(|(key, queue)| (key.clone(), queue.clone()))
+            .collect()
+    }
+
     fn existing(&self, key: &PopKey) -> Option<Arc<Mutex<QueueState>>> {
         self.queues.lock().get(key).cloned()
     }
@@ -553,12 +562,7 @@ impl PopState {
 
     /// In-flight messages visible again at `now_ms` (at most `limit`), oldest deadline first.
     pub fn expired(&self, now_ms: i64, limit: usize) -> Vec<(PopKey, Delivery)> {
-        let queues: Vec<(PopKey, Arc<Mutex<QueueState>>)> = self
-            .queues
-            .lock()
-            .iter()
-            .map(|(key, queue)| (key.clone(), queue.clone()))
-            .collect();
+        let queues = self.all_queues();
         let mut due = Vec::new();
         for (key, queue) in queues {
             let queue = queue.lock();
@@ -594,12 +598,7 @@ impl PopState {
 
     /// Messages in flight per group.
     pub fn inflight_by_group(&self) -> BTreeMap<String, u64> {
-        let queues: Vec<(PopKey, Arc<Mutex<QueueState>>)> = self
-            .queues
-            .lock()
-            .iter()
-            .map(|(key, queue)| (key.clone(), queue.clone()))
-            .collect();
+        let queues = self.all_queues();
         let mut counts = BTreeMap::new();
         for (key, queue) in queues {
             *counts.entry(key.group).or_default() += queue.lock().inflight.len() as u64;
@@ -618,12 +617,7 @@ impl PopState {
         let generation = self.start_new_log()?;
         // Taken after the switch: the new log replays over it idempotently.
         let revision = self.next_revision.load(Ordering::Relaxed);
-        let queues: Vec<(PopKey, Arc<Mutex<QueueState>>)> = self
-            .queues
-            .lock()
-            .iter()
-            .map(|(key, queue)| (key.clone(), queue.clone()))
-            .collect();
+        let queues = self.all_queues();
         let mut states = Vec::with_capacity(queues.len());
         for (key, queue) in queues {
             let state = queue.lock().clone();
