@@ -45,6 +45,13 @@ async fn sends_and_woken_pulls_are_timed_stage_by_stage() {
         producer.send("Staged", 0, "first", "A").await.code,
         response::SUCCESS
     );
+    // The writer stamps after the answer left, so the reply can come before the sample.
+    common::wait_for(
+        "the first send to be recorded",
+        Duration::from_secs(10),
+        || async { samples(&stages(&broker, None).await, "send") >= 1 },
+    )
+    .await;
     let first = stages(&broker, None).await;
     assert_eq!(first["sample_every"], 1);
     assert_eq!(samples(&first, "send"), 1, "{first}");
