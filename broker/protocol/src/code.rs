@@ -93,6 +93,17 @@ pub mod request {
     /// Broker -> the requesting producer: the reply to its request().
     pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
 
+    // Quiver's replicated broker groups (not Apache codes: Apache's HA port has its own
+    // framing; Quiver carries replication over the remoting port).
+    /// Replica -> master: CommitLog bytes from an offset (the offset acknowledges all below).
+    pub const QUIVER_REPLICA_FETCH: i32 = 40001;
+    /// Group member -> group member: one consensus (openraft) message, JSON both ways.
+    pub const QUIVER_CONSENSUS: i32 = 40002;
+    /// Admin -> any group member: the group's roles, epoch, in-sync set and lag (JSON).
+    pub const QUIVER_REPLICATION_STATUS: i32 = 40003;
+    /// Admin -> the master: hand mastership to a named in-sync replica.
+    pub const QUIVER_SWITCHOVER: i32 = 40004;
+
     /// The Java constant name of a request code, for logs and "not supported" remarks.
     pub fn name(code: i32) -> Option<&'static str> {
         super::ALL_REQUESTS
@@ -229,6 +240,10 @@ pub const ALL_REQUESTS: &[(i32, &str)] = named![
     SEND_REPLY_MESSAGE,
     SEND_REPLY_MESSAGE_V2,
     PUSH_REPLY_MESSAGE_TO_CLIENT,
+    QUIVER_REPLICA_FETCH,
+    QUIVER_CONSENSUS,
+    QUIVER_REPLICATION_STATUS,
+    QUIVER_SWITCHOVER,
 ];
 
 #[cfg(test)]

@@ -184,8 +184,10 @@ macro_rules! header {
     (@kind opt) => { Optional };
 }
 
+mod replication;
 mod tools;
 mod transaction;
+pub use replication::*;
 pub use tools::*;
 pub use transaction::*;
 

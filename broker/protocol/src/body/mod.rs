@@ -7,8 +7,10 @@
 
 pub mod fastjson;
 pub mod lenient;
+mod replication;
 mod running_info;
 
+pub use replication::{ReplicaRole, ReplicaStatus, ReplicationStatus};
 pub use running_info::{prop as running_info_prop, ConsumerRunningInfo, ProcessQueueInfo};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -695,6 +697,7 @@ json_body!(
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicList,
+    ReplicationStatus,
 );
 
 /// UPDATE_BROKER_CONFIG / GET_BROKER_CONFIG bodies: Java `Properties` text, `key=value` lines.

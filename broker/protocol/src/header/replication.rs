@@ -1,0 +1,54 @@
+//! Headers of Quiver's replicated broker groups (request codes 40001-40004).
+
+use super::{CommandHeader, FieldKind, Optional, Required};
+use crate::error::HeaderError;
+use crate::{ExtFields, RemotingCommand};
+
+header! {
+    /// QUIVER_REPLICA_FETCH (40001), replica -> master: CommitLog bytes from `offset`. The
+    /// replica holds every byte below `offset`, so the request also acknowledges them.
+    pub struct ReplicaFetchRequestHeader {
+        /// The group's broker name, checked so a misconfigured replica is refused.
+        req broker_name: String = "brokerName",
+        req replica_id: u64 = "replicaId",
+        /// The epoch the replica believes current; a master of another epoch refuses.
+        req epoch: u64 = "epoch",
+        req offset: u64 = "offset",
+        req max_bytes: u32 = "maxBytes",
+        /// How long the master may hold the request when it has nothing new.
+        req max_wait_ms: u64 = "maxWaitMs",
+    }
+}
+
+header! {
+    /// The answer to QUIVER_REPLICA_FETCH; the body is the CommitLog bytes from `offset`.
+    pub struct ReplicaFetchResponseHeader {
+        req epoch: u64 = "epoch",
+        req offset: u64 = "offset",
+        /// The master's CommitLog end when it answered.
+        req master_end: u64 = "masterEnd",
+        /// CommitLog bytes below this are held by every in-sync replica: readable.
+        req confirmed: u64 = "confirmed",
+        /// The master's segment size: a replica's must match to mirror the log.
+        req segment_size: u64 = "segmentSize",
+    }
+}
+
+header! {
+    /// QUIVER_CONSENSUS (40002): one consensus message; the body is its JSON.
+    pub struct ConsensusRequestHeader {
+        req broker_name: String = "brokerName",
+        /// Which message: `vote`, `append`, `snapshot`, `propose`, `report`.
+        req kind: String = "kind",
+        req from: u64 = "from",
+    }
+}
+
+header! {
+    /// QUIVER_SWITCHOVER (40004), admin -> master: move mastership to `targetReplicaId`.
+    pub struct SwitchoverRequestHeader {
+        req target_replica_id: u64 = "targetReplicaId",
+        /// How long the master may pause sends waiting for the target to catch up.
+        opt timeout_ms: Option<u64> = "timeoutMs",
+    }
+}
