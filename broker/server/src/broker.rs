@@ -75,6 +75,8 @@ pub struct Broker {
     ready: AtomicBool,
     /// When the broker opened (ms since the epoch): GET_BROKER_RUNTIME_INFO's bootTimestamp.
     pub started_ms: i64,
+    /// This member's replication when it is one of a group (`--group-members`).
+    pub replication: Option<Arc<crate::replication::Replication>>,
 }
 
 impl Broker {
@@ -83,6 +85,7 @@ impl Broker {
         let advertised = config.advertised_addr(bound);
         let acl = config.acl_file.as_deref().map(Acl::load).transpose()?;
         let store_host = resolve(&advertised).unwrap_or(bound);
+        let replication = crate::replication::Replication::new(&config)?;
         let store =
             MessageStore::open(config.store_config()).map_err(BrokerError::store("open"))?;
         let config_dir = config.data_dir.join("config");
@@ -157,6 +160,7 @@ impl Broker {
             grpc: crate::grpc::GrpcState::default(),
             ready: AtomicBool::new(false),
             started_ms: crate::now_ms(),
+            replication,
             config,
         })
     }
@@ -177,6 +181,15 @@ impl Broker {
             }
             flushed.await;
         }
+    }
+
+    /// Whether this broker takes writes now: a standalone broker always, a group member
+    /// while it is the master. Background deliveries (delays, timers, transaction checks,
+    /// POP revives) run only then.
+    pub fn takes_writes(&self) -> bool {
+        self.replication.as_ref().is_none_or(|replication| {
+            matches!(replication.role(), crate::replication::Role::Master { .. })
+        })
     }
 
     pub fn is_ready(&self) -> bool {

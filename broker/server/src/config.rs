@@ -52,6 +52,10 @@ pub mod defaults {
     pub const TRANSACTION_CHECK_INTERVAL_MS: u64 = 1_000;
     /// Apache's `timerMaxDelaySec`: 3 days.
     pub const TIMER_MAX_DELAY_MS: u64 = 259_200_000;
+    pub const MIN_IN_SYNC_REPLICAS: u32 = 1;
+    pub const REPLICA_LAG_MAX_MS: u64 = 3_000;
+    pub const MASTER_TIMEOUT_MS: u64 = 1_500;
+    pub const REPLICATION_TIMEOUT_MS: u64 = 5_000;
 }
 
 /// Every setting of the broker. Each field is a flag `--<name>`, an environment variable
@@ -316,6 +320,55 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_HTTP_TLS", default_value_t = false, action = clap::ArgAction::Set,
         num_args = 0..=1, default_missing_value = "true")]
     pub http_tls: bool,
+
+    /// Every member of this broker group (one `--broker-name`): `id=host:port` remoting
+    /// addresses, this broker included. Empty: a standalone broker, no replication.
+    #[arg(long, env = "QUIVER_GROUP_MEMBERS", value_delimiter = ',')]
+    pub group_members: Vec<String>,
+
+    /// This broker's id among `--group-members` (a StatefulSet pod's ordinal).
+    #[arg(long, env = "QUIVER_REPLICA_ID", default_value_t = 0)]
+    pub replica_id: u64,
+
+    /// sync: a send is acknowledged once every in-sync replica holds it; async: at once,
+    /// replicas follow.
+    #[arg(long, env = "QUIVER_REPLICATION", value_enum, default_value_t = ReplicationMode::Async)]
+    pub replication: ReplicationMode,
+
+    /// Sends are refused while fewer members than this (the master included) are in sync.
+    #[arg(long, env = "QUIVER_MIN_IN_SYNC_REPLICAS", default_value_t = defaults::MIN_IN_SYNC_REPLICAS)]
+    pub min_in_sync_replicas: u32,
+
+    /// A replica that has not caught up with the master for this long leaves the in-sync set.
+    #[arg(long, env = "QUIVER_REPLICA_LAG_MAX_MS", default_value_t = defaults::REPLICA_LAG_MAX_MS)]
+    pub replica_lag_max_ms: u64,
+
+    /// A master not heard from for this long is replaced by an in-sync replica.
+    #[arg(long, env = "QUIVER_MASTER_TIMEOUT_MS", default_value_t = defaults::MASTER_TIMEOUT_MS)]
+    pub master_timeout_ms: u64,
+
+    /// How long a sync send waits for the in-sync replicas before it is answered
+    /// FLUSH_SLAVE_TIMEOUT (stored on the master, not yet confirmed).
+    #[arg(long, env = "QUIVER_REPLICATION_TIMEOUT_MS", default_value_t = defaults::REPLICATION_TIMEOUT_MS)]
+    pub replication_timeout_ms: u64,
+}
+
+/// How sends wait for replicas (`--replication`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationMode {
+    Sync,
+    #[default]
+    Async,
+}
+
+impl ReplicationMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicationMode::Sync => "sync",
+            ReplicationMode::Async => "async",
+        }
+    }
 }
 
 /// TLS on the remoting port (`--tls-mode`).
@@ -387,6 +440,13 @@ impl Default for BrokerConfig {
             peer_access_key: None,
             peer_secret_key: None,
             tls_mode: TlsMode::Disabled,
+            group_members: Vec::new(),
+            replica_id: 0,
+            replication: ReplicationMode::Async,
+            min_in_sync_replicas: defaults::MIN_IN_SYNC_REPLICAS,
+            replica_lag_max_ms: defaults::REPLICA_LAG_MAX_MS,
+            master_timeout_ms: defaults::MASTER_TIMEOUT_MS,
+            replication_timeout_ms: defaults::REPLICATION_TIMEOUT_MS,
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_file: None,
@@ -443,6 +503,7 @@ impl BrokerConfig {
         self.validate_security()?;
         self.validate_tls()?;
         self.validate_transactions()?;
+        self.validate_replication()?;
         Ok(())
     }
 
@@ -687,6 +748,58 @@ impl BrokerConfig {
             .then(|| std::time::Duration::from_millis(self.idle_connection_timeout_ms))
     }
 
+    /// The group members (`--group-members`) by id; empty for a standalone broker.
+    pub fn members(&self) -> Result<std::collections::BTreeMap<u64, String>, ConfigError> {
+        let mut members = std::collections::BTreeMap::new();
+        for entry in &self.group_members {
+            let parsed = entry
+                .split_once('=')
+                .and_then(|(id, address)| Some((id.trim().parse::<u64>().ok()?, address.trim())));
+            let Some((id, address)) = parsed.filter(|(_, address)| is_host_port(address)) else {
+                return Err(invalid(
+                    "group-members",
+                    format!("`{entry}` is not id=host:port"),
+                ));
+            };
+            if members.insert(id, address.to_owned()).is_some() {
+                return Err(invalid("group-members", format!("id {id} is listed twice")));
+            }
+        }
+        Ok(members)
+    }
+
+    /// Whether this broker is one member of a replicated group.
+    pub fn is_replicated(&self) -> bool {
+        !self.group_members.is_empty()
+    }
+
+    fn validate_replication(&self) -> Result<(), ConfigError> {
+        let members = self.members()?;
+        let replicas = members.len().max(1) as u32;
+        if !members.is_empty() && !members.contains_key(&self.replica_id) {
+            return Err(invalid(
+                "replica-id",
+                format!("{} is not one of --group-members", self.replica_id),
+            ));
+        }
+        if self.min_in_sync_replicas == 0 || self.min_in_sync_replicas > replicas {
+            return Err(invalid(
+                "min-in-sync-replicas",
+                format!("must be in 1..={replicas} (the group's members)"),
+            ));
+        }
+        if self.replica_lag_max_ms < 100 || self.master_timeout_ms < 100 {
+            return Err(invalid(
+                "master-timeout-ms",
+                "master-timeout-ms and replica-lag-max-ms must be at least 100",
+            ));
+        }
+        if self.replication_timeout_ms < 100 {
+            return Err(invalid("replication-timeout-ms", "must be at least 100"));
+        }
+        Ok(())
+    }
+
     /// The account peer polls are signed with, if one is given.
     pub fn peer_credentials(&self) -> Option<quiver_protocol::acl::Credentials> {
         match (&self.peer_access_key, &self.peer_secret_key) {
@@ -749,6 +862,8 @@ impl BrokerConfig {
             disk_clean_ratio: self.disk_clean_ratio,
             disk_force_clean_ratio: self.disk_force_clean_ratio,
             disk_check_interval_ms: self.disk_check_interval_ms,
+            // A group member's readers see only what every in-sync member holds.
+            publish_on_confirm: self.is_replicated(),
             ..quiver_store::StoreConfig::default()
         }
     }

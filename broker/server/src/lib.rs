@@ -23,6 +23,7 @@ pub(crate) mod persist;
 pub mod pop;
 pub mod processor;
 pub mod producers;
+pub mod replication;
 pub mod schedule;
 pub mod server;
 pub mod slots;
@@ -32,7 +33,7 @@ pub mod tls;
 pub mod topics;
 pub mod transaction;
 
-pub use config::{BrokerConfig, ClientAuth, ConfigError, FlushMode, TlsMode};
+pub use config::{BrokerConfig, ClientAuth, ConfigError, FlushMode, ReplicationMode, TlsMode};
 pub use error::BrokerError;
 pub use server::{run, run_with_grpc};
 

@@ -272,6 +272,9 @@ impl Collector for BrokerCollector {
         encode_pop(&mut encoder, &broker.pop)?;
         encode_disk(&mut encoder, broker)?;
         encode_grpc(&mut encoder, broker)?;
+        if let Some(replication) = &broker.replication {
+            encode_replication(&mut encoder, &replication.status(&broker.store))?;
+        }
         match &broker.acl {
             Some(acl) => encode_acl(&mut encoder, acl),
             None => Ok(()),
@@ -477,6 +480,70 @@ fn encode_grpc(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Res
             .call_counts()
             .into_iter()
             .map(|((call, code), count)| ([("call", call), ("code", code)], count)),
+    )
+}
+
+/// A group member's replication: its role and epoch, the in-sync set, and (on the master)
+/// each replica's lag.
+fn encode_replication(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &quiver_protocol::body::ReplicationStatus,
+) -> fmt::Result {
+    use quiver_protocol::body::ReplicaRole;
+    let me = status.replicas.iter().find(|r| r.replica_id == status.replica_id);
+    let role = me.map_or(ReplicaRole::Unknown, |r| r.role);
+    gauge_family(
+        encoder,
+        "quiver_replication_role",
+        "1 for this member's role in its broker group (master, replica, unknown).",
+        [ReplicaRole::Master, ReplicaRole::Replica, ReplicaRole::Unknown].map(|r| {
+            let name = match r {
+                ReplicaRole::Master => "master",
+                ReplicaRole::Replica => "replica",
+                ReplicaRole::Unknown => "unknown",
+            };
+            ([("role", name)], u64::from(r == role))
+        }),
+    )?;
+    gauge(encoder, "quiver_replication_epoch", "The group's current epoch (one per master).", status.epoch)?;
+    gauge(
+        encoder,
+        "quiver_replication_in_sync_replicas",
+        "Members of the group's in-sync set, the master included.",
+        status.in_sync_replicas.len() as u64,
+    )?;
+    gauge(
+        encoder,
+        "quiver_replication_min_in_sync_replicas",
+        "Sends are refused while fewer members than this are in sync.",
+        u64::from(status.min_in_sync_replicas),
+    )?;
+    gauge(
+        encoder,
+        "quiver_replication_confirmed_offset",
+        "CommitLog bytes below this are held by every in-sync member (readable).",
+        status.confirmed_offset,
+    )?;
+    if role != ReplicaRole::Master {
+        return Ok(());
+    }
+    let replicas: Vec<_> = status
+        .replicas
+        .iter()
+        .filter(|r| r.replica_id != status.replica_id)
+        .map(|r| (r.replica_id.to_string(), r.lag_bytes, r.lag_ms as f64 / 1000.0))
+        .collect();
+    gauge_family(
+        encoder,
+        "quiver_replication_lag_bytes",
+        "CommitLog bytes each replica is behind the master.",
+        replicas.iter().map(|(id, bytes, _)| ([("replica_id", id.as_str())], *bytes)),
+    )?;
+    gauge_family(
+        encoder,
+        "quiver_replication_lag_seconds",
+        "How long each replica has been behind the master's log end.",
+        replicas.iter().map(|(id, _, seconds)| ([("replica_id", id.as_str())], *seconds)),
     )
 }
 

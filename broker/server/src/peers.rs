@@ -130,13 +130,13 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Asks one peer for its config and topics; signed when `credentials` are given, over TLS
-/// when `tls` is (the files are read again each poll: a renewed certificate is used).
-async fn poll(
+/// A connection to a broker of the cluster and the task reading its answers (abort it after
+/// closing): signed when `credentials` are given, over TLS when `tls` is.
+pub(crate) async fn connect(
     address: &str,
     credentials: Option<Arc<Credentials>>,
     tls: Option<&TlsClientConfig>,
-) -> Result<PeerInfo, PeerError> {
+) -> Result<(Connection, tokio::task::JoinHandle<()>), PeerError> {
     let io_error = |source| PeerError::Io {
         address: address.to_string(),
         source,
@@ -159,6 +159,17 @@ async fn poll(
             .map_err(io_error)?;
     // The reader routes the answers; the peer sends nothing else.
     let reading = tokio::spawn(async move { while let Ok(Some(_)) = incoming.next().await {} });
+    Ok((connection, reading))
+}
+
+/// Asks one peer for its config and topics; signed when `credentials` are given, over TLS
+/// when `tls` is (the files are read again each poll: a renewed certificate is used).
+async fn poll(
+    address: &str,
+    credentials: Option<Arc<Credentials>>,
+    tls: Option<&TlsClientConfig>,
+) -> Result<PeerInfo, PeerError> {
+    let (connection, reading) = connect(address, credentials, tls).await?;
     let answers = ask_config_and_topics(&connection, address).await;
     connection.close();
     reading.abort();

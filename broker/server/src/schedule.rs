@@ -90,6 +90,11 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
+        // Only the master delivers (a new master starts from its own saved delay offsets:
+        // at worst it delivers again what the old one had delivered).
+        if !broker.takes_writes() {
+            continue;
+        }
         // Retention keeps what is not delivered yet (`Broker::lowest_unread`).
         *broker.delay_delivered.lock() = offsets.offset_table.clone();
         let table = std::mem::take(&mut offsets.offset_table);

@@ -188,6 +188,13 @@ fn spawn_background_loops(
     background.spawn(crate::transaction::run(broker.clone(), stop.clone()));
     background.spawn(crate::peers::run(broker.clone(), stop.clone()));
     background.spawn(crate::acl::reload_loop(broker.clone(), stop.clone()));
+    if let Some(replication) = &broker.replication {
+        background.spawn(crate::replication::run(
+            broker.clone(),
+            replication.clone(),
+            stop.clone(),
+        ));
+    }
 }
 
 /// Persists offsets, topics and groups, then stops the store. Blocking.

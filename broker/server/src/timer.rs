@@ -235,6 +235,11 @@ impl<'a> Service<'a> {
         // A full disk refuses every round: due timers wait in place until there is room.
         let mut failures = FailureLog::default();
         while !*stop.borrow() {
+            // Only the master fires timers.
+            if !self.broker.takes_writes() {
+                self.broker.timers.wake.wait(RETRY_WAIT);
+                continue;
+            }
             let round = self
                 .enqueue()
                 .and_then(|caught_up| self.fire().map(|()| caught_up));

@@ -333,6 +333,10 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
+        // Only the master checks back and writes the outcomes.
+        if !broker.takes_writes() {
+            continue;
+        }
         match blocking(&broker, |broker| check_round(broker, crate::now_ms())).await {
             Ok((checks, error)) => {
                 send_checks(&broker, checks).await;

@@ -29,17 +29,21 @@ pub enum RefusalReason {
     ReadOnlyFs,
     /// The data directory was deleted or replaced under the running store.
     DataDirGone,
+    /// Not the store's own refusal: the broker is a replica of a group (or the group has
+    /// no master), so only the master's replicated bytes are written.
+    NotMaster,
 }
 
 impl RefusalReason {
     /// Every reason, for metrics that list each one.
-    pub const ALL: [RefusalReason; 6] = [
+    pub const ALL: [RefusalReason; 7] = [
         RefusalReason::DiskHighWater,
         RefusalReason::NoSpace,
         RefusalReason::FsyncFailed,
         RefusalReason::IoError,
         RefusalReason::ReadOnlyFs,
         RefusalReason::DataDirGone,
+        RefusalReason::NotMaster,
     ];
 
     /// The metric label and runtime-info value.
@@ -51,6 +55,7 @@ impl RefusalReason {
             RefusalReason::IoError => "io-error",
             RefusalReason::ReadOnlyFs => "read-only-fs",
             RefusalReason::DataDirGone => "data-dir-gone",
+            RefusalReason::NotMaster => "not-master",
         }
     }
 

@@ -33,6 +33,10 @@ const ADMIN_CODES: &[i32] = &[
     request::CLONE_GROUP_OFFSET,
     request::CLEAN_UNUSED_TOPIC,
     request::UPDATE_NAMESRV_CONFIG,
+    // A group's members sign these with --peer-access-key, which must be an admin account.
+    request::QUIVER_REPLICA_FETCH,
+    request::QUIVER_CONSENSUS,
+    request::QUIVER_SWITCHOVER,
 ];
 
 /// Name-server lookups, answered without a signature as Apache's name server (which has no

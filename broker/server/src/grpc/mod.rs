@@ -82,6 +82,8 @@ pub(crate) fn refusal_status(refusal: &crate::processor::Refusal) -> Status {
         response::SYSTEM_BUSY => Code::TooManyRequests,
         response::SUBSCRIPTION_GROUP_NOT_EXIST => Code::ConsumerGroupNotFound,
         response::SUBSCRIPTION_PARSE_FAILED => Code::IllegalFilterExpression,
+        // A sync send the in-sync replicas did not confirm in time.
+        response::FLUSH_SLAVE_TIMEOUT => Code::SlavePersistenceTimeout,
         _ => Code::InternalServerError,
     };
     status(code, refusal.remark.clone())

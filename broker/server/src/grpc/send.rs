@@ -90,7 +90,7 @@ async fn store(broker: &Broker, prepared: Prepared) -> SendResultEntry {
     }
 }
 
-fn refused_by_store(error: quiver_store::StoreError) -> v2::Status {
+fn refused_by_store(error: crate::processor::SendError) -> v2::Status {
     refusal_status(&crate::processor::Refusal::from(error))
 }
 

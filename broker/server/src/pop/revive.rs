@@ -40,6 +40,10 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
+        // Only the master writes: a replica's expired messages are revived by the master.
+        if !broker.takes_writes() {
+            continue;
+        }
         match blocking(&broker, |broker| revive_due(broker, crate::now_ms())).await {
             Ok(Ok(())) => failures.record("reviving POP messages", None),
             Ok(Err(error)) => failures.record("reviving POP messages", Some(chain(&error))),

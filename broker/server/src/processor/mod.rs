@@ -6,6 +6,7 @@ mod offsets;
 mod pull;
 mod query;
 mod relay;
+mod replication;
 mod reply;
 mod retry;
 mod route;
@@ -26,7 +27,7 @@ use crate::error::{chain, BrokerError};
 pub(crate) use retry::retry_properties;
 pub(crate) use send::{
     check_broker_writable, half_message, park_if_delayed, store_message, store_message_async,
-    topic_for_send, StoreTarget,
+    topic_for_send, SendError, StoreTarget,
 };
 pub(crate) use transaction::{end_transaction, Ending};
 
@@ -194,6 +195,11 @@ async fn process(
         request::SEND_REPLY_MESSAGE | request::SEND_REPLY_MESSAGE_V2 => {
             reply::send_reply(ctx, req).await
         }
+        request::QUIVER_REPLICA_FETCH => replication::fetch(ctx, req).await,
+        request::QUIVER_CONSENSUS => replication::consensus(ctx, req).await,
+        request::QUIVER_REPLICATION_STATUS => replication::status(ctx, req),
+        request::QUIVER_SWITCHOVER => replication::switchover(ctx, req).await,
+        request::GET_ALL_CONSUMER_OFFSET => replication::all_consumer_offsets(ctx, req),
         other => Err(unsupported::refusal(other)),
     })
 }

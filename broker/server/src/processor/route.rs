@@ -16,7 +16,8 @@ use crate::topics::{validate_topic_name, TopicConfig, RETRY_PREFIX};
 struct Member {
     name: String,
     cluster: String,
-    address: String,
+    /// By broker id: the master as 0, a group's replicas after it.
+    addresses: BTreeMap<i64, String>,
     permission: i32,
     topic: Option<TopicConfig>,
 }
@@ -25,7 +26,10 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
     let mut all = vec![Member {
         name: broker.config.broker_name.clone(),
         cluster: broker.config.cluster.clone(),
-        address: broker.advertised.clone(),
+        addresses: match &broker.replication {
+            Some(replication) => replication.route_addresses(),
+            None => BTreeMap::from([(MASTER_BROKER_ID, broker.advertised.clone())]),
+        },
         permission: broker.permission(),
         topic: broker.topics.get(topic),
     }];
@@ -38,7 +42,7 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
             } else {
                 peer.cluster
             },
-            address: peer.address,
+            addresses: BTreeMap::from([(MASTER_BROKER_ID, peer.address)]),
             permission: peer.permission,
         });
     }
@@ -80,7 +84,7 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         });
         route
             .broker_datas
-            .push(broker_data(member.cluster, member.name, member.address));
+            .push(broker_data(member.cluster, member.name, member.addresses));
     }
     Ok(req
         .response_to(response::SUCCESS, None)
@@ -96,11 +100,15 @@ fn may_create(ctx: &Ctx, req: &RemotingCommand, topic: &str) -> bool {
     }
 }
 
-fn broker_data(cluster: String, broker_name: String, address: String) -> BrokerData {
+fn broker_data(
+    cluster: String,
+    broker_name: String,
+    addresses: BTreeMap<i64, String>,
+) -> BrokerData {
     BrokerData {
         cluster,
         broker_name,
-        broker_addrs: BTreeMap::from([(MASTER_BROKER_ID, address)]),
+        broker_addrs: addresses,
         enable_acting_master: false,
     }
 }
@@ -114,7 +122,7 @@ pub fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             .insert(member.name.clone());
         info.broker_addr_table.insert(
             member.name.clone(),
-            broker_data(member.cluster, member.name, member.address),
+            broker_data(member.cluster, member.name, member.addresses),
         );
     }
     Ok(req

@@ -63,30 +63,86 @@ fn record_in(broker: &Broker, targets: &[StoreTarget]) {
     }
 }
 
-/// Stores the targets, blocking until they are durable: for callers on a blocking thread.
+/// Stores the targets, blocking until they are durable: for callers on a blocking thread
+/// (deliveries of delayed, timed, retried and transactional messages). On a group's master
+/// they are not waited for on the replicas: their source stays until they are confirmed
+/// readable, and a failover redelivers rather than skips.
 pub(crate) fn store_message(
     broker: &Broker,
     targets: &[StoreTarget],
 ) -> Result<Vec<PutResult>, StoreError> {
-    let results = broker
-        .store
-        .put_batch(&new_messages(broker, targets), crate::now_ms())?;
+    let results = {
+        let _admitted = admit_write(broker)?;
+        broker
+            .store
+            .put_batch(&new_messages(broker, targets), crate::now_ms())?
+    };
+    appended(broker);
     record_in(broker, targets);
     Ok(results)
 }
 
 /// Stores the targets on the calling task and waits for durability holding no thread: an
-/// append is a copy into mapped memory, so the request path skips the blocking pool.
+/// append is a copy into mapped memory, so the request path skips the blocking pool. On a
+/// group's master in sync mode it also waits until every in-sync replica holds them.
 pub(crate) async fn store_message_async(
     broker: &Broker,
     targets: &[StoreTarget],
-) -> Result<Vec<PutResult>, StoreError> {
-    let appended = broker
-        .store
-        .append(&new_messages(broker, targets), crate::now_ms())?;
-    broker.wait_durable(appended.end).await?;
+) -> Result<Vec<PutResult>, SendError> {
+    let appended_batch = {
+        let _admitted = admit_write(broker)?;
+        broker
+            .store
+            .append(&new_messages(broker, targets), crate::now_ms())?
+    };
+    appended(broker);
+    broker.wait_durable(appended_batch.end).await?;
+    if let Some(replication) = &broker.replication {
+        replication.wait_confirmed(appended_batch.end).await?;
+    }
     record_in(broker, targets);
-    Ok(appended.results)
+    Ok(appended_batch.results)
+}
+
+/// On a group member, whether it may append now (the guard holds off a switchover until
+/// the append is done); refused with the reason as the store's own refusals are.
+fn admit_write(broker: &Broker) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>, StoreError> {
+    let Some(replication) = &broker.replication else {
+        return Ok(None);
+    };
+    replication.admit_write().map(Some).map_err(|refusal| {
+        StoreError::WritesRefused(quiver_store::WriteRefusal {
+            reason: quiver_store::RefusalReason::NotMaster,
+            message: refusal.to_string(),
+        })
+    })
+}
+
+fn appended(broker: &Broker) {
+    if let Some(replication) = &broker.replication {
+        replication.appended(&broker.store);
+    }
+}
+
+/// Why a send was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Replication(#[from] crate::replication::ConfirmError),
+}
+
+impl From<SendError> for Refusal {
+    fn from(error: SendError) -> Refusal {
+        match error {
+            SendError::Store(error) => Refusal::from(error),
+            // Apache's answer when the slave did not get the message in time.
+            SendError::Replication(error) => {
+                Refusal::new(response::FLUSH_SLAVE_TIMEOUT, error.to_string())
+            }
+        }
+    }
 }
 
 /// The topic's config, created when auto-creation is on.

@@ -1,0 +1,332 @@
+//! The master's side: serving replica fetches, counting what each replica holds, moving the
+//! confirmed offset and keeping the in-sync set.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quiver_consensus::{Command, GroupState};
+use quiver_protocol::body::{ReplicaRole, ReplicaStatus};
+use quiver_protocol::header::{ReplicaFetchRequestHeader, ReplicaFetchResponseHeader};
+use quiver_store::{CommitLogOffset, MessageStore};
+
+use super::{Replication, Role};
+use crate::config::ReplicationMode;
+
+/// A fetch is answered with at most this many bytes.
+const MAX_FETCH_BYTES: u32 = 4 * 1024 * 1024;
+/// A fetch is held at most this long when there is nothing new.
+const MAX_FETCH_WAIT: Duration = Duration::from_millis(500);
+
+/// What the master knows of one replica.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Follower {
+    /// It holds every byte below this (its last fetch's offset).
+    pub acked: u64,
+    /// The master's log end when it answered the replica's previous fetch.
+    end_at_last_fetch: u64,
+    last_fetch: Instant,
+    /// When it last held every byte the master had (Kafka's lastCaughtUpTime).
+    pub caught_up_at: Option<Instant>,
+}
+
+/// The master's view of its replicas in one epoch.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    epoch: u64,
+    since: Option<Instant>,
+    pub followers: BTreeMap<u64, Follower>,
+}
+
+impl Progress {
+    /// Starts counting afresh for `epoch`.
+    pub(super) fn reset(&mut self, epoch: u64) {
+        *self = Progress {
+            epoch,
+            since: Some(Instant::now()),
+            followers: BTreeMap::new(),
+        };
+    }
+
+    /// A fetch of `offset` from `id` arrived while the log ended at `end`.
+    fn on_fetch(&mut self, id: u64, offset: u64, end: u64, now: Instant) {
+        let follower = self.followers.entry(id).or_insert(Follower {
+            acked: offset,
+            end_at_last_fetch: end,
+            last_fetch: now,
+            caught_up_at: None,
+        });
+        if offset >= end {
+            follower.caught_up_at = Some(now);
+        } else if offset >= follower.end_at_last_fetch {
+            follower.caught_up_at = Some(follower.last_fetch);
+        }
+        // A replica that lost its disk comes back lower: it holds only what it says now.
+        follower.acked = offset;
+        follower.end_at_last_fetch = end;
+        follower.last_fetch = now;
+    }
+
+    /// How long `id` has been behind; since the epoch started if it never caught up.
+    fn behind_for(&self, id: u64, now: Instant) -> Duration {
+        let since = self.followers.get(&id).and_then(|f| f.caught_up_at);
+        since
+            .or(self.since)
+            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at))
+    }
+
+    /// The in-sync set the master wants: itself, the members caught up within `lag_max`,
+    /// and no one below `confirmed` (they would move the fence back).
+    pub(super) fn wanted_in_sync(
+        &self,
+        me: u64,
+        members: &BTreeSet<u64>,
+        lag_max: Duration,
+        confirmed: u64,
+        now: Instant,
+    ) -> BTreeSet<u64> {
+        members
+            .iter()
+            .copied()
+            .filter(|id| {
+                *id == me
+                    || self.followers.get(id).is_some_and(|f| f.acked >= confirmed)
+                        && self.behind_for(*id, now) <= lag_max
+            })
+            .collect()
+    }
+
+    pub(super) fn statuses(
+        &self,
+        replication: &Replication,
+        state: &GroupState,
+        log_end: u64,
+    ) -> Vec<ReplicaStatus> {
+        let now = Instant::now();
+        replication
+            .members
+            .iter()
+            .map(|(id, address)| {
+                let mine = *id == replication.id;
+                let acked = if mine {
+                    log_end
+                } else {
+                    self.followers.get(id).map_or(0, |f| f.acked)
+                };
+                ReplicaStatus {
+                    replica_id: *id,
+                    address: address.clone(),
+                    role: if mine {
+                        ReplicaRole::Master
+                    } else {
+                        ReplicaRole::Replica
+                    },
+                    in_sync: state.in_sync.contains(id),
+                    log_end: acked,
+                    lag_bytes: log_end.saturating_sub(acked),
+                    lag_ms: if mine || acked >= log_end {
+                        0
+                    } else {
+                        self.behind_for(*id, now).as_millis() as u64
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+/// A fetch answered: its header and the bytes.
+pub(crate) struct FetchServed {
+    pub header: ReplicaFetchResponseHeader,
+    pub body: Bytes,
+}
+
+/// Why a fetch is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FetchRefusal {
+    #[error("broker {name} member {id} is not the master of epoch {epoch} ({role:?})")]
+    NotMaster {
+        name: String,
+        id: u64,
+        epoch: u64,
+        role: Role,
+    },
+    #[error("member {replica} of broker {expected} fetched as broker {found}")]
+    WrongGroup {
+        expected: String,
+        found: String,
+        replica: u64,
+    },
+    #[error("replica {replica} asks from offset {offset}, past the master's end {end}: it must truncate first")]
+    Ahead { replica: u64, offset: u64, end: u64 },
+    #[error("cannot read the CommitLog at {offset}: {reason}")]
+    Read { offset: u64, reason: String },
+}
+
+impl Replication {
+    /// Answers one QUIVER_REPLICA_FETCH: records the replica's acknowledgement, then returns
+    /// the bytes from its offset, waiting up to its `maxWaitMs` for new ones.
+    pub(crate) async fn serve_fetch(
+        &self,
+        store: &MessageStore,
+        request: &ReplicaFetchRequestHeader,
+    ) -> Result<FetchServed, FetchRefusal> {
+        if request.broker_name != self.broker_name {
+            return Err(FetchRefusal::WrongGroup {
+                expected: self.broker_name.clone(),
+                found: request.broker_name.clone(),
+                replica: request.replica_id,
+            });
+        }
+        let role = self.role();
+        if role != (Role::Master { epoch: request.epoch }) {
+            return Err(FetchRefusal::NotMaster {
+                name: self.broker_name.clone(),
+                id: self.id,
+                epoch: request.epoch,
+                role,
+            });
+        }
+        let end = store.log_end().0;
+        if request.offset > end {
+            return Err(FetchRefusal::Ahead {
+                replica: request.replica_id,
+                offset: request.offset,
+                end,
+            });
+        }
+        self.progress
+            .lock()
+            .on_fetch(request.replica_id, request.offset, end, Instant::now());
+        self.advance_confirmed(store);
+        if request.offset == end {
+            let wait = Duration::from_millis(request.max_wait_ms).min(MAX_FETCH_WAIT);
+            let grew = self.log_grew.notified();
+            tokio::pin!(grew);
+            grew.as_mut().enable();
+            if store.log_end().0 == end {
+                let _ = tokio::time::timeout(wait, grew).await;
+            }
+        }
+        let max_bytes = request.max_bytes.clamp(1, MAX_FETCH_BYTES) as usize;
+        let chunk = store
+            .read_log(CommitLogOffset(request.offset), max_bytes)
+            .map_err(|error| FetchRefusal::Read {
+                offset: request.offset,
+                reason: crate::error::chain(&error),
+            })?;
+        Ok(FetchServed {
+            header: ReplicaFetchResponseHeader {
+                epoch: request.epoch,
+                offset: request.offset,
+                master_end: store.log_end().0,
+                confirmed: self.confirmed(),
+                segment_size: store.segment_size(),
+            },
+            body: chunk.bytes,
+        })
+    }
+
+    /// On the master: the confirmed offset becomes the least log end among the in-sync
+    /// members (its own end in async mode), and the store's read fence follows.
+    pub(super) fn advance_confirmed(&self, store: &MessageStore) {
+        let Role::Master { .. } = self.role() else {
+            return;
+        };
+        let end = store.log_end().0;
+        let confirmed = match self.mode {
+            ReplicationMode::Async => end,
+            ReplicationMode::Sync => {
+                let in_sync = self.state.borrow().in_sync.clone();
+                let progress = self.progress.lock();
+                in_sync
+                    .iter()
+                    .filter(|id| **id != self.id)
+                    .map(|id| progress.followers.get(id).map_or(0, |f| f.acked))
+                    .fold(end, u64::min)
+            }
+        };
+        self.confirm(store, confirmed);
+    }
+
+    /// Moves the read fence (never backwards).
+    pub(super) fn confirm(&self, store: &MessageStore, offset: u64) {
+        let moved = self.confirmed.send_if_modified(|confirmed| {
+            let moves = offset > *confirmed;
+            if moves {
+                *confirmed = offset;
+            }
+            moves
+        });
+        if moved {
+            store.confirm(CommitLogOffset(offset));
+        }
+    }
+
+    /// The in-sync set change the master should propose now, if any.
+    pub(super) fn in_sync_change(&self, store: &MessageStore) -> Option<Command> {
+        let Role::Master { epoch } = self.role() else {
+            return None;
+        };
+        let state = self.state();
+        let wanted = self.progress.lock().wanted_in_sync(
+            self.id,
+            &self.member_ids(),
+            self.lag_max,
+            self.confirmed().min(store.log_end().0),
+            Instant::now(),
+        );
+        (wanted != state.in_sync && state.epoch == epoch).then(|| Command::AlterInSync {
+            epoch,
+            master: self.id,
+            in_sync: wanted,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAG_MAX: Duration = Duration::from_secs(3);
+
+    fn members() -> BTreeSet<u64> {
+        BTreeSet::from([0, 1, 2])
+    }
+
+    #[test]
+    fn a_replica_that_keeps_up_stays_in_sync_and_one_that_stops_leaves() {
+        let start = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset(1);
+        progress.since = Some(start);
+        progress.on_fetch(1, 100, 100, start);
+        progress.on_fetch(2, 100, 100, start);
+        // Replica 1 keeps fetching what the master had at its previous fetch.
+        let later = start + Duration::from_secs(5);
+        progress.on_fetch(1, 100, 500, later - Duration::from_millis(10));
+        progress.on_fetch(1, 500, 900, later);
+        let wanted = progress.wanted_in_sync(0, &members(), LAG_MAX, 100, later);
+        assert_eq!(wanted, BTreeSet::from([0, 1]));
+    }
+
+    #[test]
+    fn a_replica_below_the_fence_is_not_in_sync_even_if_recent() {
+        let now = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset(1);
+        progress.on_fetch(1, 0, 0, now);
+        let wanted = progress.wanted_in_sync(0, &members(), LAG_MAX, 10, now);
+        assert_eq!(wanted, BTreeSet::from([0]));
+    }
+
+    #[test]
+    fn a_replica_that_lost_its_disk_holds_only_what_it_says_now() {
+        let now = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset(1);
+        progress.on_fetch(1, 1000, 1000, now);
+        progress.on_fetch(1, 0, 1000, now);
+        assert_eq!(progress.followers[&1].acked, 0);
+    }
+}

@@ -1,0 +1,145 @@
+//! Replicas copy the master's topics, subscription groups and consumer offsets every second
+//! (Apache's SlaveSynchronize does the same), so a new master serves consumers from where
+//! they were: at worst a second of acknowledged consumption is redelivered, never skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quiver_protocol::body::{SubscriptionGroupWrapper, TopicConfigSerializeWrapper};
+use quiver_protocol::code::{request, response};
+use quiver_protocol::RemotingCommand;
+use quiver_store::QueueOffset;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{Replication, Role};
+use crate::broker::Broker;
+
+const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// GET_ALL_CONSUMER_OFFSET's body: `{"offsetTable":{"topic@group":{queueId:offset}}}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerOffsetTable {
+    pub offset_table: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+/// Every committed offset of `broker`, keyed `topic@group` as Apache's file is.
+pub fn offset_table(broker: &Broker) -> ConsumerOffsetTable {
+    let mut table = BTreeMap::new();
+    for group in broker.offsets.groups() {
+        for topic in broker.offsets.topics_of(&group) {
+            let queues = broker
+                .offsets
+                .table(&group, &topic)
+                .into_iter()
+                .map(|(queue, offset)| (queue, offset.0))
+                .collect();
+            table.insert(format!("{topic}@{group}"), queues);
+        }
+    }
+    ConsumerOffsetTable {
+        offset_table: table,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SyncError {
+    #[error(transparent)]
+    Link(#[from] super::links::LinkError),
+    #[error("the master answered {code} to request {request}")]
+    Refused { request: i32, code: i32 },
+    #[error("unreadable {what}: {reason}")]
+    Body { what: &'static str, reason: String },
+}
+
+pub(super) async fn run(
+    broker: Arc<Broker>,
+    replication: Arc<Replication>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(SYNC_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let Role::Replica { master, .. } = replication.role() else {
+            continue;
+        };
+        let address = replication.address_of(master);
+        if let Err(error) = sync_once(&broker, &replication, &address).await {
+            tracing::debug!(error = %crate::error::chain(&error), "cannot copy the master's topics, groups and offsets now");
+        }
+    }
+}
+
+async fn ask(replication: &Replication, address: &str, code: i32) -> Result<bytes::Bytes, SyncError> {
+    let request = RemotingCommand::request(code, Default::default());
+    let answer = replication.links.request(address, request, SYNC_TIMEOUT).await?;
+    if answer.code != response::SUCCESS {
+        return Err(SyncError::Refused {
+            request: code,
+            code: answer.code,
+        });
+    }
+    Ok(answer.body)
+}
+
+async fn sync_once(broker: &Broker, replication: &Replication, address: &str) -> Result<(), SyncError> {
+    let body_error = |what: &'static str| move |error: quiver_protocol::BodyError| SyncError::Body {
+        what,
+        reason: crate::error::chain(&error),
+    };
+    let topics = ask(replication, address, request::GET_ALL_TOPIC_CONFIG).await?;
+    let topics = TopicConfigSerializeWrapper::decode(&topics).map_err(body_error("topics"))?;
+    let groups = ask(replication, address, request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG).await?;
+    let groups = SubscriptionGroupWrapper::decode(&groups).map_err(body_error("groups"))?;
+    let offsets = ask(replication, address, request::GET_ALL_CONSUMER_OFFSET).await?;
+    let offsets: ConsumerOffsetTable = quiver_protocol::body::decode_json(&offsets, "offsets")
+        .map_err(body_error("offsets"))?;
+    apply(broker, topics, groups, offsets);
+    Ok(())
+}
+
+/// Makes this member's topics, groups and offsets the master's.
+fn apply(
+    broker: &Broker,
+    topics: TopicConfigSerializeWrapper,
+    groups: SubscriptionGroupWrapper,
+    offsets: ConsumerOffsetTable,
+) {
+    let wanted: BTreeSet<String> = topics.topic_config_table.keys().cloned().collect();
+    for config in broker.topics.all() {
+        if !wanted.contains(&config.topic_name) {
+            broker.topics.remove(&config.topic_name);
+        }
+    }
+    for (_, config) in topics.topic_config_table {
+        if broker.topics.get(&config.topic_name).as_ref() != Some(&config) {
+            broker.topics.upsert(config);
+        }
+    }
+    let wanted: BTreeSet<&String> = groups.subscription_group_table.keys().collect();
+    for name in broker.groups.all().keys() {
+        if !wanted.contains(name) {
+            broker.groups.remove(name);
+        }
+    }
+    for (_, config) in groups.subscription_group_table {
+        broker.groups.upsert(config);
+    }
+    for (key, queues) in offsets.offset_table {
+        let Some((topic, group)) = key.split_once('@') else {
+            continue;
+        };
+        let queues: Vec<(u32, QueueOffset)> = queues
+            .into_iter()
+            .map(|(queue, offset)| (queue, QueueOffset(offset)))
+            .collect();
+        broker.offsets.reset(group, topic, &queues);
+    }
+}

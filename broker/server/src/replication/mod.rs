@@ -1,0 +1,355 @@
+//! Replicated broker groups: one master takes writes, replicas mirror its CommitLog byte for
+//! byte and dispatch their own ConsumeQueues.
+//!
+//! - The control plane (epoch, master, in-sync set, where each epoch starts) is agreed through
+//!   `quiver-consensus` (openraft) among the group's members ([`controller`] elects).
+//! - The data plane: replicas long-poll QUIVER_REPLICA_FETCH on the master's remoting port
+//!   ([`replica`]); the master serves the bytes and counts the acknowledgements ([`master`]).
+//! - Reads are fenced at the confirmed offset (held by every in-sync member), so a tail that
+//!   a later epoch truncates is never read.
+
+mod controller;
+mod epoch_file;
+mod links;
+mod master;
+mod metadata;
+mod replica;
+mod roles;
+mod switchover;
+mod transport;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use quiver_consensus::{Consensus, GroupState};
+use quiver_protocol::body::{ReplicaRole, ReplicaStatus, ReplicationStatus};
+use quiver_store::CommitLogOffset;
+use tokio::sync::{watch, Notify};
+
+use crate::config::{BrokerConfig, ReplicationMode};
+use crate::error::BrokerError;
+
+pub use controller::{decide, Report};
+pub use metadata::{offset_table, ConsumerOffsetTable};
+pub(crate) use switchover::DEFAULT_TIMEOUT as DEFAULT_SWITCHOVER_TIMEOUT;
+
+/// What this member does now, as it acts on the group's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Not part of a group: takes writes as before.
+    Standalone,
+    /// Starting, or the group has no master it can follow yet.
+    Unknown,
+    /// Takes writes for `epoch` (its start offset is agreed).
+    Master { epoch: u64 },
+    /// Mirrors `master`'s log of `epoch`.
+    Replica { epoch: u64, master: u64 },
+}
+
+/// Why a write is refused on this member.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteRefusal {
+    #[error("broker {name} is a replica (member {id}) of its group; the master is {master} (epoch {epoch}): send to the master")]
+    Replica {
+        name: String,
+        id: u64,
+        master: String,
+        epoch: u64,
+    },
+    #[error("broker {name} (member {id}) has no master yet: the group is electing one")]
+    NoMaster { name: String, id: u64 },
+    #[error("broker {name}: {in_sync} member(s) in sync, fewer than min-in-sync-replicas {min}")]
+    BelowMinInSync { name: String, in_sync: usize, min: u32 },
+    #[error("broker {name}: mastership is being handed over; retry in a moment")]
+    Switching { name: String },
+    #[error("broker {name}: the master lost contact with its group; it takes no writes until it hears from it")]
+    LeaseLost { name: String },
+}
+
+/// Why a sync send was stored but not confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmError {
+    #[error("the in-sync replicas did not confirm the message within {0:?}; it is stored on the master and may or may not survive a failover")]
+    Timeout(Duration),
+    #[error("mastership moved while the message was being replicated; it may or may not survive")]
+    Deposed,
+}
+
+/// A group member's replication: its role, the master's view of its replicas, the read fence.
+pub struct Replication {
+    pub id: u64,
+    pub members: BTreeMap<u64, String>,
+    pub mode: ReplicationMode,
+    pub min_in_sync: u32,
+    broker_name: String,
+    lag_max: Duration,
+    master_timeout: Duration,
+    timeout: Duration,
+    consensus: std::sync::OnceLock<Consensus>,
+    /// The group's agreed state (a default one until consensus starts).
+    state: watch::Sender<GroupState>,
+    role: watch::Sender<Role>,
+    /// CommitLog bytes below this are held by every in-sync member.
+    confirmed: watch::Sender<u64>,
+    /// Woken after every append on the master: parked replica fetches look again.
+    log_grew: Notify,
+    progress: Mutex<master::Progress>,
+    reports: Mutex<controller::Reports>,
+    epoch_file: epoch_file::EpochFile,
+    /// Set while mastership is handed over: sends are refused, appends drained.
+    switching: AtomicBool,
+    /// Held shared by every append, exclusively by a switchover to drain them.
+    appends: RwLock<()>,
+    /// When the master last knew it was still the group's master (the lease).
+    lease: Mutex<Option<Instant>>,
+    links: links::Links,
+}
+
+impl Replication {
+    /// The replication of `config`'s group; None for a standalone broker.
+    pub fn new(config: &BrokerConfig) -> Result<Option<Arc<Replication>>, BrokerError> {
+        if !config.is_replicated() {
+            return Ok(None);
+        }
+        let members = config.members().map_err(BrokerError::Config)?;
+        let epoch_file = epoch_file::EpochFile::open(&config.data_dir)?;
+        Ok(Some(Arc::new(Replication {
+            id: config.replica_id,
+            members,
+            mode: config.replication,
+            min_in_sync: config.min_in_sync_replicas,
+            broker_name: config.broker_name.clone(),
+            lag_max: Duration::from_millis(config.replica_lag_max_ms),
+            master_timeout: Duration::from_millis(config.master_timeout_ms),
+            timeout: Duration::from_millis(config.replication_timeout_ms),
+            consensus: std::sync::OnceLock::new(),
+            state: watch::channel(GroupState::default()).0,
+            role: watch::channel(Role::Unknown).0,
+            confirmed: watch::channel(0).0,
+            log_grew: Notify::new(),
+            progress: Mutex::new(master::Progress::default()),
+            reports: Mutex::new(controller::Reports::default()),
+            epoch_file,
+            switching: AtomicBool::new(false),
+            appends: RwLock::new(()),
+            lease: Mutex::new(None),
+            links: links::Links::new(config.peer_credentials(), config.peer_tls()),
+        })))
+    }
+
+    pub fn role(&self) -> Role {
+        *self.role.borrow()
+    }
+
+    pub fn state(&self) -> GroupState {
+        self.state.borrow().clone()
+    }
+
+    pub fn confirmed(&self) -> u64 {
+        *self.confirmed.borrow()
+    }
+
+    fn address_of(&self, id: u64) -> String {
+        self.members.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Whether a write may be appended here now; the guard keeps a switchover from starting
+    /// until the append is done.
+    pub fn admit_write(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>, WriteRefusal> {
+        let guard = self.appends.read();
+        self.check_writable()?;
+        Ok(guard)
+    }
+
+    fn check_writable(&self) -> Result<(), WriteRefusal> {
+        let name = self.broker_name.clone();
+        match self.role() {
+            Role::Standalone => return Ok(()),
+            Role::Unknown => return Err(WriteRefusal::NoMaster { name, id: self.id }),
+            Role::Replica { epoch, master } => {
+                return Err(WriteRefusal::Replica {
+                    name,
+                    id: self.id,
+                    master: self.address_of(master),
+                    epoch,
+                })
+            }
+            Role::Master { .. } => {}
+        }
+        if self.switching.load(Ordering::Acquire) {
+            return Err(WriteRefusal::Switching { name });
+        }
+        let fresh = self
+            .lease
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.master_timeout);
+        if !fresh {
+            return Err(WriteRefusal::LeaseLost { name });
+        }
+        let in_sync = self.state.borrow().in_sync.len();
+        if in_sync < self.min_in_sync as usize {
+            return Err(WriteRefusal::BelowMinInSync {
+                name,
+                in_sync,
+                min: self.min_in_sync,
+            });
+        }
+        Ok(())
+    }
+
+    /// After an append on the master: parked fetches look again and, with nobody else to
+    /// wait for, the fence moves.
+    pub fn appended(&self, store: &quiver_store::MessageStore) {
+        self.log_grew.notify_waiters();
+        self.advance_confirmed(store);
+    }
+
+    /// Waits until the in-sync members hold CommitLog bytes below `end` (sync mode; at once
+    /// in async mode).
+    pub async fn wait_confirmed(&self, end: CommitLogOffset) -> Result<(), ConfirmError> {
+        if self.mode == ReplicationMode::Async {
+            return Ok(());
+        }
+        let Role::Master { epoch } = self.role() else {
+            return Err(ConfirmError::Deposed);
+        };
+        let mut confirmed = self.confirmed.subscribe();
+        let mut role = self.role.subscribe();
+        let waited = tokio::time::timeout(self.timeout, async {
+            loop {
+                if *confirmed.borrow_and_update() >= end.0 {
+                    return Ok(());
+                }
+                if *role.borrow_and_update() != (Role::Master { epoch }) {
+                    return Err(ConfirmError::Deposed);
+                }
+                tokio::select! {
+                    changed = confirmed.changed() => if changed.is_err() { return Err(ConfirmError::Deposed) },
+                    changed = role.changed() => if changed.is_err() { return Err(ConfirmError::Deposed) },
+                }
+            }
+        })
+        .await;
+        waited.unwrap_or(Err(ConfirmError::Timeout(self.timeout)))
+    }
+
+    /// Routes' broker addresses: the master as id 0, the replicas after it (by member id).
+    pub fn route_addresses(&self) -> BTreeMap<i64, String> {
+        let master = self.state.borrow().master;
+        let mut addresses = BTreeMap::new();
+        if let Some(master) = master {
+            addresses.insert(0, self.address_of(master));
+        }
+        let replicas = self.members.iter().filter(|(id, _)| Some(**id) != master);
+        for (next, (_, address)) in (1..).zip(replicas) {
+            addresses.insert(next, address.clone());
+        }
+        addresses
+    }
+
+    /// The group as this member sees it (QUIVER_REPLICATION_STATUS).
+    pub fn status(&self, store: &quiver_store::MessageStore) -> ReplicationStatus {
+        let state = self.state();
+        let role = self.role();
+        let log_end = store.log_end().0;
+        let replicas = match role {
+            Role::Master { .. } => self.progress.lock().statuses(self, &state, log_end),
+            _ => self.peer_statuses(&state, log_end, role),
+        };
+        ReplicationStatus {
+            broker_name: self.broker_name.clone(),
+            replica_id: self.id,
+            mode: self.mode.as_str().to_owned(),
+            min_in_sync_replicas: self.min_in_sync,
+            epoch: state.epoch,
+            master_id: state.master,
+            master_address: state.master.map(|id| self.address_of(id)),
+            in_sync_replicas: state.in_sync.iter().copied().collect(),
+            confirmed_offset: self.confirmed(),
+            writable: self.check_writable().is_ok(),
+            replicas,
+        }
+    }
+
+    /// Off the master, each member with the role the state gives it; only this member's log
+    /// end is known.
+    fn peer_statuses(&self, state: &GroupState, log_end: u64, role: Role) -> Vec<ReplicaStatus> {
+        self.members
+            .iter()
+            .map(|(id, address)| {
+                let member_role = if state.master == Some(*id) {
+                    ReplicaRole::Master
+                } else if *id == self.id && role == Role::Unknown {
+                    ReplicaRole::Unknown
+                } else {
+                    ReplicaRole::Replica
+                };
+                let mine = *id == self.id;
+                ReplicaStatus {
+                    replica_id: *id,
+                    address: address.clone(),
+                    role: member_role,
+                    in_sync: state.in_sync.contains(id),
+                    log_end: if mine { log_end } else { 0 },
+                    lag_bytes: 0,
+                    lag_ms: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// The members' ids.
+    fn member_ids(&self) -> BTreeSet<u64> {
+        self.members.keys().copied().collect()
+    }
+
+    fn consensus(&self) -> Option<&Consensus> {
+        self.consensus.get()
+    }
+}
+
+/// Starts the group's consensus and the loops of this member: role changes, elections,
+/// reports, and (by role) serving or following the log. Returns when `stop` flips.
+pub async fn run(
+    broker: Arc<crate::broker::Broker>,
+    replication: Arc<Replication>,
+    stop: watch::Receiver<bool>,
+) {
+    let dir = broker.config.data_dir.join("consensus");
+    let started = transport::start_consensus(&replication, dir).await;
+    let consensus = match started {
+        Ok(consensus) => consensus,
+        Err(error) => {
+            tracing::error!(error = %crate::error::chain(&error), "cannot start the group's consensus: this member stays without a role");
+            return;
+        }
+    };
+    let mut applied = consensus.state();
+    let _ = replication.consensus.set(consensus);
+    let forward = {
+        let replication = replication.clone();
+        let mut stop = stop.clone();
+        async move {
+            loop {
+                let state = applied.borrow_and_update().clone();
+                replication.state.send_replace(state);
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    changed = applied.changed() => if changed.is_err() { return },
+                }
+            }
+        }
+    };
+    tokio::join!(
+        forward,
+        roles::run(broker.clone(), replication.clone(), stop.clone()),
+        controller::run(broker.clone(), replication.clone(), stop.clone()),
+        metadata::run(broker.clone(), replication.clone(), stop.clone()),
+    );
+    if let Some(consensus) = replication.consensus() {
+        consensus.shutdown().await;
+    }
+}

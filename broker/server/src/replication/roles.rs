@@ -1,0 +1,232 @@
+//! Acting on the group's state: becoming master (once this member's start offset for the
+//! epoch is agreed), following a master as a replica, or waiting without a role.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quiver_consensus::{Command, CommandOutcome, GroupState};
+use tokio::sync::watch;
+
+use super::{replica, Replication, Role};
+use crate::broker::Broker;
+
+/// How often the master re-checks its in-sync set and its lease.
+const MASTER_TICK: Duration = Duration::from_millis(100);
+
+/// What this member should do for the agreed `state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Duty {
+    Wait,
+    /// Agree where this member's epoch starts, then take writes.
+    StartEpoch { epoch: u64 },
+    Master { epoch: u64 },
+    Follow { epoch: u64, master: u64 },
+}
+
+/// The duty `state` gives member `me`.
+pub(super) fn duty(state: &GroupState, me: u64) -> Duty {
+    let Some(master) = state.master else {
+        return Duty::Wait;
+    };
+    let started = state
+        .history
+        .iter()
+        .any(|start| start.epoch == state.epoch && start.start_offset.is_some());
+    match (master == me, started) {
+        (true, true) => Duty::Master { epoch: state.epoch },
+        (true, false) => Duty::StartEpoch { epoch: state.epoch },
+        // A replica can only truncate against an agreed start.
+        (false, true) => Duty::Follow {
+            epoch: state.epoch,
+            master,
+        },
+        (false, false) => Duty::Wait,
+    }
+}
+
+pub(super) async fn run(
+    broker: Arc<Broker>,
+    replication: Arc<Replication>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut state = replication.state.subscribe();
+    loop {
+        let current = state.borrow_and_update().clone();
+        let duty = duty(&current, replication.id);
+        let acted = match duty {
+            Duty::Wait => {
+                replication.role.send_replace(Role::Unknown);
+                None
+            }
+            Duty::StartEpoch { epoch } => {
+                replication.role.send_replace(Role::Unknown);
+                start_epoch(&broker, &replication, epoch).await;
+                None
+            }
+            Duty::Master { epoch } => Some(serve_as_master(&broker, &replication, epoch, &mut stop)),
+            Duty::Follow { epoch, master } => Some(follow(&broker, &replication, epoch, master, &mut stop)),
+        };
+        if let Some(acting) = acted {
+            // Acts until the state gives another duty or the broker stops.
+            let mut watching = replication.state.subscribe();
+            tokio::select! {
+                _ = acting => {}
+                _ = wait_for_other_duty(&mut watching, replication.id, duty) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        if *stop.borrow() {
+            replication.role.send_replace(Role::Unknown);
+            return;
+        }
+        if duty == Duty::Wait || matches!(duty, Duty::StartEpoch { .. }) {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = state.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+    }
+}
+
+async fn wait_for_other_duty(state: &mut watch::Receiver<GroupState>, me: u64, current: Duty) {
+    loop {
+        if duty(&state.borrow_and_update(), me) != current {
+            return;
+        }
+        if state.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Records this member's log end as where `epoch` starts: nothing of an older epoch can
+/// arrive any more (the fetcher stopped), so every member can truncate against it.
+async fn start_epoch(broker: &Broker, replication: &Replication, epoch: u64) {
+    let Some(consensus) = replication.consensus() else {
+        return;
+    };
+    let start_offset = broker.store.log_end().0;
+    if let Err(error) = replication.epoch_file.advance(epoch) {
+        tracing::error!(error = %crate::error::chain(&error), "cannot record the epoch this member starts; not taking mastership");
+        return;
+    }
+    let command = Command::StartEpoch {
+        epoch,
+        master: replication.id,
+        start_offset,
+    };
+    match consensus.propose(command).await {
+        Ok(CommandOutcome::Applied(_)) => {
+            tracing::info!(epoch, start_offset, "this member is the group's master")
+        }
+        Ok(CommandOutcome::Rejected(state)) => {
+            tracing::info!(epoch, current = state.epoch, "epoch start refused: the group moved on")
+        }
+        Err(error) => tracing::warn!(error = %error, epoch, "cannot agree the epoch's start yet"),
+    }
+}
+
+/// Serves as master of `epoch` until the state says otherwise: fences the store at the
+/// confirmed offset, keeps the in-sync set and the lease.
+async fn serve_as_master(
+    broker: &Broker,
+    replication: &Replication,
+    epoch: u64,
+    stop: &mut watch::Receiver<bool>,
+) {
+    replication.progress.lock().reset(epoch);
+    replication
+        .switching
+        .store(false, std::sync::atomic::Ordering::Release);
+    *replication.lease.lock() = Some(Instant::now());
+    replication.role.send_replace(Role::Master { epoch });
+    replication.advance_confirmed(&broker.store);
+    tracing::info!(epoch, "taking writes as the group's master");
+    let mut tick = tokio::time::interval(MASTER_TICK);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        renew_lease(replication).await;
+        replication.advance_confirmed(&broker.store);
+        let Some(change) = replication.in_sync_change(&broker.store) else {
+            continue;
+        };
+        let Some(consensus) = replication.consensus() else {
+            continue;
+        };
+        tracing::info!(?change, "proposing a new in-sync set");
+        match consensus.propose(change).await {
+            Ok(CommandOutcome::Applied(_)) => replication.advance_confirmed(&broker.store),
+            Ok(CommandOutcome::Rejected(state)) => {
+                tracing::info!(current = state.epoch, "in-sync change refused: the group moved on")
+            }
+            Err(error) => tracing::warn!(error = %error, "cannot change the in-sync set now"),
+        }
+    }
+}
+
+/// The master keeps taking writes only while a quorum of the group still answers it.
+async fn renew_lease(replication: &Replication) {
+    let Some(consensus) = replication.consensus() else {
+        return;
+    };
+    if consensus.is_leader() {
+        if consensus.ensure_current().await.is_ok() {
+            *replication.lease.lock() = Some(Instant::now());
+        }
+    } else if replication.reports.lock().acknowledged_recently(replication.master_timeout) {
+        *replication.lease.lock() = Some(Instant::now());
+    }
+}
+
+async fn follow(
+    broker: &Arc<Broker>,
+    replication: &Replication,
+    epoch: u64,
+    master: u64,
+    stop: &mut watch::Receiver<bool>,
+) {
+    replication.role.send_replace(Role::Replica { epoch, master });
+    replica::follow(broker, replication, epoch, master, stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use quiver_consensus::EpochStart;
+
+    use super::*;
+
+    fn state(master: Option<u64>, started: bool) -> GroupState {
+        GroupState {
+            epoch: 3,
+            master,
+            in_sync: BTreeSet::from([0, 1]),
+            history: vec![EpochStart {
+                epoch: 3,
+                master: master.unwrap_or(0),
+                start_offset: started.then_some(42),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_new_master_agrees_its_start_before_taking_writes() {
+        assert_eq!(duty(&state(Some(1), false), 1), Duty::StartEpoch { epoch: 3 });
+        assert_eq!(duty(&state(Some(1), true), 1), Duty::Master { epoch: 3 });
+    }
+
+    #[test]
+    fn replicas_follow_only_an_agreed_start() {
+        assert_eq!(duty(&state(Some(1), false), 0), Duty::Wait);
+        assert_eq!(
+            duty(&state(Some(1), true), 0),
+            Duty::Follow { epoch: 3, master: 1 }
+        );
+        assert_eq!(duty(&state(None, false), 0), Duty::Wait);
+    }
+}
