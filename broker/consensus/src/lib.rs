@@ -148,7 +148,11 @@ impl ConsensusConfig {
 #[derive(Serialize, Deserialize)]
 enum ProposeReply {
     Done(CommandOutcome),
-    NotLeader { leader: Option<u64> },
+    NotLeader {
+        leader: Option<u64>,
+    },
+    /// The leader could not commit it in time (no quorum); it may still be.
+    TimedOut,
     Failed(String),
 }
 
@@ -332,6 +336,7 @@ impl Consensus {
             match attempt {
                 ProposeReply::Done(outcome) => return Ok(outcome),
                 ProposeReply::Failed(e) => return Err(ConsensusError::Raft(e)),
+                ProposeReply::TimedOut => return Err(timeout),
                 ProposeReply::NotLeader { .. } => {}
             }
             if Instant::now() + LEADER_POLL >= deadline {
@@ -403,20 +408,11 @@ impl Consensus {
             }
             KIND_PROPOSE => {
                 let command: Command = decode(kind, body)?;
-                let reply = if self.is_leader() {
-                    tokio::time::timeout(self.request_timeout, self.write_local(command))
-                        .await
-                        .unwrap_or_else(|_| {
-                            ProposeReply::Failed(format!(
-                                "not committed within {:?}",
-                                self.request_timeout
-                            ))
-                        })
-                } else {
-                    ProposeReply::NotLeader {
-                        leader: self.leader(),
-                    }
-                };
+                // A member that does not lead answers NotLeader (openraft's
+                // ForwardToLeader) at once.
+                let reply = tokio::time::timeout(self.request_timeout, self.write_local(command))
+                    .await
+                    .unwrap_or(ProposeReply::TimedOut);
                 serde_json::to_vec(&reply)
             }
             other => return Err(ConsensusError::UnknownKind(other.to_string())),

@@ -18,6 +18,8 @@ const REQUEST_TIMEOUT_MS: u64 = 1500;
 #[derive(Default)]
 struct MemNet {
     nodes: Mutex<HashMap<u64, Arc<Consensus>>>,
+    /// Messages delivered, by kind.
+    delivered: Mutex<HashMap<String, u64>>,
 }
 
 impl Transport for MemNet {
@@ -31,6 +33,15 @@ impl Transport for MemNet {
         assert_eq!(address, format!("mem-{target}"));
         let node = self.nodes.lock().unwrap().get(&target).cloned();
         let kind = kind.to_string();
+        let delivered = node.is_some();
+        if delivered {
+            *self
+                .delivered
+                .lock()
+                .unwrap()
+                .entry(kind.clone())
+                .or_default() += 1;
+        }
         Box::pin(async move {
             let node = node.ok_or_else(|| TransportError(format!("member {target} is down")))?;
             node.handle(&kind, &body)
@@ -129,6 +140,16 @@ impl Cluster {
             let mut rx = self.node(id).state();
             within(WAIT, rx.wait_for(|s| s == want)).await.unwrap();
         }
+    }
+
+    fn delivered(&self, kind: &str) -> u64 {
+        self.net
+            .delivered
+            .lock()
+            .unwrap()
+            .get(kind)
+            .copied()
+            .unwrap_or(0)
     }
 
     async fn shutdown(&self) {
@@ -272,7 +293,10 @@ fn compacting(c: &mut ConsensusConfig) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_member_recovers_its_state_and_catches_up() {
-    for configure in [fast as fn(&mut ConsensusConfig), compacting] {
+    for (configure, compacted) in [
+        (fast as fn(&mut ConsensusConfig), false),
+        (compacting, true),
+    ] {
         let c = Cluster::start(3, configure).await;
         let leader = c.leader().await;
         let s1 = applied(
@@ -297,6 +321,7 @@ async fn a_restarted_member_recovers_its_state_and_catches_up() {
         }
         c.converge(&last).await;
 
+        let snapshots_before = c.delivered("snapshot");
         let back = c.start_member(gone).await;
         // Its applied state came back from its directory (or it has already caught up).
         let recovered = back.state().borrow().clone();
@@ -316,6 +341,14 @@ async fn a_restarted_member_recovers_its_state_and_catches_up() {
         );
         c.converge(&next).await;
         assert_eq!(next.truncation_point(1, 10_000), 200);
+        // With compaction it caught up from a snapshot (the log was purged);
+        // without, from the log.
+        assert_eq!(c.delivered("snapshot") > snapshots_before, compacted);
+        assert!(c.dirs[&gone].path().join("sm.json").exists());
+        assert_eq!(
+            c.dirs[&gone].path().join("snapshot.json").exists(),
+            compacted
+        );
         c.shutdown().await;
     }
 }
