@@ -439,3 +439,99 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::{CommittedLeaderId, RaftLogReader};
+
+    use super::*;
+    use crate::Command;
+
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
+            let dir = tempfile::tempdir().unwrap();
+            let log = LogStore::open(dir.path()).unwrap();
+            let (sm, _) = StateMachine::open(dir.path()).unwrap();
+            Ok((dir, log, sm))
+        }
+    }
+
+    /// openraft's conformance suite for storage implementations.
+    #[test]
+    fn openraft_storage_suite() {
+        Suite::test_all(Builder).unwrap();
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId<u64> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn entry(term: u64, index: u64, epoch: u64) -> Entry {
+        Entry {
+            log_id: log_id(term, index),
+            payload: EntryPayload::Normal(Command::ElectMaster {
+                epoch,
+                master: 1,
+                start_offset: epoch * 10,
+                in_sync: [1].into(),
+            }),
+        }
+    }
+
+    /// What each call persisted is what a reopened store reads back.
+    #[tokio::test]
+    async fn a_reopened_store_reads_back_what_was_persisted() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut log = LogStore::open(dir.path()).unwrap();
+            let (mut sm, _) = StateMachine::open(dir.path()).unwrap();
+            let vote = Vote::new(3, 2);
+            log.save_vote(&vote).await.unwrap();
+            let entries: Vec<Entry> = (1..=5).map(|i| entry(3, i, i)).collect();
+            {
+                let mut d = log.inner.lock().await;
+                for e in entries.clone() {
+                    d.entries.insert(e.log_id.index, e);
+                }
+                d.persist_log().await.unwrap();
+            }
+            log.truncate(log_id(3, 5)).await.unwrap();
+            log.purge(log_id(3, 2)).await.unwrap();
+            log.save_committed(Some(log_id(3, 4))).await.unwrap();
+            let out = sm.apply(entries[..4].to_vec()).await.unwrap();
+            assert!(out.iter().all(CommandOutcome::is_applied));
+            let snap = sm.build_snapshot().await.unwrap();
+            assert_eq!(snap.meta.last_log_id, Some(log_id(3, 4)));
+        }
+        let mut log = LogStore::open(dir.path()).unwrap();
+        let (mut sm, rx) = StateMachine::open(dir.path()).unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(3, 2)));
+        assert_eq!(log.read_committed().await.unwrap(), Some(log_id(3, 4)));
+        let st = log.get_log_state().await.unwrap();
+        assert_eq!(st.last_purged_log_id, Some(log_id(3, 2)));
+        assert_eq!(st.last_log_id, Some(log_id(3, 4)));
+        let left = log.try_get_log_entries(0..100).await.unwrap();
+        assert_eq!(
+            left.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(3, 4)));
+        assert_eq!(rx.borrow().epoch, 4);
+        assert_eq!(rx.borrow().history.len(), 4);
+        let snap = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(snap.meta.last_log_id, Some(log_id(3, 4)));
+        let state: GroupState = serde_json::from_slice(snap.snapshot.get_ref()).unwrap();
+        assert_eq!(state, *rx.borrow());
+        // No temp files left behind.
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    }
+}
