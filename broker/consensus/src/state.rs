@@ -19,12 +19,13 @@ pub struct GroupState {
     pub history: Vec<EpochStart>,
 }
 
-/// Where an epoch began: its master and the CommitLog offset of its first message.
+/// Where an epoch began: its master and the CommitLog offset of its first message, once
+/// the master has agreed it (`StartEpoch`); None between the election and that.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct EpochStart {
     pub epoch: u64,
     pub master: u64,
-    pub start_offset: u64,
+    pub start_offset: Option<u64>,
 }
 
 /// A change of the group's state, proposed through consensus. Commands are
@@ -34,12 +35,20 @@ pub struct EpochStart {
 pub enum Command {
     /// Applied only if `epoch == state.epoch + 1` and `in_sync` contains
     /// `master`: sets master and in-sync set and appends
-    /// `EpochStart { epoch, master, start_offset }` to the history.
+    /// `EpochStart { epoch, master, start_offset: None }` to the history.
     ElectMaster {
         epoch: u64,
         master: u64,
-        start_offset: u64,
         in_sync: BTreeSet<u64>,
+    },
+    /// The elected master's log end once it stopped following the old one: where its
+    /// epoch starts. Applied only if `epoch == state.epoch`, `state.master == Some(master)`
+    /// and the epoch's start is not yet set. Until then replicas cannot know what to
+    /// truncate, and the master takes no writes.
+    StartEpoch {
+        epoch: u64,
+        master: u64,
+        start_offset: u64,
     },
     /// Applied only if `epoch == state.epoch`, `state.master == Some(master)`
     /// and `in_sync` contains `master`: replaces the in-sync set.
@@ -79,7 +88,6 @@ impl GroupState {
             Command::ElectMaster {
                 epoch,
                 master,
-                start_offset,
                 in_sync,
             } => {
                 if Some(*epoch) != self.epoch.checked_add(1) || !in_sync.contains(master) {
@@ -91,8 +99,23 @@ impl GroupState {
                 self.history.push(EpochStart {
                     epoch: *epoch,
                     master: *master,
-                    start_offset: *start_offset,
+                    start_offset: None,
                 });
+            }
+            Command::StartEpoch {
+                epoch,
+                master,
+                start_offset,
+            } => {
+                let current = *epoch == self.epoch && self.master == Some(*master);
+                let open = self
+                    .history
+                    .last_mut()
+                    .filter(|last| current && last.epoch == *epoch && last.start_offset.is_none());
+                let Some(last) = open else {
+                    return CommandOutcome::Rejected(self.clone());
+                };
+                last.start_offset = Some(*start_offset);
             }
             Command::AlterInSync {
                 epoch,
@@ -112,12 +135,13 @@ impl GroupState {
     /// The CommitLog offset a returning member must truncate to before it
     /// replicates from the current master: its log is valid up to where the
     /// first epoch after its own last epoch (`last_local_epoch`) began, and never
-    /// beyond its own end (`local_end`). `local_end` if no later epoch exists.
-    pub fn truncation_point(&self, last_local_epoch: u64, local_end: u64) -> u64 {
-        self.history
-            .iter()
-            .find(|e| e.epoch > last_local_epoch)
-            .map_or(local_end, |e| local_end.min(e.start_offset))
+    /// beyond its own end (`local_end`). `local_end` if no later epoch exists;
+    /// None while that epoch's start is not agreed yet.
+    pub fn truncation_point(&self, last_local_epoch: u64, local_end: u64) -> Option<u64> {
+        match self.history.iter().find(|e| e.epoch > last_local_epoch) {
+            Some(next) => next.start_offset.map(|start| local_end.min(start)),
+            None => Some(local_end),
+        }
     }
 
     /// The history entry of `epoch`, if it was ever elected.
@@ -135,11 +159,21 @@ mod tests {
         ids.iter().copied().collect()
     }
 
-    fn elect(epoch: u64, master: u64, start_offset: u64, in_sync: &[u64]) -> Command {
+    /// Elects `master` and agrees its start: the two commands a failover applies.
+    fn elect_and_start(s: &mut GroupState, epoch: u64, master: u64, start: u64, in_sync: &[u64]) -> bool {
+        s.apply(&elect(epoch, master, in_sync)).is_applied()
+            && s.apply(&Command::StartEpoch {
+                epoch,
+                master,
+                start_offset: start,
+            })
+            .is_applied()
+    }
+
+    fn elect(epoch: u64, master: u64, in_sync: &[u64]) -> Command {
         Command::ElectMaster {
             epoch,
             master,
-            start_offset,
             in_sync: set(in_sync),
         }
     }
@@ -147,10 +181,10 @@ mod tests {
     #[test]
     fn elect_master_needs_the_next_epoch_and_master_in_sync() {
         let mut s = GroupState::default();
-        assert!(!s.apply(&elect(2, 1, 0, &[1])).is_applied());
-        assert!(!s.apply(&elect(1, 1, 0, &[2, 3])).is_applied());
+        assert!(!s.apply(&elect(2, 1, &[1])).is_applied());
+        assert!(!s.apply(&elect(1, 1, &[2, 3])).is_applied());
         assert_eq!(s, GroupState::default());
-        let out = s.apply(&elect(1, 1, 0, &[1, 2, 3]));
+        let out = s.apply(&elect(1, 1, &[1, 2, 3]));
         assert!(out.is_applied());
         assert_eq!(s.epoch, 1);
         assert_eq!(s.master, Some(1));
@@ -160,20 +194,32 @@ mod tests {
             vec![EpochStart {
                 epoch: 1,
                 master: 1,
-                start_offset: 0
+                start_offset: None
             }]
         );
         assert_eq!(out.state(), &s);
         // Stale: the same epoch again.
         let before = s.clone();
-        assert_eq!(
-            s.apply(&elect(1, 2, 10, &[2])),
-            CommandOutcome::Rejected(before.clone())
-        );
+        assert_eq!(s.apply(&elect(1, 2, &[2])), CommandOutcome::Rejected(before.clone()));
         assert_eq!(s, before);
-        assert!(s.apply(&elect(2, 2, 100, &[2, 3])).is_applied());
+        assert!(s.apply(&elect(2, 2, &[2, 3])).is_applied());
         assert_eq!(s.history.len(), 2);
-        assert_eq!(s.epoch_start(2).map(|e| e.start_offset), Some(100));
+    }
+
+    #[test]
+    fn only_the_elected_master_starts_its_epoch_and_only_once() {
+        let mut s = GroupState::default();
+        s.apply(&elect(1, 1, &[1, 2]));
+        let start = |epoch, master, start_offset| Command::StartEpoch {
+            epoch,
+            master,
+            start_offset,
+        };
+        assert!(!s.apply(&start(1, 2, 10)).is_applied(), "not the master");
+        assert!(!s.apply(&start(2, 1, 10)).is_applied(), "not the epoch");
+        assert!(s.apply(&start(1, 1, 10)).is_applied());
+        assert!(!s.apply(&start(1, 1, 20)).is_applied(), "already started");
+        assert_eq!(s.epoch_start(1).and_then(|e| e.start_offset), Some(10));
     }
 
     #[test]
@@ -185,7 +231,7 @@ mod tests {
             in_sync: set(ids),
         };
         assert!(!s.apply(&alter(0, 1, &[1])).is_applied());
-        s.apply(&elect(1, 1, 0, &[1, 2, 3]));
+        s.apply(&elect(1, 1, &[1, 2, 3]));
         assert!(!s.apply(&alter(0, 1, &[1])).is_applied());
         assert!(!s.apply(&alter(1, 2, &[2])).is_applied());
         assert!(!s.apply(&alter(1, 1, &[2, 3])).is_applied());
@@ -197,19 +243,22 @@ mod tests {
     #[test]
     fn truncation_point_examples() {
         let mut s = GroupState::default();
-        assert_eq!(s.truncation_point(0, 50), 50);
-        s.apply(&elect(1, 1, 0, &[1, 2]));
-        s.apply(&elect(2, 2, 100, &[2]));
-        s.apply(&elect(3, 1, 250, &[1]));
+        assert_eq!(s.truncation_point(0, 50), Some(50));
+        assert!(elect_and_start(&mut s, 1, 1, 0, &[1, 2]));
+        assert!(elect_and_start(&mut s, 2, 2, 100, &[2]));
+        assert!(elect_and_start(&mut s, 3, 1, 250, &[1]));
         // A member last in epoch 1 with 120 bytes: epoch 2 began at 100.
-        assert_eq!(s.truncation_point(1, 120), 100);
+        assert_eq!(s.truncation_point(1, 120), Some(100));
         // ... with only 80 bytes: keeps all (never past its own end).
-        assert_eq!(s.truncation_point(1, 80), 80);
-        assert_eq!(s.truncation_point(2, 300), 250);
+        assert_eq!(s.truncation_point(1, 80), Some(80));
+        assert_eq!(s.truncation_point(2, 300), Some(250));
         // Last in the current epoch: nothing to cut.
-        assert_eq!(s.truncation_point(3, 300), 300);
+        assert_eq!(s.truncation_point(3, 300), Some(300));
         // Never had an epoch: up to epoch 1's start.
-        assert_eq!(s.truncation_point(0, 300), 0);
+        assert_eq!(s.truncation_point(0, 300), Some(0));
+        // A new epoch whose start is not agreed yet: nobody can know.
+        s.apply(&elect(4, 2, &[2]));
+        assert_eq!(s.truncation_point(3, 300), None);
     }
 
     proptest! {
@@ -225,18 +274,18 @@ mod tests {
             for (i, off) in offsets.iter().enumerate() {
                 let epoch = i as u64 + 1;
                 let master = epoch % 3 + 1;
-                prop_assert!(s.apply(&elect(epoch, master, *off, &[master])).is_applied());
+                prop_assert!(elect_and_start(&mut s, epoch, master, *off, &[master]));
             }
-            let point = s.truncation_point(last_local_epoch, local_end);
+            let point = s.truncation_point(last_local_epoch, local_end).expect("every start agreed");
             prop_assert!(point <= local_end);
             match s.history.iter().find(|e| e.epoch > last_local_epoch) {
-                Some(next) => prop_assert_eq!(point, local_end.min(next.start_offset)),
+                Some(next) => prop_assert_eq!(point, local_end.min(next.start_offset.unwrap())),
                 None => prop_assert_eq!(point, local_end),
             }
             // Every epoch the member knew (<= last_local_epoch) began at or
             // before the point, as long as its own log reached there.
             for e in s.history.iter().filter(|e| e.epoch <= last_local_epoch) {
-                prop_assert!(point >= e.start_offset.min(local_end));
+                prop_assert!(point >= e.start_offset.unwrap().min(local_end));
             }
         }
     }

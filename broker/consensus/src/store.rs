@@ -477,7 +477,6 @@ mod tests {
             payload: EntryPayload::Normal(Command::ElectMaster {
                 epoch,
                 master: 1,
-                start_offset: epoch * 10,
                 in_sync: [1].into(),
             }),
         }
