@@ -326,8 +326,9 @@ impl ConsumeQueue {
         Ok(dropped)
     }
 
-    /// Recovery: zeroes units `[from, to)` on disk with pwrite (a full disk fails cleanly
-    /// there) and flushes them, so dropped units do not come back after another crash.
+    /// Recovery and truncation: zeroes units `[from, to)` on disk with pwrite (a full disk
+    /// fails cleanly there) and flushes them, so dropped units do not come back after
+    /// another crash.
     fn clear_units(&self, segments: &SegmentList, from: u64, to: u64) -> Result<(), StoreError> {
         let (start, end) = (from * UNIT_BYTES, to * UNIT_BYTES);
         for segment in segments.iter() {
@@ -340,6 +341,32 @@ impl ConsumeQueue {
             }
         }
         Ok(())
+    }
+
+    /// Truncation of the log to `log_end` at runtime (writer only): drops the units below
+    /// `next` (the writer's next offset; units at or above the published max are pending or
+    /// staged) whose records reach past `log_end`: the max offset moves back first, so no
+    /// reader looks at them, then they are zeroed on disk and flushed as in recovery.
+    /// Returns the new next offset.
+    pub(crate) fn truncate_past(&self, log_end: u64, next: u64) -> Result<u64, StoreError> {
+        let segments = self.snapshot();
+        let min = self.min_offset();
+        let mut kept = next;
+        while kept > min {
+            match self.unit(&segments, kept - 1) {
+                Some(u) if !u.is_empty() && u.physical_offset + u64::from(u.size) <= log_end => {
+                    break
+                }
+                _ => kept -= 1,
+            }
+        }
+        if kept == next {
+            return Ok(next);
+        }
+        self.max_offset.fetch_min(kept, Ordering::AcqRel);
+        self.flushed_units.fetch_min(kept, Ordering::AcqRel);
+        self.clear_units(&segments, kept, next)?;
+        Ok(kept)
     }
 
     /// Recovery: an empty queue whose first message has queue offset `offset`.

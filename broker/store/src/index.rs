@@ -632,6 +632,46 @@ impl IndexWriter {
         self.staged_heads.clear();
     }
 
+    /// Truncation of the log to `log_end` at runtime (nothing staged): files started past it
+    /// go, and the last one left keeps only entries of records below it, the rest zeroed and
+    /// its slots mended as recovery mends them after a crash (`mend_tail`), so no lookup
+    /// reaches an entry of a truncated record. Returns the entries dropped.
+    pub(crate) fn truncate(
+        &mut self,
+        index: &MessageIndex,
+        log_end: u64,
+    ) -> Result<u64, StoreError> {
+        debug_assert!(self.staged.is_empty(), "truncating with staged entries");
+        let before: u64 = index.snapshot().iter().map(|f| u64::from(f.count())).sum();
+        self.active = index.remove_past(log_end);
+        self.next_entry = 0;
+        self.filled_to = 0;
+        if let Some(file) = &self.active {
+            let (mut low, mut high) = (0u32, file.count());
+            while low < high {
+                let mid = low + (high - low) / 2;
+                if file.entry(mid).is_some_and(|e| e.physical_offset < log_end) {
+                    low = mid + 1;
+                } else {
+                    high = mid;
+                }
+            }
+            if low < file.count() {
+                if let Some(last) = low.checked_sub(1).and_then(|n| file.entry(n)) {
+                    file.last_physical_offset
+                        .store(last.physical_offset, Ordering::Release);
+                }
+                file.count.store(low, Ordering::Release);
+                file.flushed.fetch_min(low, Ordering::AcqRel);
+                mend_tail(file)?;
+            }
+            self.next_entry = file.count();
+            self.filled_to = file.layout.entry_at(file.count());
+        }
+        let after: u64 = index.snapshot().iter().map(|f| u64::from(f.count())).sum();
+        Ok(before.saturating_sub(after))
+    }
+
     /// Recovery: indexes `record` (its room prepared, written and published at once).
     pub(crate) fn reindex(
         &mut self,
