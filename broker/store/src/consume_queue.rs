@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::StoreError;
 use crate::mapped_file::{
@@ -95,6 +95,10 @@ pub(crate) struct ConsumeQueue {
     /// Units written and published; readers never look at or beyond it.
     max_offset: AtomicU64,
     flushed_units: AtomicU64,
+    /// Held by a flush from reading `flushed_units` to raising it, and by truncation while
+    /// it lowers it, so a flush that began before a truncation cannot claim units written
+    /// after it.
+    flush_lock: Mutex<()>,
 }
 
 /// The writer's cached tail file of one queue, so a put needs no lock to find it.
@@ -145,6 +149,7 @@ impl ConsumeQueue {
             min_offset: AtomicU64::new(first_unit),
             max_offset: AtomicU64::new(first_unit),
             flushed_units: AtomicU64::new(first_unit),
+            flush_lock: Mutex::new(()),
         })
     }
 
@@ -263,6 +268,7 @@ impl ConsumeQueue {
 
     /// Msyncs the units written since the last flush.
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        let _flushing = self.flush_lock.lock();
         let max = self.max_offset();
         let from = self.flushed_units.load(Ordering::Acquire);
         if from >= max {
@@ -364,7 +370,10 @@ impl ConsumeQueue {
             return Ok(next);
         }
         self.max_offset.fetch_min(kept, Ordering::AcqRel);
-        self.flushed_units.fetch_min(kept, Ordering::AcqRel);
+        {
+            let _flushing = self.flush_lock.lock();
+            self.flushed_units.fetch_min(kept, Ordering::AcqRel);
+        }
         self.clear_units(&segments, kept, next)?;
         Ok(kept)
     }

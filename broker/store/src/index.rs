@@ -182,6 +182,9 @@ pub(crate) struct IndexFile {
     count: AtomicU32,
     /// Entries (and the slots pointing at them) known on disk.
     flushed: AtomicU32,
+    /// Held by a flush from reading `flushed` to raising it, and by truncation while it
+    /// lowers it (see `ConsumeQueue`'s).
+    flush_lock: parking_lot::Mutex<()>,
     /// The header and the zeroed slots are on disk (false for a file created since the last
     /// housekeeping).
     header_durable: AtomicBool,
@@ -197,6 +200,7 @@ impl IndexFile {
             layout,
             count: AtomicU32::new(0),
             flushed: AtomicU32::new(0),
+            flush_lock: parking_lot::Mutex::new(()),
             header_durable: AtomicBool::new(header_durable),
             first_timestamp_ms: AtomicI64::new(i64::MAX),
             last_timestamp_ms: AtomicI64::new(i64::MIN),
@@ -271,6 +275,7 @@ impl IndexFile {
                 .map_err(|e| StoreError::io("flush index", self.path(), e))
         };
         let layout = &self.layout;
+        let _flushing = self.flush_lock.lock();
         let (from, to) = (self.flushed.load(Ordering::Acquire), self.count());
         let header_durable = self.header_durable.load(Ordering::Acquire);
         if from < to {
@@ -661,6 +666,7 @@ impl IndexWriter {
                     file.last_physical_offset
                         .store(last.physical_offset, Ordering::Release);
                 }
+                let _flushing = file.flush_lock.lock();
                 file.count.store(low, Ordering::Release);
                 file.flushed.fetch_min(low, Ordering::AcqRel);
                 mend_tail(file)?;

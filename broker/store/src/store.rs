@@ -1422,6 +1422,8 @@ impl MessageStore {
     /// `publish_on_confirm`, one never confirmed).
     pub fn truncate_to(&self, offset: CommitLogOffset) -> Result<TruncateReport, StoreError> {
         let shared = &*self.shared;
+        // No retention run may pick segments the truncation deletes.
+        let _one_at_a_time = shared.retention.lock();
         let mut writer = shared.writer.lock();
         if shared.shut_down.load(Ordering::Acquire) {
             return Err(StoreError::ShutDown);
