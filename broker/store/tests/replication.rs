@@ -536,3 +536,102 @@ fn replica_survives_a_crash_and_continues() {
         vec![body(200)]
     );
 }
+
+#[test]
+fn truncate_at_a_filler_and_in_sync_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let sync = |dir: &Path| StoreConfig {
+        flush_mode: quiver_store::FlushMode::Sync,
+        ..small_config(dir)
+    };
+    let store = MessageStore::open(sync(dir.path())).unwrap();
+    let results = put_range(&store, 0..200);
+    // The first filler: where the first record of the second segment would have gone.
+    let mut filler = None;
+    let mut from = CommitLogOffset(0);
+    while filler.is_none() {
+        let chunk = store.read_log(from, 1 << 20).unwrap();
+        if chunk.bytes[4..8] == record::BLANK_MAGIC.to_be_bytes() {
+            filler = Some(from);
+        }
+        from = chunk.next;
+    }
+    let filler = filler.unwrap();
+    let k = results
+        .iter()
+        .position(|r| r.physical_offset.0 >= SEGMENT_BYTES)
+        .unwrap();
+    let report = store.truncate_to(filler).unwrap();
+    assert_eq!(report.new_end, filler);
+    assert!(store.stats().flushed_physical_offset <= filler);
+    assert_eq!(store.log_end(), filler);
+    // The cut segment's rest is free again: a small record goes there, and Sync puts are
+    // acknowledged once durable, flushed from the cut on.
+    let (topic, queue_id) = placement(k as u64);
+    let small = store
+        .put(&message(topic, queue_id, b"small", ""), 1)
+        .unwrap();
+    assert_eq!(small.physical_offset, filler);
+    assert_eq!(small.queue_offset, results[k].queue_offset);
+    assert!(store.stats().flushed_physical_offset.0 >= filler.0 + u64::from(small.size));
+    let more = put_range(&store, 1000..1100);
+    assert!(more.last().unwrap().physical_offset.0 > SEGMENT_BYTES);
+    store.shutdown().unwrap();
+    assert!(matches!(
+        store.append_replicated(store.log_end(), b""),
+        Err(StoreError::ShutDown)
+    ));
+    assert!(matches!(
+        store.truncate_to(CommitLogOffset(0)),
+        Err(StoreError::ShutDown)
+    ));
+    drop(store);
+    let store = MessageStore::open(sync(dir.path())).unwrap();
+    assert!(store.recovery_report().clean_shutdown);
+    let got = store
+        .get(topic, queue_id, small.queue_offset, 1, u64::MAX, &|_| true)
+        .unwrap();
+    assert_eq!(
+        record::decode(&got.messages[0]).unwrap().0.body.as_ref(),
+        b"small"
+    );
+}
+
+#[test]
+fn replication_keeps_up_with_concurrent_writes() {
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = Arc::new(MessageStore::open(small_config(master_dir.path())).unwrap());
+    let replica = MessageStore::open(StoreConfig {
+        publish_on_confirm: true,
+        ..small_config(replica_dir.path())
+    })
+    .unwrap();
+    let writer = {
+        let master = Arc::clone(&master);
+        std::thread::spawn(move || put_range(&master, 0..600))
+    };
+    let mut sizes = [1usize, 900, 4000, 20_000].iter().cycle();
+    loop {
+        let done = writer.is_finished();
+        let from = replica.log_end();
+        let chunk = master.read_log(from, *sizes.next().unwrap()).unwrap();
+        if chunk.bytes.is_empty() {
+            if done {
+                break;
+            }
+            std::thread::yield_now();
+            continue;
+        }
+        let end = replica.append_replicated(from, &chunk.bytes).unwrap();
+        // The replica's consumers see what the group confirmed.
+        replica.confirm(end);
+    }
+    writer.join().unwrap();
+    assert_eq!(replica.log_end(), master.log_end());
+    assert_eq!(replica.confirmed(), master.log_end());
+    assert_eq!(
+        commitlog_files(master_dir.path()),
+        commitlog_files(replica_dir.path())
+    );
+    assert_same_queues(&master, &replica);
+}
