@@ -663,7 +663,29 @@ impl Shared {
         offset: u64,
         report: &mut TruncateReport,
     ) -> Result<(), StoreError> {
+        // First a checkpoint that claims nothing from `offset` on, so a crash part-way
+        // leaves a store that recovery makes whole: the records still in the log are
+        // re-dispatched and re-indexed (the truncation did not happen), or the log ends at
+        // `offset`. A checkpoint computed before is dropped (`truncations`).
         self.truncations.fetch_add(1, Ordering::AcqRel);
+        for queue in self.all_queues() {
+            queue.flush()?;
+        }
+        self.index.flush()?;
+        {
+            let _checkpoint = self.checkpoint_lock.lock();
+            checkpoint::save(
+                &self.config.data_dir,
+                &Checkpoint {
+                    clean_shutdown: false,
+                    commit_log_durable_offset: self.flush.flushed().min(offset),
+                    consume_queue_durable_offset: self
+                        .queues_durable_to(writer.log.write_pos())
+                        .min(offset),
+                    index_durable_offset: Some(writer.indexed_to().min(offset)),
+                },
+            )?;
+        }
         {
             let mut state = self.confirm.lock();
             let kept = state.pending.partition_point(|p| p.start < offset);
@@ -681,23 +703,7 @@ impl Shared {
         report.deleted_segments = deleted;
         report.bytes = report.old_end.0 - offset;
         self.flush.rewind(offset);
-        // The checkpoint must not claim the old tail: queues and index flushed, then saved
-        // with the positions moved back (under the checkpoint lock, after which a checkpoint
-        // computed before the truncation is dropped).
-        for queue in self.all_queues() {
-            queue.flush()?;
-        }
-        self.index.flush()?;
-        let _checkpoint = self.checkpoint_lock.lock();
-        checkpoint::save(
-            &self.config.data_dir,
-            &Checkpoint {
-                clean_shutdown: false,
-                commit_log_durable_offset: self.flush.flushed(),
-                consume_queue_durable_offset: self.queues_durable_to(offset),
-                index_durable_offset: Some(writer.indexed_to()),
-            },
-        )
+        Ok(())
     }
 
     /// Indexes the records recovery could not (the disk was full), before any new one.
@@ -956,7 +962,7 @@ impl MessageStore {
     }
 
     /// Appends one message. Sync mode returns once it is durable (group commit); it is
-    /// visible to `get` when this returns.
+    /// visible to `get` when this returns (with `publish_on_confirm`, once confirmed).
     pub fn put(&self, msg: &NewMessage<'_>, now_ms: i64) -> Result<PutResult, StoreError> {
         let appended = self.append(std::slice::from_ref(msg), now_ms)?;
         self.shared.wait_durable(appended.end.0)?;
@@ -976,7 +982,7 @@ impl MessageStore {
     }
 
     /// Appends messages under one lock without waiting for durability: visible to `get` at
-    /// once; in Sync mode acknowledge them only after `request_durable` / `durable_status`
+    /// once (with `publish_on_confirm`, once `confirm` covers them); in Sync mode acknowledge them only after `request_durable` / `durable_status`
     /// say `end` is durable. Never blocks on the disk (page faults aside).
     pub fn append(&self, msgs: &[NewMessage<'_>], now_ms: i64) -> Result<Appended, StoreError> {
         let shared = &*self.shared;
