@@ -143,6 +143,16 @@ fn replica_mirrors_the_master_byte_for_byte() {
     let replica = MessageStore::open(small_config(replica_dir.path())).unwrap();
     assert_eq!(master.segment_size(), replica.segment_size());
     assert_eq!(master.log_min(), CommitLogOffset(0));
+    let grown: Arc<Mutex<std::collections::HashMap<(String, u32), u64>>> = Arc::default();
+    let seen = Arc::clone(&grown);
+    replica.set_dispatch_hook(Arc::new(move |event: &DispatchEvent<'_>| {
+        let mut seen = seen.lock().unwrap();
+        let max = seen
+            .entry((event.topic.to_owned(), event.queue_id))
+            .or_default();
+        assert!(event.max_offset.0 > *max, "queues only grow");
+        *max = event.max_offset.0;
+    }));
 
     put_range(&master, 0..400);
     assert!(
@@ -163,6 +173,18 @@ fn replica_mirrors_the_master_byte_for_byte() {
         commitlog_files(replica_dir.path())
     );
     assert_same_queues(&master, &replica);
+    // The replica's hook heard of every queue's growth, up to its max.
+    for (topic, queue_id) in master.queues() {
+        assert_eq!(
+            grown
+                .lock()
+                .unwrap()
+                .get(&(topic.clone(), queue_id))
+                .copied(),
+            Some(master.max_offset(&topic, queue_id).0),
+            "{topic}/{queue_id}"
+        );
+    }
     for key in ["key-7", "common-3", "U401"] {
         for topic in TOPICS {
             let expected = bodies_by_key(&master, topic, key);
