@@ -561,9 +561,19 @@ fn replica_survives_a_crash_and_continues() {
 
 #[test]
 fn truncate_at_a_filler_and_in_sync_mode() {
+    truncate_at_a_filler_in_sync_mode(false);
+}
+
+#[test]
+fn truncate_at_a_filler_in_sync_mode_with_warm_segments() {
+    truncate_at_a_filler_in_sync_mode(true);
+}
+
+fn truncate_at_a_filler_in_sync_mode(warm_segments: bool) {
     let dir = tempfile::tempdir().unwrap();
     let sync = |dir: &Path| StoreConfig {
         flush_mode: quiver_store::FlushMode::Sync,
+        warm_segments,
         ..small_config(dir)
     };
     let store = MessageStore::open(sync(dir.path())).unwrap();
@@ -596,8 +606,15 @@ fn truncate_at_a_filler_and_in_sync_mode() {
     assert_eq!(small.physical_offset, filler);
     assert_eq!(small.queue_offset, results[k].queue_offset);
     assert!(store.stats().flushed_physical_offset.0 >= filler.0 + u64::from(small.size));
-    let more = put_range(&store, 1000..1100);
-    assert!(more.last().unwrap().physical_offset.0 > SEGMENT_BYTES);
+    let more = put_range(&store, 1000..1300);
+    assert!(more.last().unwrap().physical_offset.0 > 2 * SEGMENT_BYTES);
+    for (n, result) in (1000..1300).zip(&more) {
+        let (topic, queue_id) = placement(n);
+        let got = store
+            .get(topic, queue_id, result.queue_offset, 1, u64::MAX, &|_| true)
+            .unwrap();
+        assert_eq!(record::decode(&got.messages[0]).unwrap().0.body, body(n));
+    }
     store.shutdown().unwrap();
     assert!(matches!(
         store.append_replicated(store.log_end(), b""),
