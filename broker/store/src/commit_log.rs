@@ -11,8 +11,8 @@ use parking_lot::RwLock;
 use crate::config::FlushMode;
 use crate::error::StoreError;
 use crate::mapped_file::{
-    fill_end, find_segment, page_size, segment_name, write_with_zeros_at, zero_fill_ahead,
-    MappedSegment, SegmentList,
+    fill_end, find_segment, page_size, segment_name, sync_dir, write_with_zeros_at,
+    zero_fill_ahead, MappedSegment, SegmentList,
 };
 use crate::record::{self, BLANK_FILLER_BYTES};
 use crate::tail_fill::{FillPlan, TailFiller};
@@ -109,6 +109,11 @@ pub(crate) struct LogWriter {
 impl LogWriter {
     pub(crate) fn write_pos(&self) -> u64 {
         self.write_pos
+    }
+
+    /// Bytes left in the tail segment after the write position.
+    pub(crate) fn tail_remaining(&self) -> u64 {
+        self.tail.end() - self.write_pos
     }
 
     fn staged_from(&self) -> u64 {
@@ -267,21 +272,8 @@ impl CommitLog {
     where
         E: From<StoreError>,
     {
-        let at = writer.write_pos - writer.tail.base();
-        let remaining = writer.tail.len() - at;
-        if (size + BLANK_FILLER_BYTES) as u64 > remaining {
-            self.write_staged(writer)?;
-            if remaining > 0 {
-                self.write_blank(writer, at, remaining)?;
-            }
-            let next_base = writer.tail.end();
-            let (tail, prepared) = self.roll(next_base)?;
-            writer.tail_file = tail.open_for_writes()?;
-            writer.filled_to = if prepared { tail.end() } else { next_base };
-            self.filler.retarget(&tail, writer.filled_to);
-            writer.tail = tail;
-            writer.write_pos = next_base;
-            writer.next_requested = false;
+        if (size + BLANK_FILLER_BYTES) as u64 > writer.tail_remaining() {
+            self.close_tail(writer)?;
         }
         let offset = CommitLogOffset(writer.write_pos);
         let at = writer.write_pos - writer.tail.base();
@@ -308,6 +300,140 @@ impl CommitLog {
         }
         self.warm_next_when_half_full(writer);
         Ok(offset)
+    }
+
+    /// Closes the tail segment: writes what is staged, pads the rest with a blank filler
+    /// (none when the records filled it exactly) and rolls to the next segment, where the
+    /// writer then stands. Shared by `append` (a record that does not fit) and replication
+    /// (a replica mirrors the master's filler).
+    pub(crate) fn close_tail(&self, writer: &mut LogWriter) -> Result<(), StoreError> {
+        self.write_staged(writer)?;
+        let at = writer.write_pos - writer.tail.base();
+        let remaining = writer.tail.len() - at;
+        if remaining > 0 {
+            self.write_blank(writer, at, remaining)?;
+        }
+        let next_base = writer.tail.end();
+        let (tail, prepared) = self.roll(next_base)?;
+        writer.tail_file = tail.open_for_writes()?;
+        writer.filled_to = if prepared { tail.end() } else { next_base };
+        self.filler.retarget(&tail, writer.filled_to);
+        writer.tail = tail;
+        writer.write_pos = next_base;
+        writer.next_requested = false;
+        Ok(())
+    }
+
+    /// The size every segment file has (the same on a master and its replicas, or their
+    /// blank fillers and rolls would differ).
+    pub(crate) fn segment_size(&self) -> u64 {
+        self.segment_size_bytes
+    }
+
+    /// Published bytes from the record boundary `from`, for a replica: whole records up to
+    /// `max_bytes` (at least one), never past the end of `from`'s segment; at the blank
+    /// filler that closes a segment, the filler alone (to the segment end). Returns the
+    /// bytes and the offset after them; empty at the published end.
+    pub(crate) fn read_chunk(
+        &self,
+        from: u64,
+        max_bytes: usize,
+    ) -> Result<(Bytes, u64), StoreError> {
+        let segments = self.snapshot();
+        let committed = self.committed();
+        let min = segments.first().map_or(0, |s| s.base());
+        let out_of_range = || StoreError::OffsetOutOfRange {
+            offset: CommitLogOffset(from),
+            min: CommitLogOffset(min),
+            max: CommitLogOffset(committed),
+        };
+        if from < min || from > committed {
+            return Err(out_of_range());
+        }
+        if from == committed {
+            return Ok((Bytes::new(), from));
+        }
+        let segment = find_segment(&segments, from).ok_or_else(out_of_range)?;
+        let start = from - segment.base();
+        let limit = committed.min(segment.end()) - segment.base();
+        let not_a_record = |size: i64| StoreError::BadRecord {
+            offset: CommitLogOffset(from),
+            source: record::RecordError::BadSize { size },
+        };
+        let mut pos = start;
+        while pos + BLANK_FILLER_BYTES as u64 <= limit {
+            // SAFETY: below the published end, never rewritten while served.
+            let head = unsafe { segment.slice(pos, BLANK_FILLER_BYTES) };
+            let size = i32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+            let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
+            if magic == record::BLANK_MAGIC {
+                if pos > start {
+                    break;
+                }
+                // The filler is published once the writer rolled past it.
+                if i64::from(size) != (segment.len() - pos) as i64 || segment.end() > committed {
+                    return Err(not_a_record(i64::from(size)));
+                }
+                return Ok((segment.bytes(pos, size as usize), segment.end()));
+            }
+            let size_ok = magic == record::MESSAGE_MAGIC
+                && size > BLANK_FILLER_BYTES as i32
+                && pos + size as u64 <= limit;
+            if !size_ok {
+                if pos == start {
+                    return Err(not_a_record(i64::from(size)));
+                }
+                break;
+            }
+            if pos > start && (pos - start + size as u64) > max_bytes as u64 {
+                break;
+            }
+            pos += size as u64;
+        }
+        if pos == start {
+            return Err(not_a_record(0));
+        }
+        Ok((
+            segment.bytes(start, (pos - start) as usize),
+            segment.base() + pos,
+        ))
+    }
+
+    /// Cuts the log back to `offset` (a record boundary at or below the writer's position,
+    /// nothing staged): readers stop seeing bytes from there first, then the bytes are zeroed
+    /// on disk (and flushed) and later segments deleted, and the writer restarts at `offset`.
+    /// Returns the non-zero bytes zeroed and the segments deleted.
+    pub(crate) fn truncate(
+        &self,
+        writer: &mut LogWriter,
+        offset: u64,
+    ) -> Result<(u64, usize), StoreError> {
+        debug_assert!(writer.staged.is_empty(), "truncating with staged records");
+        self.publish(offset.min(self.committed()));
+        let segments = self.snapshot();
+        let doomed: Vec<_> = segments
+            .iter()
+            .filter(|s| s.base() > offset)
+            .cloned()
+            .collect();
+        let mut zeroed = 0;
+        if let Some(segment) = segments.iter().find(|s| s.contains(offset)) {
+            zeroed = segment.clear_from(offset - segment.base())?;
+            // Zeroed bytes must reach the disk, or stale records could come back.
+            segment
+                .flush_range(0, segment.len())
+                .map_err(|e| StoreError::io("flush commitlog", segment.path(), e))?;
+        }
+        if !doomed.is_empty() {
+            self.remove_segments(&doomed);
+            for segment in &doomed {
+                segment.delete()?;
+            }
+            // Deleted names must stay deleted after a crash.
+            sync_dir(&self.dir)?;
+        }
+        *writer = self.writer(offset)?;
+        Ok((zeroed, doomed.len()))
     }
 
     /// Writes the blank filler that closes the tail (`remaining` bytes from `at`) with pwrite,

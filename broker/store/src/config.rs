@@ -92,6 +92,11 @@ pub struct StoreConfig {
     /// a message. Default 2,000,000 (64 MB); at least 1, at most 100,000,000. Applies to
     /// files created afterwards.
     pub index_entries_per_file: u32,
+    /// Replicated broker groups: ConsumeQueue units (so `get`, `max_offset` and the dispatch
+    /// hook) become visible only once `MessageStore::confirm` covers their records, so
+    /// consumers never read a message a new master could truncate away. CommitLog bytes are
+    /// still published at append (replicas read them). Default `false`: visible at append.
+    pub publish_on_confirm: bool,
 }
 
 impl Default for StoreConfig {
@@ -112,6 +117,7 @@ impl Default for StoreConfig {
             warm_segments: false,
             index_slots_per_file: 500_000,
             index_entries_per_file: 2_000_000,
+            publish_on_confirm: false,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::StoreError;
 use crate::mapped_file::{
@@ -95,6 +95,10 @@ pub(crate) struct ConsumeQueue {
     /// Units written and published; readers never look at or beyond it.
     max_offset: AtomicU64,
     flushed_units: AtomicU64,
+    /// Held by a flush from reading `flushed_units` to raising it, and by truncation while
+    /// it lowers it, so a flush that began before a truncation cannot claim units written
+    /// after it.
+    flush_lock: Mutex<()>,
 }
 
 /// The writer's cached tail file of one queue, so a put needs no lock to find it.
@@ -145,6 +149,7 @@ impl ConsumeQueue {
             min_offset: AtomicU64::new(first_unit),
             max_offset: AtomicU64::new(first_unit),
             flushed_units: AtomicU64::new(first_unit),
+            flush_lock: Mutex::new(()),
         })
     }
 
@@ -263,6 +268,7 @@ impl ConsumeQueue {
 
     /// Msyncs the units written since the last flush.
     pub(crate) fn flush(&self) -> Result<(), StoreError> {
+        let _flushing = self.flush_lock.lock();
         let max = self.max_offset();
         let from = self.flushed_units.load(Ordering::Acquire);
         if from >= max {
@@ -326,8 +332,9 @@ impl ConsumeQueue {
         Ok(dropped)
     }
 
-    /// Recovery: zeroes units `[from, to)` on disk with pwrite (a full disk fails cleanly
-    /// there) and flushes them, so dropped units do not come back after another crash.
+    /// Recovery and truncation: zeroes units `[from, to)` on disk with pwrite (a full disk
+    /// fails cleanly there) and flushes them, so dropped units do not come back after
+    /// another crash.
     fn clear_units(&self, segments: &SegmentList, from: u64, to: u64) -> Result<(), StoreError> {
         let (start, end) = (from * UNIT_BYTES, to * UNIT_BYTES);
         for segment in segments.iter() {
@@ -340,6 +347,35 @@ impl ConsumeQueue {
             }
         }
         Ok(())
+    }
+
+    /// Truncation of the log to `log_end` at runtime (writer only): drops the units below
+    /// `next` (the writer's next offset; units at or above the published max are pending or
+    /// staged) whose records reach past `log_end`: the max offset moves back first, so no
+    /// reader looks at them, then they are zeroed on disk and flushed as in recovery.
+    /// Returns the new next offset.
+    pub(crate) fn truncate_past(&self, log_end: u64, next: u64) -> Result<u64, StoreError> {
+        let segments = self.snapshot();
+        let min = self.min_offset();
+        let mut kept = next;
+        while kept > min {
+            match self.unit(&segments, kept - 1) {
+                Some(u) if !u.is_empty() && u.physical_offset + u64::from(u.size) <= log_end => {
+                    break
+                }
+                _ => kept -= 1,
+            }
+        }
+        if kept == next {
+            return Ok(next);
+        }
+        self.max_offset.fetch_min(kept, Ordering::AcqRel);
+        {
+            let _flushing = self.flush_lock.lock();
+            self.flushed_units.fetch_min(kept, Ordering::AcqRel);
+        }
+        self.clear_units(&segments, kept, next)?;
+        Ok(kept)
     }
 
     /// Recovery: an empty queue whose first message has queue offset `offset`.

@@ -126,6 +126,27 @@ impl Dispatcher {
             .expect("inserted above"))
     }
 
+    /// Truncation to `log_end`: every queue drops the units of records past it and hands
+    /// out their offsets again. Returns the units dropped per queue (only queues that lost
+    /// some).
+    pub(crate) fn truncate_past(
+        &mut self,
+        log_end: u64,
+    ) -> Result<Vec<(String, u32, u64)>, StoreError> {
+        let mut dropped = Vec::new();
+        for (topic, queues) in &mut self.queues {
+            for (queue_id, writer) in queues.iter_mut() {
+                let kept = writer.cq.truncate_past(log_end, writer.next_offset)?;
+                if kept < writer.next_offset {
+                    dropped.push((topic.clone(), *queue_id, writer.next_offset - kept));
+                    writer.next_offset = kept;
+                }
+            }
+        }
+        dropped.sort();
+        Ok(dropped)
+    }
+
     /// Forgets a topic's queues (for `delete_topic`).
     pub(crate) fn remove_topic(&mut self, topic: &str) {
         self.queues.remove(topic);

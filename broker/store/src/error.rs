@@ -92,6 +92,46 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
+    #[error("replica log ends at {expected}, but the chunk starts at {found}")]
+    ReplicaOffsetMismatch {
+        expected: CommitLogOffset,
+        found: CommitLogOffset,
+    },
+
+    #[error(
+        "replicated record at {offset} is queue offset {found} of {topic}/{queue_id}, \
+         but the replica's queue is at {expected}: the logs diverged"
+    )]
+    ReplicaQueueOffsetMismatch {
+        offset: CommitLogOffset,
+        topic: String,
+        queue_id: u32,
+        expected: u64,
+        found: u64,
+    },
+
+    #[error(
+        "replicated bytes at {offset} do not fit the replica's segments (segment size {segment_size}): \
+         {reason}; master and replica must use the same segment size"
+    )]
+    ReplicaSegmentMismatch {
+        offset: CommitLogOffset,
+        segment_size: u64,
+        reason: String,
+    },
+
+    #[error("replicated chunk is malformed at {offset}: {reason}")]
+    ReplicaBadChunk {
+        offset: CommitLogOffset,
+        reason: String,
+    },
+
+    #[error("commitlog offset {offset} is not a record boundary (log end {end})")]
+    NotARecordBoundary {
+        offset: CommitLogOffset,
+        end: CommitLogOffset,
+    },
+
     #[error("the store is shut down")]
     ShutDown,
 

@@ -52,6 +52,9 @@ pub(crate) struct FlushControl {
     stopped: Condvar,
     /// Tells non-blocking waiters (see `request`) to look at `durable_status` again.
     flushed_hook: RwLock<Option<FlushedHook>>,
+    /// Bumped (under `state`) when the log is truncated and `flushed` moves back: a flush
+    /// that read the committed end before must not raise `flushed` past the new bytes.
+    rewinds: AtomicU64,
 }
 
 /// Parks the calling thread on `key` (an address inside a `FlushControl`) while
@@ -96,7 +99,22 @@ impl FlushControl {
             round: AtomicU64::new(0),
             stopped: Condvar::new(),
             flushed_hook: RwLock::new(None),
+            rewinds: AtomicU64::new(0),
         }
+    }
+
+    /// Taken before reading the committed end a flush covers; passed to `complete`.
+    pub(crate) fn rewinds(&self) -> u64 {
+        self.rewinds.load(Ordering::Acquire)
+    }
+
+    /// The log was truncated to `to`: bytes from there are no longer durable (new ones will
+    /// be written there), and a flush in progress cannot claim them.
+    pub(crate) fn rewind(&self, to: u64) {
+        let _state = self.state.lock();
+        self.rewinds.fetch_add(1, Ordering::AcqRel);
+        self.flushed.fetch_min(to, Ordering::AcqRel);
+        self.requested.fetch_min(to, Ordering::AcqRel);
     }
 
     pub(crate) fn flushed(&self) -> u64 {
@@ -187,15 +205,20 @@ impl FlushControl {
     }
 
     /// Records the outcome of flushing up to `end` and wakes the writers.
+    /// `rewinds` is what `rewinds()` said before the committed end was read: after a
+    /// truncation since, `end` may cover bytes that were not flushed.
     pub(crate) fn complete(
         &self,
+        rewinds: u64,
         end: u64,
         outcome: std::io::Result<()>,
     ) -> Result<(), StoreError> {
         let mut state = self.state.lock();
         let result = match outcome {
             Ok(()) if state.failure.is_none() => {
-                self.flushed.fetch_max(end, Ordering::AcqRel);
+                if rewinds == self.rewinds.load(Ordering::Acquire) {
+                    self.flushed.fetch_max(end, Ordering::AcqRel);
+                }
                 Ok(())
             }
             Ok(()) => {
@@ -340,6 +363,7 @@ pub(crate) fn run_flusher(
             return;
         }
         let served = control.take_arrivals();
+        let rewinds = control.rewinds();
         let committed = target.commit_log_committed();
         let flushed = control.flushed();
         let dirty = committed.saturating_sub(flushed);
@@ -356,7 +380,7 @@ pub(crate) fn run_flusher(
             let outcome = target.flush_commit_log(flushed, committed);
             gather = started.elapsed().min(MAX_GATHER);
             control.gather_target.store(served, Ordering::Release);
-            if control.complete(committed, outcome).is_err() {
+            if control.complete(rewinds, committed, outcome).is_err() {
                 // Reported to the waiting writers; back off before retrying a failing disk.
                 std::thread::sleep(interval.min(FAILED_FLUSH_BACKOFF));
             }

@@ -182,6 +182,9 @@ pub(crate) struct IndexFile {
     count: AtomicU32,
     /// Entries (and the slots pointing at them) known on disk.
     flushed: AtomicU32,
+    /// Held by a flush from reading `flushed` to raising it, and by truncation while it
+    /// lowers it (see `ConsumeQueue`'s).
+    flush_lock: parking_lot::Mutex<()>,
     /// The header and the zeroed slots are on disk (false for a file created since the last
     /// housekeeping).
     header_durable: AtomicBool,
@@ -197,6 +200,7 @@ impl IndexFile {
             layout,
             count: AtomicU32::new(0),
             flushed: AtomicU32::new(0),
+            flush_lock: parking_lot::Mutex::new(()),
             header_durable: AtomicBool::new(header_durable),
             first_timestamp_ms: AtomicI64::new(i64::MAX),
             last_timestamp_ms: AtomicI64::new(i64::MIN),
@@ -271,6 +275,7 @@ impl IndexFile {
                 .map_err(|e| StoreError::io("flush index", self.path(), e))
         };
         let layout = &self.layout;
+        let _flushing = self.flush_lock.lock();
         let (from, to) = (self.flushed.load(Ordering::Acquire), self.count());
         let header_durable = self.header_durable.load(Ordering::Acquire);
         if from < to {
@@ -630,6 +635,47 @@ impl IndexWriter {
         }
         self.staged.clear();
         self.staged_heads.clear();
+    }
+
+    /// Truncation of the log to `log_end` at runtime (nothing staged): files started past it
+    /// go, and the last one left keeps only entries of records below it, the rest zeroed and
+    /// its slots mended as recovery mends them after a crash (`mend_tail`), so no lookup
+    /// reaches an entry of a truncated record. Returns the entries dropped.
+    pub(crate) fn truncate(
+        &mut self,
+        index: &MessageIndex,
+        log_end: u64,
+    ) -> Result<u64, StoreError> {
+        debug_assert!(self.staged.is_empty(), "truncating with staged entries");
+        let before: u64 = index.snapshot().iter().map(|f| u64::from(f.count())).sum();
+        self.active = index.remove_past(log_end);
+        self.next_entry = 0;
+        self.filled_to = 0;
+        if let Some(file) = &self.active {
+            let (mut low, mut high) = (0u32, file.count());
+            while low < high {
+                let mid = low + (high - low) / 2;
+                if file.entry(mid).is_some_and(|e| e.physical_offset < log_end) {
+                    low = mid + 1;
+                } else {
+                    high = mid;
+                }
+            }
+            if low < file.count() {
+                if let Some(last) = low.checked_sub(1).and_then(|n| file.entry(n)) {
+                    file.last_physical_offset
+                        .store(last.physical_offset, Ordering::Release);
+                }
+                let _flushing = file.flush_lock.lock();
+                file.count.store(low, Ordering::Release);
+                file.flushed.fetch_min(low, Ordering::AcqRel);
+                mend_tail(file)?;
+            }
+            self.next_entry = file.count();
+            self.filled_to = file.layout.entry_at(file.count());
+        }
+        let after: u64 = index.snapshot().iter().map(|f| u64::from(f.count())).sum();
+        Ok(before.saturating_sub(after))
     }
 
     /// Recovery: indexes `record` (its room prepared, written and published at once).

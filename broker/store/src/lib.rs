@@ -40,8 +40,8 @@ pub use quiver_protocol::record::{NewMessage, RecordError};
 pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{
-    Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, MessageStore,
-    PutResult, QueryResult, RecordFilter, StoreStats,
+    Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, LogChunk, MessageStore,
+    PutResult, QueryResult, RecordFilter, StoreStats, TruncateReport,
 };
 pub use timer::{TimerProgress, TimerRecord, TimerStore};
 

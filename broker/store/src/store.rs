@@ -1,7 +1,7 @@
 //! `MessageStore`: the CommitLog, its ConsumeQueues, the flusher and recovery, behind one
 //! narrow API. Writers serialise on one lock per put / put_batch; readers take snapshots.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -20,7 +20,7 @@ use crate::error::{chain, StoreError};
 use crate::flush::{self, FlushControl, FlushTarget, FlushedHook};
 use crate::index::{self, IndexProgress, IndexWriter, KeyMatch, MessageIndex};
 use crate::mapped_file::sync_dir;
-use crate::record::{self, NewMessage, Placement, Record};
+use crate::record::{self, NewMessage, Placement, Record, BLANK_FILLER_BYTES};
 use crate::recovery::{self, RecoveryReport};
 use crate::retention::{self, DeleteReason, Pressure, RetentionReport};
 use crate::{CommitLogOffset, QueueOffset};
@@ -113,6 +113,57 @@ pub struct StoreStats {
     pub disk_total_bytes: u64,
 }
 
+/// A run of published CommitLog bytes for a replica ([`MessageStore::read_log`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogChunk {
+    /// Whole records (or the blank filler that closes a segment), byte-exact: a zero-copy
+    /// view of the mapped CommitLog. Empty at the log end.
+    pub bytes: Bytes,
+    /// Where the next chunk starts: after these bytes, or the next segment's base after a
+    /// filler.
+    pub next: CommitLogOffset,
+}
+
+/// What [`MessageStore::truncate_to`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TruncateReport {
+    /// The log end before.
+    pub old_end: CommitLogOffset,
+    /// The log end now (the offset truncated to).
+    pub new_end: CommitLogOffset,
+    /// `old_end - new_end`.
+    pub bytes: u64,
+    /// CommitLog files deleted (wholly past the new end).
+    pub deleted_segments: usize,
+    /// Messages removed from each queue that lost some: (topic, queue id, count), sorted.
+    pub messages: Vec<(String, u32, u64)>,
+    /// Message index entries removed.
+    pub index_entries: u64,
+}
+
+/// A unit written but not yet visible (`publish_on_confirm`): its queue's max offset moves
+/// to `max` once the confirmed offset reaches `end`, its record's end.
+struct PendingUnit {
+    queue: Arc<ConsumeQueue>,
+    max: u64,
+    start: u64,
+    end: u64,
+}
+
+/// The read fence of `publish_on_confirm`.
+struct ConfirmState {
+    /// Records below this are confirmed (acknowledged by the group): their units are visible.
+    confirmed: u64,
+    /// Units of unconfirmed records, in log order.
+    pending: VecDeque<PendingUnit>,
+}
+
+/// What one replicated record or filler became.
+enum Replicated {
+    Message(PutResult, Arc<ConsumeQueue>),
+    Filler(usize),
+}
+
 /// Units a single get scans at most, so a selective tag filter cannot stall a pull.
 const MAX_UNITS_SCANNED_PER_GET: u64 = 800;
 
@@ -159,6 +210,12 @@ struct Shared {
     opened_read_only: bool,
     /// Holds the data directory's exclusive lock for the store's lifetime.
     _lock: std::fs::File,
+    /// `publish_on_confirm`'s fence; taken after `writer` when both are.
+    confirm: Mutex<ConfirmState>,
+    /// Bumped by every truncation: a checkpoint computed before one is not written.
+    truncations: AtomicU64,
+    /// Held while a checkpoint is written, so a stale one never lands after a truncation's.
+    checkpoint_lock: Mutex<()>,
 }
 
 /// The storage engine. `Send + Sync`; share it in an `Arc`. Call [`MessageStore::shutdown`]
@@ -183,16 +240,25 @@ impl FlushTarget for Shared {
         if self.data_dir_changed() {
             return Ok(());
         }
+        let truncations = self.truncations.load(Ordering::Acquire);
         // Under the write lock every record below the write position has its unit written,
-        // so all of them are covered once the queues are flushed.
+        // so all of them are covered once the queues are flushed (pending units aside).
         let (dispatched, indexed) = {
             let writer = self.writer.lock();
-            (writer.log.write_pos(), writer.indexed_to())
+            (
+                self.queues_durable_to(writer.log.write_pos()),
+                writer.indexed_to(),
+            )
         };
         for queue in self.all_queues() {
             queue.flush()?;
         }
         self.index.flush()?;
+        let _checkpoint = self.checkpoint_lock.lock();
+        if self.truncations.load(Ordering::Acquire) != truncations {
+            // The log was cut back since: the truncation wrote its own checkpoint.
+            return Ok(());
+        }
         checkpoint::save(
             &self.config.data_dir,
             &Checkpoint {
@@ -314,6 +380,172 @@ impl Shared {
         self.registry.read().get(topic)?.get(&queue_id).cloned()
     }
 
+    /// Where queue flushes cover every unit below `log_end` from: units still pending
+    /// confirmation are not flushed (flushes stop at the published max), so a checkpoint
+    /// claims queues only up to the first of them (recovery re-dispatches the rest).
+    fn queues_durable_to(&self, log_end: u64) -> u64 {
+        if !self.config.publish_on_confirm {
+            return log_end;
+        }
+        self.confirm
+            .lock()
+            .pending
+            .front()
+            .map_or(log_end, |p| p.start.min(log_end))
+    }
+
+    /// Publishes the pending units the confirmed offset covers, in order, and tells the hook.
+    fn release_confirmed(&self) {
+        let mut grown: Vec<(Arc<ConsumeQueue>, u64)> = Vec::new();
+        {
+            let mut state = self.confirm.lock();
+            let confirmed = state.confirmed;
+            while state.pending.front().is_some_and(|p| p.end <= confirmed) {
+                let unit = state.pending.pop_front().expect("checked above");
+                unit.queue.publish(unit.max);
+                match grown.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &unit.queue)) {
+                    Some((_, max)) => *max = unit.max,
+                    None => grown.push((unit.queue, unit.max)),
+                }
+            }
+        }
+        for (queue, max) in grown {
+            self.notify(queue.topic(), queue.queue_id(), max);
+        }
+    }
+
+    /// Tells the hook about the queues `results` grew (default mode: they are visible).
+    fn notify_appended(&self, results: &[PutResult], queues: &[Arc<ConsumeQueue>]) {
+        if self.config.publish_on_confirm {
+            self.release_confirmed();
+            return;
+        }
+        for (i, (result, queue)) in results.iter().zip(queues).enumerate() {
+            let next_same_queue = queues.get(i + 1).is_some_and(|n| Arc::ptr_eq(n, queue));
+            if !next_same_queue {
+                self.notify(queue.topic(), queue.queue_id(), result.queue_offset.0 + 1);
+            }
+        }
+    }
+
+    /// Appends one record of a chunk read from the master (`rest` starts with it), or the
+    /// blank filler that ends the chunk; the caller holds the write lock and publishes.
+    fn append_replicated_one(
+        &self,
+        writer: &mut WriterState,
+        rest: &[u8],
+    ) -> Result<Replicated, StoreError> {
+        let offset = CommitLogOffset(writer.log.write_pos());
+        let bad = |reason: &str| StoreError::ReplicaBadChunk {
+            offset,
+            reason: reason.to_owned(),
+        };
+        let segment_mismatch = |reason: String| StoreError::ReplicaSegmentMismatch {
+            offset,
+            segment_size: self.commit_log.segment_size(),
+            reason,
+        };
+        if rest.len() < BLANK_FILLER_BYTES {
+            return Err(bad("shorter than a record header"));
+        }
+        let size = i32::from_be_bytes(rest[..4].try_into().expect("4 bytes"));
+        let magic = u32::from_be_bytes(rest[4..8].try_into().expect("4 bytes"));
+        if magic == record::BLANK_MAGIC {
+            let remaining = writer.log.tail_remaining();
+            if i64::from(size) != remaining as i64 {
+                return Err(segment_mismatch(format!(
+                    "the master's blank filler is {size} bytes, the replica's segment has {remaining} left"
+                )));
+            }
+            if rest.len() != size as usize {
+                return Err(bad("a blank filler must end the chunk, whole"));
+            }
+            self.commit_log.close_tail(&mut writer.log)?;
+            return Ok(Replicated::Filler(size as usize));
+        }
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| *s > BLANK_FILLER_BYTES && *s <= rest.len())
+            .ok_or_else(|| bad("record size out of range"))?;
+        let bytes = &rest[..size];
+        let header = match record::scan_with(bytes, record::BodyCrc::Verify) {
+            record::Scanned::Message(header) => header,
+            record::Scanned::Damaged(source) => {
+                return Err(StoreError::BadRecord { offset, source })
+            }
+            _ => return Err(bad("not a message record")),
+        };
+        if header.physical_offset != offset {
+            return Err(StoreError::ReplicaOffsetMismatch {
+                expected: offset,
+                found: header.physical_offset,
+            });
+        }
+        let remaining = writer.log.tail_remaining();
+        if remaining > 0 && (size + BLANK_FILLER_BYTES) as u64 > remaining {
+            return Err(segment_mismatch(format!(
+                "a record of {size} bytes does not fit the {remaining} bytes left in the replica's segment"
+            )));
+        }
+        let WriterState {
+            log,
+            dispatcher,
+            index: index_writer,
+            ..
+        } = writer;
+        let queue = dispatcher.queue(&self.registry, header.topic, header.queue_id)?;
+        let queue_offset = header.queue_offset;
+        if queue_offset.0 != queue.next_offset {
+            return Err(StoreError::ReplicaQueueOffsetMismatch {
+                offset,
+                topic: header.topic.to_owned(),
+                queue_id: header.queue_id,
+                expected: queue.next_offset,
+                found: queue_offset.0,
+            });
+        }
+        queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+        let keys = index::index_keys(header.properties)
+            .take(index_writer.max_entries_per_record() as usize);
+        index_writer.prepare(&self.index, log.write_pos(), keys.clone().count() as u32)?;
+        // The same segment size makes the same fill-or-roll decision as on the master.
+        let placed = self.commit_log.append(log, size, true, |dst, _| {
+            dst.copy_from_slice(bytes);
+            Ok::<(), StoreError>(())
+        })?;
+        assert_eq!(
+            placed, offset,
+            "replicated record placed elsewhere than checked"
+        );
+        queue.stage(Unit {
+            physical_offset: offset.0,
+            size: size as u32,
+            tags_code: header.tags_code(),
+        });
+        for key in keys {
+            index_writer.stage(header.topic, key, offset.0, header.store_timestamp_ms);
+        }
+        let result = PutResult {
+            physical_offset: offset,
+            queue_offset,
+            size: size as u32,
+            store_timestamp_ms: header.store_timestamp_ms,
+        };
+        Ok(Replicated::Message(result, Arc::clone(&queue.cq)))
+    }
+
+    /// Whether a record or a blank filler starts at `offset` (below the log end).
+    fn is_record_boundary(&self, offset: u64) -> bool {
+        let Ok(bytes) = self.commit_log.record_at(offset) else {
+            return false;
+        };
+        match record::scan_with(&bytes, record::BodyCrc::Skip) {
+            record::Scanned::Message(header) => header.physical_offset.0 == offset,
+            record::Scanned::Blank { .. } => true,
+            _ => false,
+        }
+    }
+
     fn notify(&self, topic: &str, queue_id: u32, max_offset: u64) {
         if let Some(hook) = self.hook.read().as_ref() {
             hook(&DispatchEvent {
@@ -399,13 +631,79 @@ impl Shared {
         }
         writer.index.unstage_from(&self.index, log_end);
         self.commit_log.publish(log_end);
-        for (result, queue) in results.iter().zip(queues) {
-            if result.physical_offset.0 < log_end {
-                queue.publish(result.queue_offset.0 + 1);
+        if self.config.publish_on_confirm {
+            // Visible once confirmed (`release_confirmed`); the records themselves are
+            // published above, for replicas.
+            let mut state = self.confirm.lock();
+            for (result, queue) in results.iter().zip(queues) {
+                if result.physical_offset.0 < log_end {
+                    state.pending.push_back(PendingUnit {
+                        queue: Arc::clone(queue),
+                        max: result.queue_offset.0 + 1,
+                        start: result.physical_offset.0,
+                        end: result.physical_offset.0 + u64::from(result.size),
+                    });
+                }
+            }
+        } else {
+            for (result, queue) in results.iter().zip(queues) {
+                if result.physical_offset.0 < log_end {
+                    queue.publish(result.queue_offset.0 + 1);
+                }
             }
         }
         writer.index.publish();
         written
+    }
+
+    /// `MessageStore::truncate_to` past its checks, under the write lock.
+    fn truncate_locked(
+        &self,
+        writer: &mut WriterState,
+        offset: u64,
+        report: &mut TruncateReport,
+    ) -> Result<(), StoreError> {
+        // First a checkpoint that claims nothing from `offset` on, so a crash part-way
+        // leaves a store that recovery makes whole: the records still in the log are
+        // re-dispatched and re-indexed (the truncation did not happen), or the log ends at
+        // `offset`. A checkpoint computed before is dropped (`truncations`).
+        self.truncations.fetch_add(1, Ordering::AcqRel);
+        for queue in self.all_queues() {
+            queue.flush()?;
+        }
+        self.index.flush()?;
+        {
+            let _checkpoint = self.checkpoint_lock.lock();
+            checkpoint::save(
+                &self.config.data_dir,
+                &Checkpoint {
+                    clean_shutdown: false,
+                    commit_log_durable_offset: self.flush.flushed().min(offset),
+                    consume_queue_durable_offset: self
+                        .queues_durable_to(writer.log.write_pos())
+                        .min(offset),
+                    index_durable_offset: Some(writer.indexed_to().min(offset)),
+                },
+            )?;
+        }
+        {
+            let mut state = self.confirm.lock();
+            let kept = state.pending.partition_point(|p| p.start < offset);
+            state.pending.truncate(kept);
+            state.confirmed = state.confirmed.min(offset);
+        }
+        // Readers lose the units and index entries first, then the records.
+        report.messages = writer.dispatcher.truncate_past(offset)?;
+        report.index_entries = writer.index.truncate(&self.index, offset)?;
+        writer.index_behind = writer
+            .index_behind
+            .filter(|(from, _)| *from < offset)
+            .map(|(from, to)| (from, to.min(offset)));
+        let (_, deleted) = self.commit_log.truncate(&mut writer.log, offset)?;
+        report.deleted_segments = deleted;
+        report.bytes = report.old_end.0 - offset;
+        self.flush.rewind(offset);
+        Ok(())
     }
 
     /// Indexes the records recovery could not (the disk was full), before any new one.
@@ -458,10 +756,14 @@ impl Shared {
     }
 
     fn flush_all(&self) -> Result<(), StoreError> {
+        let rewinds = self.flush.rewinds();
         let committed = self.commit_log.committed();
         let flushed = self.flush.flushed();
-        self.flush
-            .complete(committed, self.commit_log.flush_range(flushed, committed))?;
+        self.flush.complete(
+            rewinds,
+            committed,
+            self.commit_log.flush_range(flushed, committed),
+        )?;
         for queue in self.all_queues() {
             queue.flush()?;
         }
@@ -630,6 +932,13 @@ impl MessageStore {
             config,
             retention: Mutex::new(()),
             _lock: lock,
+            // What recovery kept is visible: a restarted store confirms its whole log.
+            confirm: Mutex::new(ConfirmState {
+                confirmed: recovered.log_end,
+                pending: VecDeque::new(),
+            }),
+            truncations: AtomicU64::new(0),
+            checkpoint_lock: Mutex::new(()),
         });
         if let Some((reason, error)) = pending {
             shared
@@ -653,7 +962,7 @@ impl MessageStore {
     }
 
     /// Appends one message. Sync mode returns once it is durable (group commit); it is
-    /// visible to `get` when this returns.
+    /// visible to `get` when this returns (with `publish_on_confirm`, once confirmed).
     pub fn put(&self, msg: &NewMessage<'_>, now_ms: i64) -> Result<PutResult, StoreError> {
         let appended = self.append(std::slice::from_ref(msg), now_ms)?;
         self.shared.wait_durable(appended.end.0)?;
@@ -673,7 +982,7 @@ impl MessageStore {
     }
 
     /// Appends messages under one lock without waiting for durability: visible to `get` at
-    /// once; in Sync mode acknowledge them only after `request_durable` / `durable_status`
+    /// once (with `publish_on_confirm`, once `confirm` covers them); in Sync mode acknowledge them only after `request_durable` / `durable_status`
     /// say `end` is durable. Never blocks on the disk (page faults aside).
     pub fn append(&self, msgs: &[NewMessage<'_>], now_ms: i64) -> Result<Appended, StoreError> {
         let shared = &*self.shared;
@@ -713,14 +1022,7 @@ impl MessageStore {
             }
             writer.log.write_pos()
         };
-        for (i, (msg, result)) in msgs.iter().zip(&results).enumerate() {
-            let next_same_queue = msgs
-                .get(i + 1)
-                .is_some_and(|n| n.topic == msg.topic && n.queue_id == msg.queue_id);
-            if !next_same_queue {
-                shared.notify(msg.topic, msg.queue_id, result.queue_offset.0 + 1);
-            }
-        }
+        shared.notify_appended(&results, &queues);
         Ok(Appended {
             results,
             end: CommitLogOffset(end),
@@ -1019,6 +1321,168 @@ impl MessageStore {
         self.shared.commit_log.record_at(offset.0)
     }
 
+    /// Published CommitLog bytes from `from` for a replica to mirror, zero-copy: whole
+    /// records up to `max_bytes` (at least one, however large), never past the end of
+    /// `from`'s segment. At the blank filler that closes a segment, the filler (to the segment
+    /// end) alone, with `next` the next segment's base, so the replica rolls where the master
+    /// did. `from` must be a record boundary: the log end, or a previous chunk's `next`.
+    /// Empty at the log end; `OffsetOutOfRange` below the oldest segment or past the end.
+    pub fn read_log(
+        &self,
+        from: CommitLogOffset,
+        max_bytes: usize,
+    ) -> Result<LogChunk, StoreError> {
+        let (bytes, next) = self.shared.commit_log.read_chunk(from.0, max_bytes)?;
+        Ok(LogChunk {
+            bytes,
+            next: CommitLogOffset(next),
+        })
+    }
+
+    /// The published CommitLog end: where the next append (or replicated chunk) goes.
+    pub fn log_end(&self) -> CommitLogOffset {
+        CommitLogOffset(self.shared.commit_log.committed())
+    }
+
+    /// The oldest readable CommitLog offset (the base of the oldest segment).
+    pub fn log_min(&self) -> CommitLogOffset {
+        CommitLogOffset(self.shared.commit_log.min_offset())
+    }
+
+    /// Bytes per CommitLog segment. A replica must have the master's, or their blank fillers
+    /// and rolls would differ: compare before replicating.
+    pub fn segment_size(&self) -> u64 {
+        self.shared.commit_log.segment_size()
+    }
+
+    /// The replica side of [`MessageStore::read_log`]: appends a chunk the master read at
+    /// `at`, which must be this log's end, byte for byte, and dispatches it as a put would
+    /// (ConsumeQueue units, index keys with each record's own store time, the dispatch hook),
+    /// so the replica serves the same offsets. Each record must sit where it is written and
+    /// carry its queue's next offset, or the logs diverged (an error, nothing of that record
+    /// written); a blank filler must end the chunk and close the segment exactly (the same
+    /// segment size). Records before a failure stay appended. Returns the new log end. Does
+    /// not wait for durability: ask `request_durable` / `durable_status` as after `append`.
+    pub fn append_replicated(
+        &self,
+        at: CommitLogOffset,
+        bytes: &[u8],
+    ) -> Result<CommitLogOffset, StoreError> {
+        let shared = &*self.shared;
+        shared.gate.check()?;
+        let mut results = Vec::new();
+        let mut queues = Vec::new();
+        let (end, failure) = {
+            let mut writer = shared.writer.lock();
+            if shared.shut_down.load(Ordering::Acquire) {
+                return Err(StoreError::ShutDown);
+            }
+            let end = CommitLogOffset(writer.log.write_pos());
+            if at != end {
+                return Err(StoreError::ReplicaOffsetMismatch {
+                    expected: end,
+                    found: at,
+                });
+            }
+            shared
+                .catch_up_index(&mut writer)
+                .map_err(|error| shared.refuse_on_disk_error(error))?;
+            let mut failure = None;
+            let mut pos = 0;
+            while pos < bytes.len() {
+                match shared.append_replicated_one(&mut writer, &bytes[pos..]) {
+                    Ok(Replicated::Message(result, queue)) => {
+                        pos += result.size as usize;
+                        results.push(result);
+                        queues.push(queue);
+                    }
+                    Ok(Replicated::Filler(size)) => pos += size,
+                    Err(error) => {
+                        failure = Some(shared.refuse_on_disk_error(error));
+                        break;
+                    }
+                }
+            }
+            // The records before a failure stay stored, as for `append`.
+            shared
+                .publish_appended(&mut writer, &results, &queues)
+                .map_err(|error| shared.refuse_on_disk_error(error))?;
+            (writer.log.write_pos(), failure)
+        };
+        shared.notify_appended(&results, &queues);
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(CommitLogOffset(end)),
+        }
+    }
+
+    /// Cuts the log back to `offset`, for a returning old master whose tail the new epoch
+    /// never acknowledged. `offset` must be a record boundary (a record or a blank filler
+    /// starts there) at or below the end and not below the oldest segment. Queue units,
+    /// pending (unconfirmed) units and index entries of records from `offset` go first, then
+    /// the CommitLog bytes (zeroed and flushed; later segments deleted), and the writer goes
+    /// on from `offset`: new messages get the removed ones' queue offsets. The flushed
+    /// position, the confirmed offset and a dirty checkpoint move back too, so neither
+    /// readers nor a restart see the old tail. Views handed out before (pull results, chunks)
+    /// may change under their holders: truncate only a tail nobody consumed (with
+    /// `publish_on_confirm`, one never confirmed).
+    pub fn truncate_to(&self, offset: CommitLogOffset) -> Result<TruncateReport, StoreError> {
+        let shared = &*self.shared;
+        // No retention run may pick segments the truncation deletes.
+        let _one_at_a_time = shared.retention.lock();
+        let mut writer = shared.writer.lock();
+        if shared.shut_down.load(Ordering::Acquire) {
+            return Err(StoreError::ShutDown);
+        }
+        let end = writer.log.write_pos();
+        let min = shared.commit_log.min_offset();
+        if offset.0 > end || offset.0 < min {
+            return Err(StoreError::OffsetOutOfRange {
+                offset,
+                min: CommitLogOffset(min),
+                max: CommitLogOffset(end),
+            });
+        }
+        let mut report = TruncateReport {
+            old_end: CommitLogOffset(end),
+            new_end: offset,
+            ..TruncateReport::default()
+        };
+        if offset.0 == end {
+            return Ok(report);
+        }
+        if !shared.is_record_boundary(offset.0) {
+            return Err(StoreError::NotARecordBoundary {
+                offset,
+                end: CommitLogOffset(end),
+            });
+        }
+        let truncated = shared.truncate_locked(&mut writer, offset.0, &mut report);
+        truncated.map_err(|error| shared.refuse_on_disk_error(error))?;
+        Ok(report)
+    }
+
+    /// Raises the confirmed offset to `offset` (lower values are ignored): with
+    /// `publish_on_confirm`, the units of records ending at or below it become visible, in
+    /// log order, and the dispatch hook hears of them. Without it, only recorded.
+    pub fn confirm(&self, offset: CommitLogOffset) {
+        let shared = &*self.shared;
+        {
+            let mut state = shared.confirm.lock();
+            state.confirmed = state.confirmed.max(offset.0);
+        }
+        if shared.config.publish_on_confirm {
+            shared.release_confirmed();
+        }
+    }
+
+    /// Records below this are confirmed. At open it is the recovered log end: with
+    /// `publish_on_confirm`, what recovery kept is visible at once (a restarted store cannot
+    /// tell what was confirmed before; the replication layer truncates what the group lacks).
+    pub fn confirmed(&self) -> CommitLogOffset {
+        CommitLogOffset(self.shared.confirm.lock().confirmed)
+    }
+
     pub fn set_dispatch_hook(&self, hook: DispatchHook) {
         *self.shared.hook.write() = Some(hook);
     }
@@ -1205,7 +1669,7 @@ impl MessageStore {
             &Checkpoint {
                 clean_shutdown: true,
                 commit_log_durable_offset: end,
-                consume_queue_durable_offset: end,
+                consume_queue_durable_offset: shared.queues_durable_to(end),
                 index_durable_offset: Some(indexed_to.unwrap_or(end)),
             },
         );
