@@ -160,7 +160,13 @@ mod tests {
     }
 
     /// Elects `master` and agrees its start: the two commands a failover applies.
-    fn elect_and_start(s: &mut GroupState, epoch: u64, master: u64, start: u64, in_sync: &[u64]) -> bool {
+    fn elect_and_start(
+        s: &mut GroupState,
+        epoch: u64,
+        master: u64,
+        start: u64,
+        in_sync: &[u64],
+    ) -> bool {
         s.apply(&elect(epoch, master, in_sync)).is_applied()
             && s.apply(&Command::StartEpoch {
                 epoch,
@@ -200,7 +206,10 @@ mod tests {
         assert_eq!(out.state(), &s);
         // Stale: the same epoch again.
         let before = s.clone();
-        assert_eq!(s.apply(&elect(1, 2, &[2])), CommandOutcome::Rejected(before.clone()));
+        assert_eq!(
+            s.apply(&elect(1, 2, &[2])),
+            CommandOutcome::Rejected(before.clone())
+        );
         assert_eq!(s, before);
         assert!(s.apply(&elect(2, 2, &[2, 3])).is_applied());
         assert_eq!(s.history.len(), 2);

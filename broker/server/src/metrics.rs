@@ -490,13 +490,21 @@ fn encode_replication(
     status: &quiver_protocol::body::ReplicationStatus,
 ) -> fmt::Result {
     use quiver_protocol::body::ReplicaRole;
-    let me = status.replicas.iter().find(|r| r.replica_id == status.replica_id);
+    let me = status
+        .replicas
+        .iter()
+        .find(|r| r.replica_id == status.replica_id);
     let role = me.map_or(ReplicaRole::Unknown, |r| r.role);
     gauge_family(
         encoder,
         "quiver_replication_role",
         "1 for this member's role in its broker group (master, replica, unknown).",
-        [ReplicaRole::Master, ReplicaRole::Replica, ReplicaRole::Unknown].map(|r| {
+        [
+            ReplicaRole::Master,
+            ReplicaRole::Replica,
+            ReplicaRole::Unknown,
+        ]
+        .map(|r| {
             let name = match r {
                 ReplicaRole::Master => "master",
                 ReplicaRole::Replica => "replica",
@@ -505,7 +513,12 @@ fn encode_replication(
             ([("role", name)], u64::from(r == role))
         }),
     )?;
-    gauge(encoder, "quiver_replication_epoch", "The group's current epoch (one per master).", status.epoch)?;
+    gauge(
+        encoder,
+        "quiver_replication_epoch",
+        "The group's current epoch (one per master).",
+        status.epoch,
+    )?;
     gauge(
         encoder,
         "quiver_replication_in_sync_replicas",
@@ -531,19 +544,29 @@ fn encode_replication(
         .replicas
         .iter()
         .filter(|r| r.replica_id != status.replica_id)
-        .map(|r| (r.replica_id.to_string(), r.lag_bytes, r.lag_ms as f64 / 1000.0))
+        .map(|r| {
+            (
+                r.replica_id.to_string(),
+                r.lag_bytes,
+                r.lag_ms as f64 / 1000.0,
+            )
+        })
         .collect();
     gauge_family(
         encoder,
         "quiver_replication_lag_bytes",
         "CommitLog bytes each replica is behind the master.",
-        replicas.iter().map(|(id, bytes, _)| ([("replica_id", id.as_str())], *bytes)),
+        replicas
+            .iter()
+            .map(|(id, bytes, _)| ([("replica_id", id.as_str())], *bytes)),
     )?;
     gauge_family(
         encoder,
         "quiver_replication_lag_seconds",
         "How long each replica has been behind the master's log end.",
-        replicas.iter().map(|(id, _, seconds)| ([("replica_id", id.as_str())], *seconds)),
+        replicas
+            .iter()
+            .map(|(id, _, seconds)| ([("replica_id", id.as_str())], *seconds)),
     )
 }
 

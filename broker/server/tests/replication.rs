@@ -27,7 +27,10 @@ async fn start_group(mode: ReplicationMode, min_in_sync: u32) -> Group {
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         listeners.push((remoting, http));
     }
-    let addrs: Vec<_> = listeners.iter().map(|(l, _)| l.local_addr().unwrap()).collect();
+    let addrs: Vec<_> = listeners
+        .iter()
+        .map(|(l, _)| l.local_addr().unwrap())
+        .collect();
     let group_members: Vec<String> = addrs
         .iter()
         .enumerate()
@@ -82,7 +85,10 @@ impl Group {
                     }
                 }
             }
-            assert!(tokio::time::Instant::now() < deadline, "no writable master in time");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no writable master in time"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -107,7 +113,12 @@ impl Group {
 async fn send_n(client: &mut Client, from: usize, count: usize) {
     for i in from..from + count {
         let answer = client.send("Orders", 0, &format!("m{i}"), "t").await;
-        assert_eq!(answer.code, response::SUCCESS, "send {i}: {:?}", answer.remark);
+        assert_eq!(
+            answer.code,
+            response::SUCCESS,
+            "send {i}: {:?}",
+            answer.remark
+        );
     }
 }
 
@@ -116,7 +127,9 @@ async fn bodies(addr: std::net::SocketAddr) -> Vec<String> {
     let mut client = Client::connect(addr).await;
     let mut all = Vec::new();
     loop {
-        let answer = client.pull("G", "Orders", 0, all.len() as u64, 0, None).await;
+        let answer = client
+            .pull("G", "Orders", 0, all.len() as u64, 0, None)
+            .await;
         if answer.code != response::SUCCESS {
             return all;
         }
@@ -138,15 +151,20 @@ async fn a_group_elects_a_master_and_every_member_holds_what_it_acknowledged() {
     for id in 0..MEMBERS {
         let addr = group.addrs[id];
         let expected = &expected;
-        wait_for("the member to hold every acknowledged message", Duration::from_secs(10), || async move {
-            bodies(addr).await == *expected
-        })
+        wait_for(
+            "the member to hold every acknowledged message",
+            Duration::from_secs(10),
+            || async move { bodies(addr).await == *expected },
+        )
         .await;
     }
     let status = status(group.addrs[master as usize]).await.unwrap();
     assert_eq!(status.in_sync_replicas.len(), MEMBERS, "{status:?}");
     assert!(status.confirmed_offset > 0);
-    assert!(status.replicas.iter().all(|r| r.lag_bytes == 0 || !r.in_sync));
+    assert!(status
+        .replicas
+        .iter()
+        .all(|r| r.lag_bytes == 0 || !r.in_sync));
     group.stop_all().await;
 }
 
@@ -160,44 +178,66 @@ async fn replicas_refuse_sends_and_routes_name_the_master_first() {
     assert_eq!(refused.code, response::SERVICE_NOT_AVAILABLE);
     let remark = refused.remark.clone().unwrap_or_default();
     assert!(remark.contains("replica"), "{remark}");
-    assert!(remark.contains(&group.addrs[master as usize].to_string()), "{remark}");
+    assert!(
+        remark.contains(&group.addrs[master as usize].to_string()),
+        "{remark}"
+    );
 
     let mut on_master = group.client(master).await;
     send_n(&mut on_master, 0, 1).await;
     let answer = client
-        .call(request::GET_ROUTEINFO_BY_TOPIC, ext(&[("topic", "Orders")]), Bytes::new())
+        .call(
+            request::GET_ROUTEINFO_BY_TOPIC,
+            ext(&[("topic", "Orders")]),
+            Bytes::new(),
+        )
         .await;
     assert_eq!(answer.code, response::SUCCESS);
     let route = TopicRouteData::decode(&answer.body).unwrap();
     let addrs = &route.broker_datas[0].broker_addrs;
-    assert_eq!(addrs.get(&0), Some(&group.addrs[master as usize].to_string()));
+    assert_eq!(
+        addrs.get(&0),
+        Some(&group.addrs[master as usize].to_string())
+    );
     assert_eq!(addrs.len(), MEMBERS, "{addrs:?}");
     group.stop_all().await;
 }
 
+/// Sends until one is refused with a remark containing `expected`; returns that remark.
+async fn send_until_refused(client: &mut Client, expected: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = client.send("Orders", 0, "unsafe", "t").await;
+        let remark = answer.remark.clone().unwrap_or_default();
+        if answer.code != response::SUCCESS && remark.contains(expected) {
+            assert_eq!(answer.code, response::SERVICE_NOT_AVAILABLE, "{remark}");
+            return remark;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sends still taken: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sends_are_refused_below_the_in_sync_minimum() {
-    let mut group = start_group(ReplicationMode::Sync, 2).await;
+async fn sends_are_refused_below_the_in_sync_minimum_and_without_a_quorum() {
+    let mut group = start_group(ReplicationMode::Sync, 3).await;
     let master = group.wait_master(None).await;
     let mut client = group.client(master).await;
     send_n(&mut client, 0, 5).await;
-    for id in 0..MEMBERS as u64 {
-        if id != master {
-            group.stop(id).await;
-        }
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let refused = loop {
-        let answer = client.send("Orders", 0, "alone", "t").await;
-        let remark = answer.remark.clone().unwrap_or_default();
-        if answer.code != response::SUCCESS && remark.contains("min-in-sync-replicas") {
-            assert_eq!(answer.code, response::SERVICE_NOT_AVAILABLE);
-            break remark;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "sends still taken: {answer:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(refused.contains("fewer than min-in-sync-replicas 2"), "{refused}");
+    let replicas: Vec<u64> = (0..MEMBERS as u64).filter(|id| *id != master).collect();
+    // One replica gone: the other two still agree the smaller in-sync set, below 3.
+    group.stop(replicas[0]).await;
+    let remark = send_until_refused(&mut client, "min-in-sync-replicas").await;
+    assert!(
+        remark.contains("2 member(s) in sync, fewer than min-in-sync-replicas 3"),
+        "{remark}"
+    );
+    // Both gone: the master cannot reach a quorum of its group and stops taking writes.
+    group.stop(replicas[1]).await;
+    send_until_refused(&mut client, "lost contact with its group").await;
     group.stop_all().await;
 }
 
@@ -228,16 +268,23 @@ async fn switchover_hands_mastership_to_the_named_replica() {
     let mut client = group.client(old).await;
     send_n(&mut client, 0, 20).await;
     let old_addr = group.addrs[old as usize];
-    wait_for("the target in sync", Duration::from_secs(10), || async move {
-        status(old_addr)
-            .await
-            .is_some_and(|s| s.in_sync_replicas.contains(&target))
-    })
+    wait_for(
+        "the target in sync",
+        Duration::from_secs(10),
+        || async move {
+            status(old_addr)
+                .await
+                .is_some_and(|s| s.in_sync_replicas.contains(&target))
+        },
+    )
     .await;
     let answer = client
         .call(
             request::QUIVER_SWITCHOVER,
-            ext(&[("targetReplicaId", &target.to_string()), ("timeoutMs", "1000")]),
+            ext(&[
+                ("targetReplicaId", &target.to_string()),
+                ("timeoutMs", "1000"),
+            ]),
             Bytes::new(),
         )
         .await;
@@ -249,9 +296,11 @@ async fn switchover_hands_mastership_to_the_named_replica() {
     send_n(&mut on_new, 20, 5).await;
     let expected: Vec<String> = (0..25).map(|i| format!("m{i}")).collect();
     let expected = &expected;
-    wait_for("the old master to follow the new one", Duration::from_secs(10), || async move {
-        bodies(old_addr).await == *expected
-    })
+    wait_for(
+        "the old master to follow the new one",
+        Duration::from_secs(10),
+        || async move { bodies(old_addr).await == *expected },
+    )
     .await;
     group.stop_all().await;
 }

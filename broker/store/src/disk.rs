@@ -190,6 +190,9 @@ pub(crate) fn describe(
             "the data directory {dir} was deleted or replaced while the broker ran{detail}; \
              writes are refused until the broker is restarted"
         ),
+        RefusalReason::NotMaster => format!(
+            "this broker is not its group's master{detail}; send to the master (reads keep working)"
+        ),
     }
 }
 

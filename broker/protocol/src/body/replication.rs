@@ -50,4 +50,3 @@ pub struct ReplicationStatus {
     pub writable: bool,
     pub replicas: Vec<ReplicaStatus>,
 }
-

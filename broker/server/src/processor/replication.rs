@@ -42,7 +42,10 @@ pub async fn consensus(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         .handle_consensus(&header, &req.body)
         .await
         .map_err(|refusal| {
-            Refusal::new(response::SERVICE_NOT_AVAILABLE, crate::error::chain(&refusal))
+            Refusal::new(
+                response::SERVICE_NOT_AVAILABLE,
+                crate::error::chain(&refusal),
+            )
         })?;
     Ok(req
         .response_to(response::SUCCESS, None)
@@ -58,15 +61,20 @@ pub fn status(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 pub async fn switchover(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = SwitchoverRequestHeader::from_command(req)?;
-    let timeout = header
-        .timeout_ms
-        .map_or(crate::replication::DEFAULT_SWITCHOVER_TIMEOUT, Duration::from_millis);
+    let timeout = header.timeout_ms.map_or(
+        crate::replication::DEFAULT_SWITCHOVER_TIMEOUT,
+        Duration::from_millis,
+    );
     let replication = replication(ctx)?;
     let paused = replication
         .switchover(&ctx.broker.store, header.target_replica_id, timeout)
         .await
         .map_err(|error| Refusal::new(response::SYSTEM_ERROR, error.to_string()))?;
-    tracing::info!(target = header.target_replica_id, ?paused, "mastership handed over");
+    tracing::info!(
+        target = header.target_replica_id,
+        ?paused,
+        "mastership handed over"
+    );
     let status = replication.status(&ctx.broker.store);
     Ok(req
         .response_to(
@@ -80,7 +88,12 @@ pub async fn switchover(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub fn all_consumer_offsets(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let table = crate::replication::offset_table(&ctx.broker);
     let body = serde_json::to_vec(&table).map_err(|error| {
-        Refusal::new(response::SYSTEM_ERROR, format!("cannot encode offsets: {error}"))
+        Refusal::new(
+            response::SYSTEM_ERROR,
+            format!("cannot encode offsets: {error}"),
+        )
     })?;
-    Ok(req.response_to(response::SUCCESS, None).with_body(body.into()))
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(body.into()))
 }

@@ -106,7 +106,9 @@ pub(crate) async fn store_message_async(
 
 /// On a group member, whether it may append now (the guard holds off a switchover until
 /// the append is done); refused with the reason as the store's own refusals are.
-fn admit_write(broker: &Broker) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>, StoreError> {
+fn admit_write(
+    broker: &Broker,
+) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>, StoreError> {
     let Some(replication) = &broker.replication else {
         return Ok(None);
     };

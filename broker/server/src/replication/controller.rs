@@ -175,7 +175,9 @@ async fn send_report(replication: &Replication, leader: u64, report: ReportBody)
         Ok(answer) if answer.code == response::SUCCESS => {
             replication.reports.lock().acknowledged_at = Some(Instant::now());
         }
-        Ok(answer) => tracing::debug!(code = answer.code, remark = ?answer.remark, "report refused"),
+        Ok(answer) => {
+            tracing::debug!(code = answer.code, remark = ?answer.remark, "report refused")
+        }
         Err(error) => tracing::debug!(error = %crate::error::chain(&error), "report not delivered"),
     }
 }
@@ -216,7 +218,13 @@ mod tests {
         ends.iter()
             .map(|(id, log_end, ago_ms)| {
                 let at = now - Duration::from_millis(*ago_ms);
-                (*id, Report { log_end: *log_end, at })
+                (
+                    *id,
+                    Report {
+                        log_end: *log_end,
+                        at,
+                    },
+                )
             })
             .collect()
     }
@@ -225,7 +233,14 @@ mod tests {
     fn a_live_master_is_kept() {
         let now = Instant::now();
         let reports = heard(now, &[(0, 10, 100), (1, 10, 100), (2, 10, 100)]);
-        let decided = decide(&state(0, &[0, 1, 2]), &members(), &reports, now, TIMEOUT * 2, TIMEOUT);
+        let decided = decide(
+            &state(0, &[0, 1, 2]),
+            &members(),
+            &reports,
+            now,
+            TIMEOUT * 2,
+            TIMEOUT,
+        );
         assert_eq!(decided, None);
     }
 
@@ -233,7 +248,14 @@ mod tests {
     fn a_silent_master_is_replaced_by_the_in_sync_member_with_the_longest_log() {
         let now = Instant::now();
         let reports = heard(now, &[(0, 30, 5000), (1, 20, 100), (2, 25, 100)]);
-        let decided = decide(&state(0, &[0, 1, 2]), &members(), &reports, now, TIMEOUT * 2, TIMEOUT);
+        let decided = decide(
+            &state(0, &[0, 1, 2]),
+            &members(),
+            &reports,
+            now,
+            TIMEOUT * 2,
+            TIMEOUT,
+        );
         assert_eq!(
             decided,
             Some(Command::ElectMaster {
@@ -248,15 +270,32 @@ mod tests {
     fn an_out_of_sync_member_is_never_elected() {
         let now = Instant::now();
         let reports = heard(now, &[(1, 99, 100)]);
-        let decided = decide(&state(0, &[0, 2]), &members(), &reports, now, TIMEOUT * 2, TIMEOUT);
-        assert_eq!(decided, None, "member 2 is gone and member 1 is not in sync");
+        let decided = decide(
+            &state(0, &[0, 2]),
+            &members(),
+            &reports,
+            now,
+            TIMEOUT * 2,
+            TIMEOUT,
+        );
+        assert_eq!(
+            decided, None,
+            "member 2 is gone and member 1 is not in sync"
+        );
     }
 
     #[test]
     fn a_new_leader_waits_a_timeout_before_judging_the_master() {
         let now = Instant::now();
         let reports = heard(now, &[(1, 10, 10)]);
-        let decided = decide(&state(0, &[0, 1]), &members(), &reports, now, TIMEOUT / 2, TIMEOUT);
+        let decided = decide(
+            &state(0, &[0, 1]),
+            &members(),
+            &reports,
+            now,
+            TIMEOUT / 2,
+            TIMEOUT,
+        );
         assert_eq!(decided, None);
     }
 
@@ -265,7 +304,10 @@ mod tests {
         let now = Instant::now();
         let fresh = GroupState::default();
         let some = heard(now, &[(0, 0, 10), (1, 0, 10)]);
-        assert_eq!(decide(&fresh, &members(), &some, now, Duration::ZERO, TIMEOUT), None);
+        assert_eq!(
+            decide(&fresh, &members(), &some, now, Duration::ZERO, TIMEOUT),
+            None
+        );
         let all = heard(now, &[(0, 0, 10), (1, 0, 10), (2, 0, 10)]);
         assert_eq!(
             decide(&fresh, &members(), &all, now, Duration::ZERO, TIMEOUT),

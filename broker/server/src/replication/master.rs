@@ -33,16 +33,14 @@ pub(super) struct Follower {
 /// The master's view of its replicas in one epoch.
 #[derive(Debug, Default)]
 pub(super) struct Progress {
-    epoch: u64,
     since: Option<Instant>,
     pub followers: BTreeMap<u64, Follower>,
 }
 
 impl Progress {
-    /// Starts counting afresh for `epoch`.
-    pub(super) fn reset(&mut self, epoch: u64) {
+    /// Starts counting afresh for a new epoch.
+    pub(super) fn reset(&mut self) {
         *self = Progress {
-            epoch,
             since: Some(Instant::now()),
             followers: BTreeMap::new(),
         };
@@ -75,11 +73,14 @@ impl Progress {
             .map_or(Duration::ZERO, |at| now.saturating_duration_since(at))
     }
 
-    /// The in-sync set the master wants: itself, the members caught up within `lag_max`,
-    /// and no one below `confirmed` (they would move the fence back).
+    /// The in-sync set the master wants: itself, and the members caught up within
+    /// `lag_max` that hold at least `confirmed` (a member that lost its disk would move the
+    /// fence back). A member of the current set not heard from yet keeps its place for
+    /// `lag_max` after the epoch started.
     pub(super) fn wanted_in_sync(
         &self,
         me: u64,
+        current: &BTreeSet<u64>,
         members: &BTreeSet<u64>,
         lag_max: Duration,
         confirmed: u64,
@@ -89,9 +90,11 @@ impl Progress {
             .iter()
             .copied()
             .filter(|id| {
-                *id == me
-                    || self.followers.get(id).is_some_and(|f| f.acked >= confirmed)
-                        && self.behind_for(*id, now) <= lag_max
+                let holds = match self.followers.get(id) {
+                    Some(follower) => follower.acked >= confirmed,
+                    None => current.contains(id),
+                };
+                *id == me || holds && self.behind_for(*id, now) <= lag_max
             })
             .collect()
     }
@@ -179,7 +182,11 @@ impl Replication {
             });
         }
         let role = self.role();
-        if role != (Role::Master { epoch: request.epoch }) {
+        if role
+            != (Role::Master {
+                epoch: request.epoch,
+            })
+        {
             return Err(FetchRefusal::NotMaster {
                 name: self.broker_name.clone(),
                 id: self.id,
@@ -271,12 +278,13 @@ impl Replication {
         let state = self.state();
         let wanted = self.progress.lock().wanted_in_sync(
             self.id,
+            &state.in_sync,
             &self.member_ids(),
             self.lag_max,
             self.confirmed().min(store.log_end().0),
             Instant::now(),
         );
-        (wanted != state.in_sync && state.epoch == epoch).then(|| Command::AlterInSync {
+        (wanted != state.in_sync && state.epoch == epoch).then_some(Command::AlterInSync {
             epoch,
             master: self.id,
             in_sync: wanted,
@@ -298,7 +306,7 @@ mod tests {
     fn a_replica_that_keeps_up_stays_in_sync_and_one_that_stops_leaves() {
         let start = Instant::now();
         let mut progress = Progress::default();
-        progress.reset(1);
+        progress.reset();
         progress.since = Some(start);
         progress.on_fetch(1, 100, 100, start);
         progress.on_fetch(2, 100, 100, start);
@@ -306,7 +314,7 @@ mod tests {
         let later = start + Duration::from_secs(5);
         progress.on_fetch(1, 100, 500, later - Duration::from_millis(10));
         progress.on_fetch(1, 500, 900, later);
-        let wanted = progress.wanted_in_sync(0, &members(), LAG_MAX, 100, later);
+        let wanted = progress.wanted_in_sync(0, &members(), &members(), LAG_MAX, 100, later);
         assert_eq!(wanted, BTreeSet::from([0, 1]));
     }
 
@@ -314,9 +322,9 @@ mod tests {
     fn a_replica_below_the_fence_is_not_in_sync_even_if_recent() {
         let now = Instant::now();
         let mut progress = Progress::default();
-        progress.reset(1);
+        progress.reset();
         progress.on_fetch(1, 0, 0, now);
-        let wanted = progress.wanted_in_sync(0, &members(), LAG_MAX, 10, now);
+        let wanted = progress.wanted_in_sync(0, &members(), &members(), LAG_MAX, 10, now);
         assert_eq!(wanted, BTreeSet::from([0]));
     }
 
@@ -324,9 +332,26 @@ mod tests {
     fn a_replica_that_lost_its_disk_holds_only_what_it_says_now() {
         let now = Instant::now();
         let mut progress = Progress::default();
-        progress.reset(1);
+        progress.reset();
         progress.on_fetch(1, 1000, 1000, now);
         progress.on_fetch(1, 0, 1000, now);
         assert_eq!(progress.followers[&1].acked, 0);
+    }
+
+    #[test]
+    fn a_member_not_heard_from_keeps_its_place_only_for_the_lag_bound() {
+        let start = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        progress.since = Some(start);
+        let current = BTreeSet::from([0, 1]);
+        let early = progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 0, start);
+        assert_eq!(
+            early, current,
+            "member 2 was not in the set, member 1 keeps its place"
+        );
+        let late =
+            progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 0, start + LAG_MAX * 2);
+        assert_eq!(late, BTreeSet::from([0]));
     }
 }

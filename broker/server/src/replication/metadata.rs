@@ -77,9 +77,16 @@ pub(super) async fn run(
     }
 }
 
-async fn ask(replication: &Replication, address: &str, code: i32) -> Result<bytes::Bytes, SyncError> {
+async fn ask(
+    replication: &Replication,
+    address: &str,
+    code: i32,
+) -> Result<bytes::Bytes, SyncError> {
     let request = RemotingCommand::request(code, Default::default());
-    let answer = replication.links.request(address, request, SYNC_TIMEOUT).await?;
+    let answer = replication
+        .links
+        .request(address, request, SYNC_TIMEOUT)
+        .await?;
     if answer.code != response::SUCCESS {
         return Err(SyncError::Refused {
             request: code,
@@ -89,18 +96,29 @@ async fn ask(replication: &Replication, address: &str, code: i32) -> Result<byte
     Ok(answer.body)
 }
 
-async fn sync_once(broker: &Broker, replication: &Replication, address: &str) -> Result<(), SyncError> {
-    let body_error = |what: &'static str| move |error: quiver_protocol::BodyError| SyncError::Body {
-        what,
-        reason: crate::error::chain(&error),
+async fn sync_once(
+    broker: &Broker,
+    replication: &Replication,
+    address: &str,
+) -> Result<(), SyncError> {
+    let body_error = |what: &'static str| {
+        move |error: quiver_protocol::BodyError| SyncError::Body {
+            what,
+            reason: crate::error::chain(&error),
+        }
     };
     let topics = ask(replication, address, request::GET_ALL_TOPIC_CONFIG).await?;
     let topics = TopicConfigSerializeWrapper::decode(&topics).map_err(body_error("topics"))?;
-    let groups = ask(replication, address, request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG).await?;
+    let groups = ask(
+        replication,
+        address,
+        request::GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+    )
+    .await?;
     let groups = SubscriptionGroupWrapper::decode(&groups).map_err(body_error("groups"))?;
     let offsets = ask(replication, address, request::GET_ALL_CONSUMER_OFFSET).await?;
-    let offsets: ConsumerOffsetTable = quiver_protocol::body::decode_json(&offsets, "offsets")
-        .map_err(body_error("offsets"))?;
+    let offsets: ConsumerOffsetTable =
+        quiver_protocol::body::decode_json(&offsets, "offsets").map_err(body_error("offsets"))?;
     apply(broker, topics, groups, offsets);
     Ok(())
 }

@@ -62,7 +62,11 @@ pub enum WriteRefusal {
     #[error("broker {name} (member {id}) has no master yet: the group is electing one")]
     NoMaster { name: String, id: u64 },
     #[error("broker {name}: {in_sync} member(s) in sync, fewer than min-in-sync-replicas {min}")]
-    BelowMinInSync { name: String, in_sync: usize, min: u32 },
+    BelowMinInSync {
+        name: String,
+        in_sync: usize,
+        min: u32,
+    },
     #[error("broker {name}: mastership is being handed over; retry in a moment")]
     Switching { name: String },
     #[error("broker {name}: the master lost contact with its group; it takes no writes until it hears from it")]

@@ -80,11 +80,20 @@ fn truncate_unacknowledged(
     let end = broker.store.log_end().0;
     let local_epoch = replication.epoch_file.epoch();
     let Some(point) = state.truncation_point(local_epoch, end) else {
-        return Err(format!("the group's history has no agreed start after epoch {local_epoch}").into());
+        return Err(
+            format!("the group's history has no agreed start after epoch {local_epoch}").into(),
+        );
     };
     if point < end {
         let report = broker.store.truncate_to(CommitLogOffset(point))?;
-        tracing::warn!(from = point, end, local_epoch, epoch, ?report, "truncated the tail the group's new epoch never acknowledged");
+        tracing::warn!(
+            from = point,
+            end,
+            local_epoch,
+            epoch,
+            ?report,
+            "truncated the tail the group's new epoch never acknowledged"
+        );
     }
     replication.epoch_file.advance(epoch)?;
     Ok(())

@@ -18,9 +18,16 @@ const MASTER_TICK: Duration = Duration::from_millis(100);
 pub(super) enum Duty {
     Wait,
     /// Agree where this member's epoch starts, then take writes.
-    StartEpoch { epoch: u64 },
-    Master { epoch: u64 },
-    Follow { epoch: u64, master: u64 },
+    StartEpoch {
+        epoch: u64,
+    },
+    Master {
+        epoch: u64,
+    },
+    Follow {
+        epoch: u64,
+        master: u64,
+    },
 }
 
 /// The duty `state` gives member `me`.
@@ -53,33 +60,38 @@ pub(super) async fn run(
     loop {
         let current = state.borrow_and_update().clone();
         let duty = duty(&current, replication.id);
-        let acted = match duty {
+        match duty {
             Duty::Wait => {
                 replication.role.send_replace(Role::Unknown);
-                None
             }
             Duty::StartEpoch { epoch } => {
                 replication.role.send_replace(Role::Unknown);
                 start_epoch(&broker, &replication, epoch).await;
-                None
             }
-            Duty::Master { epoch } => Some(serve_as_master(&broker, &replication, epoch, &mut stop)),
-            Duty::Follow { epoch, master } => Some(follow(&broker, &replication, epoch, master, &mut stop)),
-        };
-        if let Some(acting) = acted {
-            // Acts until the state gives another duty or the broker stops.
-            let mut watching = replication.state.subscribe();
-            tokio::select! {
-                _ = acting => {}
-                _ = wait_for_other_duty(&mut watching, replication.id, duty) => {}
-                _ = stop.changed() => {}
+            Duty::Master { epoch } | Duty::Follow { epoch, .. } => {
+                // Acts until the state gives another duty or the broker stops.
+                let mut watching = replication.state.subscribe();
+                let mut acting_stop = stop.clone();
+                let acting = async {
+                    match duty {
+                        Duty::Follow { master, .. } => {
+                            follow(&broker, &replication, epoch, master, &mut acting_stop).await
+                        }
+                        _ => serve_as_master(&broker, &replication, epoch, &mut acting_stop).await,
+                    }
+                };
+                tokio::select! {
+                    _ = acting => {}
+                    _ = wait_for_other_duty(&mut watching, replication.id, duty) => {}
+                    _ = stop.changed() => {}
+                }
             }
         }
         if *stop.borrow() {
             replication.role.send_replace(Role::Unknown);
             return;
         }
-        if duty == Duty::Wait || matches!(duty, Duty::StartEpoch { .. }) {
+        if matches!(duty, Duty::Wait | Duty::StartEpoch { .. }) {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = state.changed() => {}
@@ -121,7 +133,11 @@ async fn start_epoch(broker: &Broker, replication: &Replication, epoch: u64) {
             tracing::info!(epoch, start_offset, "this member is the group's master")
         }
         Ok(CommandOutcome::Rejected(state)) => {
-            tracing::info!(epoch, current = state.epoch, "epoch start refused: the group moved on")
+            tracing::info!(
+                epoch,
+                current = state.epoch,
+                "epoch start refused: the group moved on"
+            )
         }
         Err(error) => tracing::warn!(error = %error, epoch, "cannot agree the epoch's start yet"),
     }
@@ -135,7 +151,7 @@ async fn serve_as_master(
     epoch: u64,
     stop: &mut watch::Receiver<bool>,
 ) {
-    replication.progress.lock().reset(epoch);
+    replication.progress.lock().reset();
     replication
         .switching
         .store(false, std::sync::atomic::Ordering::Release);
@@ -161,7 +177,10 @@ async fn serve_as_master(
         match consensus.propose(change).await {
             Ok(CommandOutcome::Applied(_)) => replication.advance_confirmed(&broker.store),
             Ok(CommandOutcome::Rejected(state)) => {
-                tracing::info!(current = state.epoch, "in-sync change refused: the group moved on")
+                tracing::info!(
+                    current = state.epoch,
+                    "in-sync change refused: the group moved on"
+                )
             }
             Err(error) => tracing::warn!(error = %error, "cannot change the in-sync set now"),
         }
@@ -177,7 +196,11 @@ async fn renew_lease(replication: &Replication) {
         if consensus.ensure_current().await.is_ok() {
             *replication.lease.lock() = Some(Instant::now());
         }
-    } else if replication.reports.lock().acknowledged_recently(replication.master_timeout) {
+    } else if replication
+        .reports
+        .lock()
+        .acknowledged_recently(replication.master_timeout)
+    {
         *replication.lease.lock() = Some(Instant::now());
     }
 }
@@ -189,7 +212,9 @@ async fn follow(
     master: u64,
     stop: &mut watch::Receiver<bool>,
 ) {
-    replication.role.send_replace(Role::Replica { epoch, master });
+    replication
+        .role
+        .send_replace(Role::Replica { epoch, master });
     replica::follow(broker, replication, epoch, master, stop).await;
 }
 
@@ -216,7 +241,10 @@ mod tests {
 
     #[test]
     fn a_new_master_agrees_its_start_before_taking_writes() {
-        assert_eq!(duty(&state(Some(1), false), 1), Duty::StartEpoch { epoch: 3 });
+        assert_eq!(
+            duty(&state(Some(1), false), 1),
+            Duty::StartEpoch { epoch: 3 }
+        );
         assert_eq!(duty(&state(Some(1), true), 1), Duty::Master { epoch: 3 });
     }
 
@@ -225,7 +253,10 @@ mod tests {
         assert_eq!(duty(&state(Some(1), false), 0), Duty::Wait);
         assert_eq!(
             duty(&state(Some(1), true), 0),
-            Duty::Follow { epoch: 3, master: 1 }
+            Duty::Follow {
+                epoch: 3,
+                master: 1
+            }
         );
         assert_eq!(duty(&state(None, false), 0), Duty::Wait);
     }

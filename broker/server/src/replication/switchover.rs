@@ -119,9 +119,11 @@ impl Replication {
         let mut state = self.state.subscribe();
         let started = tokio::time::timeout(timeout.max(Duration::from_secs(1)), async {
             loop {
-                let taken = state.borrow_and_update().history.iter().any(|start| {
-                    start.epoch == epoch + 1 && start.start_offset.is_some()
-                });
+                let taken = state
+                    .borrow_and_update()
+                    .history
+                    .iter()
+                    .any(|start| start.epoch == epoch + 1 && start.start_offset.is_some());
                 if taken || state.changed().await.is_err() {
                     return taken;
                 }

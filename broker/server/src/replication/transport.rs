@@ -5,7 +5,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use quiver_consensus::{Consensus, ConsensusConfig, ConsensusError, Transport, TransportError};
+use quiver_consensus::{
+    BoxFuture, Consensus, ConsensusConfig, ConsensusError, Transport, TransportError,
+};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::header::ConsensusRequestHeader;
 use quiver_protocol::RemotingCommand;
@@ -27,14 +29,14 @@ impl Transport for RemotingTransport {
         address: &str,
         kind: &str,
         body: Vec<u8>,
-    ) -> futures_util::future::BoxFuture<'static, Result<Vec<u8>, TransportError>> {
+    ) -> BoxFuture<'static, Result<Vec<u8>, TransportError>> {
         let replication = self.replication.clone();
         let address = address.to_owned();
         let kind = kind.to_owned();
         Box::pin(async move {
             let replication = replication
                 .upgrade()
-                .ok_or_else(|| TransportError::new("the broker is stopping"))?;
+                .ok_or_else(|| TransportError("the broker is stopping".into()))?;
             let header = ConsensusRequestHeader {
                 broker_name: replication.broker_name.clone(),
                 kind,
@@ -46,9 +48,9 @@ impl Transport for RemotingTransport {
                 .links
                 .request(&address, request, CALL_TIMEOUT)
                 .await
-                .map_err(|error| TransportError::new(crate::error::chain(&error)))?;
+                .map_err(|error| TransportError(crate::error::chain(&error)))?;
             if answer.code != response::SUCCESS {
-                return Err(TransportError::new(format!(
+                return Err(TransportError(format!(
                     "member {address} refused: {}",
                     answer.remark.unwrap_or_default()
                 )));
@@ -66,12 +68,7 @@ pub(super) async fn start_consensus(
     let transport = Arc::new(RemotingTransport {
         replication: Arc::downgrade(replication),
     });
-    let config = ConsensusConfig {
-        id: replication.id,
-        members: replication.members.clone(),
-        dir,
-        ..ConsensusConfig::default()
-    };
+    let config = ConsensusConfig::new(replication.id, replication.members.clone(), dir);
     Consensus::start(config, transport).await
 }
 
