@@ -1,0 +1,93 @@
+"""Switchover under load: mastership handed to a named replica while the stock producer keeps
+sending. No acknowledged message is lost, the named replica becomes master, and the pause the
+producer saw (the longest gap between SEND_OKs around the switchover) and the one the broker
+reports are printed (the target is <= 1 s: a benchmark figure, not pass/fail)."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+import remoting
+import wire
+from checker import check, longest_gap
+from conftest import BIN_DIR
+from quiver_e2e import wait_until
+from workload import ProducerDriver, log, stored
+
+TOPIC = "SwitchTopic"
+QUEUES = 4
+
+
+def cli_has_switchover():
+    quiver = os.path.join(BIN_DIR, "quiver")
+    if not os.access(quiver, os.X_OK):
+        return False
+    done = subprocess.run([quiver, "replication", "switchover", "--help"], capture_output=True,
+                          text=True, timeout=30)
+    return done.returncode == 0 and "--to" in done.stdout
+
+
+def switchover(master, target):
+    """(succeeded, what the broker or the CLI said) of a switchover to `target`."""
+    if cli_has_switchover():
+        done = subprocess.run(
+            [os.path.join(BIN_DIR, "quiver"), "--server", master.addr, "replication",
+             "switchover", "--to", str(target.id)],
+            capture_output=True, text=True, timeout=60)
+        return done.returncode == 0, f"quiver CLI exit {done.returncode}: {(done.stdout + done.stderr).strip()}"
+    code, remark = wire.switchover(master.addr, target.id, timeout_ms=1000)
+    return code == 0, f"QUIVER_SWITCHOVER code {code}: {remark}"
+
+
+@pytest.mark.timeout(240)
+def test_switchover_to_a_named_replica_under_load(group, work_dir):
+    group.start()
+    master = group.master()
+    _, epoch, _ = master.view()
+    wire.create_topic(master.addr, TOPIC, QUEUES)
+    for m in group.members:
+        wait_until(lambda m=m: _routes(m), 30, f"{m} to route {TOPIC}")
+    target = next(m for m in group.members if m is not master)
+
+    producer = ProducerDriver(group.namesrv, TOPIC, QUEUES, work_dir).start()
+    try:
+        wait_until(lambda: producer.acked() >= 300, 60, "300 acknowledged sends before the switchover")
+        started = time.monotonic()
+        ok, said = switchover(master, target)
+        answered = time.monotonic()
+        log(f"switchover {master} -> {target} answered in {answered - started:.3f} s: {said}")
+        assert ok, said
+        new = group.wait_writable(min_epoch=epoch + 1, timeout=30)
+        assert new is target, f"the new master is {new}, not the named {target}: {group.views()}"
+        acked_at_switch = producer.acked()
+        wait_until(lambda: producer.acked() >= acked_at_switch + 300, 60,
+                   "300 acknowledged sends after the switchover")
+    finally:
+        history = producer.stop()
+    log(f"producer: {history.summary()}; generations (processes) {producer.generations}")
+
+    gap, before, after = longest_gap(history.ack_times, start=started - 1.0, end=answered + 10.0)
+    steady, _, _ = longest_gap([t for t in history.ack_times if t < started - 1.0])
+    log(f"pause seen by the producer around the switchover: {gap * 1000:.0f} ms (longest gap "
+        f"between consecutive SEND_OKs; before the switchover the longest was "
+        f"{steady * 1000:.0f} ms; target <= 1000 ms); the broker said: {said}")
+
+    master = group.wait_in_sync(3, timeout=60)
+    assert master is target
+    assert master.view()[0] == "master"
+    contents, _ = stored(master.addr, TOPIC, QUEUES)
+    report = check(history.acks, contents, history.sent)
+    log(f"checker on the new master {master}: {report.summary()} (old master now "
+        f"{[m.view()[0] for m in group.members if m is not master]})")
+    assert not report.problems(), report.problems()
+    group.assert_no_panic()
+
+
+def _routes(member):
+    try:
+        code, _, _, _ = remoting.call(member.addr, remoting.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+    except OSError:
+        return False
+    return code == 0
