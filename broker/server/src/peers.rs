@@ -20,6 +20,10 @@ use quiver_protocol::body::{TopicConfig, TopicConfigSerializeWrapper};
 /// The GET_BROKER_CONFIG key naming where a broker serves gRPC.
 pub const GRPC_ENDPOINT_KEY: &str = "grpcEndpoint";
 
+/// The GET_BROKER_CONFIG key of a group member's route addresses: `id/host:port,...`, the
+/// current master as id 0.
+pub const GROUP_ADDRESSES_KEY: &str = "quiverGroupAddrs";
+
 /// How often peers are asked for their state.
 const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
@@ -63,6 +67,8 @@ pub struct PeerInfo {
     pub topics: BTreeMap<String, TopicConfig>,
     /// Where the peer serves gRPC (its `grpcEndpoint`); None when it does not.
     pub grpc_endpoint: Option<String>,
+    /// By broker id: its group's members when it is one (the master as 0), else itself as 0.
+    pub addresses: BTreeMap<i64, String>,
 }
 
 /// The latest answer of each reachable peer.
@@ -128,6 +134,17 @@ pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
+}
+
+/// `id/host:port,...` as GROUP_ADDRESSES_KEY lists them; entries that do not parse are left out.
+fn parse_group_addresses(listed: &str) -> BTreeMap<i64, String> {
+    listed
+        .split(',')
+        .filter_map(|entry| {
+            let (id, address) = entry.trim().split_once('/')?;
+            Some((id.parse().ok()?, address.to_owned()))
+        })
+        .collect()
 }
 
 /// A connection to a broker of the cluster and the task reading its answers (abort it after
@@ -207,6 +224,10 @@ async fn poll(
             .get(GRPC_ENDPOINT_KEY)
             .filter(|endpoint| !endpoint.is_empty())
             .cloned(),
+        addresses: properties
+            .get(GROUP_ADDRESSES_KEY)
+            .map(|listed| parse_group_addresses(listed))
+            .unwrap_or_else(|| BTreeMap::from([(0, address.to_string())])),
     })
 }
 

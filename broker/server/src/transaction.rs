@@ -169,6 +169,19 @@ impl Transactions {
         })
     }
 
+    /// Rebuilds the settlement from the store, as at open: a group member that becomes the
+    /// master settles from the half and op records it mirrored, not from what it knew when
+    /// it last was.
+    pub fn reload(
+        &self,
+        store: &MessageStore,
+        offsets: &ConsumerOffsets,
+    ) -> Result<(), BrokerError> {
+        let loaded = Transactions::load(store, offsets)?;
+        *self.settlement.lock() = loaded.settlement.into_inner();
+        Ok(())
+    }
+
     /// Reserves the half message at `offset` for one END_TRANSACTION or check.
     pub fn claim(&self, offset: u64) -> Claim<'_> {
         let mut settlement = self.settlement.lock();

@@ -35,15 +35,15 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
-    /// Every reason, for metrics that list each one.
-    pub const ALL: [RefusalReason; 7] = [
+    /// Every reason the store's own gate gives, for metrics that list each one
+    /// (`NotMaster` is the broker's, never the gate's).
+    pub const ALL: [RefusalReason; 6] = [
         RefusalReason::DiskHighWater,
         RefusalReason::NoSpace,
         RefusalReason::FsyncFailed,
         RefusalReason::IoError,
         RefusalReason::ReadOnlyFs,
         RefusalReason::DataDirGone,
-        RefusalReason::NotMaster,
     ];
 
     /// The metric label and runtime-info value.

@@ -82,6 +82,38 @@ pub async fn delete_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 /// Runtime settings as `key=value` lines (RocketMQ's properties form).
+/// brokerId and brokerRole as Apache names them (the master is id 0, SYNC_MASTER or
+/// ASYNC_MASTER; replicas SLAVE), and for a group member its route addresses, so peers
+/// route to its current master.
+fn replication_properties(broker: &crate::broker::Broker) -> Vec<String> {
+    let Some(replication) = &broker.replication else {
+        return vec!["brokerId=0".into(), "brokerRole=ASYNC_MASTER".into()];
+    };
+    let addresses = replication.route_addresses();
+    let id = addresses
+        .iter()
+        .find(|(_, address)| **address == broker.advertised)
+        .map_or(-1, |(id, _)| *id);
+    let role = match (replication.role(), replication.mode) {
+        (crate::replication::Role::Master { .. }, crate::config::ReplicationMode::Sync) => {
+            "SYNC_MASTER"
+        }
+        (crate::replication::Role::Master { .. }, crate::config::ReplicationMode::Async) => {
+            "ASYNC_MASTER"
+        }
+        _ => "SLAVE",
+    };
+    let joined: Vec<String> = addresses
+        .iter()
+        .map(|(id, address)| format!("{id}/{address}"))
+        .collect();
+    vec![
+        format!("brokerId={id}"),
+        format!("brokerRole={role}"),
+        format!("{}={}", crate::peers::GROUP_ADDRESSES_KEY, joined.join(",")),
+    ]
+}
+
 fn config_properties(ctx: &Ctx) -> String {
     let broker = &ctx.broker;
     let c = &broker.config;
@@ -103,9 +135,9 @@ fn config_properties(ctx: &Ctx) -> String {
         format!("mappedFileSizeCommitLog={}", c.segment_size),
         format!("fileReservedTime={}", c.file_reserved_hours),
         format!("storePathRootDir={}", c.data_dir.display()),
-        format!("brokerId=0"),
         format!("aclEnable={}", broker.acl.is_some()),
     ];
+    lines.extend(replication_properties(broker));
     if let Some(endpoint) = broker.grpc.advertised.get() {
         lines.push(format!("{}={endpoint}", crate::peers::GRPC_ENDPOINT_KEY));
     }

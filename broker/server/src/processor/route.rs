@@ -34,6 +34,10 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
         topic: broker.topics.get(topic),
     }];
     for peer in broker.peers.snapshot() {
+        // Several members of one peer group may be listed: the group is routed once.
+        if all.iter().any(|member| member.name == peer.broker_name) {
+            continue;
+        }
         all.push(Member {
             topic: peer.topics.get(topic).cloned(),
             name: peer.broker_name,
@@ -42,7 +46,7 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
             } else {
                 peer.cluster
             },
-            addresses: BTreeMap::from([(MASTER_BROKER_ID, peer.address)]),
+            addresses: peer.addresses,
             permission: peer.permission,
         });
     }

@@ -324,7 +324,8 @@ mod tests {
         let mut progress = Progress::default();
         progress.reset();
         progress.on_fetch(1, 0, 0, now);
-        let wanted = progress.wanted_in_sync(0, &members(), &members(), LAG_MAX, 10, now);
+        let current = BTreeSet::from([0, 1]);
+        let wanted = progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 10, now);
         assert_eq!(wanted, BTreeSet::from([0]));
     }
 

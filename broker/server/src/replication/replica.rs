@@ -54,13 +54,20 @@ pub(super) async fn follow(
     }
     let address = replication.address_of(master);
     tracing::info!(epoch, master, %address, end = broker.store.log_end().0, "following the group's master");
+    // A master that is restarting fails every fetch for a moment: logged when it starts,
+    // changes and ends, not every round.
+    let mut failures = crate::error::FailureLog::default();
     loop {
         let fetched = tokio::select! {
             _ = stop.changed() => return,
             fetched = fetch_once(broker, replication, epoch, &address) => fetched,
         };
-        if let Err(error) = fetched {
-            tracing::debug!(error = %crate::error::chain(&error), "replica fetch failed");
+        let failure = fetched
+            .as_ref()
+            .err()
+            .map(|error| crate::error::chain(error));
+        failures.record("replicating from the master", failure);
+        if fetched.is_err() {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(RETRY_AFTER) => {}

@@ -156,6 +156,9 @@ async fn serve_as_master(
         .switching
         .store(false, std::sync::atomic::Ordering::Release);
     *replication.lease.lock() = Some(Instant::now());
+    if let Err(error) = broker.transactions.reload(&broker.store, &broker.offsets) {
+        tracing::error!(error = %crate::error::chain(&error), "cannot reload the transaction state; half messages are checked from what this member knew");
+    }
     replication.role.send_replace(Role::Master { epoch });
     replication.advance_confirmed(&broker.store);
     tracing::info!(epoch, "taking writes as the group's master");
