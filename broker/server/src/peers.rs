@@ -262,3 +262,20 @@ async fn call(
     }
     Ok(reply)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_members_addresses_keep_their_broker_ids() {
+        let parsed = parse_group_addresses("0/10.0.0.2:10911, 1/10.0.0.1:10911,bad,x/h:1");
+        assert_eq!(
+            parsed,
+            BTreeMap::from([
+                (0, "10.0.0.2:10911".to_owned()),
+                (1, "10.0.0.1:10911".to_owned())
+            ])
+        );
+    }
+}

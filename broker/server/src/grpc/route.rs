@@ -27,12 +27,11 @@ struct Member {
 }
 
 fn members(broker: &Broker, topic: &str) -> Vec<Member> {
-    let own = broker.grpc.advertised.get().map(|endpoint| Member {
-        name: broker.config.broker_name.clone(),
-        endpoint: endpoint.clone(),
-        permission: broker.permission(),
-        topic: broker.topics.get(topic),
-    });
+    let own = broker
+        .grpc
+        .advertised
+        .get()
+        .map(|endpoint| own_member(broker, endpoint, topic));
     let peers = broker.peers.snapshot().into_iter().filter_map(|peer| {
         Some(Member {
             endpoint: peer.grpc_endpoint?,
@@ -42,6 +41,25 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
         })
     });
     own.into_iter().chain(peers).collect()
+}
+
+/// This broker as routes name it: itself, or, as a replica of a group, its master; with no
+/// master known, itself read-only (consumers may read from replicas).
+fn own_member(broker: &Broker, endpoint: &str, topic: &str) -> Member {
+    let routed = match &broker.replication {
+        Some(replication) => replication.grpc_route_endpoint(endpoint),
+        None => Some(endpoint.to_owned()),
+    };
+    let (endpoint, permission) = match routed {
+        Some(routed) => (routed, broker.permission()),
+        None => (endpoint.to_owned(), broker.permission() & perm::READ),
+    };
+    Member {
+        name: broker.config.broker_name.clone(),
+        endpoint,
+        permission,
+        topic: broker.topics.get(topic),
+    }
 }
 
 /// The members holding `topic`, creating it here when no one does and auto-creation is on

@@ -138,7 +138,16 @@ fn config_properties(ctx: &Ctx) -> String {
         format!("aclEnable={}", broker.acl.is_some()),
     ];
     lines.extend(replication_properties(broker));
-    if let Some(endpoint) = broker.grpc.advertised.get() {
+    // A replica names its master's gRPC endpoint: peers route 5.x writes there.
+    let grpc = broker
+        .grpc
+        .advertised
+        .get()
+        .and_then(|own| match &broker.replication {
+            Some(replication) => replication.grpc_route_endpoint(own),
+            None => Some(own.clone()),
+        });
+    if let Some(endpoint) = grpc {
         lines.push(format!("{}={endpoint}", crate::peers::GRPC_ENDPOINT_KEY));
     }
     lines.sort();

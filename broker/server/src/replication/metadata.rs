@@ -71,6 +71,9 @@ pub(super) async fn run(
             continue;
         };
         let address = replication.address_of(master);
+        if let Err(error) = learn_master_grpc(&replication, master, &address).await {
+            tracing::debug!(error = %crate::error::chain(&error), "cannot learn the master's gRPC endpoint now");
+        }
         if let Err(error) = sync_once(&broker, &replication, &address).await {
             tracing::debug!(error = %crate::error::chain(&error), "cannot copy the master's topics, groups and offsets now");
         }
@@ -94,6 +97,23 @@ async fn ask(
         });
     }
     Ok(answer.body)
+}
+
+/// The master's `grpcEndpoint` (GET_BROKER_CONFIG), for the 5.x routes a replica answers.
+async fn learn_master_grpc(
+    replication: &Replication,
+    master: u64,
+    address: &str,
+) -> Result<(), SyncError> {
+    let config = ask(replication, address, request::GET_BROKER_CONFIG).await?;
+    let endpoint = String::from_utf8_lossy(&config)
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .find(|(key, _)| key.trim() == crate::peers::GRPC_ENDPOINT_KEY)
+        .map(|(_, value)| value.trim().to_owned())
+        .filter(|value| !value.is_empty());
+    *replication.master_grpc.lock() = endpoint.map(|endpoint| (master, endpoint));
+    Ok(())
 }
 
 async fn sync_once(

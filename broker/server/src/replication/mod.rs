@@ -110,6 +110,8 @@ pub struct Replication {
     /// When the master last knew it was still the group's master (the lease).
     lease: Mutex<Option<Instant>>,
     links: links::Links,
+    /// The master's gRPC endpoint as a replica last learned it (GET_BROKER_CONFIG).
+    master_grpc: Mutex<Option<(u64, String)>>,
 }
 
 impl Replication {
@@ -141,6 +143,7 @@ impl Replication {
             appends: RwLock::new(()),
             lease: Mutex::new(None),
             links: links::Links::new(config.peer_credentials(), config.peer_tls()),
+            master_grpc: Mutex::new(None),
         })))
     }
 
@@ -252,6 +255,22 @@ impl Replication {
             addresses.insert(next, address.clone());
         }
         addresses
+    }
+
+    /// Where 5.x clients reach this group for writes: this member's own gRPC endpoint on
+    /// the master, the master's on a replica once learned; None while there is no master
+    /// (or its endpoint is not known yet).
+    pub fn grpc_route_endpoint(&self, own: &str) -> Option<String> {
+        match self.role() {
+            Role::Standalone | Role::Master { .. } => Some(own.to_owned()),
+            Role::Replica { master, .. } => self
+                .master_grpc
+                .lock()
+                .as_ref()
+                .filter(|(id, _)| *id == master)
+                .map(|(_, endpoint)| endpoint.clone()),
+            Role::Unknown => None,
+        }
     }
 
     /// The group as this member sees it (QUIVER_REPLICATION_STATUS).
