@@ -94,15 +94,16 @@ pub mod request {
     pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
 
     // Quiver's replicated broker groups (not Apache codes: Apache's HA port has its own
-    // framing; Quiver carries replication over the remoting port).
+    // framing; Quiver carries replication over the remoting port). Below 32768: the binary
+    // (ROCKETMQ) header holds a code in 16 bits.
     /// Replica -> master: CommitLog bytes from an offset (the offset acknowledges all below).
-    pub const QUIVER_REPLICA_FETCH: i32 = 40001;
+    pub const QUIVER_REPLICA_FETCH: i32 = 30001;
     /// Group member -> group member: one consensus (openraft) message, JSON both ways.
-    pub const QUIVER_CONSENSUS: i32 = 40002;
+    pub const QUIVER_CONSENSUS: i32 = 30002;
     /// Admin -> any group member: the group's roles, epoch, in-sync set and lag (JSON).
-    pub const QUIVER_REPLICATION_STATUS: i32 = 40003;
+    pub const QUIVER_REPLICATION_STATUS: i32 = 30003;
     /// Admin -> the master: hand mastership to a named in-sync replica.
-    pub const QUIVER_SWITCHOVER: i32 = 40004;
+    pub const QUIVER_SWITCHOVER: i32 = 30004;
 
     /// The Java constant name of a request code, for logs and "not supported" remarks.
     pub fn name(code: i32) -> Option<&'static str> {
@@ -256,6 +257,11 @@ mod tests {
         values.sort_unstable();
         values.dedup();
         assert_eq!(values.len(), ALL_REQUESTS.len());
+        // Every code fits the binary header's 16-bit field.
+        assert!(
+            values.iter().all(|code| i16::try_from(*code).is_ok()),
+            "{values:?}"
+        );
         assert_eq!(request::name(310), Some("SEND_MESSAGE_V2"));
         assert_eq!(request::name(222), Some("INVOKE_BROKER_TO_RESET_OFFSET"));
         assert_eq!(request::name(9999), None);

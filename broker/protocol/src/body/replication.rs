@@ -29,7 +29,7 @@ pub struct ReplicaStatus {
     pub lag_ms: u64,
 }
 
-/// QUIVER_REPLICATION_STATUS (40003): the group as one member sees it.
+/// QUIVER_REPLICATION_STATUS (30003): the group as one member sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicationStatus {

@@ -1,11 +1,11 @@
-//! Headers of Quiver's replicated broker groups (request codes 40001-40004).
+//! Headers of Quiver's replicated broker groups (request codes 30001-30004).
 
 use super::{CommandHeader, FieldKind, Optional, Required};
 use crate::error::HeaderError;
 use crate::{ExtFields, RemotingCommand};
 
 header! {
-    /// QUIVER_REPLICA_FETCH (40001), replica -> master: CommitLog bytes from `offset`. The
+    /// QUIVER_REPLICA_FETCH (30001), replica -> master: CommitLog bytes from `offset`. The
     /// replica holds every byte below `offset`, so the request also acknowledges them.
     pub struct ReplicaFetchRequestHeader {
         /// The group's broker name, checked so a misconfigured replica is refused.
@@ -35,7 +35,7 @@ header! {
 }
 
 header! {
-    /// QUIVER_CONSENSUS (40002): one consensus message; the body is its JSON.
+    /// QUIVER_CONSENSUS (30002): one consensus message; the body is its JSON.
     pub struct ConsensusRequestHeader {
         req broker_name: String = "brokerName",
         /// Which message: `vote`, `append`, `snapshot`, `propose`, `report`.
@@ -45,7 +45,7 @@ header! {
 }
 
 header! {
-    /// QUIVER_SWITCHOVER (40004), admin -> master: move mastership to `targetReplicaId`.
+    /// QUIVER_SWITCHOVER (30004), admin -> master: move mastership to `targetReplicaId`.
     pub struct SwitchoverRequestHeader {
         req target_replica_id: u64 = "targetReplicaId",
         /// How long the master may pause sends waiting for the target to catch up.

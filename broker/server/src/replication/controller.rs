@@ -28,12 +28,15 @@ const FIRST_ELECTION_WAIT: Duration = Duration::from_secs(5);
 pub struct ReportBody {
     pub id: u64,
     pub log_end: u64,
+    /// The newest epoch its log holds: a master whose log lost its epoch counts as gone.
+    pub epoch: u64,
 }
 
 /// What the leader last heard from a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Report {
     pub log_end: u64,
+    pub epoch: u64,
     pub at: Instant,
 }
 
@@ -47,8 +50,9 @@ pub(super) struct Reports {
 }
 
 impl Reports {
-    pub(super) fn acknowledged_recently(&self, within: Duration) -> bool {
-        self.acknowledged_at.is_some_and(|at| at.elapsed() < within)
+    /// When the leader last took this member's report.
+    pub(super) fn acknowledged_at(&self) -> Option<Instant> {
+        self.acknowledged_at
     }
 }
 
@@ -68,8 +72,10 @@ pub fn decide(
             .is_some_and(|r| now.saturating_duration_since(r.at) < timeout)
     };
     if let Some(master) = state.master {
+        // A master whose log lost the epoch (a new disk) cannot serve it.
+        let serving = reports.get(&master).is_some_and(|r| r.epoch >= state.epoch);
         // A new leader first gives the master a full timeout to be heard.
-        if alive(&master) || leading_for < timeout {
+        if alive(&master) && serving || leading_for < timeout {
             return None;
         }
     }
@@ -118,6 +124,7 @@ pub(super) async fn run(
         let report = ReportBody {
             id: replication.id,
             log_end: broker.store.log_end().0,
+            epoch: replication.epoch_file.epoch(),
         };
         match consensus.leader() {
             Some(leader) if leader == replication.id => {
@@ -189,6 +196,7 @@ impl Replication {
             report.id,
             Report {
                 log_end: report.log_end,
+                epoch: report.epoch,
                 at: Instant::now(),
             },
         );
@@ -248,6 +256,29 @@ mod tests {
     fn a_silent_master_is_replaced_by_the_in_sync_member_with_the_longest_log() {
         let now = Instant::now();
         let reports = heard(now, &[(0, 30, 5000), (1, 20, 100), (2, 25, 100)]);
+        let decided = decide(
+            &state(0, &[0, 1, 2]),
+            &members(),
+            &reports,
+            now,
+            TIMEOUT * 2,
+            TIMEOUT,
+        );
+        assert_eq!(
+            decided,
+            Some(Command::ElectMaster {
+                epoch: 5,
+                master: 2,
+                in_sync: BTreeSet::from([1, 2]),
+            })
+        );
+    }
+
+    #[test]
+    fn a_master_whose_log_lost_its_epoch_is_replaced() {
+        let now = Instant::now();
+        let mut reports = heard(now, &[(0, 0, 100), (1, 20, 100), (2, 25, 100)]);
+        reports.get_mut(&0).unwrap().epoch = 0;
         let decided = decide(
             &state(0, &[0, 1, 2]),
             &members(),

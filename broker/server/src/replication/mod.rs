@@ -107,7 +107,9 @@ pub struct Replication {
     switching: AtomicBool,
     /// Held shared by every append, exclusively by a switchover to drain them.
     appends: RwLock<()>,
-    /// When the master last knew it was still the group's master (the lease).
+    /// When the master last knew a quorum of its group still answered it (the lease runs
+    /// two thirds of `master_timeout` from there: the group replaces a master only after a
+    /// whole `master_timeout` of silence, so the two never take writes at once).
     lease: Mutex<Option<Instant>>,
     links: links::Links,
     /// The master's gRPC endpoint as a replica last learned it (GET_BROKER_CONFIG).
@@ -192,7 +194,7 @@ impl Replication {
         let fresh = self
             .lease
             .lock()
-            .is_some_and(|at| at.elapsed() < self.master_timeout);
+            .is_some_and(|at| at.elapsed() < self.master_timeout * 2 / 3);
         if !fresh {
             return Err(WriteRefusal::LeaseLost { name });
         }

@@ -68,6 +68,13 @@ pub(super) async fn run(
                 replication.role.send_replace(Role::Unknown);
                 start_epoch(&broker, &replication, epoch).await;
             }
+            Duty::Master { epoch } if replication.epoch_file.epoch() < epoch => {
+                // The agreed master, but this log does not hold its epoch (the data
+                // directory was lost): it must not serve. It reports its own epoch, so the
+                // group sees a silent master and elects another.
+                replication.role.send_replace(Role::Unknown);
+                tracing::error!(epoch, local = replication.epoch_file.epoch(), "this member is the group's master but its log does not hold the epoch; waiting for the group to elect another");
+            }
             Duty::Master { epoch } | Duty::Follow { epoch, .. } => {
                 // Acts until the state gives another duty or the broker stops.
                 let mut watching = replication.state.subscribe();
@@ -91,7 +98,9 @@ pub(super) async fn run(
             replication.role.send_replace(Role::Unknown);
             return;
         }
-        if matches!(duty, Duty::Wait | Duty::StartEpoch { .. }) {
+        if !matches!(duty, Duty::Master { .. } | Duty::Follow { .. })
+            || replication.role() == Role::Unknown
+        {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = state.changed() => {}
@@ -195,16 +204,16 @@ async fn renew_lease(replication: &Replication) {
     let Some(consensus) = replication.consensus() else {
         return;
     };
-    if consensus.is_leader() {
-        if consensus.ensure_current().await.is_ok() {
-            *replication.lease.lock() = Some(Instant::now());
-        }
-    } else if replication
-        .reports
-        .lock()
-        .acknowledged_recently(replication.master_timeout)
-    {
-        *replication.lease.lock() = Some(Instant::now());
+    let asked = Instant::now();
+    let heard = if consensus.is_leader() {
+        // A linearizable read: a quorum answered after `asked`.
+        consensus.ensure_current().await.is_ok().then_some(asked)
+    } else {
+        replication.reports.lock().acknowledged_at()
+    };
+    if let Some(heard) = heard {
+        let mut lease = replication.lease.lock();
+        *lease = Some(lease.map_or(heard, |at| at.max(heard)));
     }
 }
 
