@@ -75,14 +75,30 @@ pub async fn reconcile(group: Arc<ConsumerGroup>, ctx: Arc<Context>) -> Result<A
     result
 }
 
-/// Addresses of the brokers of the referenced Broker, including ones still draining.
+/// Addresses of the brokers of the referenced Broker, including ones still draining. Of a
+/// replicated group only its master (as the Broker's status last named it, else replica 0):
+/// consumers commit there, and every member holds the same queues.
 fn broker_addresses(broker: &Broker) -> Vec<BrokerAddr> {
-    let running = broker
-        .status
-        .as_ref()
-        .map_or(0, |status| status.current_replicas);
-    (0..broker.spec.replicas.max(running))
-        .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+    let status = broker.status.as_ref();
+    let running = status.map_or(0, |status| status.current_replicas);
+    let pods = desired::pods_of_groups(broker, broker.spec.replicas).max(running);
+    if !broker.is_replicated() {
+        return (0..pods)
+            .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+            .collect();
+    }
+    let groups = status.and_then(|status| status.replication.as_ref());
+    (0..desired::groups_of_pods(broker, pods))
+        .map(|group| {
+            let name = desired::group_name(broker, group);
+            let master = groups
+                .and_then(|groups| groups.groups.iter().find(|g| g.name == name))
+                .and_then(|g| g.master.clone());
+            let ordinal = desired::group_ordinals(broker, group)
+                .find(|ordinal| Some(desired::pod_name(broker, *ordinal)) == master)
+                .unwrap_or_else(|| desired::group_ordinals(broker, group).start);
+            BrokerAddr(desired::broker_address(broker, ordinal))
+        })
         .collect()
 }
 
