@@ -244,15 +244,9 @@ pub async fn step_rollout(
         }
     };
     let size = usize::try_from(broker.group_size()).unwrap_or(1);
-    let min = broker
-        .spec
-        .replication
-        .as_ref()
-        .map_or(1, |replication| replication.min_in_sync_replicas.max(1));
-    let min = usize::try_from(min).unwrap_or(1);
     for observation in observations {
         let members = rollout::member_pods(broker, observation.group, &pod_list, &update_revision);
-        let step = rollout::next_group_step(size, &members, observation.status.as_ref(), min);
+        let step = rollout::next_group_step(size, &members, observation.status.as_ref());
         match step {
             GroupStep::Done => continue,
             GroupStep::Wait(reason) => {

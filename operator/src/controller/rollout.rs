@@ -252,17 +252,15 @@ pub enum GroupStep {
     Done,
 }
 
-/// The next step of one replicated group's rollout, pure: replicas first (highest replica id
-/// first), each only once every member is Ready and every updated member is back in sync and
-/// only if the in-sync set stays at its minimum (unless the group is too small to ever allow
-/// that); then a switchover to an updated in-sync replica; the old master, now a replica, goes
-/// last. `pods` are the group's members, by replica id; `status` the group's replication status
-/// (None when no member answered).
+/// The next step of one replicated group's rollout, pure: replicas first (out-of-sync ones,
+/// then the highest replica id), each only once every member is Ready and every updated member
+/// is back in sync; then a switchover to an updated in-sync replica; the old master, now a
+/// replica, goes last. `pods` are the group's members, by replica id; `status` the group's
+/// replication status (None when no member answered).
 pub fn next_group_step(
     size: usize,
     pods: &[MemberPod],
     status: Option<&ReplicationStatus>,
-    min_in_sync: usize,
 ) -> GroupStep {
     if pods.len() == size && pods.iter().all(|pod| pod.updated) {
         return GroupStep::Done;
@@ -286,22 +284,19 @@ pub fn next_group_step(
     {
         return GroupStep::Wait(format!("{} is catching up (not in sync)", pod.name));
     }
-    let outdated_replica = pods
+    // An outdated replica out of sync goes first: restarting it costs the in-sync set nothing.
+    // An in-sync one only when every updated member is back in sync (checked above), so the
+    // group never has two members catching up at once.
+    let outdated: Vec<&MemberPod> = pods
         .iter()
         .rev()
-        .find(|pod| !pod.updated && pod.replica_id != master);
-    if let Some(pod) = outdated_replica {
-        let left = status
-            .in_sync_replicas
-            .iter()
-            .filter(|id| **id != pod.replica_id)
-            .count();
-        if left < min_in_sync && size - 1 >= min_in_sync {
-            return GroupStep::Wait(format!(
-                "restarting {} would leave {left} in sync, below minInSyncReplicas {min_in_sync}",
-                pod.name
-            ));
-        }
+        .filter(|pod| !pod.updated && pod.replica_id != master)
+        .collect();
+    let next = outdated
+        .iter()
+        .find(|pod| !in_sync(pod.replica_id))
+        .or(outdated.first());
+    if let Some(pod) = next {
         return GroupStep::DeletePod(pod.name.clone());
     }
     let Some(master_pod) = pods.iter().find(|pod| pod.replica_id == master) else {
@@ -403,17 +398,17 @@ mod group_step_tests {
             pod(2, false, true),
         ];
         assert_eq!(
-            next_group_step(3, &pods, Some(&all), 2),
+            next_group_step(3, &pods, Some(&all)),
             GroupStep::DeletePod("qb-2".into())
         );
         let pods = [pod(0, false, true), pod(1, false, true), pod(2, true, true)];
         assert_eq!(
-            next_group_step(3, &pods, Some(&all), 2),
+            next_group_step(3, &pods, Some(&all)),
             GroupStep::DeletePod("qb-1".into())
         );
         let pods = [pod(0, false, true), pod(1, true, true), pod(2, true, true)];
         assert_eq!(
-            next_group_step(3, &pods, Some(&all), 2),
+            next_group_step(3, &pods, Some(&all)),
             GroupStep::Switchover {
                 master: 0,
                 target: 1
@@ -421,12 +416,12 @@ mod group_step_tests {
         );
         let switched = status(Some(1), &[0, 1, 2]);
         assert_eq!(
-            next_group_step(3, &pods, Some(&switched), 2),
+            next_group_step(3, &pods, Some(&switched)),
             GroupStep::DeletePod("qb-0".into()),
             "the old master is a replica now"
         );
         let pods = [pod(0, true, true), pod(1, true, true), pod(2, true, true)];
-        assert_eq!(next_group_step(3, &pods, None, 2), GroupStep::Done);
+        assert_eq!(next_group_step(3, &pods, None), GroupStep::Done);
     }
 
     #[test]
@@ -438,12 +433,12 @@ mod group_step_tests {
         ];
         let master_two = status(Some(2), &[0, 1, 2]);
         assert_eq!(
-            next_group_step(3, &pods, Some(&master_two), 2),
+            next_group_step(3, &pods, Some(&master_two)),
             GroupStep::DeletePod("qb-1".into())
         );
         let pods = [pod(0, true, true), pod(1, true, true), pod(2, false, true)];
         assert_eq!(
-            next_group_step(3, &pods, Some(&master_two), 2),
+            next_group_step(3, &pods, Some(&master_two)),
             GroupStep::Switchover {
                 master: 2,
                 target: 0
@@ -461,54 +456,52 @@ mod group_step_tests {
             pod(2, true, false),
         ];
         assert_eq!(
-            next_group_step(3, &restarting, Some(&all), 2),
+            next_group_step(3, &restarting, Some(&all)),
             GroupStep::Wait("qb-2 is not Ready".into())
         );
         let catching_up = status(Some(0), &[0, 1]);
         let pods = [pod(0, false, true), pod(1, false, true), pod(2, true, true)];
         assert_eq!(
-            next_group_step(3, &pods, Some(&catching_up), 2),
+            next_group_step(3, &pods, Some(&catching_up)),
             GroupStep::Wait("qb-2 is catching up (not in sync)".into())
         );
         assert!(matches!(
-            next_group_step(3, &pods, Some(&status(None, &[])), 2),
+            next_group_step(3, &pods, Some(&status(None, &[]))),
             GroupStep::Wait(reason) if reason.contains("no master")
         ));
         assert!(matches!(
-            next_group_step(3, &pods, None, 2),
+            next_group_step(3, &pods, None),
             GroupStep::Wait(reason) if reason.contains("no member reported")
         ));
         assert!(matches!(
-            next_group_step(3, &pods[..2], Some(&all), 2),
+            next_group_step(3, &pods[..2], Some(&all)),
             GroupStep::Wait(reason) if reason == "2 of 3 pods exist"
         ));
     }
 
     #[test]
-    fn no_replica_is_restarted_below_the_minimum_unless_the_group_is_too_small() {
-        // Replica 1 fell out of sync: restarting replica 2 leaves only the master in sync.
+    fn an_out_of_sync_replica_goes_first_and_is_waited_for() {
+        // Replica 1 fell out of sync: restarting it costs nothing, restarting 2 would.
         let degraded = status(Some(0), &[0, 2]);
         let pods = [
             pod(0, false, true),
             pod(1, false, true),
             pod(2, false, true),
         ];
-        assert!(matches!(
-            next_group_step(3, &pods, Some(&degraded), 2),
-            GroupStep::Wait(reason) if reason.contains("below minInSyncReplicas 2")
-        ));
-        // Restarting replica 1, already out of sync, loses nothing.
-        let pods = [pod(0, false, true), pod(1, false, true), pod(2, true, true)];
         assert_eq!(
-            next_group_step(3, &pods, Some(&degraded), 2),
+            next_group_step(3, &pods, Some(&degraded)),
             GroupStep::DeletePod("qb-1".into())
         );
-        // Two members and a minimum of two: any restart goes below it; waiting would never end.
-        let pair = status(Some(0), &[0, 1]);
-        let pods = [pod(0, false, true), pod(1, false, true)];
+        let pods = [pod(0, false, true), pod(1, true, true), pod(2, false, true)];
         assert_eq!(
-            next_group_step(2, &pods, Some(&pair), 2),
-            GroupStep::DeletePod("qb-1".into())
+            next_group_step(3, &pods, Some(&degraded)),
+            GroupStep::Wait("qb-1 is catching up (not in sync)".into()),
+            "qb-2 waits until qb-1 is back in sync"
+        );
+        let recovered = status(Some(0), &[0, 1, 2]);
+        assert_eq!(
+            next_group_step(3, &pods, Some(&recovered)),
+            GroupStep::DeletePod("qb-2".into())
         );
     }
 
@@ -517,7 +510,7 @@ mod group_step_tests {
         let pods = [pod(0, false, true), pod(1, true, true), pod(2, true, true)];
         let lagging = status(Some(0), &[0]);
         assert!(matches!(
-            next_group_step(3, &pods, Some(&lagging), 1),
+            next_group_step(3, &pods, Some(&lagging)),
             GroupStep::Wait(reason) if reason.contains("catching up")
         ));
     }

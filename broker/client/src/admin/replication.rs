@@ -79,7 +79,6 @@ mod tests {
     use super::*;
     use crate::client::ClientConfig;
     use quiver_protocol::code::{request, response};
-    use quiver_protocol::header::CommandHeader;
     use quiver_remoting::{Connection, Options};
     use tokio::net::TcpListener;
 
