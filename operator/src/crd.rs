@@ -1044,6 +1044,7 @@ mod tests {
         for text in [
             include_str!("../../charts/quiver-operator/examples/broker-minimal.yaml"),
             include_str!("../../charts/quiver-operator/examples/broker-production.yaml"),
+            include_str!("../../charts/quiver-operator/examples/broker-replicated.yaml"),
             include_str!("../../charts/quiver-operator/examples/broker-secure.yaml"),
         ] {
             let broker: Broker = serde_yaml::from_str(text).expect("example parses");

@@ -1321,6 +1321,28 @@ mod tests {
         }
     }
 
+    /// Holds the generated keys to the broker's own config: once the broker reads
+    /// `group-members`, `replica-id`, `replication` and `min-in-sync-replicas`, a format it does
+    /// not take fails here.
+    #[test]
+    fn the_broker_binary_accepts_a_replicated_groups_config() {
+        let broker = Broker::test().replicas(2).replicated(3, 2).full_spec();
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (file, text) in config_map(&broker, 6, None).data.unwrap() {
+            let path = dir.path().join(&file);
+            std::fs::write(&path, text).expect("write config");
+            let config = quiver_broker::BrokerConfig::from_file(&path).expect("broker parses it");
+            config.validate().expect("broker accepts it");
+            let ordinal: i32 = file
+                .trim_start_matches("qb-")
+                .trim_end_matches(".json")
+                .parse()
+                .expect("an ordinal");
+            assert_eq!(config.broker_name, format!("qb-g{}", ordinal / 3));
+            assert_eq!(config.peers.len(), 3, "the other group's members");
+        }
+    }
+
     #[test]
     fn out_of_range_disk_high_water_percent_keeps_the_broker_default() {
         for percent in [0, 101, 255] {

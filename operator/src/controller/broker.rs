@@ -168,7 +168,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         }
         _ => false,
     };
-    let replication_groups = observations.map(|observations| {
+    let replication_groups = observations.as_ref().map(|observations| {
         observations
             .iter()
             .map(|observation| replication::group_status(broker, observation))
@@ -183,7 +183,8 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         .and_then(|sts| sts.status.clone())
         .unwrap_or_default();
     if !broker.spec.topics.is_empty() && sts_status.ready_replicas.unwrap_or(0) >= plan.replicas {
-        if let Err(error) = ensure_topics(broker, plan.replicas, ctx).await {
+        let targets = topic_targets(broker, plan.replicas, observations.as_deref());
+        if let Err(error) = ensure_topics(broker, &targets, ctx).await {
             problems.push(Problem::new(REASON_TOPICS, error_chain(&error)));
         }
     }
@@ -948,13 +949,35 @@ fn default_high_water(broker: &Broker) -> f64 {
     f64::from(percent) / 100.0
 }
 
-/// Creates the spec's topics on every broker (idempotent on the broker side).
-async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<(), Error> {
-    for ordinal in 0..replicas {
-        let addr = BrokerAddr(desired::broker_address(broker, ordinal));
+/// Where the spec's topics are created: every broker; of a replicated group only its master
+/// (its replicas follow it), none while the group has no master.
+fn topic_targets(
+    broker: &Broker,
+    replicas: i32,
+    observations: Option<&[GroupObservation]>,
+) -> Vec<BrokerAddr> {
+    match observations {
+        Some(groups) if broker.is_replicated() => groups
+            .iter()
+            .filter_map(|group| group.status.as_ref()?.master_address.clone())
+            .map(BrokerAddr)
+            .collect(),
+        _ => (0..replicas)
+            .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+            .collect(),
+    }
+}
+
+/// Creates the spec's topics on `targets` (idempotent on the broker side).
+async fn ensure_topics(
+    broker: &Broker,
+    targets: &[BrokerAddr],
+    ctx: &Context,
+) -> Result<(), Error> {
+    for addr in targets {
         for topic in &broker.spec.topics {
             // Creating persists the broker's topic table: skip topics already as specified.
-            if let Ok(stats) = ctx.admin.topic_stats(&addr, &topic.name).await {
+            if let Ok(stats) = ctx.admin.topic_stats(addr, &topic.name).await {
                 if usize::try_from(topic.queues).is_ok_and(|queues| queues == stats.queues.len()) {
                     continue;
                 }
@@ -964,7 +987,7 @@ async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<
                 queues: topic.queues,
             };
             ctx.admin
-                .create_topic(&addr, &config)
+                .create_topic(addr, &config)
                 .await
                 .map_err(Error::admin("creating a spec topic"))?;
         }

@@ -924,6 +924,56 @@ mod tests {
     use super::*;
     use crate::admin::QueueOffset;
 
+    #[test]
+    fn lag_is_polled_on_every_broker_or_on_each_groups_master() {
+        use crate::crd::{BrokerReplicationStatus, BrokerStatus, ReplicationGroupStatus};
+        use crate::fixtures::BrokerFixture;
+        let plain = Broker::test().replicas(2);
+        let addresses: Vec<String> = broker_addresses(&plain).into_iter().map(|a| a.0).collect();
+        assert_eq!(
+            addresses,
+            [
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-1.qb-headless.ns.svc:10911"
+            ]
+        );
+        let mut replicated = Broker::test().replicas(2).replicated(3, 2);
+        let first_members: Vec<String> = broker_addresses(&replicated)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        assert_eq!(
+            first_members,
+            [
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-3.qb-headless.ns.svc:10911"
+            ],
+            "replica 0 of each group while no master is known"
+        );
+        replicated.status = Some(BrokerStatus {
+            current_replicas: 6,
+            replication: Some(BrokerReplicationStatus {
+                groups: vec![ReplicationGroupStatus {
+                    name: "qb-g1".into(),
+                    master: Some("qb-5".into()),
+                    ..ReplicationGroupStatus::default()
+                }],
+            }),
+            ..BrokerStatus::default()
+        });
+        let masters: Vec<String> = broker_addresses(&replicated)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        assert_eq!(
+            masters,
+            [
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-5.qb-headless.ns.svc:10911"
+            ]
+        );
+    }
+
     fn poll_of(messages: u64, latency_ms: i64) -> Poll {
         let queue = QueueConsumeStats {
             topic: "orders".into(),

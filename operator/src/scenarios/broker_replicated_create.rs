@@ -3,11 +3,12 @@
 //! of its pods go at a time; pods spread over zones and nodes; OnDelete updates; and each
 //! group's master, epoch and in-sync set in the status.
 
-use super::{condition, Scenario};
+use super::{addr, condition, eventually, Scenario};
 use crate::crd::Broker;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::time::Duration;
 
 #[tokio::test(start_paused = true)]
 async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
@@ -110,6 +111,22 @@ async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
         condition(&scenario.status().conditions, "ReplicationDegraded"),
         ("False".into(), "InSync".into())
     );
+
+    // Spec topics go to each group's master; its replicas follow it.
+    scenario.edit_broker(|broker| {
+        broker["spec"]["topics"] = serde_json::json!([{"name": "orders", "queues": 4}]);
+    });
+    let has_orders = |ordinal: i32| {
+        scenario
+            .admin
+            .topics(&addr(ordinal))
+            .iter()
+            .any(|topic| topic.name == "orders")
+    };
+    eventually(Duration::from_secs(120), || has_orders(0) && has_orders(3)).await;
+    for replica in [1, 2, 4, 5] {
+        assert!(!has_orders(replica), "qb-{replica} is a replica");
+    }
     scenario.stop().await;
 }
 
