@@ -226,10 +226,11 @@ pub async fn step_rollout(
     let Some(update_revision) = sts.status.as_ref().and_then(|s| s.update_revision.clone()) else {
         return false;
     };
+    // A status not about the current template tells nothing yet; the next pass decides.
     let current =
         sts.status.as_ref().and_then(|s| s.observed_generation) >= sts.metadata.generation;
     if !current {
-        return true;
+        return false;
     }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let listed = pods

@@ -262,7 +262,8 @@ pub fn next_group_step(
     pods: &[MemberPod],
     status: Option<&ReplicationStatus>,
 ) -> GroupStep {
-    if pods.len() == size && pods.iter().all(|pod| pod.updated) {
+    // OnDelete creates a missing pod at the update revision: nothing for the rollout to do.
+    if pods.iter().all(|pod| pod.updated) {
         return GroupStep::Done;
     }
     if pods.len() < size {
