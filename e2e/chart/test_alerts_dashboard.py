@@ -28,6 +28,8 @@ REQUIRED_ALERTS = {
     "QuiverStoreDiskNearlyFull",
     "QuiverBrokerDiskAboveHighWater",
     "QuiverBrokerWritesRefused",
+    "QuiverReplicationLagHigh",
+    "QuiverReplicationBelowMinInSync",
     "QuiverOperatorReconcileErrors",
     "QuiverOperatorDown",
 }
@@ -68,6 +70,8 @@ PROMQL_NON_METRICS = {
     "queue_id",
     "broker",
     "reason",
+    "replica_id",
+    "role",
 }
 PROMETHEUS_BUILTIN_METRICS = {"up"}
 

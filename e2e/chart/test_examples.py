@@ -12,7 +12,13 @@ from chartlib import EXAMPLES_DIR, KUBE_VERSIONS, TOP_CRDS_DIR, crd_files
 
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.glob("*.yaml"))
 # Our own kinds, one per file; the others hold Secrets and a cert-manager Certificate.
-CUSTOM_RESOURCE_EXAMPLES = ["broker-minimal.yaml", "broker-production.yaml", "broker-secure.yaml", "consumergroup.yaml"]
+CUSTOM_RESOURCE_EXAMPLES = [
+    "broker-minimal.yaml",
+    "broker-production.yaml",
+    "broker-replicated.yaml",
+    "broker-secure.yaml",
+    "consumergroup.yaml",
+]
 
 
 def crd_schemas():

@@ -27,7 +27,7 @@ MANAGED_RULES = {
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
     ("", "services"): {"list", "watch", "create", "patch"},
     ("", "configmaps"): {"list", "watch", "create", "patch"},
-    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "patch"},
     # spec.security: the referenced Secrets are read and watched, never written.

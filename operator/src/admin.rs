@@ -9,6 +9,10 @@ use quiver_client::TlsConfig;
 use quiver_protocol::acl::Credentials;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
+
+/// A broker group's status as one member reports it (QUIVER_REPLICATION_STATUS).
+pub use quiver_protocol::body::{ReplicaRole, ReplicaStatus, ReplicationStatus};
 
 /// A broker's remoting address, `host:port`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -299,6 +303,21 @@ pub trait BrokerAdmin: Send + Sync {
         &'a self,
         addr: &'a BrokerAddr,
     ) -> BoxFuture<'a, Result<RuntimeInfo, AdminError>>;
+    /// The broker group of `addr` as that member sees it (QUIVER_REPLICATION_STATUS). A broker
+    /// without replicated groups answers [`AdminError::Rejected`] with
+    /// [`AdminError::is_unsupported`].
+    fn replication_status<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<ReplicationStatus, AdminError>>;
+    /// Asks the master at `addr` to hand mastership to replica `target` (QUIVER_SWITCHOVER),
+    /// pausing sends at most `timeout`; Ok once the target is master.
+    fn switchover<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        target: u64,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), AdminError>>;
 }
 
 #[cfg(test)]

@@ -63,8 +63,10 @@ pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.replication) ? self.replication.replicas : 1) == (has(oldSelf.replication) ? oldSelf.replication.replicas : 1)").message("replication.replicas is immutable: the pods of each broker group are fixed when the Broker is created"))]
 pub struct BrokerSpec {
-    /// Number of brokers; scale-down drains the leaving brokers first.
+    /// Number of brokers (broker groups, with `replication`); scale-down drains the leaving
+    /// brokers first.
     #[x_kube(validation = Rule::new("self >= 1").message("replicas must be at least 1"))]
     pub replicas: i32,
     /// Broker container image.
@@ -101,6 +103,66 @@ pub struct BrokerSpec {
     /// referenced Secret's content rolls the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SecuritySpec>,
+    /// Replicated broker groups: each broker is a group of `replicas` pods sharing its broker
+    /// name, one master and its replicas, with automatic failover. Absent: one pod per broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSpec>,
+}
+
+/// How each broker is replicated within its group.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.minInSyncReplicas <= self.replicas").message("replication.minInSyncReplicas must not exceed replication.replicas"))]
+pub struct ReplicationSpec {
+    /// Pods per broker group, the master included; default 1 (no replication). Immutable.
+    #[serde(default = "default_one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("replication.replicas must be at least 1"))]
+    pub replicas: i32,
+    /// Async (default): a send is acknowledged by the master alone; Sync: once
+    /// minInSyncReplicas members (the master included) hold it.
+    #[serde(default)]
+    pub mode: ReplicationMode,
+    /// Members (the master included) that must be in sync for the master to take sends;
+    /// default 1.
+    #[serde(default = "default_one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("replication.minInSyncReplicas must be at least 1"))]
+    pub min_in_sync_replicas: i32,
+}
+
+fn default_one() -> i32 {
+    1
+}
+
+impl Default for ReplicationSpec {
+    fn default() -> Self {
+        ReplicationSpec {
+            replicas: 1,
+            mode: ReplicationMode::Async,
+            min_in_sync_replicas: 1,
+        }
+    }
+}
+
+/// When a replicated group acknowledges a send.
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum ReplicationMode {
+    /// Once the master stored it; replicas follow.
+    #[default]
+    Async,
+    /// Once minInSyncReplicas members hold it.
+    Sync,
+}
+
+impl ReplicationMode {
+    /// The broker's `--replication` value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            ReplicationMode::Async => "async",
+            ReplicationMode::Sync => "sync",
+        }
+    }
 }
 
 /// ACL and TLS of the brokers. With `acl` set the brokers refuse unsigned requests, so the
@@ -399,6 +461,57 @@ pub struct BrokerStatus {
     /// Volume expansion in progress or done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<StorageStatus>,
+    /// Replicated broker groups as their members report them (with spec.replication only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<BrokerReplicationStatus>,
+}
+
+/// The broker groups of a replicated Broker.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerReplicationStatus {
+    /// One entry per broker group, by group index.
+    #[serde(default)]
+    pub groups: Vec<ReplicationGroupStatus>,
+}
+
+/// One broker group: its master, epoch and in-sync set, as its master (else any member that
+/// answered) reports them.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationGroupStatus {
+    /// The group's broker name.
+    pub name: String,
+    /// The group's epoch (bumped at each change of master); absent when no member answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// The master's pod; absent when the group has no master or no member answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    /// Pods of the in-sync set, the master included.
+    #[serde(default)]
+    pub in_sync: Vec<String>,
+    /// Every member of the group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<ReplicaMemberStatus>,
+}
+
+/// One member of a broker group.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaMemberStatus {
+    /// Its replica id (its index in the group).
+    pub replica_id: u64,
+    /// Its pod.
+    pub pod: String,
+    /// Master, Replica, Unknown (not told its role yet), or Unreachable (no member reported it
+    /// and it did not answer).
+    pub role: String,
+    /// Whether it is in the in-sync set.
+    pub in_sync: bool,
+    /// Bytes behind the master's CommitLog end, as the master last saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_bytes: Option<u64>,
 }
 
 /// One broker's name and address.
@@ -704,6 +817,19 @@ impl Broker {
             .is_some_and(|value| value == "true")
     }
 
+    /// Pods per broker group: `spec.replication.replicas`, 1 without replication.
+    pub fn group_size(&self) -> i32 {
+        self.spec
+            .replication
+            .as_ref()
+            .map_or(1, |replication| replication.replicas.max(1))
+    }
+
+    /// Whether the brokers run as replicated groups (more than one pod each).
+    pub fn is_replicated(&self) -> bool {
+        self.group_size() > 1
+    }
+
     /// The image to run, falling back to the default.
     pub fn image(&self) -> &str {
         if self.spec.image.is_empty() {
@@ -918,6 +1044,7 @@ mod tests {
         for text in [
             include_str!("../../charts/quiver-operator/examples/broker-minimal.yaml"),
             include_str!("../../charts/quiver-operator/examples/broker-production.yaml"),
+            include_str!("../../charts/quiver-operator/examples/broker-replicated.yaml"),
             include_str!("../../charts/quiver-operator/examples/broker-secure.yaml"),
         ] {
             let broker: Broker = serde_yaml::from_str(text).expect("example parses");
@@ -958,6 +1085,63 @@ mod tests {
             "adminCredentials": {"secretName": "quiver-admin"},
         }}));
         assert!(validate_cel(&bad_key).is_err());
+    }
+
+    #[test]
+    fn replication_defaults_and_bounds() {
+        let defaulted = broker(serde_json::json!({"replication": {}}));
+        validate_cel(&defaulted).expect("valid");
+        assert_eq!(defaulted.spec.replication, Some(ReplicationSpec::default()));
+        assert_eq!(defaulted.group_size(), 1);
+        assert!(!defaulted.is_replicated());
+        assert_eq!(broker(serde_json::json!({})).group_size(), 1);
+        let three = broker(serde_json::json!({
+            "replication": {"replicas": 3, "mode": "Sync", "minInSyncReplicas": 2}
+        }));
+        validate_cel(&three).expect("valid");
+        assert_eq!(three.group_size(), 3);
+        assert_eq!(three.spec.replication.unwrap().mode.flag(), "sync");
+        let pointless = broker(serde_json::json!({"replication": {"replicas": 1, "mode": "Sync"}}));
+        validate_cel(&pointless).expect("sync with one replica is allowed");
+        let errors = validate_cel(&broker(serde_json::json!({
+            "replication": {"replicas": 2, "minInSyncReplicas": 3}
+        })))
+        .unwrap_err();
+        assert!(
+            format!("{errors:?}").contains("minInSyncReplicas must not exceed"),
+            "{errors:?}"
+        );
+        for (field, message) in [
+            ("replicas", "replication.replicas must be at least 1"),
+            (
+                "minInSyncReplicas",
+                "replication.minInSyncReplicas must be at least 1",
+            ),
+        ] {
+            let errors =
+                validate_cel(&broker(serde_json::json!({"replication": {field: 0}}))).unwrap_err();
+            assert!(format!("{errors:?}").contains(message), "{errors:?}");
+        }
+    }
+
+    #[test]
+    fn replication_replicas_are_immutable_counting_absent_as_one() {
+        let plain = broker(serde_json::json!({}));
+        let one = broker(serde_json::json!({"replication": {"replicas": 1}}));
+        let three = broker(serde_json::json!({"replication": {"replicas": 3}}));
+        validate_cel_update(&one, &plain).expect("absent is one");
+        validate_cel_update(&plain, &one).expect("one is absent");
+        let more_groups = broker(
+            serde_json::json!({"replicas": 5, "replication": {"replicas": 3, "mode": "Sync"}}),
+        );
+        validate_cel_update(&more_groups, &three).expect("groups and mode may change");
+        for (new, old) in [(&three, &plain), (&plain, &three), (&one, &three)] {
+            let errors = validate_cel_update(new, old).unwrap_err();
+            assert!(
+                format!("{errors:?}").contains("replication.replicas is immutable"),
+                "{errors:?}"
+            );
+        }
     }
 
     #[test]

@@ -24,7 +24,9 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -68,6 +70,11 @@ pub const SECRET_KEY_KEY: &str = "secretKey";
 pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 60;
 /// The one field manager of every server-side apply.
 pub const FIELD_MANAGER: &str = "quiver-operator";
+/// Label the StatefulSet controller puts on each pod with its name: selects a broker group's
+/// pods (every Kubernetes version has it, unlike `apps.kubernetes.io/pod-index`).
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Label on a replicated Broker's PodDisruptionBudgets naming their broker group.
+pub const GROUP_LABEL: &str = "quiver.io/broker-group";
 
 /// What the reconciler decided this pass, beyond the spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,6 +170,53 @@ pub fn pod_name(broker: &Broker, ordinal: i32) -> String {
     format!("{}-{ordinal}", broker.name_any())
 }
 
+/// The broker group of the pod with this ordinal and its replica id in the group: pods are laid
+/// out group by group, group `g` holding ordinals `g*R .. g*R+R-1` (R pods per group), so adding
+/// groups appends pods and the replica id of a pod never changes.
+pub fn group_of(broker: &Broker, ordinal: i32) -> (i32, i32) {
+    let size = broker.group_size();
+    (ordinal / size, ordinal % size)
+}
+
+/// Ordinals of the pods of broker group `group`.
+pub fn group_ordinals(broker: &Broker, group: i32) -> std::ops::Range<i32> {
+    let size = broker.group_size();
+    group * size..(group + 1) * size
+}
+
+/// Pods of `groups` broker groups.
+pub fn pods_of_groups(broker: &Broker, groups: i32) -> i32 {
+    groups * broker.group_size()
+}
+
+/// Broker groups among `pods` pods (a partial group counts).
+pub fn groups_of_pods(broker: &Broker, pods: i32) -> i32 {
+    let size = broker.group_size();
+    (pods + size - 1) / size
+}
+
+/// Broker name of group `group`, shared by its pods: without replication the pod's own name
+/// (as before), else `<name>-g<group>`, which no pod has.
+pub fn group_name(broker: &Broker, group: i32) -> String {
+    if broker.is_replicated() {
+        format!("{}-g{group}", broker.name_any())
+    } else {
+        pod_name(broker, group)
+    }
+}
+
+/// `--group-members` of group `group`: `0=<address>,1=<address>,...`, every member's stable
+/// remoting address by replica id, itself included.
+pub fn group_members(broker: &Broker, group: i32) -> String {
+    group_ordinals(broker, group)
+        .map(|ordinal| {
+            let (_, replica) = group_of(broker, ordinal);
+            format!("{replica}={}", broker_address(broker, ordinal))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Volume claim name of the broker with this ordinal.
 pub fn claim_name(broker: &Broker, ordinal: i32) -> String {
     format!("{DATA_VOLUME}-{}", pod_name(broker, ordinal))
@@ -197,15 +251,18 @@ fn namespace_of(broker: &Broker) -> String {
     broker.namespace().unwrap_or_else(|| "default".to_string())
 }
 
-/// The config file of the broker with this ordinal: its own name and address, and the other
-/// brokers as peers (the broker lists itself in routes, so it must not be its own peer).
+/// The config file of the broker with this ordinal: its own name and address, and the brokers
+/// of the other groups as peers (the broker lists its own group in routes, so none of it is its
+/// peer). A member of a replicated group also gets the group's members, its replica id (the
+/// ordinal within the group) and the replication settings.
 pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json::Value {
+    let (group, replica) = group_of(broker, ordinal);
     let peers: Vec<String> = (0..replicas)
-        .filter(|peer| *peer != ordinal)
+        .filter(|peer| group_of(broker, *peer).0 != group)
         .map(|peer| broker_address(broker, peer))
         .collect();
     let mut config = serde_json::json!({
-        "broker-name": pod_name(broker, ordinal),
+        "broker-name": group_name(broker, group),
         "advertise": broker_address(broker, ordinal),
         "data-dir": DATA_DIR,
         "listen": format!("0.0.0.0:{REMOTING_PORT}"),
@@ -219,6 +276,14 @@ pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json
             FlushDiskType::Sync => "sync",
         },
     });
+    if let Some(replication) = broker.spec.replication.as_ref() {
+        if broker.is_replicated() {
+            config["group-members"] = group_members(broker, group).into();
+            config["replica-id"] = replica.into();
+            config["replication"] = replication.mode.flag().into();
+            config["min-in-sync-replicas"] = replication.min_in_sync_replicas.into();
+        }
+    }
     if let Some(retention) = &broker.spec.retention {
         config["file-reserved-hours"] = retention.file_reserved_hours.into();
         // The CEL rules allow 1..=100 but the schema type allows 0..=255; the broker takes a
@@ -313,6 +378,47 @@ fn service_port(name: &str, port: i32) -> ServicePort {
         target_port: Some(IntOrString::String(name.to_string())),
         protocol: Some("TCP".to_string()),
         ..ServicePort::default()
+    }
+}
+
+/// The PodDisruptionBudgets of `pods` pods: without replication one for the Broker (at most one
+/// broker evicted at a time); with it one per broker group, each letting at most one of the
+/// group's pods go at a time (a group keeps its master or a replica to fail over to, and other
+/// groups may lose a pod meanwhile).
+pub fn pod_disruption_budgets(broker: &Broker, pods: i32) -> Vec<PodDisruptionBudget> {
+    if !broker.is_replicated() {
+        return vec![pod_disruption_budget(broker)];
+    }
+    (0..groups_of_pods(broker, pods))
+        .map(|group| group_disruption_budget(broker, group))
+        .collect()
+}
+
+fn group_disruption_budget(broker: &Broker, group: i32) -> PodDisruptionBudget {
+    let name = group_name(broker, group);
+    let mut metadata = metadata(broker, name.clone());
+    metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(GROUP_LABEL.to_string(), name);
+    let pods: Vec<String> = group_ordinals(broker, group)
+        .map(|ordinal| pod_name(broker, ordinal))
+        .collect();
+    PodDisruptionBudget {
+        metadata,
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(broker)),
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: POD_NAME_LABEL.to_string(),
+                    operator: "In".to_string(),
+                    values: Some(pods),
+                }]),
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
     }
 }
 
@@ -461,13 +567,7 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
                 ..LabelSelector::default()
             },
             pod_management_policy: Some("OrderedReady".to_string()),
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".to_string()),
-                rolling_update: Some(RollingUpdateStatefulSetStrategy {
-                    partition: Some(plan.partition),
-                    max_unavailable: Some(IntOrString::Int(1)),
-                }),
-            }),
+            update_strategy: Some(update_strategy(broker, plan)),
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
                     when_deleted: Some(retention.to_string()),
@@ -479,6 +579,25 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
             ..StatefulSetSpec::default()
         },
         ..StatefulSet::default()
+    }
+}
+
+/// Without replication a partitioned rolling update (highest ordinal first); with it OnDelete:
+/// the operator restarts a group's replicas first and switches mastership over before deleting
+/// the old master ([`crate::controller::rollout::next_group_step`]), an order no partition gives.
+fn update_strategy(broker: &Broker, plan: &RolloutPlan) -> StatefulSetUpdateStrategy {
+    if broker.is_replicated() {
+        return StatefulSetUpdateStrategy {
+            type_: Some("OnDelete".to_string()),
+            rolling_update: None,
+        };
+    }
+    StatefulSetUpdateStrategy {
+        type_: Some("RollingUpdate".to_string()),
+        rolling_update: Some(RollingUpdateStatefulSetStrategy {
+            partition: Some(plan.partition),
+            max_unavailable: Some(IntOrString::Int(1)),
+        }),
     }
 }
 
@@ -721,7 +840,7 @@ fn pod_template(broker: &Broker) -> PodTemplateSpec {
         .clone()
         .unwrap_or_else(|| default_affinity(broker));
     let topology_spread = if overrides.topology_spread_constraints.is_empty() {
-        vec![default_zone_spread(broker)]
+        default_spread(broker)
     } else {
         overrides.topology_spread_constraints.clone()
     };
@@ -816,10 +935,22 @@ fn default_affinity(broker: &Broker) -> Affinity {
     }
 }
 
-fn default_zone_spread(broker: &Broker) -> TopologySpreadConstraint {
+/// Brokers spread across zones. A replicated Broker's pods also spread across nodes: with
+/// maxSkew 1 over the Broker's pods, created one at a time in ordinal order, each run of
+/// consecutive ordinals up to the number of zones (nodes), so each group's pods, lands in
+/// distinct zones (nodes) where the cluster has them.
+fn default_spread(broker: &Broker) -> Vec<TopologySpreadConstraint> {
+    let mut spread = vec![spread_over(broker, "topology.kubernetes.io/zone")];
+    if broker.is_replicated() {
+        spread.push(spread_over(broker, "kubernetes.io/hostname"));
+    }
+    spread
+}
+
+fn spread_over(broker: &Broker, topology_key: &str) -> TopologySpreadConstraint {
     TopologySpreadConstraint {
         max_skew: 1,
-        topology_key: "topology.kubernetes.io/zone".to_string(),
+        topology_key: topology_key.to_string(),
         when_unsatisfiable: "ScheduleAnyway".to_string(),
         label_selector: Some(LabelSelector {
             match_labels: Some(selector_labels(broker)),
@@ -1190,6 +1321,28 @@ mod tests {
         }
     }
 
+    /// Holds the generated keys to the broker's own config: once the broker reads
+    /// `group-members`, `replica-id`, `replication` and `min-in-sync-replicas`, a format it does
+    /// not take fails here.
+    #[test]
+    fn the_broker_binary_accepts_a_replicated_groups_config() {
+        let broker = Broker::test().replicas(2).replicated(3, 2).full_spec();
+        let dir = tempfile::tempdir().expect("temp dir");
+        for (file, text) in config_map(&broker, 6, None).data.unwrap() {
+            let path = dir.path().join(&file);
+            std::fs::write(&path, text).expect("write config");
+            let config = quiver_broker::BrokerConfig::from_file(&path).expect("broker parses it");
+            config.validate().expect("broker accepts it");
+            let ordinal: i32 = file
+                .trim_start_matches("qb-")
+                .trim_end_matches(".json")
+                .parse()
+                .expect("an ordinal");
+            assert_eq!(config.broker_name, format!("qb-g{}", ordinal / 3));
+            assert_eq!(config.peers.len(), 3, "the other group's members");
+        }
+    }
+
     #[test]
     fn out_of_range_disk_high_water_percent_keeps_the_broker_default() {
         for percent in [0, 101, 255] {
@@ -1329,6 +1482,122 @@ mod tests {
         assert_eq!(
             pdb.selector.unwrap().match_labels.unwrap()["app.kubernetes.io/instance"],
             "qb"
+        );
+    }
+
+    #[test]
+    fn without_replication_or_with_one_replica_nothing_changes() {
+        let plain = Broker::test().replicas(3).full_spec();
+        let mut one = plain.clone();
+        one.spec.replication = Some(crate::crd::ReplicationSpec {
+            replicas: 1,
+            mode: crate::crd::ReplicationMode::Sync,
+            min_in_sync_replicas: 1,
+        });
+        let plan = RolloutPlan::initial(&plain);
+        assert_eq!(stateful_set(&one, &plan), stateful_set(&plain, &plan));
+        assert_eq!(config_map(&one, 3, None), config_map(&plain, 3, None));
+        assert_eq!(
+            pod_disruption_budgets(&one, 3),
+            vec![pod_disruption_budget(&plain)]
+        );
+        let config = broker_config(&one, 1, 3);
+        for key in [
+            "group-members",
+            "replica-id",
+            "replication",
+            "min-in-sync-replicas",
+        ] {
+            assert!(config.get(key).is_none(), "{key} in {config}");
+        }
+    }
+
+    #[test]
+    fn a_replicated_group_gets_its_members_replica_id_and_settings() {
+        let broker = Broker::test().replicas(2).replicated(3, 2);
+        assert_eq!(group_of(&broker, 4), (1, 1));
+        assert_eq!(group_ordinals(&broker, 1), 3..6);
+        assert_eq!(
+            (pods_of_groups(&broker, 2), groups_of_pods(&broker, 6)),
+            (6, 2)
+        );
+        let config = broker_config(&broker, 4, 6);
+        assert_eq!(config["broker-name"], "qb-g1");
+        assert_eq!(config["advertise"], "qb-4.qb-headless.ns.svc:10911");
+        assert_eq!(
+            config["group-members"],
+            "0=qb-3.qb-headless.ns.svc:10911,1=qb-4.qb-headless.ns.svc:10911,\
+             2=qb-5.qb-headless.ns.svc:10911"
+        );
+        assert_eq!(config["replica-id"], 1);
+        assert_eq!(config["replication"], "sync");
+        assert_eq!(config["min-in-sync-replicas"], 2);
+        assert_eq!(
+            config["peers"],
+            serde_json::json!([
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-1.qb-headless.ns.svc:10911",
+                "qb-2.qb-headless.ns.svc:10911"
+            ]),
+            "the other group's members, none of its own"
+        );
+        let files = config_map(&broker, 6, None).data.unwrap();
+        assert_eq!(files.len(), 6, "one file per pod, read through $(POD_NAME)");
+        assert!(files["qb-0.json"].contains("\"replica-id\": 0"));
+        assert!(files["qb-5.json"].contains("\"broker-name\": \"qb-g1\""));
+    }
+
+    #[test]
+    fn a_replicated_broker_has_a_budget_per_group_and_spreads_over_zones_and_nodes() {
+        let broker = Broker::test().replicas(2).replicated(3, 2);
+        let budgets = pod_disruption_budgets(&broker, 6);
+        let names: Vec<_> = budgets
+            .iter()
+            .map(|b| b.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["qb-g0", "qb-g1"]);
+        let spec = budgets[1].spec.clone().unwrap();
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        let selector = spec.selector.unwrap();
+        assert_eq!(
+            selector.match_labels.unwrap()["app.kubernetes.io/instance"],
+            "qb"
+        );
+        let expression = &selector.match_expressions.unwrap()[0];
+        assert_eq!(
+            (expression.key.as_str(), expression.operator.as_str()),
+            (POD_NAME_LABEL, "In")
+        );
+        assert_eq!(expression.values.clone().unwrap(), ["qb-3", "qb-4", "qb-5"]);
+        assert_eq!(
+            budgets[1].metadata.labels.clone().unwrap()[GROUP_LABEL],
+            "qb-g1"
+        );
+        let sts = stateful_set(&broker, &RolloutPlan::initial(&broker));
+        let strategy = sts.spec.update_strategy.clone().unwrap();
+        assert_eq!(strategy.type_.as_deref(), Some("OnDelete"));
+        assert!(strategy.rolling_update.is_none());
+        let pod = sts.spec.template.spec.unwrap();
+        let spread: Vec<_> = pod
+            .topology_spread_constraints
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.topology_key, c.max_skew, c.when_unsatisfiable))
+            .collect();
+        assert_eq!(
+            spread,
+            [
+                (
+                    "topology.kubernetes.io/zone".to_string(),
+                    1,
+                    "ScheduleAnyway".to_string()
+                ),
+                (
+                    "kubernetes.io/hostname".to_string(),
+                    1,
+                    "ScheduleAnyway".to_string()
+                ),
+            ]
         );
     }
 

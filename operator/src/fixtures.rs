@@ -3,8 +3,8 @@
 
 use crate::admin::{
     account_scope, AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission,
-    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo,
-    SubscriptionGroup, TopicConfig, TopicStats,
+    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ReplicaRole, ReplicaStatus,
+    ReplicationStatus, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig, TopicStats,
 };
 use crate::crd::{
     Broker, BrokerSpec, ConsumeFromWhere, ConsumerGroup, ConsumerGroupSpec, FlushDiskType,
@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// Builders for Broker test objects.
 pub trait BrokerFixture: Sized {
@@ -27,6 +28,8 @@ pub trait BrokerFixture: Sized {
     fn image(self, image: &str) -> Self;
     /// Sets spec.storage.size.
     fn storage_size(self, size: &str) -> Self;
+    /// Sets spec.replication: groups of `replicas` pods, sync, `min_in_sync` in sync.
+    fn replicated(self, replicas: i32, min_in_sync: i32) -> Self;
     /// Fills every optional field.
     fn full_spec(self) -> Self;
 }
@@ -51,6 +54,7 @@ impl BrokerFixture for Broker {
                 progress_deadline_seconds: crate::crd::DEFAULT_PROGRESS_DEADLINE_SECONDS,
                 network_policy: None,
                 security: None,
+                replication: None,
             },
         );
         broker.metadata = ObjectMeta {
@@ -76,6 +80,15 @@ impl BrokerFixture for Broker {
 
     fn storage_size(mut self, size: &str) -> Self {
         self.spec.storage.size = size.to_string();
+        self
+    }
+
+    fn replicated(mut self, replicas: i32, min_in_sync: i32) -> Self {
+        self.spec.replication = Some(crate::crd::ReplicationSpec {
+            replicas,
+            mode: crate::crd::ReplicationMode::Sync,
+            min_in_sync_replicas: min_in_sync,
+        });
         self
     }
 
@@ -177,6 +190,63 @@ struct FakeBrokers {
     required_access_key: Option<String>,
     /// Per broker: the access key of the last call (None: unsigned).
     last_signer: BTreeMap<BrokerAddr, Option<String>>,
+    /// Replicated broker groups, by broker name.
+    replication: BTreeMap<String, FakeGroup>,
+    /// Switchovers asked for, in order: (the address sent to, the target replica id).
+    switchovers: Vec<(BrokerAddr, u64)>,
+}
+
+/// A replicated broker group as its members report it.
+#[derive(Clone, Debug)]
+struct FakeGroup {
+    /// Member addresses by replica id.
+    members: Vec<BrokerAddr>,
+    min_in_sync: u32,
+    epoch: u64,
+    master: Option<u64>,
+    in_sync: Vec<u64>,
+}
+
+impl FakeGroup {
+    fn status(&self, name: &str, answering: u64) -> ReplicationStatus {
+        let replicas = self
+            .members
+            .iter()
+            .zip(0u64..)
+            .map(|(addr, id)| {
+                let in_sync = self.in_sync.contains(&id);
+                ReplicaStatus {
+                    replica_id: id,
+                    address: addr.0.clone(),
+                    role: match self.master {
+                        Some(master) if master == id => ReplicaRole::Master,
+                        Some(_) => ReplicaRole::Replica,
+                        None => ReplicaRole::Unknown,
+                    },
+                    in_sync,
+                    log_end: if in_sync { 4096 } else { 1024 },
+                    lag_bytes: if in_sync { 0 } else { 3072 },
+                    lag_ms: if in_sync { 0 } else { 2500 },
+                }
+            })
+            .collect();
+        ReplicationStatus {
+            broker_name: name.to_string(),
+            replica_id: answering,
+            mode: "sync".to_string(),
+            min_in_sync_replicas: self.min_in_sync,
+            epoch: self.epoch,
+            master_id: self.master,
+            master_address: self
+                .master
+                .and_then(|master| self.members.get(usize::try_from(master).ok()?))
+                .map(|addr| addr.0.clone()),
+            in_sync_replicas: self.in_sync.clone(),
+            confirmed_offset: 4096,
+            writable: self.master.is_some() && self.in_sync.len() >= self.min_in_sync as usize,
+            replicas,
+        }
+    }
 }
 
 impl FakeAdmin {
@@ -373,6 +443,55 @@ impl FakeAdmin {
                 .cloned()
                 .flatten()
         })
+    }
+
+    /// Makes `members` (addresses by replica id) a replicated group `name` with replica 0 its
+    /// master and every member in sync, at epoch 1.
+    pub fn set_replication_group(&self, name: &str, members: &[String], min_in_sync: u32) {
+        let members: Vec<BrokerAddr> = members.iter().cloned().map(BrokerAddr).collect();
+        let in_sync = (0u64..).take(members.len()).collect();
+        self.with_state(|state| {
+            state.replication.insert(
+                name.to_string(),
+                FakeGroup {
+                    members,
+                    min_in_sync,
+                    epoch: 1,
+                    master: Some(0),
+                    in_sync,
+                },
+            )
+        });
+    }
+
+    /// Sets the in-sync set of group `name`, as its master would after a replica fell behind
+    /// or caught up.
+    pub fn set_in_sync(&self, name: &str, in_sync: &[u64]) {
+        self.with_state(|state| {
+            if let Some(group) = state.replication.get_mut(name) {
+                group.in_sync = in_sync.to_vec();
+            }
+        });
+    }
+
+    /// Sets the master of group `name` (None: no master), bumping the epoch.
+    pub fn set_master(&self, name: &str, master: Option<u64>) {
+        self.with_state(|state| {
+            if let Some(group) = state.replication.get_mut(name) {
+                group.master = master;
+                group.epoch += 1;
+            }
+        });
+    }
+
+    /// The master of group `name`.
+    pub fn master(&self, name: &str) -> Option<u64> {
+        self.with_state(|state| state.replication.get(name).and_then(|group| group.master))
+    }
+
+    /// Switchovers asked for so far: (the address sent to, the target replica id).
+    pub fn switchovers(&self) -> Vec<(BrokerAddr, u64)> {
+        self.with_state(|state| state.switchovers.clone())
     }
 
     fn call<'a, T: Send + 'a>(
@@ -632,6 +751,82 @@ impl BrokerAdmin for FakeAdmin {
             })
         }
         .boxed()
+    }
+
+    fn replication_status<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<ReplicationStatus, AdminError>> {
+        async move {
+            self.call(addr, move |state| {
+                let Some((name, id)) = FakeAdmin::group_of(state, addr) else {
+                    return Err(FakeAdmin::rejected(
+                        addr,
+                        "QUIVER_REPLICATION_STATUS",
+                        quiver_protocol::code::response::REQUEST_CODE_NOT_SUPPORTED,
+                        "request type 40003 not supported".to_string(),
+                    ));
+                };
+                Ok(state.replication[&name].status(&name, id))
+            })
+            .await?
+        }
+        .boxed()
+    }
+
+    /// As a master does: only the master takes it, and only for an in-sync member.
+    fn switchover<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        target: u64,
+        _timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), AdminError>> {
+        async move {
+            self.call(addr, move |state| {
+                state.switchovers.push((addr.clone(), target));
+                let refused = |remark: String| {
+                    Err(FakeAdmin::rejected(
+                        addr,
+                        "QUIVER_SWITCHOVER",
+                        quiver_protocol::code::response::SYSTEM_ERROR,
+                        remark,
+                    ))
+                };
+                let Some((name, id)) = FakeAdmin::group_of(state, addr) else {
+                    return refused("not a member of a replicated group".to_string());
+                };
+                let group = state.replication.get_mut(&name).expect("found above");
+                if group.master != Some(id) {
+                    return refused(format!("replica {id} is not the master"));
+                }
+                if !group.in_sync.contains(&target) {
+                    return refused(format!("replica {target} is not in sync"));
+                }
+                group.master = Some(target);
+                group.epoch += 1;
+                Ok(())
+            })
+            .await?
+        }
+        .boxed()
+    }
+}
+
+impl FakeAdmin {
+    fn group_of(state: &FakeBrokers, addr: &BrokerAddr) -> Option<(String, u64)> {
+        state.replication.iter().find_map(|(name, group)| {
+            let id = group.members.iter().position(|member| member == addr)?;
+            Some((name.clone(), u64::try_from(id).ok()?))
+        })
+    }
+
+    fn rejected(addr: &BrokerAddr, request: &'static str, code: i32, remark: String) -> AdminError {
+        AdminError::Rejected {
+            addr: addr.clone(),
+            request,
+            code,
+            remark,
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 
 use crate::admin::{
     account_scope, AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission,
-    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ResetTarget, RuntimeInfo,
-    SubscriptionGroup, TopicConfig, TopicStats,
+    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ReplicationStatus, ResetTarget,
+    RuntimeInfo, SubscriptionGroup, TopicConfig, TopicStats,
 };
 use futures::future::{BoxFuture, FutureExt};
 use quiver_client::{Admin, ClientConfig, ClientError, TopicSpec};
@@ -335,6 +335,32 @@ impl BrokerAdmin for RemotingAdmin {
             let call = admin.runtime_info_at(&addr.0);
             let table = answer(addr, "GET_BROKER_RUNTIME_INFO", call).await?;
             Ok(RuntimeInfo::from_table(&table))
+        }
+        .boxed()
+    }
+
+    fn replication_status<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+    ) -> BoxFuture<'a, Result<ReplicationStatus, AdminError>> {
+        async move {
+            let admin = self.admin_for(addr);
+            let call = admin.replication_status_at(&addr.0);
+            answer(addr, "QUIVER_REPLICATION_STATUS", call).await
+        }
+        .boxed()
+    }
+
+    fn switchover<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        target: u64,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), AdminError>> {
+        async move {
+            let admin = self.admin_for(addr);
+            let call = admin.switchover_at(&addr.0, target, timeout);
+            answer(addr, "QUIVER_SWITCHOVER", call).await
         }
         .boxed()
     }

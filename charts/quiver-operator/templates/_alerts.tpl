@@ -112,6 +112,27 @@ groups:
           summary: {{`Broker {{ $labels.instance }} refuses sends ({{ or $labels.reason "no reason given" }})`}}
           description: {{ printf "%s%s%s" `The store of broker {{ $labels.instance }} (cluster {{ $labels.cluster }}) has refused writes for ` $r.brokerWritesRefused.for ` (reason: {{ or $labels.reason "not reported" }}). Sends to it fail with SERVICE_NOT_AVAILABLE; reads are still served. The Broker's DiskPressure condition names the cause.` | quote }}
           runbook_url: {{ printf "%s#quiverbrokerwritesrefused" $runbook }}
+  - name: quiver-replication
+    rules:
+      - alert: QuiverReplicationLagHigh
+        # The master of a replicated broker group exports one series per replica.
+        expr: quiver_replication_lag_seconds > {{ $r.replicationLag.thresholdSeconds }}
+        for: {{ $r.replicationLag.for }}
+        labels:
+          severity: {{ $r.replicationLag.severity }}
+        annotations:
+          summary: {{`Replica {{ $labels.replica_id }} of the group of master {{ $labels.instance }} is {{ $value | humanizeDuration }} behind`}}
+          description: {{ printf "%s%v%s%s%s" `Replica {{ $labels.replica_id }} of the broker group whose master is {{ $labels.instance }} (cluster {{ $labels.cluster }}) has been more than ` $r.replicationLag.thresholdSeconds ` seconds behind the master's CommitLog for ` $r.replicationLag.for `. A failover now would pick among fewer up-to-date members; in sync mode the replica may drop out of the in-sync set. Its disk, network or the master's send rate is the cause.` | quote }}
+          runbook_url: {{ printf "%s#quiverreplicationlaghigh" $runbook }}
+      - alert: QuiverReplicationBelowMinInSync
+        expr: quiver_replication_in_sync_replicas < quiver_replication_min_in_sync_replicas
+        for: {{ $r.replicationBelowMinInSync.for }}
+        labels:
+          severity: {{ $r.replicationBelowMinInSync.severity }}
+        annotations:
+          summary: {{`The broker group of {{ $labels.instance }} has {{ $value }} members in sync, below its minimum`}}
+          description: {{ printf "%s%s%s" `The broker group of {{ $labels.instance }} (cluster {{ $labels.cluster }}) has had fewer members in sync than its min-in-sync-replicas for ` $r.replicationBelowMinInSync.for `: its master refuses sends until enough replicas catch up. The Broker's ReplicationDegraded condition names the group and its members.` | quote }}
+          runbook_url: {{ printf "%s#quiverreplicationbelowmininsync" $runbook }}
   - name: quiver-operator
     rules:
       - alert: QuiverOperatorReconcileErrors

@@ -25,9 +25,10 @@ the operator's test API server and fails when these rules differ from them.
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["list", "watch", "create", "patch"]
+# A replicated Broker has a budget per broker group; a group scaled away loses its budget.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "watch", "create", "patch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # A Broker's NetworkPolicy (spec.networkPolicy), deleted when the spec drops it.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
@@ -42,7 +43,8 @@ the operator's test API server and fails when these rules differ from them.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "patch"]
-# A pod stuck not Ready at an outdated revision is deleted so the StatefulSet rollout moves on.
+# A pod stuck not Ready at an outdated revision is deleted so the StatefulSet rollout moves on;
+# a replicated Broker's pods are deleted one by one in its rollout order (OnDelete).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "delete"]

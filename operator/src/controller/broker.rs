@@ -8,6 +8,7 @@
 use super::conditions::{self, is_true, Desired, Status};
 use super::drain::{self, LeavingBroker};
 use super::expansion::{self, Expansion};
+use super::replication::{self, GroupObservation};
 use super::rollout::{self, plan_rollout, ProgressMarkers, RolloutPhase};
 use super::security;
 use super::{
@@ -15,13 +16,15 @@ use super::{
 };
 use crate::admin::{BrokerAddr, TopicConfig};
 use crate::crd::{
-    Broker, BrokerAddress, BrokerStatus, DrainStatus, RolloutStatus, BROKER_DISK_HIGH_WATER_PERCENT,
+    Broker, BrokerAddress, BrokerReplicationStatus, BrokerStatus, DrainStatus,
+    ReplicationGroupStatus, RolloutStatus, BROKER_DISK_HIGH_WATER_PERCENT,
 };
 use crate::desired::{self, RolloutPlan, FIELD_MANAGER};
 use crate::disk::{self, BrokerDisk, DiskProbe};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -152,6 +155,25 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
     }
     let draining_from = scale.drain.is_some().then_some(scale.wanted);
     apply_objects(broker, &namespace, &plan, draining_from, ctx).await?;
+    let observations: Option<Vec<GroupObservation>> = match existing {
+        Some(_) if broker.is_replicated() => {
+            Some(replication::observe(broker, plan.replicas, ctx).await)
+        }
+        _ => None,
+    };
+    let replicated_rolling = match (&existing, &observations) {
+        (Some(sts), Some(observations)) => {
+            replication::step_rollout(broker, sts, &namespace, observations, ctx, &mut problems)
+                .await
+        }
+        _ => false,
+    };
+    let replication_groups = observations.as_ref().map(|observations| {
+        observations
+            .iter()
+            .map(|observation| replication::group_status(broker, observation))
+            .collect::<Vec<_>>()
+    });
     let expansion = match existing {
         Some(_) => expansion::expand_volumes(broker, &namespace, &plan, ctx).await?,
         None => Expansion::default(),
@@ -161,7 +183,8 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         .and_then(|sts| sts.status.clone())
         .unwrap_or_default();
     if !broker.spec.topics.is_empty() && sts_status.ready_replicas.unwrap_or(0) >= plan.replicas {
-        if let Err(error) = ensure_topics(broker, plan.replicas, ctx).await {
+        let targets = topic_targets(broker, plan.replicas, observations.as_deref());
+        if let Err(error) = ensure_topics(broker, &targets, ctx).await {
             problems.push(Problem::new(REASON_TOPICS, error_chain(&error)));
         }
     }
@@ -182,6 +205,8 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         ),
         problems: &problems,
         now: Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH),
+        replication: replication_groups,
+        replicated_rolling,
     };
     let (status, outlook) = broker_status(broker, &previous, &observed);
     publish_transitions(
@@ -290,7 +315,8 @@ async fn scale(
     ctx: &Context,
     problems: &mut Vec<Problem>,
 ) -> Scale {
-    let wanted = broker.spec.replicas.max(1);
+    // Pods: every broker group has group_size() of them.
+    let wanted = desired::pods_of_groups(broker, broker.spec.replicas.max(1));
     let running = existing.and_then(|sts| sts.spec.replicas).unwrap_or(0);
     let mut read_only = restore_kept(broker, previous, wanted, ctx, problems).await;
     if existing.is_none() || wanted >= running {
@@ -433,6 +459,12 @@ async fn announce_rollout(
     ctx: &Context,
 ) {
     let (reason, note) = match phase {
+        RolloutPhase::Started if statefulset_exists && broker.is_replicated() => (
+            "RolloutStarted",
+            "template changed; each broker group restarts its replicas first, then switches \
+             mastership over and restarts the old master"
+                .to_string(),
+        ),
         RolloutPhase::Started if statefulset_exists => (
             "RolloutStarted",
             format!(
@@ -510,9 +542,47 @@ async fn apply_objects(
     apply(ctx, namespace, &config).await?;
     apply(ctx, namespace, &desired::headless_service(broker)).await?;
     apply(ctx, namespace, &desired::client_service(broker)).await?;
-    apply(ctx, namespace, &desired::pod_disruption_budget(broker)).await?;
+    let budgets = desired::pod_disruption_budgets(broker, plan.replicas);
+    for budget in &budgets {
+        apply(ctx, namespace, budget).await?;
+    }
+    if broker.is_replicated() {
+        delete_stale_group_budgets(broker, namespace, &budgets, ctx).await?;
+    }
     apply_network_policy(broker, namespace, ctx).await?;
     apply(ctx, namespace, &desired::stateful_set(broker, plan)).await
+}
+
+/// Deletes the PodDisruptionBudgets of broker groups scaled away.
+async fn delete_stale_group_budgets(
+    broker: &Broker,
+    namespace: &str,
+    wanted: &[PodDisruptionBudget],
+    ctx: &Context,
+) -> Result<(), Error> {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{},{}", desired::pod_selector(broker), desired::GROUP_LABEL);
+    let listed = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::kube("listing PodDisruptionBudgets".to_string()))?;
+    for budget in listed.items {
+        let name = budget.name_any();
+        let owned = budget
+            .owner_references()
+            .iter()
+            .any(|owner| Some(&owner.uid) == broker.metadata.uid.as_ref());
+        if owned
+            && !wanted
+                .iter()
+                .any(|w| w.metadata.name.as_ref() == Some(&name))
+        {
+            api.delete(&name, &DeleteParams::default())
+                .await
+                .map_err(Error::kube(format!("deleting PodDisruptionBudget {name}")))?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies the Broker's NetworkPolicy, or deletes the one it owned once the spec drops it.
@@ -559,6 +629,10 @@ struct Observed<'a> {
     disk: Desired,
     problems: &'a [Problem],
     now: Timestamp,
+    /// Each broker group's replication, with spec.replication only.
+    replication: Option<Vec<ReplicationGroupStatus>>,
+    /// A replicated Broker's pods are being restarted group by group.
+    replicated_rolling: bool,
 }
 
 /// What the status says about the next pass.
@@ -566,13 +640,14 @@ struct Outlook {
     progressing: bool,
     disk_pressure: bool,
     problems: bool,
+    replication_degraded: bool,
 }
 
 impl Outlook {
     fn requeue(&self) -> Duration {
         if self.progressing || self.problems {
             PROGRESS_REQUEUE
-        } else if self.disk_pressure {
+        } else if self.disk_pressure || self.replication_degraded {
             DISK_PRESSURE_REQUEUE
         } else {
             IDLE_REQUEUE
@@ -591,6 +666,14 @@ fn progressing(observed: &Observed<'_>, ready: i32) -> Desired {
                 "waiting for the leaving brokers to be read: {}",
                 drain::describe(drain)
             ),
+        )
+    } else if observed.replicated_rolling {
+        (
+            true,
+            "RollingUpdate",
+            "broker groups restart one pod at a time: replicas first, then the master after \
+             a switchover"
+                .to_string(),
         )
     } else if plan.partition > 0 {
         (
@@ -646,6 +729,7 @@ fn degraded(observed: &Observed<'_>, deadline_exceeded: bool, deadline_s: i64) -
         && ready < replicas
         && observed.scale.drain.is_none()
         && observed.plan.partition == 0
+        && !observed.replicated_rolling
         && observed.sts_status.updated_replicas.unwrap_or(0) >= replicas;
     let message = format!("{ready}/{} brokers ready", observed.scale.wanted);
     if unavailable {
@@ -664,7 +748,7 @@ fn broker_status(
     let plan = observed.plan;
     let ready = observed.sts_status.ready_replicas.unwrap_or(0);
     let wanted = observed.scale.wanted;
-    let rolling = plan.partition > 0;
+    let rolling = plan.partition > 0 || observed.replicated_rolling;
     let rollout = rolling.then(|| RolloutStatus {
         partition: plan.partition,
         updated_replicas: observed.sts_status.updated_replicas.unwrap_or(0),
@@ -698,10 +782,17 @@ fn broker_status(
             format!("{ready}/{wanted} brokers ready"),
         )
     };
+    let replication_condition = observed
+        .replication
+        .as_ref()
+        .map(|groups| replication::condition(broker, groups));
     let outlook = Outlook {
         progressing: progressing.status == Status::True,
         disk_pressure: observed.disk.status == Status::True,
         problems: !observed.problems.is_empty(),
+        replication_degraded: replication_condition
+            .as_ref()
+            .is_some_and(|condition| condition.status == Status::True),
     };
     let mut desired_conditions = vec![
         ready_condition,
@@ -711,6 +802,7 @@ fn broker_status(
         observed.disk.clone(),
     ];
     desired_conditions.extend(observed.expansion.condition.clone());
+    desired_conditions.extend(replication_condition);
     let status = BrokerStatus {
         observed_generation: broker.metadata.generation,
         ready_replicas: ready,
@@ -732,6 +824,10 @@ fn broker_status(
         drain: observed.scale.drain.clone(),
         rollout,
         storage: observed.expansion.storage.clone(),
+        replication: observed
+            .replication
+            .clone()
+            .map(|groups| BrokerReplicationStatus { groups }),
     };
     (status, outlook)
 }
@@ -772,6 +868,22 @@ pub fn transition_events(
             events.push((EventType::Warning, now.reason.clone(), now.message.clone()));
         }
     }
+    let replication_was = before(replication::CONDITION).map(|c| c.status.as_str());
+    if let Some(now) = after(replication::CONDITION) {
+        match (replication_was == Some("True"), now.status.as_str()) {
+            (false, "True") => events.push((
+                EventType::Warning,
+                replication::CONDITION.to_string(),
+                now.message.clone(),
+            )),
+            (true, "False") => events.push((
+                EventType::Normal,
+                "ReplicationRecovered".to_string(),
+                now.message.clone(),
+            )),
+            _ => {}
+        }
+    }
     let disk_was = before(disk::CONDITION).map(|c| c.status.as_str());
     if let Some(now) = after(disk::CONDITION) {
         match (disk_was == Some("True"), now.status.as_str()) {
@@ -801,6 +913,7 @@ async fn publish_transitions(
     for (type_, reason, note) in transition_events(previous, next, problems) {
         let action = match reason.as_str() {
             disk::CONDITION | "DiskPressureRelieved" => "DiskCheck",
+            replication::CONDITION | "ReplicationRecovered" => "ReplicationCheck",
             _ => "Reconcile",
         };
         publish(ctx, broker, type_, &reason, action, &note).await;
@@ -836,13 +949,35 @@ fn default_high_water(broker: &Broker) -> f64 {
     f64::from(percent) / 100.0
 }
 
-/// Creates the spec's topics on every broker (idempotent on the broker side).
-async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<(), Error> {
-    for ordinal in 0..replicas {
-        let addr = BrokerAddr(desired::broker_address(broker, ordinal));
+/// Where the spec's topics are created: every broker; of a replicated group only its master
+/// (its replicas follow it), none while the group has no master.
+fn topic_targets(
+    broker: &Broker,
+    replicas: i32,
+    observations: Option<&[GroupObservation]>,
+) -> Vec<BrokerAddr> {
+    match observations {
+        Some(groups) if broker.is_replicated() => groups
+            .iter()
+            .filter_map(|group| group.status.as_ref()?.master_address.clone())
+            .map(BrokerAddr)
+            .collect(),
+        _ => (0..replicas)
+            .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+            .collect(),
+    }
+}
+
+/// Creates the spec's topics on `targets` (idempotent on the broker side).
+async fn ensure_topics(
+    broker: &Broker,
+    targets: &[BrokerAddr],
+    ctx: &Context,
+) -> Result<(), Error> {
+    for addr in targets {
         for topic in &broker.spec.topics {
             // Creating persists the broker's topic table: skip topics already as specified.
-            if let Ok(stats) = ctx.admin.topic_stats(&addr, &topic.name).await {
+            if let Ok(stats) = ctx.admin.topic_stats(addr, &topic.name).await {
                 if usize::try_from(topic.queues).is_ok_and(|queues| queues == stats.queues.len()) {
                     continue;
                 }
@@ -852,7 +987,7 @@ async fn ensure_topics(broker: &Broker, replicas: i32, ctx: &Context) -> Result<
                 queues: topic.queues,
             };
             ctx.admin
-                .create_topic(&addr, &config)
+                .create_topic(addr, &config)
                 .await
                 .map_err(Error::admin("creating a spec topic"))?;
         }

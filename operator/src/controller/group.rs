@@ -75,14 +75,30 @@ pub async fn reconcile(group: Arc<ConsumerGroup>, ctx: Arc<Context>) -> Result<A
     result
 }
 
-/// Addresses of the brokers of the referenced Broker, including ones still draining.
+/// Addresses of the brokers of the referenced Broker, including ones still draining. Of a
+/// replicated group only its master (as the Broker's status last named it, else replica 0):
+/// consumers commit there, and every member holds the same queues.
 fn broker_addresses(broker: &Broker) -> Vec<BrokerAddr> {
-    let running = broker
-        .status
-        .as_ref()
-        .map_or(0, |status| status.current_replicas);
-    (0..broker.spec.replicas.max(running))
-        .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+    let status = broker.status.as_ref();
+    let running = status.map_or(0, |status| status.current_replicas);
+    let pods = desired::pods_of_groups(broker, broker.spec.replicas).max(running);
+    if !broker.is_replicated() {
+        return (0..pods)
+            .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+            .collect();
+    }
+    let groups = status.and_then(|status| status.replication.as_ref());
+    (0..desired::groups_of_pods(broker, pods))
+        .map(|group| {
+            let name = desired::group_name(broker, group);
+            let master = groups
+                .and_then(|groups| groups.groups.iter().find(|g| g.name == name))
+                .and_then(|g| g.master.clone());
+            let ordinal = desired::group_ordinals(broker, group)
+                .find(|ordinal| Some(desired::pod_name(broker, *ordinal)) == master)
+                .unwrap_or_else(|| desired::group_ordinals(broker, group).start);
+            BrokerAddr(desired::broker_address(broker, ordinal))
+        })
         .collect()
 }
 
@@ -907,6 +923,56 @@ fn forget_last_poll(ctx: &Context, group: &ConsumerGroup) {
 mod tests {
     use super::*;
     use crate::admin::QueueOffset;
+
+    #[test]
+    fn lag_is_polled_on_every_broker_or_on_each_groups_master() {
+        use crate::crd::{BrokerReplicationStatus, BrokerStatus, ReplicationGroupStatus};
+        use crate::fixtures::BrokerFixture;
+        let plain = Broker::test().replicas(2);
+        let addresses: Vec<String> = broker_addresses(&plain).into_iter().map(|a| a.0).collect();
+        assert_eq!(
+            addresses,
+            [
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-1.qb-headless.ns.svc:10911"
+            ]
+        );
+        let mut replicated = Broker::test().replicas(2).replicated(3, 2);
+        let first_members: Vec<String> = broker_addresses(&replicated)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        assert_eq!(
+            first_members,
+            [
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-3.qb-headless.ns.svc:10911"
+            ],
+            "replica 0 of each group while no master is known"
+        );
+        replicated.status = Some(BrokerStatus {
+            current_replicas: 6,
+            replication: Some(BrokerReplicationStatus {
+                groups: vec![ReplicationGroupStatus {
+                    name: "qb-g1".into(),
+                    master: Some("qb-5".into()),
+                    ..ReplicationGroupStatus::default()
+                }],
+            }),
+            ..BrokerStatus::default()
+        });
+        let masters: Vec<String> = broker_addresses(&replicated)
+            .into_iter()
+            .map(|a| a.0)
+            .collect();
+        assert_eq!(
+            masters,
+            [
+                "qb-0.qb-headless.ns.svc:10911",
+                "qb-5.qb-headless.ns.svc:10911"
+            ]
+        );
+    }
 
     fn poll_of(messages: u64, latency_ms: i64) -> Poll {
         let queue = QueueConsumeStats {

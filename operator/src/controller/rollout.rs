@@ -2,6 +2,7 @@
 //! StatefulSet can move on (an outdated pod that never becomes Ready blocks an OrderedReady
 //! rollout for good, kubernetes/kubernetes#67250). Pure: the reconciler reads and acts.
 
+use crate::admin::ReplicationStatus;
 use crate::crd::{Broker, BrokerStatus};
 use crate::desired::{self, RolloutPlan, TEMPLATE_HASH_ANNOTATION};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -64,6 +65,15 @@ pub fn plan_rollout(
         security_hash,
     };
     let new_hash = template_hash(&desired::stateful_set(broker, &provisional));
+    if broker.is_replicated() {
+        // OnDelete: no partition; the pods are restarted in [`next_group_step`]'s order.
+        let phase = if template_hash(existing) != new_hash {
+            RolloutPhase::Started
+        } else {
+            RolloutPhase::Complete
+        };
+        return (provisional, phase);
+    }
     let last_ordinal = (replicas - 1).max(0);
     if template_hash(existing) != new_hash {
         return (
@@ -216,6 +226,133 @@ pub fn current_partition(sts: &StatefulSet) -> i32 {
         .unwrap_or(0)
 }
 
+/// One pod of a replicated broker group, as the rollout sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberPod {
+    /// Its replica id in the group.
+    pub replica_id: u64,
+    /// The pod's name.
+    pub name: String,
+    /// Whether it runs the StatefulSet's update revision.
+    pub updated: bool,
+    /// Whether it is Ready and not being deleted.
+    pub ready: bool,
+}
+
+/// The next thing a replicated group's rollout does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupStep {
+    /// Delete this pod; the StatefulSet (OnDelete) recreates it at the update revision.
+    DeletePod(String),
+    /// Ask the master (replica id `master`) to hand mastership to replica `target`.
+    Switchover { master: u64, target: u64 },
+    /// Nothing to do before the group changes; why.
+    Wait(String),
+    /// Every member runs the update revision.
+    Done,
+}
+
+/// The next step of one replicated group's rollout, pure: replicas first (out-of-sync ones,
+/// then the highest replica id), each only once every member is Ready and every updated member
+/// is back in sync; then a switchover to an updated in-sync replica; the old master, now a
+/// replica, goes last. `pods` are the group's members, by replica id; `status` the group's
+/// replication status (None when no member answered).
+pub fn next_group_step(
+    size: usize,
+    pods: &[MemberPod],
+    status: Option<&ReplicationStatus>,
+) -> GroupStep {
+    // OnDelete creates a missing pod at the update revision: nothing for the rollout to do.
+    if pods.iter().all(|pod| pod.updated) {
+        return GroupStep::Done;
+    }
+    if pods.len() < size {
+        return GroupStep::Wait(format!("{} of {size} pods exist", pods.len()));
+    }
+    if let Some(pod) = pods.iter().find(|pod| !pod.ready) {
+        return GroupStep::Wait(format!("{} is not Ready", pod.name));
+    }
+    let Some(status) = status else {
+        return GroupStep::Wait("no member reported the group's replication status".to_string());
+    };
+    let Some(master) = status.master_id else {
+        return GroupStep::Wait(format!("the group has no master (epoch {})", status.epoch));
+    };
+    let in_sync = |id: u64| status.in_sync_replicas.contains(&id);
+    if let Some(pod) = pods
+        .iter()
+        .find(|pod| pod.updated && !in_sync(pod.replica_id))
+    {
+        return GroupStep::Wait(format!("{} is catching up (not in sync)", pod.name));
+    }
+    // An outdated replica out of sync goes first: restarting it costs the in-sync set nothing.
+    // An in-sync one only when every updated member is back in sync (checked above), so the
+    // group never has two members catching up at once.
+    let outdated: Vec<&MemberPod> = pods
+        .iter()
+        .rev()
+        .filter(|pod| !pod.updated && pod.replica_id != master)
+        .collect();
+    let next = outdated
+        .iter()
+        .find(|pod| !in_sync(pod.replica_id))
+        .or(outdated.first());
+    if let Some(pod) = next {
+        return GroupStep::DeletePod(pod.name.clone());
+    }
+    let Some(master_pod) = pods.iter().find(|pod| pod.replica_id == master) else {
+        return GroupStep::Wait(format!("the master, replica {master}, is not a member pod"));
+    };
+    if master_pod.updated {
+        // Unreachable while some pod is outdated and every outdated pod is the master; kept
+        // for a status that names a master no pod is.
+        return GroupStep::Done;
+    }
+    let target = pods
+        .iter()
+        .find(|pod| pod.updated && pod.replica_id != master && in_sync(pod.replica_id));
+    match target {
+        Some(target) => GroupStep::Switchover {
+            master,
+            target: target.replica_id,
+        },
+        None => GroupStep::Wait(format!(
+            "no updated in-sync replica to hand mastership to before restarting {}",
+            master_pod.name
+        )),
+    }
+}
+
+/// The members of group `group` among `pods`, by replica id, judged against the StatefulSet's
+/// update revision.
+pub fn member_pods(
+    broker: &Broker,
+    group: i32,
+    pods: &[Pod],
+    update_revision: &str,
+) -> Vec<MemberPod> {
+    desired::group_ordinals(broker, group)
+        .filter_map(|ordinal| {
+            let name = desired::pod_name(broker, ordinal);
+            let pod = pods
+                .iter()
+                .find(|pod| pod.metadata.name.as_deref() == Some(&name))?;
+            let revision = pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(REVISION_LABEL));
+            let (_, replica) = desired::group_of(broker, ordinal);
+            Some(MemberPod {
+                replica_id: u64::try_from(replica).unwrap_or_default(),
+                name,
+                updated: revision.is_some_and(|revision| revision == update_revision),
+                ready: is_ready(pod) && pod.metadata.deletion_timestamp.is_none(),
+            })
+        })
+        .collect()
+}
+
 fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -225,6 +362,201 @@ fn is_ready(pod: &Pod) -> bool {
                 .iter()
                 .any(|condition| condition.type_ == "Ready" && condition.status == "True")
         })
+}
+
+#[cfg(test)]
+mod group_step_tests {
+    use super::*;
+    use crate::fixtures::BrokerFixture;
+    use quiver_client::admin::standalone_status;
+
+    fn pod(replica_id: u64, updated: bool, ready: bool) -> MemberPod {
+        MemberPod {
+            replica_id,
+            name: format!("qb-{replica_id}"),
+            updated,
+            ready,
+        }
+    }
+
+    /// A group of three with `master` and the in-sync set `in_sync`.
+    fn status(master: Option<u64>, in_sync: &[u64]) -> ReplicationStatus {
+        ReplicationStatus {
+            master_id: master,
+            in_sync_replicas: in_sync.to_vec(),
+            epoch: 3,
+            min_in_sync_replicas: 2,
+            ..standalone_status("qb-g0", "qb-0:10911")
+        }
+    }
+
+    #[test]
+    fn replicas_go_first_highest_id_first_then_the_switchover_then_the_old_master() {
+        let all = status(Some(0), &[0, 1, 2]);
+        let pods = [
+            pod(0, false, true),
+            pod(1, false, true),
+            pod(2, false, true),
+        ];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&all)),
+            GroupStep::DeletePod("qb-2".into())
+        );
+        let pods = [pod(0, false, true), pod(1, false, true), pod(2, true, true)];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&all)),
+            GroupStep::DeletePod("qb-1".into())
+        );
+        let pods = [pod(0, false, true), pod(1, true, true), pod(2, true, true)];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&all)),
+            GroupStep::Switchover {
+                master: 0,
+                target: 1
+            }
+        );
+        let switched = status(Some(1), &[0, 1, 2]);
+        assert_eq!(
+            next_group_step(3, &pods, Some(&switched)),
+            GroupStep::DeletePod("qb-0".into()),
+            "the old master is a replica now"
+        );
+        let pods = [pod(0, true, true), pod(1, true, true), pod(2, true, true)];
+        assert_eq!(next_group_step(3, &pods, None), GroupStep::Done);
+    }
+
+    #[test]
+    fn a_master_that_is_not_replica_zero_is_restarted_last() {
+        let pods = [
+            pod(0, false, true),
+            pod(1, false, true),
+            pod(2, false, true),
+        ];
+        let master_two = status(Some(2), &[0, 1, 2]);
+        assert_eq!(
+            next_group_step(3, &pods, Some(&master_two)),
+            GroupStep::DeletePod("qb-1".into())
+        );
+        let pods = [pod(0, true, true), pod(1, true, true), pod(2, false, true)];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&master_two)),
+            GroupStep::Switchover {
+                master: 2,
+                target: 0
+            },
+            "the lowest updated in-sync replica"
+        );
+    }
+
+    #[test]
+    fn it_waits_for_ready_pods_caught_up_replicas_a_master_and_a_status() {
+        let all = status(Some(0), &[0, 1, 2]);
+        let restarting = [
+            pod(0, false, true),
+            pod(1, false, true),
+            pod(2, true, false),
+        ];
+        assert_eq!(
+            next_group_step(3, &restarting, Some(&all)),
+            GroupStep::Wait("qb-2 is not Ready".into())
+        );
+        let catching_up = status(Some(0), &[0, 1]);
+        let pods = [pod(0, false, true), pod(1, false, true), pod(2, true, true)];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&catching_up)),
+            GroupStep::Wait("qb-2 is catching up (not in sync)".into())
+        );
+        assert!(matches!(
+            next_group_step(3, &pods, Some(&status(None, &[]))),
+            GroupStep::Wait(reason) if reason.contains("no master")
+        ));
+        assert!(matches!(
+            next_group_step(3, &pods, None),
+            GroupStep::Wait(reason) if reason.contains("no member reported")
+        ));
+        assert!(matches!(
+            next_group_step(3, &pods[..2], Some(&all)),
+            GroupStep::Wait(reason) if reason == "2 of 3 pods exist"
+        ));
+    }
+
+    #[test]
+    fn an_out_of_sync_replica_goes_first_and_is_waited_for() {
+        // Replica 1 fell out of sync: restarting it costs nothing, restarting 2 would.
+        let degraded = status(Some(0), &[0, 2]);
+        let pods = [
+            pod(0, false, true),
+            pod(1, false, true),
+            pod(2, false, true),
+        ];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&degraded)),
+            GroupStep::DeletePod("qb-1".into())
+        );
+        let pods = [pod(0, false, true), pod(1, true, true), pod(2, false, true)];
+        assert_eq!(
+            next_group_step(3, &pods, Some(&degraded)),
+            GroupStep::Wait("qb-1 is catching up (not in sync)".into()),
+            "qb-2 waits until qb-1 is back in sync"
+        );
+        let recovered = status(Some(0), &[0, 1, 2]);
+        assert_eq!(
+            next_group_step(3, &pods, Some(&recovered)),
+            GroupStep::DeletePod("qb-2".into())
+        );
+    }
+
+    #[test]
+    fn without_an_updated_in_sync_replica_the_master_is_not_switched_over() {
+        let pods = [pod(0, false, true), pod(1, true, true), pod(2, true, true)];
+        let lagging = status(Some(0), &[0]);
+        assert!(matches!(
+            next_group_step(3, &pods, Some(&lagging)),
+            GroupStep::Wait(reason) if reason.contains("catching up")
+        ));
+    }
+
+    #[test]
+    fn member_pods_read_revision_readiness_and_replica_id() {
+        let broker = Broker::test().replicas(2).replicated(3, 2);
+        let pod = |name: &str, revision: &str, ready: bool| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {REVISION_LABEL: revision}},
+                "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+            }))
+            .expect("pod")
+        };
+        let pods = [
+            pod("qb-2", "new", true),
+            pod("qb-3", "old", true),
+            pod("qb-4", "new", false),
+            pod("qb-5", "old", true),
+        ];
+        let members = member_pods(&broker, 1, &pods, "new");
+        assert_eq!(
+            members,
+            [
+                MemberPod {
+                    replica_id: 0,
+                    name: "qb-3".into(),
+                    updated: false,
+                    ready: true
+                },
+                MemberPod {
+                    replica_id: 1,
+                    name: "qb-4".into(),
+                    updated: true,
+                    ready: false
+                },
+                MemberPod {
+                    replica_id: 2,
+                    name: "qb-5".into(),
+                    updated: false,
+                    ready: true
+                },
+            ]
+        );
+    }
 }
 
 #[cfg(test)]

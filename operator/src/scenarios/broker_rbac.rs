@@ -1,7 +1,7 @@
 //! RBAC is exactly what the code uses: every request the real operator (controllers, leader
 //! election) makes against the test API server while a Broker is created, given a
 //! NetworkPolicy and relieved of it, given TLS from a Secret and relieved of it, rolled past a stuck pod, expanded, drained, failed and
-//! paused, and a ConsumerGroup is created and deleted, is turned into (apiGroup, resource,
+//! paused, and a ConsumerGroup is created and deleted, and a replicated Broker loses a group, is turned into (apiGroup, resource,
 //! verb) and compared with the rules of the chart's _rbac.tpl.
 
 use super::{addr, condition, eventually, Scenario};
@@ -219,6 +219,26 @@ async fn security_on_then_off(scenario: &Scenario) {
     eventually(LONG, || scenario.broker_ready()).await;
 }
 
+/// A replicated Broker of two groups scaled to one: the leaving group's PodDisruptionBudget is
+/// deleted.
+async fn replicated_groups_scaled_down(scenario: &Scenario) {
+    let mut replicated = Broker::test()
+        .replicas(2)
+        .replicated(2, 1)
+        .image("quiver:1");
+    replicated.metadata.name = Some("qr".into());
+    scenario.create_broker(replicated);
+    let budget = |name: &str| scenario.server.raw::<PodDisruptionBudget>("ns", name);
+    eventually(LONG, || budget("qr-g1").is_some()).await;
+    scenario
+        .server
+        .edit::<Broker>("ns", "qr", |broker| broker["spec"]["replicas"] = 1.into());
+    eventually(LONG, || {
+        budget("qr-g1").is_none() && budget("qr-g0").is_some()
+    })
+    .await;
+}
+
 /// Every request of one operator run through all of the above.
 async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
     let scenario = Scenario::start_elected().await;
@@ -230,6 +250,7 @@ async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
     expand_and_drain(&scenario).await;
     fail_then_pause(&scenario).await;
     group_lifecycle(&scenario).await;
+    replicated_groups_scaled_down(&scenario).await;
     let owners = owner_finalizer_permissions(&scenario);
     let requests = scenario.server.requests();
     scenario.stop().await;

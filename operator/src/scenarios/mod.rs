@@ -13,6 +13,9 @@ mod broker_grpc_port;
 mod broker_network_policy;
 mod broker_pause;
 mod broker_rbac;
+mod broker_replicated_create;
+mod broker_replicated_rollout;
+mod broker_replication_degraded;
 mod broker_rollout;
 mod broker_rollout_stuck;
 mod broker_scale_down;
@@ -127,6 +130,26 @@ impl Scenario {
         let scenario = Scenario::start(true).await;
         scenario.create_broker(Broker::test().replicas(replicas).image("quiver:1"));
         eventually(Duration::from_secs(300), || scenario.broker_ready()).await;
+        scenario
+    }
+
+    /// A Broker of `groups` broker groups of `size` pods each (sync, `min_in_sync`), on image
+    /// quiver:1, with the fake brokers answering as groups whose replica 0 is master, Ready.
+    pub async fn settled_replicated(groups: i32, size: i32, min_in_sync: i32) -> Scenario {
+        let scenario = Scenario::start(true).await;
+        for group in 0..groups {
+            let members: Vec<String> = (group * size..(group + 1) * size).map(addr).collect();
+            let min = u32::try_from(min_in_sync).expect("positive");
+            scenario
+                .admin
+                .set_replication_group(&format!("qb-g{group}"), &members, min);
+        }
+        let broker = Broker::test()
+            .replicas(groups)
+            .replicated(size, min_in_sync)
+            .image("quiver:1");
+        scenario.create_broker(broker);
+        eventually(Duration::from_secs(600), || scenario.broker_ready()).await;
         scenario
     }
 

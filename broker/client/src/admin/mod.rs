@@ -3,9 +3,11 @@
 
 mod per_broker;
 mod query;
+mod replication;
 mod tools;
 
 pub use query::KeyQuery;
+pub use replication::standalone_status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

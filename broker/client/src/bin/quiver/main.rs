@@ -6,6 +6,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod message;
+mod replication;
 mod table;
 
 use std::collections::BTreeMap;
@@ -143,6 +144,9 @@ enum Command {
     Cluster,
     /// Find messages by key or by id and print them with their properties.
     Message(message::MessageArgs),
+    /// The broker group of a broker (master, epoch, in-sync set, lag) and switchovers.
+    #[command(subcommand)]
+    Replication(replication::ReplicationCommand),
 }
 
 #[derive(Args, Debug)]
@@ -449,6 +453,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Cluster => cluster(client, cli.output).await,
         Command::Message(args) => message::run(client, cli.output, args).await,
+        Command::Replication(command) => replication::run(client, cli.output, command).await,
     }
 }
 

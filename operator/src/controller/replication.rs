@@ -1,0 +1,495 @@
+//! Replicated broker groups: each group's status from its members (QUIVER_REPLICATION_STATUS),
+//! the ReplicationDegraded condition, and the rollout step of the group being updated (delete a
+//! pod or switch mastership over), decided by [`rollout::next_group_step`]. The calls to the
+//! brokers and the API server are here; the judgements are pure.
+
+use super::broker::Problem;
+use super::conditions::Desired;
+use super::rollout::{self, GroupStep};
+use super::{error_chain, publish, Context};
+use crate::admin::{BrokerAddr, ReplicaRole, ReplicationStatus};
+use crate::crd::{Broker, ReplicaMemberStatus, ReplicationGroupStatus};
+use crate::desired;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::events::EventType;
+use kube::Api;
+use std::time::Duration;
+
+/// Condition type: a replicated group is below its minimum in sync, or has no master.
+pub const CONDITION: &str = "ReplicationDegraded";
+/// ReplicationDegraded reason: a group's in-sync set is smaller than minInSyncReplicas.
+pub const REASON_BELOW_MIN: &str = "BelowMinInSync";
+/// ReplicationDegraded reason: a group has no master.
+pub const REASON_NO_MASTER: &str = "NoMaster";
+/// ReplicationDegraded reason (Unknown): no member of a group answered.
+pub const REASON_UNKNOWN: &str = "ReplicationStatusUnknown";
+/// ReplicationDegraded reason (False): every group has a master and its minimum in sync.
+pub const REASON_IN_SYNC: &str = "InSync";
+/// Degraded reason: a rollout step (pod deletion, switchover) failed.
+pub const REASON_ROLLOUT_STEP: &str = "ReplicatedRolloutStepFailed";
+/// How long a master may pause sends while the switchover's target catches up.
+pub const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One group as its members answered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupObservation {
+    /// Group index.
+    pub group: i32,
+    /// The group's broker name.
+    pub name: String,
+    /// The group as its master sees it, else as the answering member with the highest epoch
+    /// does; None when no member answered.
+    pub status: Option<ReplicationStatus>,
+}
+
+/// Asks every member of every group (of `pods` pods) for its replication status, all at once;
+/// never fails (a member that does not answer is left out).
+pub async fn observe(broker: &Broker, pods: i32, ctx: &Context) -> Vec<GroupObservation> {
+    let asks = (0..desired::groups_of_pods(broker, pods)).map(|group| async move {
+        let answers = desired::group_ordinals(broker, group)
+            .filter(|ordinal| *ordinal < pods)
+            .map(|ordinal| async move {
+                let addr = BrokerAddr(desired::broker_address(broker, ordinal));
+                match ctx.admin.replication_status(&addr).await {
+                    Ok(status) => Some(status),
+                    Err(error) => {
+                        tracing::debug!(broker = %addr, %error, "no replication status");
+                        None
+                    }
+                }
+            });
+        let answers: Vec<ReplicationStatus> = futures::future::join_all(answers)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        GroupObservation {
+            group,
+            name: desired::group_name(broker, group),
+            status: best_view(answers),
+        }
+    });
+    futures::future::join_all(asks).await
+}
+
+/// The view to trust: the master's own, else the newest epoch's.
+pub fn best_view(answers: Vec<ReplicationStatus>) -> Option<ReplicationStatus> {
+    let own_master = answers
+        .iter()
+        .position(|status| status.master_id == Some(status.replica_id));
+    match own_master {
+        Some(index) => answers.into_iter().nth(index),
+        None => answers.into_iter().max_by_key(|status| status.epoch),
+    }
+}
+
+/// Pod name of replica `id` of group `group`.
+fn member_pod(broker: &Broker, group: i32, id: u64) -> String {
+    let first = desired::group_ordinals(broker, group).start;
+    let offset = i32::try_from(id).unwrap_or(i32::MAX - first);
+    desired::pod_name(broker, first + offset)
+}
+
+/// The status entry of one group, pure.
+pub fn group_status(broker: &Broker, observation: &GroupObservation) -> ReplicationGroupStatus {
+    let group = observation.group;
+    let Some(status) = &observation.status else {
+        let members = desired::group_ordinals(broker, group)
+            .map(|ordinal| ReplicaMemberStatus {
+                replica_id: u64::try_from(desired::group_of(broker, ordinal).1).unwrap_or(0),
+                pod: desired::pod_name(broker, ordinal),
+                role: "Unreachable".to_string(),
+                in_sync: false,
+                lag_bytes: None,
+            })
+            .collect();
+        return ReplicationGroupStatus {
+            name: observation.name.clone(),
+            members,
+            ..ReplicationGroupStatus::default()
+        };
+    };
+    let members = (0..u64::try_from(broker.group_size()).unwrap_or(1))
+        .map(|id| {
+            let reported = status.replicas.iter().find(|r| r.replica_id == id);
+            ReplicaMemberStatus {
+                replica_id: id,
+                pod: member_pod(broker, group, id),
+                role: match reported.map(|r| r.role) {
+                    Some(ReplicaRole::Master) => "Master",
+                    Some(ReplicaRole::Replica) => "Replica",
+                    Some(ReplicaRole::Unknown) => "Unknown",
+                    None => "Unreachable",
+                }
+                .to_string(),
+                in_sync: status.in_sync_replicas.contains(&id),
+                lag_bytes: reported.map(|r| r.lag_bytes),
+            }
+        })
+        .collect();
+    ReplicationGroupStatus {
+        name: observation.name.clone(),
+        epoch: Some(status.epoch),
+        master: status
+            .master_id
+            .map(|master| member_pod(broker, group, master)),
+        in_sync: status
+            .in_sync_replicas
+            .iter()
+            .map(|id| member_pod(broker, group, *id))
+            .collect(),
+        members,
+    }
+}
+
+/// The ReplicationDegraded condition over every group, pure: True (NoMaster, BelowMinInSync)
+/// naming each group and what it lacks; Unknown when a group did not answer and none is
+/// degraded; else False.
+pub fn condition(broker: &Broker, groups: &[ReplicationGroupStatus]) -> Desired {
+    let min = broker
+        .spec
+        .replication
+        .as_ref()
+        .map_or(1, |replication| replication.min_in_sync_replicas.max(1));
+    let min = usize::try_from(min).unwrap_or(1);
+    let mut no_master = Vec::new();
+    let mut below = Vec::new();
+    let mut unknown = Vec::new();
+    for group in groups {
+        if group.epoch.is_none() {
+            unknown.push(group.name.clone());
+            continue;
+        }
+        if group.master.is_none() {
+            no_master.push(format!(
+                "{} has no master (epoch {})",
+                group.name,
+                group.epoch.unwrap_or(0)
+            ));
+        }
+        if group.in_sync.len() < min {
+            below.push(format!(
+                "{} has {} in sync ({}), below minInSyncReplicas {min}",
+                group.name,
+                group.in_sync.len(),
+                if group.in_sync.is_empty() {
+                    "none".to_string()
+                } else {
+                    group.in_sync.join(", ")
+                }
+            ));
+        }
+    }
+    if !no_master.is_empty() || !below.is_empty() {
+        let reason = if no_master.is_empty() {
+            REASON_BELOW_MIN
+        } else {
+            REASON_NO_MASTER
+        };
+        let mut message: Vec<String> = no_master.into_iter().chain(below).collect();
+        message.push("such a group refuses sends until enough members are back in sync".into());
+        return Desired::new(CONDITION, true, reason, message.join("; "));
+    }
+    if !unknown.is_empty() {
+        let message = format!("no member of {} answered", unknown.join(", "));
+        return Desired::new(
+            CONDITION,
+            super::conditions::Status::Unknown,
+            REASON_UNKNOWN,
+            message,
+        );
+    }
+    Desired::new(
+        CONDITION,
+        false,
+        REASON_IN_SYNC,
+        format!(
+            "every group has a master and at least {min} member{} in sync",
+            if min == 1 { "" } else { "s" }
+        ),
+    )
+}
+
+/// The rollout of a replicated Broker: the first group (by index) not yet at the update
+/// revision takes its next step; a step that fails is a problem. Returns whether a rollout is
+/// in progress.
+pub async fn step_rollout(
+    broker: &Broker,
+    sts: &StatefulSet,
+    namespace: &str,
+    observations: &[GroupObservation],
+    ctx: &Context,
+    problems: &mut Vec<Problem>,
+) -> bool {
+    let Some(update_revision) = sts.status.as_ref().and_then(|s| s.update_revision.clone()) else {
+        return false;
+    };
+    // A status not about the current template tells nothing yet; the next pass decides.
+    let current =
+        sts.status.as_ref().and_then(|s| s.observed_generation) >= sts.metadata.generation;
+    if !current {
+        return false;
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let listed = pods
+        .list(&ListParams::default().labels(&desired::pod_selector(broker)))
+        .await;
+    let pod_list = match listed {
+        Ok(list) => list.items,
+        Err(error) => {
+            let message = format!("cannot list the broker pods: {}", error_chain(&error));
+            problems.push(Problem::new(REASON_ROLLOUT_STEP, message));
+            return true;
+        }
+    };
+    let size = usize::try_from(broker.group_size()).unwrap_or(1);
+    for observation in observations {
+        let members = rollout::member_pods(broker, observation.group, &pod_list, &update_revision);
+        let step = rollout::next_group_step(size, &members, observation.status.as_ref());
+        match step {
+            GroupStep::Done => continue,
+            GroupStep::Wait(reason) => {
+                tracing::debug!(group = %observation.name, %reason, "rollout waits");
+            }
+            GroupStep::DeletePod(pod) => {
+                delete_pod(broker, &pods, &observation.name, &pod, ctx, problems).await;
+            }
+            GroupStep::Switchover { master, target } => {
+                switchover(broker, observation, master, target, ctx, problems).await;
+            }
+        }
+        return true;
+    }
+    false
+}
+
+async fn delete_pod(
+    broker: &Broker,
+    pods: &Api<Pod>,
+    group: &str,
+    pod: &str,
+    ctx: &Context,
+    problems: &mut Vec<Problem>,
+) {
+    match pods.delete(pod, &DeleteParams::default()).await {
+        Ok(_) => {
+            let note = format!("restarting {pod} of {group} at the current template");
+            publish(
+                ctx,
+                broker,
+                EventType::Normal,
+                "RolloutStep",
+                "Rollout",
+                &note,
+            )
+            .await;
+        }
+        Err(error) => {
+            let message = format!("cannot delete {pod} of {group}: {}", error_chain(&error));
+            problems.push(Problem::new(REASON_ROLLOUT_STEP, message));
+        }
+    }
+}
+
+async fn switchover(
+    broker: &Broker,
+    observation: &GroupObservation,
+    master: u64,
+    target: u64,
+    ctx: &Context,
+    problems: &mut Vec<Problem>,
+) {
+    let from = member_pod(broker, observation.group, master);
+    let to = member_pod(broker, observation.group, target);
+    let addr = observation
+        .status
+        .as_ref()
+        .and_then(|status| status.master_address.clone())
+        .unwrap_or_else(|| {
+            let first = desired::group_ordinals(broker, observation.group).start;
+            let offset = i32::try_from(master).unwrap_or_default();
+            desired::broker_address(broker, first + offset)
+        });
+    match ctx
+        .admin
+        .switchover(&BrokerAddr(addr), target, SWITCHOVER_TIMEOUT)
+        .await
+    {
+        Ok(()) => {
+            let note = format!(
+                "{}: mastership moved from {from} to {to} before restarting {from}",
+                observation.name
+            );
+            publish(
+                ctx,
+                broker,
+                EventType::Normal,
+                "Switchover",
+                "Rollout",
+                &note,
+            )
+            .await;
+        }
+        Err(error) => {
+            let message = format!(
+                "switchover of {} from {from} to {to} failed: {}",
+                observation.name,
+                error_chain(&error)
+            );
+            problems.push(Problem::new(REASON_ROLLOUT_STEP, message));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::conditions::Status;
+    use crate::fixtures::BrokerFixture;
+    use quiver_client::admin::standalone_status;
+
+    fn three() -> Broker {
+        Broker::test().replicas(2).replicated(3, 2)
+    }
+
+    fn observed(group: i32, master: Option<u64>, in_sync: &[u64]) -> GroupObservation {
+        let mut status = standalone_status("qb-g1", "qb-3.qb-headless.ns.svc:10911");
+        status.master_id = master;
+        status.epoch = 5;
+        status.in_sync_replicas = in_sync.to_vec();
+        status.replicas = (0..3)
+            .map(|id| crate::admin::ReplicaStatus {
+                replica_id: id,
+                address: format!("qb-{}.qb-headless.ns.svc:10911", 3 + id),
+                role: if Some(id) == master {
+                    ReplicaRole::Master
+                } else {
+                    ReplicaRole::Replica
+                },
+                in_sync: in_sync.contains(&id),
+                log_end: 100,
+                lag_bytes: if in_sync.contains(&id) { 0 } else { 40 },
+                lag_ms: 0,
+            })
+            .collect();
+        GroupObservation {
+            group,
+            name: format!("qb-g{group}"),
+            status: Some(status),
+        }
+    }
+
+    #[test]
+    fn the_group_status_names_pods_roles_and_lag() {
+        let status = group_status(&three(), &observed(1, Some(1), &[0, 1]));
+        assert_eq!(status.name, "qb-g1");
+        assert_eq!(status.epoch, Some(5));
+        assert_eq!(status.master.as_deref(), Some("qb-4"));
+        assert_eq!(status.in_sync, ["qb-3", "qb-4"]);
+        let members: Vec<(u64, &str, &str, bool, Option<u64>)> = status
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.replica_id,
+                    m.pod.as_str(),
+                    m.role.as_str(),
+                    m.in_sync,
+                    m.lag_bytes,
+                )
+            })
+            .collect();
+        assert_eq!(
+            members,
+            [
+                (0, "qb-3", "Replica", true, Some(0)),
+                (1, "qb-4", "Master", true, Some(0)),
+                (2, "qb-5", "Replica", false, Some(40)),
+            ]
+        );
+        let silent = GroupObservation {
+            group: 0,
+            name: "qb-g0".into(),
+            status: None,
+        };
+        let status = group_status(&three(), &silent);
+        assert_eq!(status.epoch, None);
+        assert!(status.members.iter().all(|m| m.role == "Unreachable"));
+        assert_eq!(status.members[2].pod, "qb-2");
+    }
+
+    #[test]
+    fn the_condition_says_which_group_lacks_what() {
+        let broker = three();
+        let healthy = [
+            group_status(&broker, &observed(0, Some(0), &[0, 1, 2])),
+            group_status(&broker, &observed(1, Some(1), &[0, 1])),
+        ];
+        let ok = condition(&broker, &healthy);
+        assert_eq!((ok.status, ok.reason), (Status::False, REASON_IN_SYNC));
+        let below = [
+            healthy[0].clone(),
+            group_status(&broker, &observed(1, Some(1), &[1])),
+        ];
+        let degraded = condition(&broker, &below);
+        assert_eq!(
+            (degraded.status, degraded.reason),
+            (Status::True, REASON_BELOW_MIN)
+        );
+        assert!(
+            degraded
+                .message
+                .starts_with("qb-g1 has 1 in sync (qb-4), below minInSyncReplicas 2"),
+            "{}",
+            degraded.message
+        );
+        let headless = [
+            group_status(&broker, &observed(0, None, &[0, 1])),
+            healthy[1].clone(),
+        ];
+        let no_master = condition(&broker, &headless);
+        assert_eq!(
+            (no_master.status, no_master.reason),
+            (Status::True, REASON_NO_MASTER)
+        );
+        assert!(no_master.message.contains("qb-g0 has no master (epoch 5)"));
+        let silent = [
+            healthy[0].clone(),
+            group_status(
+                &broker,
+                &GroupObservation {
+                    group: 1,
+                    name: "qb-g1".into(),
+                    status: None,
+                },
+            ),
+        ];
+        let unknown = condition(&broker, &silent);
+        assert_eq!(
+            (unknown.status, unknown.reason),
+            (Status::Unknown, REASON_UNKNOWN)
+        );
+        assert_eq!(unknown.message, "no member of qb-g1 answered");
+    }
+
+    #[test]
+    fn the_masters_own_view_wins_else_the_newest_epoch() {
+        let view = |replica_id: u64, master: Option<u64>, epoch: u64| ReplicationStatus {
+            replica_id,
+            master_id: master,
+            epoch,
+            ..standalone_status("qb-g0", "a")
+        };
+        let chosen = best_view(vec![
+            view(1, Some(0), 9),
+            view(0, Some(0), 8),
+            view(2, None, 7),
+        ]);
+        assert_eq!(chosen.map(|s| (s.replica_id, s.epoch)), Some((0, 8)));
+        let chosen = best_view(vec![view(1, Some(0), 4), view(2, Some(0), 6)]);
+        assert_eq!(chosen.map(|s| (s.replica_id, s.epoch)), Some((2, 6)));
+        assert_eq!(best_view(Vec::new()), None);
+    }
+}
