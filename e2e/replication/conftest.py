@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -199,6 +200,13 @@ class Group:
         self.wait_in_sync(len(self.members), timeout=60)
         return self
 
+    def wait(self, predicate, timeout, what):
+        """wait_until, failing with each member's (role, epoch, in-sync count) at the deadline."""
+        try:
+            return wait_until(predicate, timeout, what)
+        except AssertionError as error:
+            raise AssertionError(f"{error}; members (role, epoch, in sync) now: {self.views()}") from None
+
     def views(self):
         return {m.id: m.view() for m in self.members}
 
@@ -216,8 +224,8 @@ class Group:
         return best[0] if best else None
 
     def wait_master(self, exclude=(), min_epoch=0, timeout=30):
-        return wait_until(lambda: self.master(exclude, min_epoch), timeout,
-                          f"a master (epoch >= {min_epoch}, not {list(exclude)}): {self.views()}")
+        return self.wait(lambda: self.master(exclude, min_epoch), timeout,
+                         f"a master (epoch >= {min_epoch}, not {list(exclude)})")
 
     def probe(self, member):
         """A raw send to the probe topic: True when the member acknowledged it (SEND_OK)."""
@@ -234,14 +242,14 @@ class Group:
         def writable():
             m = self.master(exclude, min_epoch)
             return m if m is not None and self.probe(m) else None
-        return wait_until(writable, timeout,
-                          f"a writable master (epoch >= {min_epoch}, not {list(exclude)}): {self.views()}")
+        return self.wait(writable, timeout,
+                         f"a writable master (epoch >= {min_epoch}, not {list(exclude)})")
 
     def wait_in_sync(self, count, timeout=60):
         def in_sync():
             m = self.master()
             return m if m is not None and m.view()[2] == count else None
-        return wait_until(in_sync, timeout, f"{count} members in sync: {self.views()}")
+        return self.wait(in_sync, timeout, f"{count} members in sync")
 
     def wait_rejoined(self, member, timeout=90):
         """`member` follows the current master's epoch as a replica and the master counts it
@@ -256,7 +264,41 @@ class Group:
             status = wire.status(master.addr)
             mine = [r for r in (status or {}).get("replicas", []) if r.get("replicaId") == member.id]
             return master if mine and mine[0].get("inSync") else None
-        return wait_until(rejoined, timeout, f"{member} to rejoin in sync: {self.views()}")
+        return self.wait(rejoined, timeout, f"{member} to rejoin in sync")
+
+    def start_monitor(self, interval=0.2):
+        """Samples every member's view in the background until stop_monitor: how often two
+        members claimed to be master at once (of the same epoch: split brain; of different
+        epochs: a deposed master that has not yet heard of its successor)."""
+        self._monitor_stop = threading.Event()
+        self.samples = 0
+        self.same_epoch_masters = []  # (time, views)
+        self.two_masters = 0
+        self.longest_two_masters = 0.0
+        def run():
+            since = None
+            while not self._monitor_stop.wait(interval):
+                views = self.views()
+                masters = [(i, v[1]) for i, v in views.items() if v[0] == "master"]
+                self.samples += 1
+                epochs = [e for _, e in masters]
+                if len(epochs) != len(set(epochs)):
+                    self.same_epoch_masters.append((time.strftime("%H:%M:%S"), views))
+                if len(masters) > 1:
+                    self.two_masters += 1
+                    since = since or time.monotonic()
+                    self.longest_two_masters = max(self.longest_two_masters, time.monotonic() - since)
+                else:
+                    since = None
+        self._monitor = threading.Thread(target=run, daemon=True)
+        self._monitor.start()
+
+    def stop_monitor(self):
+        self._monitor_stop.set()
+        self._monitor.join(10)
+        return (f"{self.samples} samples of the members' roles: {self.two_masters} with two "
+                f"members claiming master (longest run {self.longest_two_masters:.1f} s), "
+                f"{len(self.same_epoch_masters)} with two masters of the same epoch")
 
     def assert_no_panic(self):
         for m in self.members:

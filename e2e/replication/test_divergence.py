@@ -102,8 +102,8 @@ def test_unconfirmed_tail_of_a_deposed_master_is_dropped(group):
     assert all(r[0] == wire.SUCCESS for r in y.values()), y
 
     old.resume()
-    wait_until(lambda: old.view()[:2] == ("replica", new_epoch), 60,
-               f"{old} to follow epoch {new_epoch}: {group.views()}")
+    group.wait(lambda: old.view()[:2] == ("replica", new_epoch), 60,
+               f"{old} to follow epoch {new_epoch}")
     group.wait_in_sync(3, timeout=60)
     log(f"{old} is a replica of epoch {new_epoch}; all 3 in sync: {group.views()}")
 

@@ -15,7 +15,7 @@ import pytest
 import wire
 from checker import check, check_consumer
 from quiver_e2e import wait_until
-from workload import ConsumerProcess, ProducerDriver, log, stored, wait_placed
+from workload import ConsumerProcess, ProducerDriver, log, post_mortem, stored, wait_placed
 
 TOPIC = "JepsenTopic"
 GROUP = "JepsenConsumers"
@@ -36,10 +36,14 @@ def test_kill9_master_rounds(group, work_dir):
         wait_until(lambda m=m: TOPIC in _routes(m), 30, f"{m} to route {TOPIC}")
 
     consumer = ConsumerProcess(group.namesrv, GROUP, TOPIC, work_dir)
+    group.start_monitor()
     try:
         _rounds_then_check(group, work_dir, consumer, rng)
     finally:
         consumer.shutdown()
+        log(f"split-brain monitor: {group.stop_monitor()}")
+    assert not group.same_epoch_masters, (
+        f"two members claimed to be master of the same epoch: {group.same_epoch_masters[:5]}")
     group.assert_no_panic()
 
 
@@ -78,6 +82,10 @@ def _rounds_then_check(group, work_dir, consumer, rng):
                 f"member back as {role} and all 3 in sync {catch_up:.2f} s after its restart")
             assert role == "replica", f"{victim} rejoined as {role}: {group.views()}"
         wait_until(lambda: producer.acked() >= acked_before + 50, 60, "sends after the last round")
+    except AssertionError:
+        if producer is not None:
+            post_mortem(group, TOPIC, QUEUES, producer.stop())
+        raise
     finally:
         history = producer.stop() if producer else None
 

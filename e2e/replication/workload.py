@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import remoting
 import wire
 from checker import Ack, Stored
 
@@ -180,3 +181,32 @@ def wait_placed(member, queues, timeout=60):
 def log(text):
     # A line of its own (pytest -q prints its progress dots without a newline).
     print(f"\n[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def post_mortem(group, topic, queues, history):
+    """After a failed wait: what the group looks like and what the checker makes of the member
+    that now claims to be master of the highest epoch (logged; the test fails anyway)."""
+    from checker import check
+    log(f"post-mortem: members (role, epoch, in sync): {group.views()}; producer: {history.summary()}")
+    for m in group.members:
+        if not m.alive() or m.paused:
+            continue
+        try:
+            code, remark, _, body = remoting.call(m.addr, remoting.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            route = [b.get("brokerAddrs") for b in json.loads(body).get("brokerDatas", [])] if code == 0 else (code, remark)
+            # To the probe topic, so the checker's topic holds only the producer's keys.
+            sent = wire.send(m.addr, "ProbeTopic", f"post-mortem-{m.id}", "post-mortem", timeout=5)
+        except (OSError, ValueError) as error:
+            route, sent = error, None
+        log(f"post-mortem: {m} routes {topic} to {route}; a raw send to it (code, remark, queue, offset): {sent}")
+    master = group.master()
+    if master is None:
+        log("post-mortem: no member claims to be master")
+        return
+    try:
+        contents, _ = stored(master.addr, topic, queues)
+    except Exception as error:  # the test fails anyway: show why the read failed
+        log(f"post-mortem: reading {topic} from {master} failed: {error}")
+        return
+    report = check(history.acks, contents, history.sent)
+    log(f"post-mortem checker on {master}: {report.summary()}; {report.problems()[:3]}")
