@@ -52,6 +52,7 @@ def _rounds_then_check(group, work_dir, consumer, rng):
     producer = None
     failovers = []
     kills = []
+    elections = []
     try:
         wait_placed(master, QUEUES)
         producer = ProducerDriver(group.namesrv, TOPIC, QUEUES, work_dir).start()
@@ -65,6 +66,8 @@ def _rounds_then_check(group, work_dir, consumer, rng):
             acked_before = producer.acked()
             killed_at = time.monotonic()
             victim.kill9()
+            group.wait_master(exclude=(victim.id,), min_epoch=epoch + 1, timeout=30)
+            elected = time.monotonic() - killed_at
             new_master = group.wait_writable(exclude=(victim.id,), min_epoch=epoch + 1, timeout=30)
             failover = time.monotonic() - killed_at
             _, new_epoch, _ = new_master.view()
@@ -76,9 +79,11 @@ def _rounds_then_check(group, work_dir, consumer, rng):
             role = victim.view()[0]
             failovers.append(failover)
             kills.append(killed_at)
+            elections.append(elected)
             log(f"round {round_no}: killed {victim} (master of epoch {epoch}, {acked_before} acked "
                 f"so far){' and deleted its data directory' if disk_loss else ''}; {new_master} "
-                f"writable as master of epoch {new_epoch} after {failover:.2f} s; the killed "
+                f"master of epoch {new_epoch} after {elected:.2f} s, writable (a probe send "
+                f"acknowledged) after {failover:.2f} s; the killed "
                 f"member back as {role} and all 3 in sync {catch_up:.2f} s after its restart")
             assert role == "replica", f"{victim} rejoined as {role}: {group.views()}"
         wait_until(lambda: producer.acked() >= acked_before + 50, 60, "sends after the last round")
@@ -90,7 +95,8 @@ def _rounds_then_check(group, work_dir, consumer, rng):
         history = producer.stop() if producer else None
 
     log(f"failover times (kill -9 to a writable new master): "
-        f"{', '.join(f'{f:.2f}s' for f in failovers)}; max {max(failovers):.2f}s")
+        f"{', '.join(f'{f:.2f}s' for f in failovers)}; max {max(failovers):.2f}s; "
+        f"kill -9 to a member claiming master: {', '.join(f'{e:.2f}s' for e in elections)}")
     log(f"producer: {history.summary()}; generations (processes) {producer.generations}")
     outages = [min((t for s, t in zip(history.ack_started, history.ack_times) if s > k),
                    default=float("nan")) - k for k in kills]
