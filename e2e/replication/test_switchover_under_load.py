@@ -14,7 +14,7 @@ import wire
 from checker import check, longest_gap
 from conftest import BIN_DIR
 from quiver_e2e import wait_until
-from workload import ProducerDriver, log, stored
+from workload import ProducerDriver, log, post_mortem, stored
 
 TOPIC = "SwitchTopic"
 QUEUES = 4
@@ -67,12 +67,15 @@ def test_switchover_to_a_named_replica_under_load(group, work_dir):
             log(f"switchover {master} -> {target} answered in {answered - started:.3f} s: {said}")
             assert ok, said
             new = group.wait_writable(min_epoch=epoch + 1, timeout=30)
-            assert new is target, f"the new master is {new}, not the named {target}"
+            assert new is target, f"the new master is {new}, not the named {target}: {group.views()}"
             switches.append((master, target, started, answered, said))
             master, epoch = new, new.view()[1]
             acked_at_switch = producer.acked()
             wait_until(lambda: producer.acked() >= acked_at_switch + 300, 60,
                        "300 acknowledged sends after the switchover")
+    except AssertionError:
+        post_mortem(group, TOPIC, QUEUES, producer.stop())
+        raise
     finally:
         history = producer.stop()
     log(f"producer: {history.summary()}; generations (processes) {producer.generations}")
