@@ -205,16 +205,15 @@ pub fn group_name(broker: &Broker, group: i32) -> String {
     }
 }
 
-/// `--group-members` of group `group`: `0=<address>,1=<address>,...`, every member's stable
-/// remoting address by replica id, itself included.
-pub fn group_members(broker: &Broker, group: i32) -> String {
+/// `group-members` of group `group`: `<replica id>=<address>` for every member's stable
+/// remoting address, itself included (a list in the config file, as `peers`).
+pub fn group_members(broker: &Broker, group: i32) -> Vec<String> {
     group_ordinals(broker, group)
         .map(|ordinal| {
             let (_, replica) = group_of(broker, ordinal);
             format!("{replica}={}", broker_address(broker, ordinal))
         })
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect()
 }
 
 /// Volume claim name of the broker with this ordinal.
@@ -1321,9 +1320,8 @@ mod tests {
         }
     }
 
-    /// Holds the generated keys to the broker's own config: once the broker reads
-    /// `group-members`, `replica-id`, `replication` and `min-in-sync-replicas`, a format it does
-    /// not take fails here.
+    /// Holds the generated keys to the broker's own config: `group-members`, `replica-id`,
+    /// `replication` and `min-in-sync-replicas` as the broker parses and validates them.
     #[test]
     fn the_broker_binary_accepts_a_replicated_groups_config() {
         let broker = Broker::test().replicas(2).replicated(3, 2).full_spec();
@@ -1340,6 +1338,8 @@ mod tests {
                 .expect("an ordinal");
             assert_eq!(config.broker_name, format!("qb-g{}", ordinal / 3));
             assert_eq!(config.peers.len(), 3, "the other group's members");
+            assert_eq!(config.members().expect("members parse").len(), 3);
+            assert_eq!(config.replica_id, u64::try_from(ordinal % 3).unwrap());
         }
     }
 
@@ -1526,8 +1526,11 @@ mod tests {
         assert_eq!(config["advertise"], "qb-4.qb-headless.ns.svc:10911");
         assert_eq!(
             config["group-members"],
-            "0=qb-3.qb-headless.ns.svc:10911,1=qb-4.qb-headless.ns.svc:10911,\
-             2=qb-5.qb-headless.ns.svc:10911"
+            serde_json::json!([
+                "0=qb-3.qb-headless.ns.svc:10911",
+                "1=qb-4.qb-headless.ns.svc:10911",
+                "2=qb-5.qb-headless.ns.svc:10911"
+            ])
         );
         assert_eq!(config["replica-id"], 1);
         assert_eq!(config["replication"], "sync");

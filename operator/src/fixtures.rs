@@ -764,7 +764,7 @@ impl BrokerAdmin for FakeAdmin {
                         addr,
                         "QUIVER_REPLICATION_STATUS",
                         quiver_protocol::code::response::REQUEST_CODE_NOT_SUPPORTED,
-                        "request type 40003 not supported".to_string(),
+                        "request type 30003 not supported".to_string(),
                     ));
                 };
                 Ok(state.replication[&name].status(&name, id))

@@ -78,8 +78,11 @@ async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
     assert_eq!(member["min-in-sync-replicas"], 2);
     assert_eq!(
         member["group-members"],
-        "0=qb-3.qb-headless.ns.svc:10911,1=qb-4.qb-headless.ns.svc:10911,\
-         2=qb-5.qb-headless.ns.svc:10911"
+        serde_json::json!([
+            "0=qb-3.qb-headless.ns.svc:10911",
+            "1=qb-4.qb-headless.ns.svc:10911",
+            "2=qb-5.qb-headless.ns.svc:10911"
+        ])
     );
     assert_eq!(file("qb-0")["replica-id"], 0);
     assert_eq!(file("qb-2")["broker-name"], "qb-g0");
