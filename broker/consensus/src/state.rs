@@ -138,7 +138,11 @@ impl GroupState {
     /// beyond its own end (`local_end`). `local_end` if no later epoch exists;
     /// None while that epoch's start is not agreed yet.
     pub fn truncation_point(&self, last_local_epoch: u64, local_end: u64) -> Option<u64> {
-        match self.history.iter().find(|e| e.epoch > last_local_epoch) {
+        // An epoch superseded before it started never wrote a byte: it bounds nothing.
+        let next = self.history.iter().find(|e| {
+            e.epoch > last_local_epoch && (e.start_offset.is_some() || e.epoch == self.epoch)
+        });
+        match next {
             Some(next) => next.start_offset.map(|start| local_end.min(start)),
             None => Some(local_end),
         }
@@ -268,6 +272,10 @@ mod tests {
         // A new epoch whose start is not agreed yet: nobody can know.
         s.apply(&elect(4, 2, &[2]));
         assert_eq!(s.truncation_point(3, 300), None);
+        // Superseded before it started (a reversed handover): it wrote nothing and bounds
+        // nothing; the next started epoch does.
+        assert!(elect_and_start(&mut s, 5, 1, 280, &[1]));
+        assert_eq!(s.truncation_point(3, 300), Some(280));
     }
 
     proptest! {

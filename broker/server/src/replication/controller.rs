@@ -28,15 +28,16 @@ const FIRST_ELECTION_WAIT: Duration = Duration::from_secs(5);
 pub struct ReportBody {
     pub id: u64,
     pub log_end: u64,
-    /// The newest epoch its log holds: a master whose log lost its epoch counts as gone.
-    pub epoch: u64,
+    /// It is the agreed master but its log lost the epoch (a new disk): it will not serve.
+    #[serde(default)]
+    pub declined: bool,
 }
 
 /// What the leader last heard from a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Report {
     pub log_end: u64,
-    pub epoch: u64,
+    pub declined: bool,
     pub at: Instant,
 }
 
@@ -72,10 +73,10 @@ pub fn decide(
             .is_some_and(|r| now.saturating_duration_since(r.at) < timeout)
     };
     if let Some(master) = state.master {
-        // A master whose log lost the epoch (a new disk) cannot serve it.
-        let serving = reports.get(&master).is_some_and(|r| r.epoch >= state.epoch);
+        // A master whose log lost its epoch (a new disk) says it will not serve.
+        let lost_log = reports.get(&master).is_some_and(|r| r.declined);
         // A new leader first gives the master a full timeout to be heard.
-        if alive(&master) && serving || leading_for < timeout {
+        if alive(&master) && !lost_log || leading_for < timeout {
             return None;
         }
     }
@@ -124,7 +125,9 @@ pub(super) async fn run(
         let report = ReportBody {
             id: replication.id,
             log_end: broker.store.log_end().0,
-            epoch: replication.epoch_file.epoch(),
+            declined: replication
+                .declined
+                .load(std::sync::atomic::Ordering::Acquire),
         };
         match consensus.leader() {
             Some(leader) if leader == replication.id => {
@@ -196,7 +199,7 @@ impl Replication {
             report.id,
             Report {
                 log_end: report.log_end,
-                epoch: report.epoch,
+                declined: report.declined,
                 at: Instant::now(),
             },
         );
@@ -230,6 +233,7 @@ mod tests {
                     *id,
                     Report {
                         log_end: *log_end,
+                        declined: false,
                         at,
                     },
                 )
@@ -278,7 +282,7 @@ mod tests {
     fn a_master_whose_log_lost_its_epoch_is_replaced() {
         let now = Instant::now();
         let mut reports = heard(now, &[(0, 0, 100), (1, 20, 100), (2, 25, 100)]);
-        reports.get_mut(&0).unwrap().epoch = 0;
+        reports.get_mut(&0).unwrap().declined = true;
         let decided = decide(
             &state(0, &[0, 1, 2]),
             &members(),

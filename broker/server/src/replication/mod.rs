@@ -105,6 +105,8 @@ pub struct Replication {
     epoch_file: epoch_file::EpochFile,
     /// Set while mastership is handed over: sends are refused, appends drained.
     switching: AtomicBool,
+    /// This member is the agreed master but its log lost the epoch: it reports so.
+    declined: AtomicBool,
     /// Held shared by every append, exclusively by a switchover to drain them.
     appends: RwLock<()>,
     /// When the master last knew a quorum of its group still answered it (the lease runs
@@ -142,6 +144,7 @@ impl Replication {
             reports: Mutex::new(controller::Reports::default()),
             epoch_file,
             switching: AtomicBool::new(false),
+            declined: AtomicBool::new(false),
             appends: RwLock::new(()),
             lease: Mutex::new(None),
             links: links::Links::new(config.peer_credentials(), config.peer_tls()),

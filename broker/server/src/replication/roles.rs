@@ -60,6 +60,11 @@ pub(super) async fn run(
     loop {
         let current = state.borrow_and_update().clone();
         let duty = duty(&current, replication.id);
+        if !matches!(duty, Duty::Master { .. }) {
+            replication
+                .declined
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
         match duty {
             Duty::Wait => {
                 replication.role.send_replace(Role::Unknown);
@@ -68,12 +73,12 @@ pub(super) async fn run(
                 replication.role.send_replace(Role::Unknown);
                 start_epoch(&broker, &replication, epoch).await;
             }
-            Duty::Master { epoch } if replication.epoch_file.epoch() < epoch => {
-                // The agreed master, but this log does not hold its epoch (the data
-                // directory was lost): it must not serve. It reports its own epoch, so the
-                // group sees a silent master and elects another.
+            Duty::Master { epoch } if !holds_epoch(&replication, epoch) => {
+                // The agreed master, but its log no longer reaches where its epoch started
+                // (the data directory was lost): it must not serve. Its reports show it, so
+                // the group elects another.
                 replication.role.send_replace(Role::Unknown);
-                tracing::error!(epoch, local = replication.epoch_file.epoch(), "this member is the group's master but its log does not hold the epoch; waiting for the group to elect another");
+                tracing::error!(epoch, end = broker.store.log_end().0, "this member is the group's master but its log lost the epoch; waiting for the group to elect another");
             }
             Duty::Master { epoch } | Duty::Follow { epoch, .. } => {
                 // Acts until the state gives another duty or the broker stops.
@@ -108,6 +113,16 @@ pub(super) async fn run(
             }
         }
     }
+}
+
+/// Whether this member's log holds the epoch it is master of (its epoch file, written
+/// before the epoch's start was proposed, says so; a new disk has none).
+fn holds_epoch(replication: &Replication, epoch: u64) -> bool {
+    let holds = replication.epoch_file.epoch() >= epoch;
+    replication
+        .declined
+        .store(!holds, std::sync::atomic::Ordering::Release);
+    holds
 }
 
 async fn wait_for_other_duty(state: &mut watch::Receiver<GroupState>, me: u64, current: Duty) {
