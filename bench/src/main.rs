@@ -4,6 +4,7 @@
 //! `cargo run --release -p quiver-bench -- peers [--systems quiver,nats,redis,rocketmq-rust]
 //!     [--messages N] [--sizes 1024,128,16384] [--smoke] [--write-benchmarks-md]
 //! `cargo run --release -p quiver-bench -- connections [--idle N] [--half-sent N]``
+//! `cargo run --release -p quiver-bench -- replication [--rounds 20] [--lag-rate 50000] [--smoke]`
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -13,6 +14,7 @@ mod connections;
 mod measure;
 mod minimal_server;
 mod peers;
+mod replication;
 mod store;
 
 use std::path::PathBuf;
@@ -40,6 +42,9 @@ enum Command {
     /// What a client connection costs the broker: anonymous memory per idle connection and
     /// per half-sent large frame, beside the targets.
     Connections(connections::Options),
+    /// Replicated broker groups (3 local members, sync replication): batch produce beside a
+    /// single broker, failover after kill -9 of the master, replication lag at a steady rate.
+    Replication(replication::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Peers(options) => peers::run(&options)?,
         Command::Connections(options) => connections::run(&options)?,
+        Command::Replication(options) => replication::run(&options)?,
     }
     Ok(())
 }

@@ -5,11 +5,11 @@ mod hog;
 mod nats;
 mod redis;
 mod report;
-mod rocketmq;
+pub mod rocketmq;
 pub mod server;
 mod stages;
 pub mod systems;
-mod workload;
+pub mod workload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -105,6 +105,12 @@ impl ServerProcess {
         lines[lines.len().saturating_sub(count)..].join("\n")
     }
 
+    /// SIGKILL at once (`kill -9`: no shutdown work), then reaps the process.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then SIGKILL after `grace`; reaps the process.
     pub fn stop(&mut self, grace: Duration) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {

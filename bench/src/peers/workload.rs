@@ -224,7 +224,7 @@ pub fn record_arrival(arrivals: &mpsc::UnboundedSender<Arrival>, body: &[u8]) {
 }
 
 /// A body of `size` bytes of a fixed non-repeating pattern (nothing compresses it away).
-fn pattern_body(size: usize) -> Bytes {
+pub fn pattern_body(size: usize) -> Bytes {
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let bytes: Vec<u8> = (0..size)
         .map(|_| {
@@ -437,7 +437,7 @@ async fn top_up<S: System>(
 
 /// Produce run: `producers` connections, each sending batches one at a time or single
 /// messages with a window in flight, until the count or the time bound is reached.
-async fn produce<S: System>(
+pub async fn produce<S: System>(
     system: &Arc<S>,
     stream: &str,
     size: usize,
