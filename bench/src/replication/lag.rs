@@ -59,6 +59,8 @@ pub struct LagOutcome {
     pub acked_per_sec: f64,
     /// Arrived on the replica (all, warm-up included).
     pub arrived: u64,
+    /// Pulls that failed (each retried 10 ms later).
+    pub pull_errors: u64,
     /// Lag of each message after the warm-up, microseconds, sorted.
     pub lag_micros: Vec<u64>,
     /// Each batch's send to its SEND_OK, microseconds, sorted (after the warm-up).
@@ -110,19 +112,21 @@ async fn measure(
     let core = ClientCore::new(
         ClientConfig::new(&replica_addr).with_request_timeout(Duration::from_secs(5)),
     );
-    let queues = wait_queues(&core).await?;
+    let queues = wait_queues(&core, plan.queues, log).await?;
     let total = (plan.rate_per_sec as f64 * plan.time.as_secs_f64()) as u64;
     let stop = Arc::new(AtomicBool::new(false));
+    let pull_errors = Arc::new(AtomicU64::new(0));
     let (arrivals_tx, mut arrivals_rx) = mpsc::unbounded_channel();
     let mut pulls = tokio::task::JoinSet::new();
     for queue in queues {
-        let (core, addr, stop, arrivals) = (
+        let (core, addr, stop, errors, arrivals) = (
             core.clone(),
             replica_addr.clone(),
             stop.clone(),
+            pull_errors.clone(),
             arrivals_tx.clone(),
         );
-        pulls.spawn(follow(core, addr, queue, stop, arrivals));
+        pulls.spawn(follow(core, addr, queue, (stop, errors), arrivals));
     }
     drop(arrivals_tx);
     let sampler = tokio::spawn(sample(brokers.member(master).http, stop.clone()));
@@ -179,6 +183,7 @@ async fn measure(
         sent_per_sec: paced.sent as f64 / paced.pacing.as_secs_f64().max(1e-9),
         acked_per_sec: paced.acked as f64 / paced.until_last_ack.as_secs_f64().max(1e-9),
         arrived: arrivals.len() as u64,
+        pull_errors: pull_errors.load(Ordering::Relaxed),
         lag_micros,
         ack_micros,
         master_lag_ms,
@@ -187,19 +192,40 @@ async fn measure(
     })
 }
 
-/// The topic's readable queues as the replica's route gives them (it copies the master's
-/// topics about once a second).
-async fn wait_queues(core: &ClientCore) -> anyhow::Result<Vec<MessageQueue>> {
+/// The topic's readable queues as the replica's route gives them once it copied the master's
+/// topic (about once a second): until then its route may offer other queues (the auto-create
+/// default), which it then refuses to serve.
+async fn wait_queues(
+    core: &ClientCore,
+    expected: u32,
+    log: &impl Fn(&str),
+) -> anyhow::Result<Vec<MessageQueue>> {
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut other_counts = Vec::new();
     loop {
-        match core.fetch_route(TOPIC).await {
-            Ok(route) if !route.read_queues.is_empty() => return Ok(route.read_queues.clone()),
-            Ok(_) | Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
+        let route = core.fetch_route(TOPIC).await;
+        match &route {
+            Ok(route) if route.read_queues.len() == expected as usize => {
+                if !other_counts.is_empty() {
+                    log(&format!(
+                        "  (the replica's route of {TOPIC} first offered {other_counts:?} read queues, then the topic's {expected})"
+                    ));
+                }
+                return Ok(route.read_queues.clone());
             }
-            Ok(_) => bail!("the replica's route of {TOPIC} has no readable queue"),
-            Err(error) => return Err(error).context("the replica's route"),
+            Ok(route) => {
+                let count = route.read_queues.len();
+                if !other_counts.contains(&count) {
+                    other_counts.push(count);
+                }
+            }
+            Err(_) => {}
         }
+        if Instant::now() >= deadline {
+            let found = route.map(|r| r.read_queues.len());
+            bail!("the replica's route of {TOPIC} has not {expected} read queues after 20 s: {found:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -209,7 +235,7 @@ async fn follow(
     core: Arc<ClientCore>,
     replica: String,
     queue: MessageQueue,
-    stop: Arc<AtomicBool>,
+    (stop, errors): (Arc<AtomicBool>, Arc<AtomicU64>),
     arrivals: mpsc::UnboundedSender<Arrival>,
 ) -> anyhow::Result<()> {
     let subscription = Subscription::new(TOPIC, "*");
@@ -227,6 +253,7 @@ async fn follow(
         let result = match core.pull_from(&replica, &spec).await {
             Ok(result) => result,
             Err(_) => {
+                errors.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }

@@ -254,9 +254,10 @@ fn lag_rows(row: &mut impl FnMut(&str, &str, &str, &str), plans: &Plans, lag: &L
     let p = |q| percentile(&lag.lag_micros, q);
     row(
         &format!(
-            "{name}, p50 ({} of {} arrived; first {:?} left out)",
+            "{name}, p50 ({} of {} arrived, {} pulls failed; first {:?} left out)",
             lag.lag_micros.len(),
             lag.arrived,
+            lag.pull_errors,
             plans.lag.warmup
         ),
         &ms(p(0.5)),
