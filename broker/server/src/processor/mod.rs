@@ -87,7 +87,13 @@ pub type Outcome = Result<RemotingCommand, Refusal>;
 /// transaction's end under async flush (an append is a copy into mapped memory). The connection's reader then runs it
 /// itself, keeping the request on its thread, instead of spawning a task for it.
 pub fn answers_at_once(broker: &Broker, req: &RemotingCommand) -> bool {
+    // A sync group's master waits for its replicas: that wait must not hold the reader.
+    let waits_for_replicas = broker
+        .replication
+        .as_ref()
+        .is_some_and(|replication| replication.mode == crate::config::ReplicationMode::Sync);
     broker.config.flush_mode == crate::config::FlushMode::Async
+        && !waits_for_replicas
         && matches!(
             req.code,
             request::SEND_MESSAGE

@@ -47,14 +47,25 @@ pub(super) struct Reports {
     heard: BTreeMap<u64, Report>,
     /// Since when this member has led the consensus (reports before that are not its own).
     leading_since: Option<Instant>,
-    acknowledged_at: Option<Instant>,
+    /// The group as the leader last answered this member's report, and when.
+    leader_view: Option<(ReportAnswer, Instant)>,
 }
 
 impl Reports {
-    /// When the leader last took this member's report.
-    pub(super) fn acknowledged_at(&self) -> Option<Instant> {
-        self.acknowledged_at
+    /// When the consensus leader last confirmed that `me` is the master of `epoch`.
+    pub(super) fn confirmed_master(&self, me: u64, epoch: u64) -> Option<Instant> {
+        self.leader_view
+            .filter(|(view, _)| view.master == Some(me) && view.epoch == epoch)
+            .map(|(_, at)| at)
     }
+}
+
+/// The leader's answer to a report: the group as it has agreed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportAnswer {
+    pub epoch: u64,
+    pub master: Option<u64>,
 }
 
 /// The election the leader should propose now, if any (a pure function of what it knows).
@@ -132,7 +143,6 @@ pub(super) async fn run(
         match consensus.leader() {
             Some(leader) if leader == replication.id => {
                 replication.record_report(report);
-                replication.reports.lock().acknowledged_at = Some(Instant::now());
                 elect_if_needed(&replication).await;
             }
             Some(leader) => {
@@ -181,9 +191,13 @@ async fn send_report(replication: &Replication, leader: u64, report: ReportBody)
     let request =
         RemotingCommand::request(request::QUIVER_CONSENSUS, header.to_ext()).with_body(body.into());
     let address = replication.address_of(leader);
+    let sent = Instant::now();
     match replication.links.request(&address, request, TICK * 5).await {
         Ok(answer) if answer.code == response::SUCCESS => {
-            replication.reports.lock().acknowledged_at = Some(Instant::now());
+            match serde_json::from_slice::<ReportAnswer>(&answer.body) {
+                Ok(view) => replication.reports.lock().leader_view = Some((view, sent)),
+                Err(error) => tracing::debug!(%error, "unreadable answer to a report"),
+            }
         }
         Ok(answer) => {
             tracing::debug!(code = answer.code, remark = ?answer.remark, "report refused")

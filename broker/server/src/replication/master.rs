@@ -56,6 +56,9 @@ impl Progress {
         });
         if offset >= end {
             follower.caught_up_at = Some(now);
+        } else if offset < follower.acked {
+            // Back lower than it held: it lost its disk and must catch up again.
+            follower.caught_up_at = None;
         } else if offset >= follower.end_at_last_fetch {
             follower.caught_up_at = Some(follower.last_fetch);
         }
@@ -276,12 +279,18 @@ impl Replication {
             return None;
         };
         let state = self.state();
+        // In async mode the confirmed offset is the master's own end, which replicas reach
+        // only between appends: there catching up within the lag bound is the measure.
+        let floor = match self.mode {
+            ReplicationMode::Sync => self.confirmed().min(store.log_end().0),
+            ReplicationMode::Async => 0,
+        };
         let wanted = self.progress.lock().wanted_in_sync(
             self.id,
             &state.in_sync,
             &self.member_ids(),
             self.lag_max,
-            self.confirmed().min(store.log_end().0),
+            floor,
             Instant::now(),
         );
         (wanted != state.in_sync && state.epoch == epoch).then_some(Command::AlterInSync {

@@ -179,7 +179,16 @@ async fn serve_as_master(
     replication
         .switching
         .store(false, std::sync::atomic::Ordering::Release);
-    *replication.lease.lock() = Some(Instant::now());
+    // A restarted member acts on its saved state: it takes writes only once the group
+    // confirms it is the master of this epoch now.
+    *replication.lease.lock() = None;
+    replication.role.send_replace(Role::Unknown);
+    while !renew_lease(replication, epoch).await {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(MASTER_TICK) => {}
+        }
+    }
     if let Err(error) = broker.transactions.reload(&broker.store, &broker.offsets) {
         tracing::error!(error = %crate::error::chain(&error), "cannot reload the transaction state; half messages are checked from what this member knew");
     }
@@ -192,7 +201,7 @@ async fn serve_as_master(
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        renew_lease(replication).await;
+        renew_lease(replication, epoch).await;
         replication.advance_confirmed(&broker.store);
         let Some(change) = replication.in_sync_change(&broker.store) else {
             continue;
@@ -214,22 +223,31 @@ async fn serve_as_master(
     }
 }
 
-/// The master keeps taking writes only while a quorum of the group still answers it.
-async fn renew_lease(replication: &Replication) {
+/// The master keeps taking writes only while a quorum of the group confirms it is the
+/// master of `epoch`: a linearizable read on the consensus leader, the leader's answer to
+/// its report otherwise. Whether the lease was renewed.
+async fn renew_lease(replication: &Replication, epoch: u64) -> bool {
     let Some(consensus) = replication.consensus() else {
-        return;
+        return false;
     };
     let asked = Instant::now();
     let heard = if consensus.is_leader() {
-        // A linearizable read: a quorum answered after `asked`.
-        consensus.ensure_current().await.is_ok().then_some(asked)
+        let state = consensus.ensure_current().await.ok();
+        state
+            .filter(|state| state.master == Some(replication.id) && state.epoch == epoch)
+            .map(|_| asked)
     } else {
-        replication.reports.lock().acknowledged_at()
+        replication
+            .reports
+            .lock()
+            .confirmed_master(replication.id, epoch)
     };
-    if let Some(heard) = heard {
-        let mut lease = replication.lease.lock();
-        *lease = Some(lease.map_or(heard, |at| at.max(heard)));
-    }
+    let Some(heard) = heard else {
+        return false;
+    };
+    let mut lease = replication.lease.lock();
+    *lease = Some(lease.map_or(heard, |at| at.max(heard)));
+    heard.elapsed() < replication.master_timeout * 2 / 3
 }
 
 async fn follow(

@@ -12,7 +12,7 @@ use quiver_protocol::code::{request, response};
 use quiver_protocol::header::ConsensusRequestHeader;
 use quiver_protocol::RemotingCommand;
 
-use super::controller::ReportBody;
+use super::controller::{ReportAnswer, ReportBody};
 use super::Replication;
 
 /// A consensus message not answered in this long failed.
@@ -112,7 +112,12 @@ impl Replication {
                 return Err(ConsensusRefusal::NotLeader);
             }
             self.record_report(serde_json::from_slice::<ReportBody>(body)?);
-            return Ok(Vec::new());
+            let state = self.state();
+            let answer = ReportAnswer {
+                epoch: state.epoch,
+                master: state.master,
+            };
+            return Ok(serde_json::to_vec(&answer)?);
         }
         Ok(consensus.handle(&header.kind, body).await?)
     }
