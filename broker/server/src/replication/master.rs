@@ -270,6 +270,9 @@ impl Replication {
         });
         if moved {
             store.confirm(CommitLogOffset(offset));
+            // Parked replica fetches carry the new fence to their readers now, not when
+            // their wait ends.
+            self.log_grew.notify_waiters();
         }
     }
 
