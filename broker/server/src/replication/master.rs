@@ -208,6 +208,7 @@ impl Replication {
         self.progress
             .lock()
             .on_fetch(request.replica_id, request.offset, end, Instant::now());
+        self.fetch_recorded.notify_waiters();
         self.advance_confirmed(store);
         if request.offset == end {
             let wait = Duration::from_millis(request.max_wait_ms).min(MAX_FETCH_WAIT);

@@ -100,6 +100,8 @@ pub struct Replication {
     confirmed: watch::Sender<u64>,
     /// Woken after every append on the master: parked replica fetches look again.
     log_grew: Notify,
+    /// Woken after every replica fetch the master recorded: a switchover waits on it.
+    fetch_recorded: Notify,
     progress: Mutex<master::Progress>,
     reports: Mutex<controller::Reports>,
     epoch_file: epoch_file::EpochFile,
@@ -140,6 +142,7 @@ impl Replication {
             role: watch::channel(Role::Unknown).0,
             confirmed: watch::channel(0).0,
             log_grew: Notify::new(),
+            fetch_recorded: Notify::new(),
             progress: Mutex::new(master::Progress::default()),
             reports: Mutex::new(controller::Reports::default()),
             epoch_file,

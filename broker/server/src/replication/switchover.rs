@@ -77,6 +77,10 @@ impl Replication {
         let end = store.log_end().0;
         self.log_grew.notify_waiters();
         loop {
+            let recorded = self.fetch_recorded.notified();
+            tokio::pin!(recorded);
+            // Registered before the check, so a fetch recorded in between still wakes us.
+            recorded.as_mut().enable();
             let acked = self
                 .progress
                 .lock()
@@ -86,7 +90,8 @@ impl Replication {
             if acked >= end {
                 break;
             }
-            if paused.elapsed() >= timeout {
+            let left = timeout.saturating_sub(paused.elapsed());
+            if left.is_zero() || tokio::time::timeout(left, recorded).await.is_err() {
                 return Err(SwitchoverError::CatchUp {
                     target,
                     end,
@@ -94,7 +99,6 @@ impl Replication {
                     timeout,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let consensus = self
             .consensus()
