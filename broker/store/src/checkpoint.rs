@@ -22,6 +22,11 @@ pub(crate) struct Checkpoint {
     /// start of the log once.
     #[serde(default)]
     pub index_durable_offset: Option<u64>,
+    /// With `publish_on_confirm`: records below this were confirmed (a lower bound of the
+    /// read fence when written). A reopened store shows only these until `confirm` moves;
+    /// absent (older checkpoints, standalone stores): nothing is known confirmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_offset: Option<u64>,
 }
 
 pub(crate) fn checkpoint_path(data_dir: &Path) -> PathBuf {

@@ -122,6 +122,8 @@ pub(crate) struct Recovered {
     pub index_behind: Option<(u64, u64)>,
     pub log_end: u64,
     pub report: RecoveryReport,
+    /// The checkpoint's confirmed offset (`publish_on_confirm`), never past `log_end`.
+    pub confirmed_offset: Option<u64>,
 }
 
 struct ScanOutcome {
@@ -332,6 +334,9 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
         index_behind: report.index_behind_from.map(|from| (from.0, log_end)),
         log_end,
         report,
+        confirmed_offset: checkpoint
+            .and_then(|c| c.confirmed_offset)
+            .map(|confirmed| confirmed.min(log_end)),
     })
 }
 

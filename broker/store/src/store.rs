@@ -266,6 +266,7 @@ impl FlushTarget for Shared {
                 commit_log_durable_offset: self.flush.flushed(),
                 consume_queue_durable_offset: dispatched,
                 index_durable_offset: Some(indexed),
+                confirmed_offset: self.checkpointed_confirm(u64::MAX),
             },
         )
     }
@@ -392,6 +393,68 @@ impl Shared {
             .pending
             .front()
             .map_or(log_end, |p| p.start.min(log_end))
+    }
+
+    /// The confirmed offset a checkpoint records (`publish_on_confirm` only), at most `cap`.
+    fn checkpointed_confirm(&self, cap: u64) -> Option<u64> {
+        self.config
+            .publish_on_confirm
+            .then(|| self.confirm.lock().confirmed.min(cap))
+    }
+
+    /// At open: the records from `confirmed` on were not known confirmed when the store
+    /// stopped. Their units are hidden again (each queue shows only the units before its
+    /// first such record) and wait for `confirm`, as a new append's would.
+    fn hold_unconfirmed(&self, confirmed: u64) -> Result<(), StoreError> {
+        let end = self.commit_log.committed();
+        let mut held: Vec<PendingUnit> = Vec::new();
+        let mut at = confirmed.max(self.commit_log.min_offset());
+        while at < end {
+            let bytes = self.commit_log.record_at(at)?;
+            let next = match record::scan_with(&bytes, record::BodyCrc::Skip) {
+                record::Scanned::Message(header) => {
+                    if let Some(queue) = self.queue(header.topic, header.queue_id) {
+                        held.push(PendingUnit {
+                            queue,
+                            max: header.queue_offset.0 + 1,
+                            start: at,
+                            end: at + u64::from(header.size),
+                        });
+                    }
+                    at + u64::from(header.size)
+                }
+                // The blank filler that ends a segment: its size is the rest.
+                _ => at + bytes.len() as u64,
+            };
+            if next <= at {
+                break;
+            }
+            at = next;
+        }
+        let mut state = self.confirm.lock();
+        state.confirmed = confirmed;
+        let mut hidden: Vec<&Arc<ConsumeQueue>> = Vec::new();
+        for unit in &held {
+            if !hidden.iter().any(|q| Arc::ptr_eq(q, &unit.queue)) {
+                unit.queue.publish(unit.max - 1);
+                hidden.push(&unit.queue);
+            }
+        }
+        tracing::info!(
+            confirmed,
+            end,
+            units = held.len(),
+            "records past the checkpointed confirmed offset wait for the group to confirm them"
+        );
+        state.pending.extend(held);
+        Ok(())
+    }
+
+    /// Whether the record at `offset`, `len` bytes, may be read by clients: with
+    /// `publish_on_confirm`, only once it is confirmed.
+    fn readable(&self, offset: u64, len: usize) -> bool {
+        !self.config.publish_on_confirm
+            || offset + len as u64 <= self.confirm.lock().confirmed
     }
 
     /// Publishes the pending units the confirmed offset covers, in order, and tells the hook.
@@ -683,6 +746,7 @@ impl Shared {
                         .queues_durable_to(writer.log.write_pos())
                         .min(offset),
                     index_durable_offset: Some(writer.indexed_to().min(offset)),
+                    confirmed_offset: self.checkpointed_confirm(offset),
                 },
             )?;
         }
@@ -823,6 +887,7 @@ fn save_dirty_checkpoint(
     config: &StoreConfig,
     log_end: u64,
     indexed_to: u64,
+    confirmed: u64,
 ) -> Result<Option<(RefusalReason, StoreError)>, StoreError> {
     let saved = checkpoint::save(
         &config.data_dir,
@@ -831,6 +896,7 @@ fn save_dirty_checkpoint(
             commit_log_durable_offset: log_end,
             consume_queue_durable_offset: log_end,
             index_durable_offset: Some(indexed_to),
+            confirmed_offset: config.publish_on_confirm.then_some(confirmed),
         },
     );
     match saved {
@@ -907,7 +973,14 @@ impl MessageStore {
         let indexed_to = recovered
             .index_behind
             .map_or(recovered.log_end, |(from, _)| from);
-        let pending = save_dirty_checkpoint(&config, recovered.log_end, indexed_to)?;
+        // A group member shows only what its group had confirmed before it stopped: the rest
+        // may yet be truncated by the group's next epoch.
+        let confirmed = if config.publish_on_confirm {
+            recovered.confirmed_offset.unwrap_or(0)
+        } else {
+            recovered.log_end
+        };
+        let pending = save_dirty_checkpoint(&config, recovered.log_end, indexed_to, confirmed)?;
         let usage = disk::read_usage(&config.data_dir)
             .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
         let shared = Arc::new(Shared {
@@ -932,7 +1005,7 @@ impl MessageStore {
             config,
             retention: Mutex::new(()),
             _lock: lock,
-            // What recovery kept is visible: a restarted store confirms its whole log.
+            // Recovery published every unit; `hold_unconfirmed` hides the unconfirmed again.
             confirm: Mutex::new(ConfirmState {
                 confirmed: recovered.log_end,
                 pending: VecDeque::new(),
@@ -944,6 +1017,9 @@ impl MessageStore {
             shared
                 .gate
                 .close(shared.refusal(reason, &format!(" ({})", chain(&error))));
+        }
+        if confirmed < shared.commit_log.committed() {
+            shared.hold_unconfirmed(confirmed)?;
         }
         shared.watch_disk();
         let threads = spawn_threads(&shared)?;
@@ -1271,6 +1347,9 @@ impl MessageStore {
         key_match: KeyMatch,
     ) -> Option<Bytes> {
         let bytes = self.shared.commit_log.record_at(offset).ok()?;
+        if !self.shared.readable(offset, bytes.len()) {
+            return None;
+        }
         let carries = match record::scan_with(&bytes, record::BodyCrc::Skip) {
             record::Scanned::Message(header) => {
                 header.topic == topic && key_match.matches(header.properties, key)
@@ -1284,6 +1363,13 @@ impl MessageStore {
     /// whole, valid record starts exactly there.
     pub fn message_at(&self, offset: CommitLogOffset) -> Result<Bytes, StoreError> {
         let bytes = self.shared.commit_log.record_at(offset.0)?;
+        if !self.shared.readable(offset.0, bytes.len()) {
+            return Err(StoreError::OffsetOutOfRange {
+                offset,
+                min: self.log_min(),
+                max: self.confirmed(),
+            });
+        }
         let (record, _) =
             record::decode(&bytes).map_err(|source| StoreError::BadRecord { offset, source })?;
         if record.physical_offset != offset {
@@ -1671,6 +1757,7 @@ impl MessageStore {
                 commit_log_durable_offset: end,
                 consume_queue_durable_offset: shared.queues_durable_to(end),
                 index_durable_offset: Some(indexed_to.unwrap_or(end)),
+                confirmed_offset: shared.checkpointed_confirm(end),
             },
         );
         match saved {

@@ -514,15 +514,71 @@ fn confirm_fences_what_consumers_see() {
         "not confirmed yet"
     );
 
-    // A restart shows what recovery kept.
+    // A restart shows only what was confirmed before it (the checkpoint keeps the fence):
+    // m4-again waits for the group to confirm it, and is not read by id either.
+    store.shutdown().unwrap();
     drop(store);
     let store = MessageStore::open(StoreConfig {
         publish_on_confirm: true,
         ..small_config(dir.path())
     })
     .unwrap();
+    assert_eq!(store.confirmed(), end_of(&m3));
+    assert_eq!(store.max_offset("T", 0), QueueOffset(4));
+    assert!(store.message_at(m4_again.physical_offset).is_err());
+    assert!(store.message_at(m3.physical_offset).is_ok());
+    store.confirm(store.log_end());
     assert_eq!(store.max_offset("T", 0), QueueOffset(5));
-    assert_eq!(store.confirmed(), store.log_end());
+    assert!(store.message_at(m4_again.physical_offset).is_ok());
+}
+
+/// Issue 36: a member that crashes and restarts must not serve records its group never
+/// confirmed (a new epoch may truncate them and hand their queue offsets to others).
+#[test]
+fn a_crashed_member_serves_nothing_past_its_checkpointed_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        MessageStore::open(StoreConfig {
+            publish_on_confirm: true,
+            ..small_config(dir.path())
+        })
+        .unwrap()
+    };
+    let store = open();
+    let results = put_range(&store, 0..30);
+    let end_of = |r: &PutResult| CommitLogOffset(r.physical_offset.0 + u64::from(r.size));
+    let fence = end_of(&results[9]);
+    store.confirm(fence);
+    // A truncation writes a checkpoint at once (the housekeeper's may come later).
+    store.truncate_to(results[29].physical_offset).unwrap();
+    let visible_before: Vec<(String, u32, u64)> = store
+        .queues()
+        .into_iter()
+        .map(|(t, q)| {
+            let max = store.max_offset(&t, q).0;
+            (t, q, max)
+        })
+        .collect();
+    drop(store); // a crash: no shutdown
+    let store = open();
+    assert!(store.confirmed() <= fence);
+    assert!(store.confirmed().0 > 0, "the truncation's checkpoint kept the fence");
+    for (topic, queue, max) in &visible_before {
+        assert!(store.max_offset(topic, *queue).0 <= *max, "{topic}/{queue}");
+    }
+    for result in &results[10..29] {
+        assert!(store.message_at(result.physical_offset).is_err());
+    }
+    let unconfirmed_key = bodies_by_key(&store, placement(20).0, "key-20");
+    assert!(unconfirmed_key.is_empty(), "queried by key before confirmed");
+    store.confirm(store.log_end());
+    assert_eq!(bodies_by_key(&store, placement(20).0, "key-20"), vec![body(20)]);
+    let total: u64 = store
+        .queues()
+        .into_iter()
+        .map(|(t, q)| store.max_offset(&t, q).0)
+        .sum();
+    assert_eq!(total, 29);
 }
 
 #[test]
