@@ -478,6 +478,9 @@ mod tests {
                 epoch,
                 master: 1,
                 in_sync: [1].into(),
+                // Each election bumps the version: the next one is conditioned on it.
+                in_sync_version: epoch - 1,
+                incarnations: Default::default(),
             }),
         }
     }

@@ -170,11 +170,26 @@ fn set(ids: &[u64]) -> BTreeSet<u64> {
 }
 
 /// An election; the tests' third argument (an offset) only tells proposals apart in logs.
+/// Conditioned on the in-sync version of a group whose every change so far was an
+/// election (each bumps it).
 fn elect(epoch: u64, master: u64, _label: u64, in_sync: &[u64]) -> Command {
     Command::ElectMaster {
         epoch,
         master,
         in_sync: set(in_sync),
+        in_sync_version: epoch - 1,
+        incarnations: Default::default(),
+    }
+}
+
+/// An in-sync change conditioned on `in_sync_version`.
+fn alter(epoch: u64, master: u64, in_sync: &[u64], in_sync_version: u64) -> Command {
+    Command::AlterInSync {
+        epoch,
+        master,
+        in_sync: set(in_sync),
+        in_sync_version,
+        incarnations: Default::default(),
     }
 }
 
@@ -214,21 +229,13 @@ async fn follower_proposal_applies_everywhere_and_stale_epochs_are_rejected() {
         assert_eq!(out, CommandOutcome::Rejected(state.clone()));
     }
     // An in-sync change of the wrong master is rejected; of the right one, applied.
-    let wrong = Command::AlterInSync {
-        epoch: 1,
-        master: leader,
-        in_sync: set(&[leader]),
-    };
+    let wrong = alter(1, leader, &[leader], 1);
     if leader != follower {
         assert!(!c.node(leader).propose(wrong).await.unwrap().is_applied());
     }
     let shrunk = applied(
         c.node(leader)
-            .propose(Command::AlterInSync {
-                epoch: 1,
-                master: follower,
-                in_sync: set(&[follower, leader]),
-            })
+            .propose(alter(1, follower, &[follower, leader], 1))
             .await
             .unwrap(),
     );
@@ -269,11 +276,7 @@ async fn a_new_leader_takes_over_and_two_of_three_make_progress() {
     c.converge(&s2).await;
     let s3 = applied(
         c.node(new)
-            .propose(Command::AlterInSync {
-                epoch: 2,
-                master: new,
-                in_sync: set(&[new]),
-            })
+            .propose(alter(2, new, &[new], 2))
             .await
             .unwrap(),
     );
@@ -344,11 +347,7 @@ async fn a_restarted_member_recovers_its_state_and_catches_up() {
 
         // And it takes part: a proposal from it is applied everywhere.
         let next = applied(
-            back.propose(Command::AlterInSync {
-                epoch: 5,
-                master: last.master.unwrap(),
-                in_sync: set(&[1, 2, 3]),
-            })
+            back.propose(alter(5, last.master.unwrap(), &[1, 2, 3], 5))
             .await
             .unwrap(),
         );

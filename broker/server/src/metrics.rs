@@ -274,6 +274,12 @@ impl Collector for BrokerCollector {
         encode_grpc(&mut encoder, broker)?;
         if let Some(replication) = &broker.replication {
             encode_replication(&mut encoder, &replication.status(&broker.store))?;
+            gauge(
+                &mut encoder,
+                "quiver_replication_consensus_leader",
+                "1 while this member leads its group's consensus (and so decides elections).",
+                u64::from(replication.leads_consensus()),
+            )?;
         }
         match &broker.acl {
             Some(acl) => encode_acl(&mut encoder, acl),

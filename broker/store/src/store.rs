@@ -453,8 +453,7 @@ impl Shared {
     /// Whether the record at `offset`, `len` bytes, may be read by clients: with
     /// `publish_on_confirm`, only once it is confirmed.
     fn readable(&self, offset: u64, len: usize) -> bool {
-        !self.config.publish_on_confirm
-            || offset + len as u64 <= self.confirm.lock().confirmed
+        !self.config.publish_on_confirm || offset + len as u64 <= self.confirm.lock().confirmed
     }
 
     /// Publishes the pending units the confirmed offset covers, in order, and tells the hook.

@@ -17,6 +17,11 @@ header! {
         req max_bytes: u32 = "maxBytes",
         /// How long the master may hold the request when it has nothing new.
         req max_wait_ms: u64 = "maxWaitMs",
+        /// The replica's data-directory incarnation: another one than the master knew is
+        /// a member whose disk was replaced, out of sync until it catches up.
+        opt incarnation: Option<u64> = "incarnation",
+        /// The replica recovered from an unclean stop and has not caught up since.
+        opt unclean: Option<bool> = "unclean",
     }
 }
 

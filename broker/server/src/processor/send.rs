@@ -139,7 +139,10 @@ impl From<SendError> for Refusal {
     fn from(error: SendError) -> Refusal {
         match error {
             SendError::Store(error) => Refusal::from(error),
-            // Apache's answer when the slave did not get the message in time.
+            // Apache's answers when the slaves do not hold the message: none stored it.
+            SendError::Replication(
+                error @ crate::replication::ConfirmError::TooFewCopies { .. },
+            ) => Refusal::new(response::SLAVE_NOT_AVAILABLE, error.to_string()),
             SendError::Replication(error) => {
                 Refusal::new(response::FLUSH_SLAVE_TIMEOUT, error.to_string())
             }

@@ -2,6 +2,11 @@
 //! second; the leader, when the master has gone quiet (or there is none), elects the
 //! in-sync member with the longest log through consensus. Never an unclean election: with
 //! no in-sync member alive the group waits.
+//!
+//! The leader judges only from agreed, current state: each round it first confirms with a
+//! quorum that it still leads (a linearizable read, which also brings its applied state up
+//! to date), and a leader that was not confirmed in the previous round (a stalled process,
+//! a lost quorum) forgets what it heard before and gives the master a full timeout again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,6 +26,10 @@ use crate::broker::Broker;
 const TICK: Duration = Duration::from_millis(200);
 /// A brand-new group waits this long for every member before electing among those present.
 const FIRST_ELECTION_WAIT: Duration = Duration::from_secs(5);
+/// A leader confirmed longer ago than this answers no report and starts its judgement
+/// afresh: below openraft's minimum election timeout (500 ms), so no other leader can have
+/// been elected since the confirmation.
+const LEADERSHIP_FRESH: Duration = Duration::from_millis(400);
 
 /// One member's report to the leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +40,12 @@ pub struct ReportBody {
     /// It is the agreed master but its log lost the epoch (a new disk): it will not serve.
     #[serde(default)]
     pub declined: bool,
+    /// Its data directory's incarnation.
+    #[serde(default)]
+    pub incarnation: u64,
+    /// It recovered from an unclean stop and has not caught up with a master since.
+    #[serde(default)]
+    pub unclean: bool,
 }
 
 /// What the leader last heard from a member.
@@ -38,6 +53,8 @@ pub struct ReportBody {
 pub struct Report {
     pub log_end: u64,
     pub declined: bool,
+    pub incarnation: u64,
+    pub unclean: bool,
     pub at: Instant,
 }
 
@@ -45,13 +62,41 @@ pub struct Report {
 #[derive(Debug, Default)]
 pub(super) struct Reports {
     heard: BTreeMap<u64, Report>,
-    /// Since when this member has led the consensus (reports before that are not its own).
+    /// Since when this member has led the consensus without a gap (reports before that are
+    /// not its own).
     leading_since: Option<Instant>,
+    /// When a quorum last confirmed this member leads.
+    confirmed_leader_at: Option<Instant>,
     /// The group as the leader last answered this member's report, and when.
     leader_view: Option<(ReportAnswer, Instant)>,
 }
 
 impl Reports {
+    /// Whether a quorum confirmed this member leads recently enough to answer reports.
+    pub(super) fn leads_now(&self) -> bool {
+        self.confirmed_leader_at
+            .is_some_and(|at| at.elapsed() < LEADERSHIP_FRESH)
+    }
+
+    /// Leadership was confirmed at `at`: a gap since the previous confirmation (a stalled
+    /// tick loop, a lost quorum) starts the grace period afresh and drops older reports.
+    fn confirmed_leadership(&mut self, at: Instant) {
+        let continuous = self
+            .confirmed_leader_at
+            .is_some_and(|last| at.saturating_duration_since(last) < LEADERSHIP_FRESH);
+        if !continuous || self.leading_since.is_none() {
+            self.leading_since = Some(at);
+            self.heard.retain(|_, report| report.at >= at);
+        }
+        self.confirmed_leader_at = Some(at);
+    }
+
+    /// Not (or no longer known to be) the leader.
+    fn lost_leadership(&mut self) {
+        self.leading_since = None;
+        self.confirmed_leader_at = None;
+    }
+
     /// When the consensus leader last confirmed that `me` is the master of `epoch`.
     pub(super) fn confirmed_master(&self, me: u64, epoch: u64) -> Option<Instant> {
         self.leader_view
@@ -70,6 +115,8 @@ pub struct ReportAnswer {
 
 /// The election the leader should propose now, if any (a pure function of what it knows).
 /// `leading_for`: how long this member has led; reports older than `timeout` count as gone.
+/// Candidates are the live members of the agreed in-sync set still in the incarnation the
+/// set agreed; ones that recovered from an unclean stop only when no clean one is alive.
 pub fn decide(
     state: &GroupState,
     members: &BTreeSet<u64>,
@@ -97,24 +144,31 @@ pub fn decide(
     } else {
         state.in_sync.clone()
     };
+    let same_incarnation = |id: &u64| {
+        state
+            .incarnations
+            .get(id)
+            .is_none_or(|agreed| reports[id].incarnation == *agreed)
+    };
     let candidates: BTreeSet<u64> = eligible
         .iter()
         .copied()
-        .filter(|id| Some(*id) != state.master && alive(id))
+        .filter(|id| Some(*id) != state.master && alive(id) && same_incarnation(id))
         .collect();
     if first && candidates.len() < members.len() && leading_for < FIRST_ELECTION_WAIT {
         return None;
     }
-    // The longest log loses the least unconfirmed data; ties go to the lowest id.
-    let chosen = candidates
+    // A clean member first; then the longest log loses the least unconfirmed data; ties go
+    // to the lowest id.
+    let chosen = candidates.iter().copied().max_by_key(|id| {
+        let report = &reports[id];
+        (!report.unclean, report.log_end, std::cmp::Reverse(*id))
+    })?;
+    let reported = candidates
         .iter()
-        .copied()
-        .max_by_key(|id| (reports[id].log_end, std::cmp::Reverse(*id)))?;
-    Some(Command::ElectMaster {
-        epoch: state.epoch + 1,
-        master: chosen,
-        in_sync: candidates,
-    })
+        .map(|id| (*id, reports[id].incarnation))
+        .collect();
+    Some(state.elect(chosen, candidates, &reported))
 }
 
 /// Reports to the leader and, on the leader, elects when needed.
@@ -133,38 +187,43 @@ pub(super) async fn run(
         let Some(consensus) = replication.consensus() else {
             continue;
         };
-        let report = ReportBody {
-            id: replication.id,
-            log_end: broker.store.log_end().0,
-            declined: replication
-                .declined
-                .load(std::sync::atomic::Ordering::Acquire),
-        };
+        let report = replication.own_report(broker.store.log_end().0);
         match consensus.leader() {
             Some(leader) if leader == replication.id => {
                 replication.record_report(report);
                 elect_if_needed(&replication).await;
             }
             Some(leader) => {
-                replication.reports.lock().leading_since = None;
+                replication.reports.lock().lost_leadership();
                 send_report(&replication, leader, report).await;
             }
-            None => replication.reports.lock().leading_since = None,
+            None => replication.reports.lock().lost_leadership(),
         }
     }
 }
 
+/// On the leader: confirms it still leads (and brings its state up to date), then elects
+/// if the agreed state and the reports heard since call for it.
 async fn elect_if_needed(replication: &Replication) {
     let Some(consensus) = replication.consensus() else {
         return;
     };
+    let asked = Instant::now();
+    let state = match consensus.ensure_current().await {
+        Ok(state) => state,
+        Err(error) => {
+            tracing::debug!(%error, "not confirmed as the consensus leader; not judging");
+            replication.reports.lock().lost_leadership();
+            return;
+        }
+    };
     let now = Instant::now();
     let (reports, leading_for) = {
         let mut reports = replication.reports.lock();
-        let since = *reports.leading_since.get_or_insert(now);
-        (reports.heard.clone(), now - since)
+        reports.confirmed_leadership(asked);
+        let since = reports.leading_since.unwrap_or(asked);
+        (reports.heard.clone(), now.saturating_duration_since(since))
     };
-    let state = replication.state();
     let Some(election) = decide(
         &state,
         &replication.member_ids(),
@@ -207,6 +266,18 @@ async fn send_report(replication: &Replication, leader: u64, report: ReportBody)
 }
 
 impl Replication {
+    /// This member's report: its log end, incarnation and whether it may be short.
+    fn own_report(&self, log_end: u64) -> ReportBody {
+        use std::sync::atomic::Ordering;
+        ReportBody {
+            id: self.id,
+            log_end,
+            declined: self.declined.load(Ordering::Acquire),
+            incarnation: self.epoch_file.incarnation(),
+            unclean: self.unclean.load(Ordering::Acquire),
+        }
+    }
+
     /// Takes a member's report (on the leader).
     pub(crate) fn record_report(&self, report: ReportBody) {
         self.reports.lock().heard.insert(
@@ -214,9 +285,25 @@ impl Replication {
             Report {
                 log_end: report.log_end,
                 declined: report.declined,
+                incarnation: report.incarnation,
+                unclean: report.unclean,
                 at: Instant::now(),
             },
         );
+    }
+
+    /// The leader's answer to a member's report: the group as agreed, or None while this
+    /// member's leadership is not freshly confirmed (a stale leader must not extend an old
+    /// master's lease).
+    pub(super) fn report_answer(&self) -> Option<ReportAnswer> {
+        if !self.reports.lock().leads_now() {
+            return None;
+        }
+        let state = self.state();
+        Some(ReportAnswer {
+            epoch: state.epoch,
+            master: state.master,
+        })
     }
 }
 
@@ -235,7 +322,8 @@ mod tests {
             epoch: 4,
             master: Some(master),
             in_sync: in_sync.iter().copied().collect(),
-            history: Vec::new(),
+            in_sync_version: 9,
+            ..GroupState::default()
         }
     }
 
@@ -248,6 +336,8 @@ mod tests {
                     Report {
                         log_end: *log_end,
                         declined: false,
+                        incarnation: 100 + *id,
+                        unclean: false,
                         at,
                     },
                 )
@@ -288,6 +378,9 @@ mod tests {
                 epoch: 5,
                 master: 2,
                 in_sync: BTreeSet::from([1, 2]),
+                in_sync_version: 9,
+                // None agreed yet (a group from before incarnations): the reported ones.
+                incarnations: BTreeMap::from([(1, 101), (2, 102)]),
             })
         );
     }
@@ -311,6 +404,9 @@ mod tests {
                 epoch: 5,
                 master: 2,
                 in_sync: BTreeSet::from([1, 2]),
+                in_sync_version: 9,
+                // None agreed yet (a group from before incarnations): the reported ones.
+                incarnations: BTreeMap::from([(1, 101), (2, 102)]),
             })
         );
     }
@@ -364,7 +460,95 @@ mod tests {
                 epoch: 1,
                 master: 0,
                 in_sync: members(),
+                in_sync_version: 0,
+                incarnations: BTreeMap::from([(0, 100), (1, 101), (2, 102)]),
             })
         );
+    }
+
+    #[test]
+    fn a_member_back_with_a_wiped_disk_is_not_elected() {
+        let now = Instant::now();
+        let mut agreed = state(0, &[0, 1, 2]);
+        agreed.incarnations = BTreeMap::from([(0, 100), (1, 101), (2, 102)]);
+        // Member 2 has the longest log but a new incarnation: its disk was replaced.
+        let mut reports = heard(now, &[(0, 30, 5000), (1, 20, 100), (2, 25, 100)]);
+        reports.get_mut(&2).unwrap().incarnation = 777;
+        let decided = decide(&agreed, &members(), &reports, now, TIMEOUT * 2, TIMEOUT);
+        assert_eq!(
+            decided,
+            Some(Command::ElectMaster {
+                epoch: 5,
+                master: 1,
+                in_sync: BTreeSet::from([1]),
+                in_sync_version: 9,
+                incarnations: BTreeMap::from([(1, 101)]),
+            })
+        );
+        // With only the wiped member left, the group waits.
+        reports.remove(&1);
+        assert_eq!(
+            decide(&agreed, &members(), &reports, now, TIMEOUT * 2, TIMEOUT),
+            None
+        );
+    }
+
+    #[test]
+    fn a_clean_member_is_preferred_to_a_longer_one_that_stopped_uncleanly() {
+        let now = Instant::now();
+        let mut reports = heard(now, &[(0, 30, 5000), (1, 20, 100), (2, 25, 100)]);
+        reports.get_mut(&2).unwrap().unclean = true;
+        let decided = decide(
+            &state(0, &[0, 1, 2]),
+            &members(),
+            &reports,
+            now,
+            TIMEOUT * 2,
+            TIMEOUT,
+        );
+        assert!(
+            matches!(decided, Some(Command::ElectMaster { master: 1, .. })),
+            "{decided:?}"
+        );
+    }
+
+    /// Issue 36's loss: the paused consensus leader resumes, its reports from before the
+    /// pause make the master look silent; a gap in its leadership drops them and restarts
+    /// the grace period, so it judges nothing until it has heard the group again.
+    #[test]
+    fn a_leader_that_stalled_forgets_old_reports_and_waits_again() {
+        let start = Instant::now();
+        let mut reports = Reports::default();
+        reports.confirmed_leadership(start);
+        for id in [0, 1, 2] {
+            reports.heard.insert(
+                id,
+                Report {
+                    log_end: 10,
+                    declined: false,
+                    incarnation: 1,
+                    unclean: false,
+                    at: start,
+                },
+            );
+        }
+        let steady = start + Duration::from_millis(200);
+        reports.confirmed_leadership(steady);
+        assert_eq!(reports.leading_since, Some(start));
+        assert_eq!(reports.heard.len(), 3);
+        // Paused for 4.5 s, then confirmed again.
+        let resumed = steady + Duration::from_millis(4500);
+        reports.confirmed_leadership(resumed);
+        assert_eq!(reports.leading_since, Some(resumed));
+        assert!(reports.heard.is_empty());
+        let decided = decide(
+            &state(0, &[0, 2]),
+            &members(),
+            &reports.heard,
+            resumed,
+            Duration::ZERO,
+            TIMEOUT,
+        );
+        assert_eq!(decided, None);
     }
 }

@@ -28,6 +28,18 @@ pub(super) struct Follower {
     last_fetch: Instant,
     /// When it last held every byte the master had (Kafka's lastCaughtUpTime).
     pub caught_up_at: Option<Instant>,
+    /// Its data directory's incarnation, as its fetches name it (0: not named).
+    pub incarnation: u64,
+    /// It said it recovered from an unclean stop and has not caught up since.
+    pub unclean: bool,
+}
+
+/// Who is fetching: the replica's id, its incarnation, and whether it stopped uncleanly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Fetcher {
+    pub id: u64,
+    pub incarnation: u64,
+    pub unclean: bool,
 }
 
 /// The master's view of its replicas in one epoch.
@@ -46,18 +58,24 @@ impl Progress {
         };
     }
 
-    /// A fetch of `offset` from `id` arrived while the log ended at `end`.
-    fn on_fetch(&mut self, id: u64, offset: u64, end: u64, now: Instant) {
-        let follower = self.followers.entry(id).or_insert(Follower {
+    /// A fetch of `offset` from `fetcher` arrived while the log ended at `end`.
+    fn on_fetch(&mut self, fetcher: Fetcher, offset: u64, end: u64, now: Instant) {
+        let follower = self.followers.entry(fetcher.id).or_insert(Follower {
             acked: offset,
             end_at_last_fetch: end,
             last_fetch: now,
             caught_up_at: None,
+            incarnation: fetcher.incarnation,
+            unclean: fetcher.unclean,
         });
+        let replaced = follower.incarnation != fetcher.incarnation;
+        follower.incarnation = fetcher.incarnation;
+        follower.unclean = fetcher.unclean && offset < end;
         if offset >= end {
             follower.caught_up_at = Some(now);
-        } else if offset < follower.acked {
-            // Back lower than it held: it lost its disk and must catch up again.
+        } else if offset < follower.acked || replaced || fetcher.unclean {
+            // Back lower than it held, with another disk, or possibly short after an
+            // unclean stop: it must catch up again.
             follower.caught_up_at = None;
         } else if offset >= follower.end_at_last_fetch {
             follower.caught_up_at = Some(follower.last_fetch);
@@ -94,10 +112,34 @@ impl Progress {
             .copied()
             .filter(|id| {
                 let holds = match self.followers.get(id) {
-                    Some(follower) => follower.acked >= confirmed,
+                    Some(follower) => follower.acked >= confirmed && !follower.unclean,
                     None => current.contains(id),
                 };
                 *id == me || holds && self.behind_for(*id, now) <= lag_max
+            })
+            .collect()
+    }
+
+    /// The incarnations of `in_sync` as the fetches named them; `agreed` ones for members
+    /// not heard from in this epoch; `mine` for the master.
+    pub(super) fn incarnations(
+        &self,
+        me: (u64, u64),
+        in_sync: &BTreeSet<u64>,
+        agreed: &BTreeMap<u64, u64>,
+    ) -> BTreeMap<u64, u64> {
+        in_sync
+            .iter()
+            .filter_map(|id| {
+                let seen = self
+                    .followers
+                    .get(id)
+                    .map(|f| f.incarnation)
+                    .filter(|i| *i != 0);
+                let known = if *id == me.0 { Some(me.1) } else { seen };
+                known
+                    .or_else(|| agreed.get(id).copied())
+                    .map(|incarnation| (*id, incarnation))
             })
             .collect()
     }
@@ -205,9 +247,14 @@ impl Replication {
                 end,
             });
         }
+        let fetcher = Fetcher {
+            id: request.replica_id,
+            incarnation: request.incarnation.unwrap_or(0),
+            unclean: request.unclean.unwrap_or(false),
+        };
         self.progress
             .lock()
-            .on_fetch(request.replica_id, request.offset, end, Instant::now());
+            .on_fetch(fetcher, request.offset, end, Instant::now());
         self.fetch_recorded.notify_waiters();
         self.advance_confirmed(store);
         if request.offset == end {
@@ -248,9 +295,11 @@ impl Replication {
         let confirmed = match self.mode {
             ReplicationMode::Async => end,
             ReplicationMode::Sync => {
-                let in_sync = self.state.borrow().in_sync.clone();
+                // Members about to join count first: once agreed they can be elected.
+                let mut counted = self.state.borrow().in_sync.clone();
+                counted.extend(self.expanding.lock().iter().copied());
                 let progress = self.progress.lock();
-                in_sync
+                counted
                     .iter()
                     .filter(|id| **id != self.id)
                     .map(|id| progress.followers.get(id).map_or(0, |f| f.acked))
@@ -289,7 +338,8 @@ impl Replication {
             ReplicationMode::Sync => self.confirmed().min(store.log_end().0),
             ReplicationMode::Async => 0,
         };
-        let wanted = self.progress.lock().wanted_in_sync(
+        let progress = self.progress.lock();
+        let wanted = progress.wanted_in_sync(
             self.id,
             &state.in_sync,
             &self.member_ids(),
@@ -297,11 +347,30 @@ impl Replication {
             floor,
             Instant::now(),
         );
-        (wanted != state.in_sync && state.epoch == epoch).then_some(Command::AlterInSync {
-            epoch,
-            master: self.id,
-            in_sync: wanted,
-        })
+        if state.epoch != epoch || state.master != Some(self.id) {
+            return None;
+        }
+        let me = (self.id, self.epoch_file.incarnation());
+        let incarnations = progress.incarnations(me, &wanted, &state.incarnations);
+        let agreed_incarnations = progress.incarnations(me, &state.in_sync, &state.incarnations);
+        if wanted == state.in_sync && agreed_incarnations == state.incarnations {
+            return None;
+        }
+        state.alter_in_sync(wanted, incarnations)
+    }
+
+    /// Before proposing `change`: its new members count for acknowledgements from now on
+    /// (and the fence waits for them); members it drops stop counting only once agreed.
+    pub(super) fn count_joining(&self, change: &Command, store: &MessageStore) {
+        let Command::AlterInSync { in_sync, .. } = change else {
+            return;
+        };
+        let joining: BTreeSet<u64> = in_sync
+            .difference(&self.state.borrow().in_sync)
+            .copied()
+            .collect();
+        *self.expanding.lock() = joining;
+        self.advance_confirmed(store);
     }
 }
 
@@ -315,18 +384,26 @@ mod tests {
         BTreeSet::from([0, 1, 2])
     }
 
+    fn fetcher(id: u64) -> Fetcher {
+        Fetcher {
+            id,
+            incarnation: 1,
+            unclean: false,
+        }
+    }
+
     #[test]
     fn a_replica_that_keeps_up_stays_in_sync_and_one_that_stops_leaves() {
         let start = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
         progress.since = Some(start);
-        progress.on_fetch(1, 100, 100, start);
-        progress.on_fetch(2, 100, 100, start);
+        progress.on_fetch(fetcher(1), 100, 100, start);
+        progress.on_fetch(fetcher(2), 100, 100, start);
         // Replica 1 keeps fetching what the master had at its previous fetch.
         let later = start + Duration::from_secs(5);
-        progress.on_fetch(1, 100, 500, later - Duration::from_millis(10));
-        progress.on_fetch(1, 500, 900, later);
+        progress.on_fetch(fetcher(1), 100, 500, later - Duration::from_millis(10));
+        progress.on_fetch(fetcher(1), 500, 900, later);
         let wanted = progress.wanted_in_sync(0, &members(), &members(), LAG_MAX, 100, later);
         assert_eq!(wanted, BTreeSet::from([0, 1]));
     }
@@ -336,7 +413,7 @@ mod tests {
         let now = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
-        progress.on_fetch(1, 0, 0, now);
+        progress.on_fetch(fetcher(1), 0, 0, now);
         let current = BTreeSet::from([0, 1]);
         let wanted = progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 10, now);
         assert_eq!(wanted, BTreeSet::from([0]));
@@ -347,8 +424,8 @@ mod tests {
         let now = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
-        progress.on_fetch(1, 1000, 1000, now);
-        progress.on_fetch(1, 0, 1000, now);
+        progress.on_fetch(fetcher(1), 1000, 1000, now);
+        progress.on_fetch(fetcher(1), 0, 1000, now);
         assert_eq!(progress.followers[&1].acked, 0);
     }
 
@@ -367,5 +444,54 @@ mod tests {
         let late =
             progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 0, start + LAG_MAX * 2);
         assert_eq!(late, BTreeSet::from([0]));
+    }
+
+    #[test]
+    fn a_replica_back_with_another_incarnation_catches_up_before_it_is_in_sync() {
+        let start = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        progress.since = Some(start);
+        progress.on_fetch(fetcher(1), 100, 100, start);
+        // Same offset, new disk (it copied back up to 100 already): not caught up again.
+        let wiped = Fetcher {
+            incarnation: 2,
+            ..fetcher(1)
+        };
+        let later = start + Duration::from_millis(100);
+        progress.on_fetch(wiped, 100, 200, later);
+        assert_eq!(progress.followers[&1].caught_up_at, None);
+        let much_later = later + LAG_MAX * 2;
+        let current = BTreeSet::from([0, 1]);
+        let wanted = progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 100, much_later);
+        assert_eq!(wanted, BTreeSet::from([0]));
+        let agreed = BTreeMap::from([(0, 9), (1, 1)]);
+        assert_eq!(
+            progress.incarnations((0, 9), &current, &agreed),
+            BTreeMap::from([(0, 9), (1, 2)]),
+            "the master proposes the incarnation it sees"
+        );
+    }
+
+    #[test]
+    fn an_unclean_replica_is_out_of_sync_until_it_catches_up() {
+        let now = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        let unclean = Fetcher {
+            unclean: true,
+            ..fetcher(1)
+        };
+        progress.on_fetch(unclean, 100, 150, now);
+        let current = BTreeSet::from([0, 1]);
+        assert_eq!(
+            progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 50, now),
+            BTreeSet::from([0])
+        );
+        progress.on_fetch(unclean, 150, 150, now);
+        assert_eq!(
+            progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 50, now),
+            current
+        );
     }
 }

@@ -80,6 +80,9 @@ pub enum ConfirmError {
     Timeout(Duration),
     #[error("mastership moved while the message was being replicated; it may or may not survive")]
     Deposed,
+    /// The in-sync set shrank while the send waited (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+    #[error("only {holders} in-sync member(s) hold the message, fewer than min-in-sync-replicas {min}; it is stored on the master and may or may not survive a failover")]
+    TooFewCopies { holders: usize, min: u32 },
 }
 
 /// A group member's replication: its role, the master's view of its replicas, the read fence.
@@ -109,6 +112,12 @@ pub struct Replication {
     switching: AtomicBool,
     /// This member is the agreed master but its log lost the epoch: it reports so.
     declined: AtomicBool,
+    /// Recovered from an unclean stop and not caught up with a master since: its log may
+    /// be shorter than what it acknowledged, so the group prefers others in elections.
+    unclean: AtomicBool,
+    /// On the master: members caught up that it is about to add to the in-sync set. They
+    /// count for acknowledgements before the group can elect them (Kafka's maximal ISR).
+    expanding: Mutex<BTreeSet<u64>>,
     /// Held shared by every append, exclusively by a switchover to drain them.
     appends: RwLock<()>,
     /// When the master last knew a quorum of its group still answered it (the lease runs
@@ -148,6 +157,8 @@ impl Replication {
             epoch_file,
             switching: AtomicBool::new(false),
             declined: AtomicBool::new(false),
+            unclean: AtomicBool::new(false),
+            expanding: Mutex::new(BTreeSet::new()),
             appends: RwLock::new(()),
             lease: Mutex::new(None),
             links: links::Links::new(config.peer_credentials(), config.peer_tls()),
@@ -236,7 +247,7 @@ impl Replication {
         let waited = tokio::time::timeout(self.timeout, async {
             loop {
                 if *confirmed.borrow_and_update() >= end.0 {
-                    return Ok(());
+                    return self.check_copies(end.0);
                 }
                 if *role.borrow_and_update() != (Role::Master { epoch }) {
                     return Err(ConfirmError::Deposed);
@@ -249,6 +260,31 @@ impl Replication {
         })
         .await;
         waited.unwrap_or(Err(ConfirmError::Timeout(self.timeout)))
+    }
+
+    /// A confirmed send is acknowledged only if at least `min_in_sync` agreed in-sync
+    /// members hold it: the set may have shrunk while it waited.
+    fn check_copies(&self, end: u64) -> Result<(), ConfirmError> {
+        let in_sync = self.state.borrow().in_sync.clone();
+        let progress = self.progress.lock();
+        let holders = in_sync
+            .iter()
+            .filter(|id| {
+                **id == self.id || progress.followers.get(id).is_some_and(|f| f.acked >= end)
+            })
+            .count();
+        if holders < self.min_in_sync as usize {
+            return Err(ConfirmError::TooFewCopies {
+                holders,
+                min: self.min_in_sync,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether this member leads its group's consensus now.
+    pub fn leads_consensus(&self) -> bool {
+        self.consensus().is_some_and(Consensus::is_leader)
     }
 
     /// Routes' broker addresses: the master as id 0, the replicas after it (by member id).
@@ -349,6 +385,12 @@ pub async fn run(
     replication: Arc<Replication>,
     stop: watch::Receiver<bool>,
 ) {
+    let unclean = !broker.store.recovery_report().clean_shutdown;
+    replication.unclean.store(unclean, Ordering::Release);
+    // The read fence starts where the store's checkpoint left it.
+    replication
+        .confirmed
+        .send_replace(broker.store.confirmed().0);
     let dir = broker.config.data_dir.join("consensus");
     let started = transport::start_consensus(&replication, dir).await;
     let consensus = match started {

@@ -2,6 +2,7 @@
 //! mirroring the master's CommitLog and moving the read fence to the master's confirmed
 //! offset.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,6 +121,8 @@ async fn fetch_once(
         offset,
         max_bytes: FETCH_BYTES,
         max_wait_ms: FETCH_WAIT_MS,
+        incarnation: Some(replication.epoch_file.incarnation()),
+        unclean: Some(replication.unclean.load(Ordering::Acquire)),
     };
     let request = RemotingCommand::request(request::QUIVER_REPLICA_FETCH, header.to_ext());
     let answer = replication
@@ -157,5 +160,9 @@ async fn fetch_once(
     };
     // Readable here once the master says every in-sync member holds it.
     replication.confirm(&broker.store, served.confirmed.min(end));
+    if end >= served.master_end {
+        // Caught up with a master: whatever an unclean stop cost, it holds the log again.
+        replication.unclean.store(false, Ordering::Release);
+    }
     Ok(())
 }

@@ -176,6 +176,7 @@ async fn serve_as_master(
     stop: &mut watch::Receiver<bool>,
 ) {
     replication.progress.lock().reset();
+    replication.expanding.lock().clear();
     replication
         .switching
         .store(false, std::sync::atomic::Ordering::Release);
@@ -210,8 +211,9 @@ async fn serve_as_master(
             continue;
         };
         tracing::info!(?change, "proposing a new in-sync set");
+        replication.count_joining(&change, &broker.store);
         match consensus.propose(change).await {
-            Ok(CommandOutcome::Applied(_)) => replication.advance_confirmed(&broker.store),
+            Ok(CommandOutcome::Applied(_)) => {}
             Ok(CommandOutcome::Rejected(state)) => {
                 tracing::info!(
                     current = state.epoch,
@@ -220,6 +222,9 @@ async fn serve_as_master(
             }
             Err(error) => tracing::warn!(error = %error, "cannot change the in-sync set now"),
         }
+        // Agreed members count through the state from here; refused ones no longer count.
+        replication.expanding.lock().clear();
+        replication.advance_confirmed(&broker.store);
     }
 }
 
@@ -281,6 +286,7 @@ mod tests {
                 master: master.unwrap_or(0),
                 start_offset: started.then_some(42),
             }],
+            ..GroupState::default()
         }
     }
 

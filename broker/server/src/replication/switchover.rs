@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use quiver_consensus::{Command, CommandOutcome};
+use quiver_consensus::CommandOutcome;
 use quiver_store::MessageStore;
 
 use super::{Replication, Role};
@@ -103,12 +103,14 @@ impl Replication {
         let consensus = self
             .consensus()
             .ok_or_else(|| SwitchoverError::Consensus("consensus not started".into()))?;
-        let in_sync = self.state().in_sync;
-        let election = Command::ElectMaster {
-            epoch: epoch + 1,
-            master: target,
-            in_sync,
-        };
+        let state = self.state();
+        if state.epoch != epoch {
+            return Err(SwitchoverError::Consensus(format!(
+                "the group moved on to epoch {}",
+                state.epoch
+            )));
+        }
+        let election = state.elect(target, state.in_sync.clone(), &Default::default());
         match consensus.propose(election).await {
             Ok(CommandOutcome::Applied(_)) => {}
             Ok(CommandOutcome::Rejected(state)) => {

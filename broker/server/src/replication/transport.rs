@@ -12,7 +12,7 @@ use quiver_protocol::code::{request, response};
 use quiver_protocol::header::ConsensusRequestHeader;
 use quiver_protocol::RemotingCommand;
 
-use super::controller::{ReportAnswer, ReportBody};
+use super::controller::ReportBody;
 use super::Replication;
 
 /// A consensus message not answered in this long failed.
@@ -112,11 +112,7 @@ impl Replication {
                 return Err(ConsensusRefusal::NotLeader);
             }
             self.record_report(serde_json::from_slice::<ReportBody>(body)?);
-            let state = self.state();
-            let answer = ReportAnswer {
-                epoch: state.epoch,
-                master: state.master,
-            };
+            let answer = self.report_answer().ok_or(ConsensusRefusal::NotLeader)?;
             return Ok(serde_json::to_vec(&answer)?);
         }
         Ok(consensus.handle(&header.kind, body).await?)
