@@ -69,8 +69,7 @@ pub fn update(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let queue = queue_id(header.queue_id)?;
     let offset = queue_offset("commitOffset", header.commit_offset)?;
     ctx.broker
-        .offsets
-        .commit(&header.consumer_group, &header.topic, queue, offset);
+        .commit_consumer_offset(&header.consumer_group, &header.topic, queue, offset);
     Ok(success(req, &[]))
 }
 

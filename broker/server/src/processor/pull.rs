@@ -207,9 +207,7 @@ pub async fn handle(
         }
     }
     if let Some(commit) = pull.commit {
-        broker
-            .offsets
-            .commit(&pull.group, &pull.topic, pull.queue_id, commit);
+        broker.commit_consumer_offset(&pull.group, &pull.topic, pull.queue_id, commit);
     }
     let answer = match read_or_park(ctx, &pull, req, trace).await? {
         Some(answer) => answer,

@@ -174,10 +174,40 @@ fn apply(
         let Some((topic, group)) = key.split_once('@') else {
             continue;
         };
-        let queues: Vec<(u32, QueueOffset)> = queues
-            .into_iter()
-            .map(|(queue, offset)| (queue, QueueOffset(offset)))
-            .collect();
+        let queues = clamp_to_queue_ends(queues, |queue| broker.store.max_offset(topic, queue));
         broker.offsets.reset(group, topic, &queues);
+    }
+}
+
+/// The master's committed offsets, each at most this member's readable end of its queue:
+/// an offset past it (async mode's lag, a tail the next epoch may cut) would make
+/// consumers skip what a new master writes there; below it they are redelivered instead.
+fn clamp_to_queue_ends(
+    queues: BTreeMap<u32, u64>,
+    end_of: impl Fn(u32) -> QueueOffset,
+) -> Vec<(u32, QueueOffset)> {
+    queues
+        .into_iter()
+        .map(|(queue, offset)| (queue, QueueOffset(offset.min(end_of(queue).0))))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copied_offsets_never_point_past_this_members_queues() {
+        let master = BTreeMap::from([(0, 120), (1, 40), (2, 7)]);
+        let ends = [100, 40, 0];
+        let copied = clamp_to_queue_ends(master, |queue| QueueOffset(ends[queue as usize]));
+        assert_eq!(
+            copied,
+            vec![
+                (0, QueueOffset(100)),
+                (1, QueueOffset(40)),
+                (2, QueueOffset(0))
+            ]
+        );
     }
 }
