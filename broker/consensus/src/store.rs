@@ -8,7 +8,9 @@
 //! - `log.json`: the log entries not yet purged and the last purged log id;
 //! - `committed.json`: the last committed log id;
 //! - `sm.json`: the applied state machine (last applied id, membership, [`GroupState`]);
-//! - `snapshot.json`: the current snapshot (metadata and data).
+//! - `snapshot.json`: the current snapshot (metadata and data);
+//! - `member.json`: this member's identity in the group's Raft (its incarnation, so its
+//!   Raft node id, and the founders of a group it created); see [`Identity`].
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -38,6 +40,7 @@ const LOG: &str = "log.json";
 const COMMITTED: &str = "committed.json";
 const SM: &str = "sm.json";
 const SNAPSHOT: &str = "snapshot.json";
+const IDENTITY: &str = "member.json";
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -81,6 +84,41 @@ fn read_json<T: DeserializeOwned>(dir: &Path, name: &str) -> std::io::Result<Opt
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(invalid),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+/// Whether `dir` holds any of Raft's state (vote, log, committed id, state machine,
+/// snapshot): false for a directory that is new or was wiped.
+pub(crate) fn has_raft_state(dir: &Path) -> bool {
+    [VOTE, LOG, COMMITTED, SM, SNAPSHOT]
+        .iter()
+        .any(|name| dir.join(name).exists())
+}
+
+/// Who this member is in the group's Raft, kept in `member.json` beside Raft's state
+/// (written before the Raft node first runs, so a directory that has Raft state under
+/// a node id also names it).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// The member (broker) id the directory belongs to.
+    pub(crate) member: u64,
+    /// 0 for a member of a brand-new group (its Raft node id is its member id); a
+    /// random nonzero value for a member that rejoined after losing its directory.
+    pub(crate) incarnation: u32,
+    /// For a member of a brand-new group: the members known to be uninitialized when it
+    /// was created, each with the nonce of the start that said so (see `lib.rs`).
+    #[serde(default)]
+    pub(crate) founders: BTreeMap<u64, u64>,
+}
+
+impl Identity {
+    pub(crate) fn read(dir: &Path) -> std::io::Result<Option<Identity>> {
+        read_json(dir, IDENTITY)
+    }
+
+    pub(crate) fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(self).map_err(invalid)?;
+        write_atomic(dir, IDENTITY, &bytes)
     }
 }
 

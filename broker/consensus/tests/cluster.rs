@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use quiver_consensus::{
     BoxFuture, Command, CommandOutcome, Consensus, ConsensusConfig, ConsensusError, GroupState,
-    Transport, TransportError,
+    Phase, Transport, TransportError,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -76,7 +76,23 @@ impl Cluster {
         for id in 1..=n {
             cluster.start_member(id).await;
         }
+        cluster.joined().await;
         cluster
+    }
+
+    /// Waits until every live member is a Raft node of the group (a member that
+    /// started after the group was created rejoins it as a learner first).
+    async fn joined(&self) {
+        within(WAIT, async {
+            while !self
+                .live()
+                .iter()
+                .all(|id| self.node(*id).status().phase == Phase::Member)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
     }
 
     fn config(&self, id: u64) -> ConsensusConfig {
@@ -274,12 +290,7 @@ async fn a_new_leader_takes_over_and_two_of_three_make_progress() {
             .unwrap(),
     );
     c.converge(&s2).await;
-    let s3 = applied(
-        c.node(new)
-            .propose(alter(2, new, &[new], 2))
-            .await
-            .unwrap(),
-    );
+    let s3 = applied(c.node(new).propose(alter(2, new, &[new], 2)).await.unwrap());
     c.converge(&s3).await;
     assert_eq!(s3.history.len(), 2);
     // Nobody can truncate against epoch 2 until its master agrees where it starts.
@@ -348,8 +359,8 @@ async fn a_restarted_member_recovers_its_state_and_catches_up() {
         // And it takes part: a proposal from it is applied everywhere.
         let next = applied(
             back.propose(alter(5, last.master.unwrap(), &[1, 2, 3], 5))
-            .await
-            .unwrap(),
+                .await
+                .unwrap(),
         );
         c.converge(&next).await;
         // Epoch 2's start was never agreed here (no StartEpoch): nothing to truncate against.
