@@ -450,6 +450,19 @@ impl Shared {
         Ok(())
     }
 
+    /// Whether `queue` has units written up to at least `offset` that wait for `confirm`.
+    fn written_unconfirmed(&self, queue: &Arc<ConsumeQueue>, offset: u64) -> bool {
+        self.config.publish_on_confirm
+            && self
+                .confirm
+                .lock()
+                .pending
+                .iter()
+                .rev()
+                .find(|unit| Arc::ptr_eq(&unit.queue, queue))
+                .is_some_and(|unit| offset <= unit.max)
+    }
+
     /// Whether the record at `offset`, `len` bytes, may be read by clients: with
     /// `publish_on_confirm`, only once it is confirmed.
     fn readable(&self, offset: u64, len: usize) -> bool {
@@ -1174,6 +1187,11 @@ impl MessageStore {
         };
         let (min, max) = (queue.min_offset(), queue.max_offset());
         let offset = offset.0;
+        if offset > max && self.shared.written_unconfirmed(&queue, offset) {
+            // Written but not confirmed yet (a restarted member, a replica behind the fence):
+            // nothing to read yet, and the reader's position stands.
+            return Ok(empty(GetStatus::OffsetOverflowOne, offset, min, max));
+        }
         if max == 0 {
             return Ok(empty(GetStatus::NoMessageInQueue, 0, min, max));
         }
@@ -1184,8 +1202,14 @@ impl MessageStore {
             return Ok(empty(GetStatus::OffsetOverflowOne, offset, min, max));
         }
         if offset > max {
-            // RocketMQ's correction: back to the start of a queue that begins at 0, else the end.
-            let next = if min == 0 { min } else { max };
+            // RocketMQ's correction: back to the start of a queue that begins at 0, else the
+            // end. A group member's reader past everything written read a tail a failover
+            // cut: back to the start, so it receives again rather than skips what follows.
+            let next = if min == 0 || self.shared.config.publish_on_confirm {
+                min
+            } else {
+                max
+            };
             return Ok(empty(GetStatus::OffsetOverflowBadly, next, min, max));
         }
         let units = queue.snapshot();

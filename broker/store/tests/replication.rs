@@ -562,17 +562,40 @@ fn a_crashed_member_serves_nothing_past_its_checkpointed_fence() {
     drop(store); // a crash: no shutdown
     let store = open();
     assert!(store.confirmed() <= fence);
-    assert!(store.confirmed().0 > 0, "the truncation's checkpoint kept the fence");
+    assert!(
+        store.confirmed().0 > 0,
+        "the truncation's checkpoint kept the fence"
+    );
     for (topic, queue, max) in &visible_before {
         assert!(store.max_offset(topic, *queue).0 <= *max, "{topic}/{queue}");
     }
     for result in &results[10..29] {
         assert!(store.message_at(result.physical_offset).is_err());
     }
+    // A reader positioned inside the hidden units waits there; one past everything written
+    // (a tail a failover cut) starts the queue again rather than skip.
+    let (topic, queue) = placement(20);
+    let hidden = results[20].queue_offset;
+    let got = store
+        .get(topic, queue, hidden, 10, u64::MAX, &|_| true)
+        .unwrap();
+    assert_eq!(got.status, GetStatus::OffsetOverflowOne);
+    assert_eq!(got.next_begin_offset, hidden);
+    let got = store
+        .get(topic, queue, QueueOffset(1000), 10, u64::MAX, &|_| true)
+        .unwrap();
+    assert_eq!(got.status, GetStatus::OffsetOverflowBadly);
+    assert_eq!(got.next_begin_offset, QueueOffset(0));
     let unconfirmed_key = bodies_by_key(&store, placement(20).0, "key-20");
-    assert!(unconfirmed_key.is_empty(), "queried by key before confirmed");
+    assert!(
+        unconfirmed_key.is_empty(),
+        "queried by key before confirmed"
+    );
     store.confirm(store.log_end());
-    assert_eq!(bodies_by_key(&store, placement(20).0, "key-20"), vec![body(20)]);
+    assert_eq!(
+        bodies_by_key(&store, placement(20).0, "key-20"),
+        vec![body(20)]
+    );
     let total: u64 = store
         .queues()
         .into_iter()
