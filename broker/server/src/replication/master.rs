@@ -86,6 +86,30 @@ impl Progress {
         follower.last_fetch = now;
     }
 
+    /// The log end every member of `in_sync` and `joining` holds (the master `me` holds
+    /// `end`): members being added count before the group can elect them.
+    pub(super) fn held_by_all(
+        &self,
+        me: u64,
+        end: u64,
+        in_sync: &BTreeSet<u64>,
+        joining: &BTreeSet<u64>,
+    ) -> u64 {
+        in_sync
+            .union(joining)
+            .filter(|id| **id != me)
+            .map(|id| self.followers.get(id).map_or(0, |f| f.acked))
+            .fold(end, u64::min)
+    }
+
+    /// How many members of `in_sync` (the master `me` among them) hold the log below `end`.
+    pub(super) fn holders(&self, me: u64, end: u64, in_sync: &BTreeSet<u64>) -> usize {
+        in_sync
+            .iter()
+            .filter(|id| **id == me || self.followers.get(id).is_some_and(|f| f.acked >= end))
+            .count()
+    }
+
     /// How long `id` has been behind; since the epoch started if it never caught up.
     fn behind_for(&self, id: u64, now: Instant) -> Duration {
         let since = self.followers.get(&id).and_then(|f| f.caught_up_at);
@@ -295,15 +319,11 @@ impl Replication {
         let confirmed = match self.mode {
             ReplicationMode::Async => end,
             ReplicationMode::Sync => {
-                // Members about to join count first: once agreed they can be elected.
-                let mut counted = self.state.borrow().in_sync.clone();
-                counted.extend(self.expanding.lock().iter().copied());
-                let progress = self.progress.lock();
-                counted
-                    .iter()
-                    .filter(|id| **id != self.id)
-                    .map(|id| progress.followers.get(id).map_or(0, |f| f.acked))
-                    .fold(end, u64::min)
+                let in_sync = self.state.borrow().in_sync.clone();
+                let joining = self.expanding.lock().clone();
+                self.progress
+                    .lock()
+                    .held_by_all(self.id, end, &in_sync, &joining)
             }
         };
         self.confirm(store, confirmed);
@@ -493,5 +513,38 @@ mod tests {
             progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 50, now),
             current
         );
+    }
+
+    #[test]
+    fn a_joining_member_counts_for_acknowledgements_before_it_is_agreed() {
+        let now = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        progress.on_fetch(fetcher(1), 500, 500, now);
+        progress.on_fetch(fetcher(2), 300, 500, now);
+        let in_sync = BTreeSet::from([0, 1]);
+        assert_eq!(
+            progress.held_by_all(0, 500, &in_sync, &BTreeSet::new()),
+            500
+        );
+        // Member 2 is being added: nothing past what it holds is confirmed meanwhile.
+        assert_eq!(
+            progress.held_by_all(0, 500, &in_sync, &BTreeSet::from([2])),
+            300
+        );
+    }
+
+    #[test]
+    fn holders_count_only_in_sync_members_that_hold_the_message() {
+        let now = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        progress.on_fetch(fetcher(1), 500, 500, now);
+        progress.on_fetch(fetcher(2), 300, 500, now);
+        let all = BTreeSet::from([0, 1, 2]);
+        assert_eq!(progress.holders(0, 400, &all), 2);
+        assert_eq!(progress.holders(0, 300, &all), 3);
+        // The set shrank to the master while the send waited: one holder, below a minimum of 2.
+        assert_eq!(progress.holders(0, 400, &BTreeSet::from([0])), 1);
     }
 }

@@ -266,13 +266,7 @@ impl Replication {
     /// members hold it: the set may have shrunk while it waited.
     fn check_copies(&self, end: u64) -> Result<(), ConfirmError> {
         let in_sync = self.state.borrow().in_sync.clone();
-        let progress = self.progress.lock();
-        let holders = in_sync
-            .iter()
-            .filter(|id| {
-                **id == self.id || progress.followers.get(id).is_some_and(|f| f.acked >= end)
-            })
-            .count();
+        let holders = self.progress.lock().holders(self.id, end, &in_sync);
         if holders < self.min_in_sync as usize {
             return Err(ConfirmError::TooFewCopies {
                 holders,
