@@ -774,15 +774,28 @@ class Run:
         self.timeline.add(f"HEAL restarted {victim}{' on an empty data directory' if wipe else ''}")
         return victim
 
-    def f_partition(self, what, apply, master_cut, low=3.0, high=6.0):
+    def f_partition(self, what, apply, master_cut, expect=(), low=3.0, high=6.0):
+        """expect: [(from member id or None for the root namespace, to member, "timeout" or
+        "connected")]: connects checked once the rules are in (a cut must drop: time out, not
+        be refused); a mismatch fails the run."""
         t = self.timeline.add(f"FAULT partition: {what}")
         if master_cut:
             self.note_master_fault(t, "partition", None)
         apply()
-        self.timeline.add(f"rules in force: {self.net.describe()}")
-        d = self.hold(low, high)
+        seen = []
+        for src, dst, want in expect:
+            got = self.net.probe_from(src, dst.host, dst.port)
+            seen.append(f"{'root' if src is None else src}->{dst.id}: {got}")
+            if got != want:
+                self.problems.append(f"partition '{what}': a connect from "
+                                     f"{'the root namespace' if src is None else f'member-{src}'} "
+                                     f"to {dst} gave {got!r}, expected {want!r} "
+                                     f"(rules {self.net.describe()})")
+        self.timeline.add(f"rules in force: {self.net.describe()}; connects: {seen}")
+        d = max(0.0, self.rng.uniform(low, high) - (now() - t))
+        time.sleep(d)
         self.net.heal()
-        self.timeline.add(f"HEAL partition after {d:.1f} s")
+        self.timeline.add(f"HEAL partition after {now() - t:.1f} s")
 
     def consensus_leader_or_note(self, fault):
         """The consensus leader; when it cannot be known, a problem that fails the run (the
@@ -793,6 +806,10 @@ class Run:
             self.problems.append(f"{fault}: {error}")
             self.timeline.add(f"SKIPPED {fault} (fails the run): {error}")
             return None
+
+    def isolated(self, victim):
+        other = next(m for m in self.group.members if m is not victim)
+        return [(None, victim, "timeout"), (victim.id, other, "timeout")]
 
     def fault(self, name):
         g = self.group
@@ -811,7 +828,8 @@ class Run:
                 return
             self.f_pause(leader, "consensus leader" + (", also master" if leader is master else ""))
         elif name == "kill9-master":
-            self.f_kill9(master, "master")
+            # Down for longer than the master timeout, so that the group fails over.
+            self.f_kill9(master, "master", down=(2.0, 4.0))
         elif name == "kill9-replica":
             self.f_kill9(rng.choice(replicas), "replica")
         elif name == "wipe-replica":
@@ -833,29 +851,34 @@ class Run:
             victim = rng.choice(g.members)
             self.f_partition(f"{victim} isolated (all its packets dropped)"
                              + (" - it is the master" if victim is master else ""),
-                             lambda: self.net.isolate(victim.id), victim is master)
+                             lambda: self.net.isolate(victim.id), victim is master,
+                             self.isolated(victim))
         elif name == "isolate-master":
             self.f_partition(f"the master {master} isolated (all its packets dropped)",
-                             lambda: self.net.isolate(master.id), True)
+                             lambda: self.net.isolate(master.id), True, self.isolated(master))
         elif name == "isolate-consensus-leader":
             leader = self.consensus_leader_or_note(name)
             if leader is None:
                 return
             self.f_partition(f"the consensus leader {leader} isolated"
                              + (" - it is also the master" if leader is master else ""),
-                             lambda: self.net.isolate(leader.id), leader is master)
+                             lambda: self.net.isolate(leader.id), leader is master,
+                             self.isolated(leader))
         elif name == "cut-master-from-replicas":
             def apply():
                 for r in replicas:
                     self.net.cut(master.id, r.id)
             self.f_partition(f"the master {master} cut from its replicas (clients still reach it)",
-                             apply, True)
+                             apply, True, [(replicas[0].id, master, "timeout"),
+                                           (master.id, replicas[1], "timeout"),
+                                           (None, master, "connected")])
         elif name == "replicas-cannot-reach-master":
             def apply():
                 for r in replicas:
                     self.net.cut_one_way(r.id, master.id)
             self.f_partition(f"one-way: the replicas' packets to the master {master} dropped "
-                             f"(the master's reach them)", apply, True)
+                             f"(the master's reach them)", apply, True,
+                             [(replicas[0].id, master, "timeout"), (None, master, "connected")])
         else:
             raise ValueError(name)
         self.recover(name)
