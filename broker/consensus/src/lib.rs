@@ -410,8 +410,8 @@ impl Consensus {
             }
         }
         // An identity without Raft state: the node never took part (it stopped before
-        // its first vote or entry), or its state was lost: it starts over as a member
-        // with an empty directory (an incarnation it may have used is never reused).
+        // its first vote or entry), or its state was lost. Not trusted: the member
+        // decides again as one with an empty directory does.
         let identity = match identity {
             Some(identity) if !has_state => {
                 tracing::warn!(
@@ -465,7 +465,10 @@ impl Consensus {
                 if identity.incarnation == 0 {
                     // Raft state but no membership yet (the vote and log are
                     // empty): initialize as every member of a brand-new group does.
-                    inner.initialize().await?;
+                    if let Err(e) = inner.initialize().await {
+                        consensus.shutdown().await;
+                        return Err(e);
+                    }
                     inner.set_phase(Phase::Member, None);
                 } else {
                     // A rejoined member: done, or resumes asking to be a voter.
@@ -1062,12 +1065,16 @@ async fn bootstrap(inner: Arc<Inner>) {
         round += 1;
         let (identity, leader) = match inner.probe_round().await {
             Decision::Wait(why) => {
-                tracing::warn!(
-                    id = inner.member,
-                    round,
-                    retry_in = ?backoff,
-                    "consensus: not creating the group: {why}"
-                );
+                // Said the first rounds, whenever the reason changes, then now and then.
+                let said = lock(&inner.phase).1.clone();
+                if round <= 3 || said.as_ref() != Some(&why) || round % 30 == 0 {
+                    tracing::warn!(
+                        id = inner.member,
+                        round,
+                        retry_in = ?backoff,
+                        "consensus: not creating the group: {why}"
+                    );
+                }
                 inner.set_phase(Phase::Probing, Some(why));
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(RETRY_MAX);
