@@ -761,6 +761,7 @@ class Run:
         d = self.hold(*self.pause_time())
         victim.resume()
         self.timeline.add(f"HEAL resume (SIGCONT) {victim} after {d:.1f} s")
+        self.read_all(f"right after resuming {victim}")
         return victim
 
     def f_kill9(self, victim, what, wipe=False, down=(0.5, 3.0)):
@@ -772,6 +773,7 @@ class Run:
         self.hold(*down)
         victim.start(wipe=wipe)
         self.timeline.add(f"HEAL restarted {victim}{' on an empty data directory' if wipe else ''}")
+        self.read_all(f"right after restarting {victim}")
         return victim
 
     def f_partition(self, what, apply, master_cut, expect=(), low=3.0, high=6.0):
@@ -796,6 +798,7 @@ class Run:
         time.sleep(d)
         self.net.heal()
         self.timeline.add(f"HEAL partition after {now() - t:.1f} s")
+        self.read_all("right after the partition healed")
 
     def consensus_leader_or_note(self, fault):
         """The consensus leader; when it cannot be known, a problem that fails the run (the
@@ -847,6 +850,7 @@ class Run:
             self.hold(1.0, 3.0)
             master.start()
             self.timeline.add(f"HEAL restarted {master}")
+            self.read_all(f"right after restarting {master}")
         elif name == "isolate-member":
             victim = rng.choice(g.members)
             self.f_partition(f"{victim} isolated (all its packets dropped)"
