@@ -379,7 +379,10 @@ pub async fn run(
     replication: Arc<Replication>,
     stop: watch::Receiver<bool>,
 ) {
-    let unclean = !broker.store.recovery_report().clean_shutdown;
+    // A store that recovered a previous run's files without its clean-shutdown mark (a new,
+    // or wiped, directory has nothing to recover and a new incarnation instead).
+    let report = broker.store.recovery_report();
+    let unclean = report.checkpoint_found && !report.clean_shutdown;
     replication.unclean.store(unclean, Ordering::Release);
     // The read fence starts where the store's checkpoint left it.
     replication

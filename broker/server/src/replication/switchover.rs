@@ -103,23 +103,28 @@ impl Replication {
         let consensus = self
             .consensus()
             .ok_or_else(|| SwitchoverError::Consensus("consensus not started".into()))?;
-        let state = self.state();
-        if state.epoch != epoch {
-            return Err(SwitchoverError::Consensus(format!(
-                "the group moved on to epoch {}",
-                state.epoch
-            )));
-        }
-        let election = state.elect(target, state.in_sync.clone(), &Default::default());
-        match consensus.propose(election).await {
-            Ok(CommandOutcome::Applied(_)) => {}
-            Ok(CommandOutcome::Rejected(state)) => {
+        let mut state = self.state();
+        // An in-sync change agreed meanwhile (a replica joining) refuses the election: it is
+        // decided again from the state that refused it, a few times at most.
+        for attempt in 1.. {
+            if state.epoch != epoch || !state.in_sync.contains(&target) {
                 return Err(SwitchoverError::Consensus(format!(
-                    "refused: the group is at epoch {}",
-                    state.epoch
-                )))
+                    "refused: the group is at epoch {} with in-sync set {:?}",
+                    state.epoch, state.in_sync
+                )));
             }
-            Err(error) => return Err(SwitchoverError::Consensus(error.to_string())),
+            let election = state.elect(target, state.in_sync.clone(), &Default::default());
+            match consensus.propose(election).await {
+                Ok(CommandOutcome::Applied(_)) => break,
+                Ok(CommandOutcome::Rejected(current)) if attempt < 3 => state = current,
+                Ok(CommandOutcome::Rejected(current)) => {
+                    return Err(SwitchoverError::Consensus(format!(
+                        "refused: the group is at epoch {} (in-sync version {})",
+                        current.epoch, current.in_sync_version
+                    )))
+                }
+                Err(error) => return Err(SwitchoverError::Consensus(error.to_string())),
+            }
         }
         // Done once the new master has agreed where its epoch starts.
         let mut state = self.state.subscribe();
