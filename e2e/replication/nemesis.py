@@ -939,6 +939,10 @@ class Run:
                 tl.add("members still serve different records 60 s after the final heal")
                 break
             time.sleep(1)
+        unread = [m for m in g.members if f"member-{m.id}" not in final]
+        if unread:
+            self.problems.append(f"members that could not be read at the end: {unread} "
+                                 f"(errors {[e for e in self.read_errors if e[2] == 'final'][-3:]})")
         master = g.master()
         final_master = f"member-{master.id}" if master else "none"
         tl.add(f"final reads: {({k: len(v) for k, v in final.items()})}; final master {final_master}")
