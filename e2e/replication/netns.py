@@ -80,6 +80,13 @@ class Net:
                 raise NetUnavailable(f"partitions need `{tool}` on PATH (Debian packages iproute2, "
                                      "iptables: e2e/replication/apt.txt)")
         net = cls(size)
+        # A subnet no interface of this machine uses yet (a run killed without its cleanup
+        # may have left a bridge behind).
+        used = _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
+        for step in range(250):
+            if f" 10.77.{net.net}." not in used:
+                break
+            net.net = 1 + (net.net + 1) % 250
         with _lock:
             _NETS.append(net)
         try:
