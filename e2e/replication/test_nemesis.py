@@ -206,7 +206,7 @@ def run_faults(run, names, gap):
         run.timeline.add(f"SCHEDULE ENDED at {name}: {str(error)[:300]}")
 
 
-@pytest.mark.timeout(3600 * 8)
+@pytest.mark.timeout(3600 * 8 if LONG else 600)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_nemesis_schedule(make_run, mode):
     """Short: the SHORT faults, shuffled by the seed, one after the other under load, each healed
