@@ -997,6 +997,10 @@ class Run:
         report = check_run(acks, sent, self.served.served(), final, final_master, deliveries,
                            self.observer.commits, loss_windows=windows)
         tl.add(f"CHECKER seed {self.seed} mode {g.mode}: {report.summary()}")
+        if self.read_errors:
+            tl.add(f"reads that failed during the run (not a checker violation; a member that "
+                   f"refuses a read serves nothing wrong): {len(self.read_errors)}, e.g. "
+                   f"{self.read_errors[:3]}")
         if windows is not None:
             tl.add(f"async loss: {len(report.lost_in_window)} acknowledged messages lost within "
                    f"the windows (--replica-lag-max-ms before each fault that took the master "
