@@ -249,6 +249,7 @@ async fn follow(
             subscription: &subscription,
             commit_offset: None,
             suspend: Some(LONG_POLL),
+            epoch: None,
         };
         let result = match core.pull_from(&replica, &spec).await {
             Ok(result) => result,

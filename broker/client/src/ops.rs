@@ -37,6 +37,9 @@ pub struct PullResult {
     pub next_begin_offset: QueueOffset,
     pub min_offset: QueueOffset,
     pub max_offset: QueueOffset,
+    /// A replicated group's epoch when the broker answered: sent back with the next pull
+    /// of the queue ([`PullSpec::epoch`]).
+    pub epoch: Option<u64>,
 }
 
 /// Where a failed message goes.
@@ -61,6 +64,10 @@ pub struct PullSpec<'a> {
     pub commit_offset: Option<QueueOffset>,
     /// Long-poll: the broker holds the request this long when nothing is there.
     pub suspend: Option<Duration>,
+    /// The epoch of the queue's previous pull ([`PullResult::epoch`]): a replicated group
+    /// moves a reader past where that epoch's data ends back to there (no skip after a
+    /// failover cut a tail).
+    pub epoch: Option<u64>,
 }
 
 /// Reads a typed response header, naming the broker and request when it is malformed.
@@ -119,6 +126,7 @@ impl ClientCore {
             subscription: Some(spec.subscription.expression().to_owned()),
             sub_version: spec.subscription.version(),
             expression_type: Some(spec.subscription.expression_type().to_owned()),
+            quiver_epoch: spec.epoch,
         };
         let ext = header.to_ext();
         let request = RemotingCommand::request(code::request::PULL_MESSAGE, ext);
@@ -163,6 +171,7 @@ impl ClientCore {
             next_begin_offset,
             min_offset,
             max_offset,
+            epoch: header.quiver_epoch,
         })
     }
 

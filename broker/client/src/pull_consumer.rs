@@ -1,7 +1,10 @@
 //! The pull consumer for tools: the caller chooses queues and offsets, commits explicitly.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use quiver_protocol::offset::QueueOffset;
 
@@ -14,6 +17,8 @@ use crate::MessageQueue;
 pub struct PullConsumer {
     core: Arc<ClientCore>,
     group: String,
+    /// Each queue's epoch at its last pull, sent with the next one.
+    epochs: Mutex<HashMap<MessageQueue, u64>>,
 }
 
 impl PullConsumer {
@@ -21,6 +26,7 @@ impl PullConsumer {
         Self {
             core: ClientCore::new(config),
             group: group.into(),
+            epochs: Mutex::new(HashMap::new()),
         }
     }
 
@@ -51,8 +57,13 @@ impl PullConsumer {
             subscription,
             commit_offset: None,
             suspend: long_poll,
+            epoch: self.epochs.lock().get(queue).copied(),
         };
-        self.core.pull(&spec).await
+        let pulled = self.core.pull(&spec).await?;
+        if let Some(epoch) = pulled.epoch {
+            self.epochs.lock().insert(queue.clone(), epoch);
+        }
+        Ok(pulled)
     }
 
     pub async fn committed_offset(&self, queue: &MessageQueue) -> Result<Option<QueueOffset>> {

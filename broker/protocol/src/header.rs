@@ -318,6 +318,11 @@ header! {
         req sub_version: i64 = "subVersion",
         /// "TAG" (default) or "SQL92".
         opt expression_type: Option<String> = "expressionType",
+        /// Quiver's replicated groups: the group epoch the reader last pulled in (the
+        /// answer's `quiverEpoch`). A member of a later epoch moves a reader positioned past
+        /// where that epoch's data ends (a tail a failover cut) back to there (Kafka's
+        /// KIP-320); stock clients send none.
+        opt quiver_epoch: Option<u64> = "quiverEpoch",
     }
 }
 
@@ -352,6 +357,8 @@ header! {
         req next_begin_offset: i64 = "nextBeginOffset",
         req min_offset: i64 = "minOffset",
         req max_offset: i64 = "maxOffset",
+        /// On a replicated group's member: the group's epoch when it answered.
+        opt quiver_epoch: Option<u64> = "quiverEpoch",
     }
 }
 

@@ -187,6 +187,7 @@ fn every_code_round_trips() {
             subscription: Some("TagA".into()),
             sub_version: 5,
             expression_type: Some("TAG".into()),
+            quiver_epoch: Some(3),
         },
         Bytes::new(),
     );
@@ -203,6 +204,7 @@ fn every_code_round_trips() {
                 next_begin_offset: 132,
                 min_offset: 3,
                 max_offset: 500,
+                quiver_epoch: Some(4),
             },
             Bytes::from_static(b"records"),
         );

@@ -320,3 +320,92 @@ async fn switchover_hands_mastership_to_the_named_replica() {
     .await;
     group.stop_all().await;
 }
+
+/// A raw pull of queue 0 of Orders at `offset`, naming the epoch the reader last pulled in.
+async fn pull_in_epoch(client: &mut Client, offset: u64, epoch: u64) -> (i32, u64, Option<u64>) {
+    let fields = ext(&[
+        ("consumerGroup", "G"),
+        ("topic", "Orders"),
+        ("queueId", "0"),
+        ("queueOffset", &offset.to_string()),
+        ("maxMsgNums", "32"),
+        ("sysFlag", "0"),
+        ("commitOffset", "-1"),
+        ("suspendTimeoutMillis", "0"),
+        ("subscription", "*"),
+        ("subVersion", "0"),
+        ("quiverEpoch", &epoch.to_string()),
+    ]);
+    let answer = client
+        .call(request::PULL_MESSAGE, fields, Bytes::new())
+        .await;
+    let field = |name: &str| {
+        answer
+            .ext_fields
+            .get(name)
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    (
+        answer.code,
+        field("nextBeginOffset").unwrap_or(u64::MAX),
+        field("quiverEpoch"),
+    )
+}
+
+/// Kafka's KIP-320 for Quiver's own clients: a reader that names the epoch it last pulled in
+/// and stands past where that epoch's data ends (as after a failover cut the tail it read)
+/// is moved back there; within the epoch's data, or in the current epoch, it reads on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_past_its_epochs_end_is_moved_back_there() {
+    let group = start_group(ReplicationMode::Sync, 2).await;
+    let old = group.wait_master(None).await;
+    let target = (old + 1) % MEMBERS as u64;
+    let mut client = group.client(old).await;
+    send_n(&mut client, 0, 20).await;
+    let old_addr = group.addrs[old as usize];
+    wait_for(
+        "the target in sync",
+        Duration::from_secs(10),
+        || async move {
+            status(old_addr)
+                .await
+                .is_some_and(|s| s.in_sync_replicas.contains(&target))
+        },
+    )
+    .await;
+    let first_epoch = status(old_addr).await.unwrap().epoch;
+    let (code, _, named) = pull_in_epoch(&mut client, 0, first_epoch).await;
+    assert_eq!(code, response::SUCCESS);
+    assert_eq!(named, Some(first_epoch), "the answer names the epoch");
+    let answer = client
+        .call(
+            request::QUIVER_SWITCHOVER,
+            ext(&[
+                ("targetReplicaId", &target.to_string()),
+                ("timeoutMs", "1000"),
+            ]),
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(answer.code, response::SUCCESS, "{:?}", answer.remark);
+    assert_eq!(group.wait_master(None).await, target);
+    let mut on_new = group.client(target).await;
+    send_n(&mut on_new, 20, 5).await;
+    let new_epoch = status(group.addrs[target as usize]).await.unwrap().epoch;
+    assert!(new_epoch > first_epoch);
+
+    // The first epoch's data of queue 0 ends at offset 20 (m0..m19).
+    let (code, next, named) = pull_in_epoch(&mut on_new, 22, first_epoch).await;
+    assert_eq!(code, response::PULL_OFFSET_MOVED);
+    assert_eq!(next, 20);
+    assert_eq!(named, Some(new_epoch));
+    let (code, _, _) = pull_in_epoch(&mut on_new, 20, first_epoch).await;
+    assert_eq!(code, response::SUCCESS, "at the epoch's end it reads on");
+    let (code, _, _) = pull_in_epoch(&mut on_new, 22, new_epoch).await;
+    assert_eq!(
+        code,
+        response::SUCCESS,
+        "a reader of the current epoch reads on"
+    );
+    group.stop_all().await;
+}

@@ -1695,6 +1695,27 @@ impl MessageStore {
     }
 
     /// Where the message at `offset` of a queue lives in the CommitLog, if it is still there.
+    /// The first queue offset of `topic`/`queue_id` whose record starts at or after
+    /// `log_offset` (the readable end when none does): where the queue stood when the
+    /// CommitLog reached `log_offset`.
+    pub fn queue_offset_at(
+        &self,
+        topic: &str,
+        queue_id: u32,
+        log_offset: CommitLogOffset,
+    ) -> QueueOffset {
+        let mut low = self.min_offset(topic, queue_id).0;
+        let mut high = self.max_offset(topic, queue_id).0;
+        while low < high {
+            let middle = low + (high - low) / 2;
+            match self.physical_offset_at(topic, queue_id, QueueOffset(middle)) {
+                Some(at) if at < log_offset => low = middle + 1,
+                _ => high = middle,
+            }
+        }
+        QueueOffset(low)
+    }
+
     pub fn physical_offset_at(
         &self,
         topic: &str,

@@ -88,6 +88,7 @@ impl Admin {
             subscription: &subscription,
             commit_offset: None,
             suspend: None,
+            epoch: None,
         };
         let pulled = self.core.pull_from(addr, &spec).await?;
         Ok(match pulled.status {

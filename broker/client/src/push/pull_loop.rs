@@ -129,8 +129,11 @@ impl Inner {
             subscription,
             commit_offset: piggyback_commit(self.offsets.read(&state.queue)),
             suspend: Some(self.config.long_poll),
+            epoch: state.pulled_epoch(),
         };
-        self.core.pull(&spec).await
+        let pulled = self.core.pull(&spec).await?;
+        state.set_pulled_epoch(pulled.epoch);
+        Ok(pulled)
     }
 
     pub(super) async fn pull_loop(self: Arc<Self>, state: Arc<QueueState>, start: QueueOffset) {
@@ -221,6 +224,7 @@ mod tests {
             next_begin_offset: QueueOffset(next_begin),
             min_offset: QueueOffset(0),
             max_offset: QueueOffset(500),
+            epoch: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! One assigned queue as the three parts of the push consumer share it: its in-flight
 //! messages (consume service), its pull loop task (pull loop) and its broker lock (rebalance).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,8 @@ pub(super) struct QueueState {
     pub(super) task: Mutex<Option<JoinHandle<()>>>,
     /// Orderly mode: the broker lock counts as held until then (renewed on every rebalance).
     pub(super) locked_until: Mutex<Option<Instant>>,
+    /// A replicated group's epoch at the last pull (0: none yet), sent with the next one.
+    pulled_epoch: AtomicU64,
 }
 
 impl QueueState {
@@ -35,7 +38,18 @@ impl QueueState {
             space_freed: Notify::new(),
             task: Mutex::new(None),
             locked_until: Mutex::new(None),
+            pulled_epoch: AtomicU64::new(0),
         })
+    }
+
+    pub(super) fn pulled_epoch(&self) -> Option<u64> {
+        Some(self.pulled_epoch.load(Ordering::Acquire)).filter(|epoch| *epoch != 0)
+    }
+
+    pub(super) fn set_pulled_epoch(&self, epoch: Option<u64>) {
+        if let Some(epoch) = epoch {
+            self.pulled_epoch.store(epoch, Ordering::Release);
+        }
     }
 
     pub(super) fn lock_granted(&self) {

@@ -10,7 +10,7 @@ use quiver_protocol::header::{
 };
 use quiver_protocol::sql92::expression_type;
 use quiver_protocol::{HeaderError, RemotingCommand};
-use quiver_store::{GetFilter, GetResult, GetStatus, QueueOffset};
+use quiver_store::{CommitLogOffset, GetFilter, GetResult, GetStatus, QueueOffset};
 
 use super::{Ctx, Refusal};
 use crate::broker::Broker;
@@ -36,6 +36,8 @@ struct PullRequest {
     commit: Option<QueueOffset>,
     suspend: Duration,
     filter: Arc<ConsumerFilter>,
+    /// The group epoch the reader last pulled in (Quiver's own clients).
+    epoch: Option<u64>,
 }
 
 /// The filter a pull runs: its own expression when it carries one (the heartbeat's compiled
@@ -119,6 +121,7 @@ impl PullRequest {
             )
             .min(MAX_SUSPEND),
             filter,
+            epoch: header.quiver_epoch,
             group: header.consumer_group,
             topic: header.topic,
         })
@@ -169,6 +172,26 @@ fn read(broker: &Broker, pull: &PullRequest) -> Result<Answer, Refusal> {
     Ok(classify(pull.offset, got))
 }
 
+/// A reader that last pulled in an older epoch, positioned past where that epoch's data ends
+/// (the next epoch's start, held here), read a tail a failover cut: it is moved back there,
+/// to read what the group wrote in its place (Kafka's KIP-320).
+fn past_its_epoch(broker: &Broker, pull: &PullRequest) -> Option<GetResult> {
+    let replication = broker.replication.as_ref()?;
+    let epoch_end = replication
+        .state()
+        .truncation_point(pull.epoch?, u64::MAX)
+        .filter(|end| *end != u64::MAX && *end <= broker.store.confirmed().0)?;
+    let store = &broker.store;
+    let back_to = store.queue_offset_at(&pull.topic, pull.queue_id, CommitLogOffset(epoch_end));
+    (pull.offset > back_to).then(|| GetResult {
+        status: GetStatus::OffsetOverflowBadly,
+        messages: Vec::new(),
+        next_begin_offset: back_to,
+        min_offset: store.min_offset(&pull.topic, pull.queue_id),
+        max_offset: store.max_offset(&pull.topic, pull.queue_id),
+    })
+}
+
 /// `trace` learns when a dispatch woke the parked pull. `None`: the dispatch answered it.
 pub async fn handle(
     ctx: &Ctx,
@@ -208,6 +231,14 @@ pub async fn handle(
     }
     if let Some(commit) = pull.commit {
         broker.commit_consumer_offset(&pull.group, &pull.topic, pull.queue_id, commit);
+    }
+    if let Some(moved) = past_its_epoch(broker, &pull) {
+        return Ok(Some(respond(
+            broker,
+            req,
+            &pull,
+            Answer::OffsetMoved(moved),
+        )));
     }
     let answer = match read_or_park(ctx, &pull, req, trace).await? {
         Some(answer) => answer,
@@ -321,6 +352,7 @@ fn respond(
         next_begin_offset: as_i64(got.next_begin_offset),
         min_offset: as_i64(got.min_offset),
         max_offset: as_i64(got.max_offset),
+        quiver_epoch: broker.replication.as_ref().and_then(|r| r.role().epoch()),
     };
     let mut reply = req.response_to(code, None).with_ext_fields(header.to_ext());
     if code == response::SUCCESS {

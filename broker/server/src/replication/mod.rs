@@ -49,6 +49,16 @@ pub enum Role {
     Replica { epoch: u64, master: u64 },
 }
 
+impl Role {
+    /// The epoch this member acts in, if it has one.
+    pub fn epoch(self) -> Option<u64> {
+        match self {
+            Role::Master { epoch } | Role::Replica { epoch, .. } => Some(epoch),
+            Role::Standalone | Role::Unknown => None,
+        }
+    }
+}
+
 /// Why a write is refused on this member.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteRefusal {
