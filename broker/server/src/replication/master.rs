@@ -310,22 +310,20 @@ impl Replication {
     }
 
     /// On the master: the confirmed offset becomes the least log end among the in-sync
-    /// members (its own end in async mode), and the store's read fence follows.
+    /// members (and those being added), and the store's read fence follows.
     pub(super) fn advance_confirmed(&self, store: &MessageStore) {
         let Role::Master { .. } = self.role() else {
             return;
         };
+        // In both modes readers see what every in-sync member holds (Kafka's high
+        // watermark): async mode acknowledges sooner, never shows a tail a failover cuts.
         let end = store.log_end().0;
-        let confirmed = match self.mode {
-            ReplicationMode::Async => end,
-            ReplicationMode::Sync => {
-                let in_sync = self.state.borrow().in_sync.clone();
-                let joining = self.expanding.lock().clone();
-                self.progress
-                    .lock()
-                    .held_by_all(self.id, end, &in_sync, &joining)
-            }
-        };
+        let in_sync = self.state.borrow().in_sync.clone();
+        let joining = self.expanding.lock().clone();
+        let confirmed = self
+            .progress
+            .lock()
+            .held_by_all(self.id, end, &in_sync, &joining);
         self.confirm(store, confirmed);
     }
 
@@ -352,8 +350,8 @@ impl Replication {
             return None;
         };
         let state = self.state();
-        // In async mode the confirmed offset is the master's own end, which replicas reach
-        // only between appends: there catching up within the lag bound is the measure.
+        // In async mode sends do not wait for replicas, so a replica's place is judged by
+        // catching up within the lag bound alone.
         let floor = match self.mode {
             ReplicationMode::Sync => self.confirmed().min(store.log_end().0),
             ReplicationMode::Async => 0,
