@@ -60,8 +60,6 @@ impl GroupScenario {
     /// The server and the brokers only: no Broker, no operator.
     pub async fn without_broker() -> GroupScenario {
         let server = TestApiServer::start().await;
-        // Finer than the default tick: a request costs less simulated time under a loaded CI.
-        server.set_time_tick(Duration::from_millis(10));
         GroupScenario {
             server,
             admin: Arc::new(FakeAdmin::default()),

@@ -227,7 +227,6 @@ fn apply_broker(image: &str) -> Patch<serde_json::Value> {
 #[tokio::test(start_paused = true)]
 async fn a_settled_broker_writes_nothing_for_ten_idle_minutes() {
     let server = TestApiServer::start().await;
-    server.set_time_tick(Duration::from_secs(1));
     let (stop, task, _brokers) = operator_with_ready_broker(&server).await;
     // Let the last status write and the pods settle.
     tokio::time::sleep(Duration::from_secs(30)).await;

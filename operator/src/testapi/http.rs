@@ -1,5 +1,7 @@
-//! HTTP: a hyper 1 server on the listener; routes `/api/v1/...` and `/apis/{group}/{version}/...`
-//! to the operations, answers errors as `metav1.Status`.
+//! HTTP semantics in-process: routes `/api/v1/...` and `/apis/{group}/{version}/...` to the
+//! operations, answers errors as `metav1.Status`. [`handle`] serves one `http::Request` as a
+//! connection's handler would, called by the clients' in-process transport
+//! ([`super::TestApiServer::client`]): no socket.
 
 use super::ops::{self, ApiError, PatchRequest, PatchType};
 use super::resources::{self, ResourceType};
@@ -11,37 +13,18 @@ use futures::StreamExt;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper::body::Frame;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-type Body = UnsyncBoxBody<Bytes, Infallible>;
+/// A response body: a whole JSON document, or a watch's stream of events.
+pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Default `timeoutSeconds` of a watch, as kube-rs sends it.
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(290);
-
-/// Accepts connections until the task is aborted.
-pub async fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request| handle(shared.clone(), request));
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "test API connection ended");
-            }
-        });
-    }
-}
 
 /// Where a request points.
 #[derive(Debug)]
@@ -161,10 +144,11 @@ fn error_response(error: &ApiError) -> Response<Body> {
     json_response(error.code, &error.status())
 }
 
-async fn handle(
-    shared: Arc<Shared>,
-    request: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+/// Serves one request: reads its body in full, then answers (a watch answers with a stream).
+pub(crate) async fn handle<B>(shared: Arc<Shared>, request: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body<Data = Bytes>,
+{
     let (parts, body) = request.into_parts();
     let body = body
         .collect()
@@ -188,7 +172,7 @@ async fn handle(
         user_agent: header("user-agent"),
         body,
     };
-    Ok(respond(&shared, context).unwrap_or_else(|error| error_response(&error)))
+    respond(&shared, context).unwrap_or_else(|error| error_response(&error))
 }
 
 /// One request, read in full.

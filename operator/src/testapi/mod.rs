@@ -1,5 +1,5 @@
-//! A test API server with real semantics, served over HTTP on 127.0.0.1 so a `kube::Client`
-//! talks to it exactly as to a cluster.
+//! A test API server with real semantics, speaking HTTP in-process so a `kube::Client` talks to
+//! it as to a cluster.
 //!
 //! What it does: generic JSON storage keyed by (apiVersion/plural, namespace, name) for the kinds
 //! in [`resources`]; one global resourceVersion; list and watch (bookmarks, timeouts, 410 Gone
@@ -18,12 +18,19 @@
 //! lengths, CEL; no `pattern`/`format`), StatefulSet and PVC spec immutability, PVC resize and
 //! DefaultStorageClass, and nothing else (no RBAC, quota, namespace existence).
 //!
+//! Transport: [`TestApiServer::client`] is a `kube::Client` over an in-process tower service
+//! that hands each `http::Request` to the server's handler ([`http::handle`]) in the same
+//! runtime, behind kube-rs's own retry layer (429/503/504). There is no socket: a request and
+//! its answer, and every watch event (an unbounded channel read by the response body), move
+//! only through tokio wakers.
+//!
 //! Simulated time: run tests with `#[tokio::test(start_paused = true)]` (a current-thread
-//! runtime) and keep server and client in that one runtime. The server spawns a "time pump" that
-//! sleeps [`TIME_TICK`] in a loop: tokio's auto-advance then moves the clock by at most one tick
-//! whenever every task is idle, so a request in flight on the loopback socket never lets a client
-//! timeout (295 s) fire early, while ten simulated minutes take about a second of real time
-//! ([`TestApiServer::set_time_tick`] trades precision for speed).
+//! runtime) and keep server and client in that one runtime. tokio's paused clock auto-advances
+//! only when no task can run; with no I/O anywhere, that is when the whole system is quiescent:
+//! no request in flight, no watch event undelivered, no controller work ready, every task
+//! waiting on a timer. The clock then jumps to the next timer. So a request costs no simulated
+//! time and a scenario's verdict does not depend on the build profile or the machine's speed
+//! (docs/ARCHITECTURE.md, "The operator's simulated clock").
 //! [`sim_clock`] is a `Context::with_clock` clock that follows tokio's (paused) clock.
 
 mod admission;
@@ -46,16 +53,11 @@ pub use hooks::{FailureRule, RequestRecord};
 pub use statefulset::PodBehaviour;
 
 use std::cell::Cell;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The simulated clock's start, ms since the epoch (2023-11-14T22:13:20Z).
 pub const SIM_EPOCH_MS: i64 = 1_700_000_000_000;
-/// Default largest jump of the paused clock while tasks wait on sockets: a request costs about
-/// one or two ticks of simulated time; ten simulated minutes take about a second of real time.
-pub const TIME_TICK: Duration = Duration::from_millis(50);
 
 thread_local! {
     // The tokio instant at which this thread's server started: simulated time zero.
@@ -94,8 +96,6 @@ pub(crate) struct Shared {
     pub store: Mutex<store::Store>,
     pub hooks: Mutex<hooks::Hooks>,
     pub sim: Mutex<statefulset::SimState>,
-    /// The time pump's period, in ms.
-    pub tick_ms: AtomicU64,
 }
 
 impl Shared {
@@ -107,45 +107,38 @@ impl Shared {
 /// The running test API server; stops its tasks when dropped.
 pub struct TestApiServer {
     pub(crate) shared: Arc<Shared>,
-    addr: SocketAddr,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl TestApiServer {
-    /// Binds 127.0.0.1 on a free port and serves; the StatefulSet simulation only runs on
-    /// [`TestApiServer::step`] until [`TestApiServer::run_controllers`] is called.
+    /// A server with an empty store; simulated time starts now. The StatefulSet simulation only
+    /// runs on [`TestApiServer::step`] until [`TestApiServer::run_controllers`] is called.
     pub async fn start() -> TestApiServer {
         SIM_START.with(|start| start.set(Some(tokio::time::Instant::now())));
         let shared = Arc::new(Shared {
             store: Mutex::new(store::Store::default()),
             hooks: Mutex::new(hooks::Hooks::default()),
             sim: Mutex::new(statefulset::SimState::default()),
-            tick_ms: AtomicU64::new(TIME_TICK.as_millis() as u64),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("bound address");
-        let server = tokio::spawn(http::serve(listener, shared.clone()));
-        let pump = tokio::spawn(time_pump(shared.clone()));
         TestApiServer {
             shared,
-            addr,
-            tasks: Mutex::new(vec![server.abort_handle(), pump.abort_handle()]),
+            tasks: Mutex::new(Vec::new()),
         }
     }
 
-    /// Where the server listens.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// A client for this server: plain HTTP, default namespace "default".
+    /// A client for this server (default namespace "default"): kube-rs's retry layer over the
+    /// in-process transport (module docs). Each client, like kube-rs's, runs its buffer worker
+    /// on the current runtime.
     pub fn client(&self) -> kube::Client {
-        let url = format!("http://{}", self.addr)
-            .parse()
-            .expect("server URL parses");
-        kube::Client::try_from(kube::Config::new(url)).expect("client from config")
+        let shared = self.shared.clone();
+        let transport = tower::service_fn(move |request: ::http::Request<kube::client::Body>| {
+            let shared = shared.clone();
+            async move { Ok::<_, tower::BoxError>(http::handle(shared, request).await) }
+        });
+        let retry = tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry());
+        kube::client::ClientBuilder::new(transport, "default")
+            .with_layer(&retry)
+            .build()
     }
 
     /// Runs the simulated StatefulSet controller and kubelet every `period` until dropped.
@@ -163,13 +156,6 @@ impl TestApiServer {
             .push(task.abort_handle());
     }
 
-    /// Sets the largest jump of the paused clock while requests are in flight (default
-    /// [`TIME_TICK`]); smaller is more precise, larger is faster.
-    pub fn set_time_tick(&self, tick: Duration) {
-        let millis = u64::try_from(tick.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.shared.tick_ms.store(millis, Ordering::Relaxed);
-    }
-
     /// One pass of the simulated StatefulSet controller, then one of the kubelet.
     pub fn step(&self) {
         statefulset::step(&self.shared);
@@ -181,13 +167,5 @@ impl Drop for TestApiServer {
         for task in self.tasks.lock().expect("tasks lock poisoned").drain(..) {
             task.abort();
         }
-    }
-}
-
-/// Keeps one timer due within a tick so a paused clock advances in small steps (see module docs).
-async fn time_pump(shared: Arc<Shared>) {
-    loop {
-        let tick = shared.tick_ms.load(Ordering::Relaxed).max(1);
-        tokio::time::sleep(Duration::from_millis(tick)).await;
     }
 }

@@ -1,4 +1,5 @@
-//! Unit tests of the test API server, through a real `kube::Client` over HTTP.
+//! Unit tests of the test API server, through a real `kube::Client` over its in-process
+//! transport.
 
 use super::admission::RESIZE_FORBIDDEN;
 use super::{PodBehaviour, TestApiServer};
@@ -553,6 +554,51 @@ async fn the_openapi_schema_types_requires_enums_prunes_and_defaults() {
         stored["spec"]["flushDiskType"], "ASYNC",
         "schema defaults are applied"
     );
+}
+
+/// The clock is simulated only if a request and a watch event cost no simulated time: the
+/// paused clock may move only when every task waits on a timer (module docs, "Transport").
+#[tokio::test(start_paused = true)]
+async fn requests_and_watch_events_cost_no_simulated_time() {
+    let server = TestApiServer::start().await;
+    let maps: Api<ConfigMap> = Api::namespaced(server.client(), "ns");
+    let started = tokio::time::Instant::now();
+    let params = WatchParams::default().timeout(30).disable_bookmarks();
+    let mut events = maps.watch(&params, "0").await.unwrap().boxed();
+    let post = PostParams::default();
+    for index in 0..50 {
+        let name = format!("m{index}");
+        maps.create(&post, &config_map(&name, json!({"k": "1"})))
+            .await
+            .unwrap();
+        let merge = Patch::Merge(json!({"data": {"k": "2"}}));
+        maps.patch(&name, &PatchParams::default(), &merge)
+            .await
+            .unwrap();
+        maps.get(&name).await.unwrap();
+        for expected in ["ADDED", "MODIFIED"] {
+            let event = events.try_next().await.unwrap().expect("an event");
+            let kind = match event {
+                WatchEvent::Added(_) => "ADDED",
+                WatchEvent::Modified(_) => "MODIFIED",
+                other => panic!("unexpected {other:?}"),
+            };
+            assert_eq!(kind, expected);
+        }
+    }
+    assert_eq!(
+        maps.list(&ListParams::default()).await.unwrap().items.len(),
+        50
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "150 requests and 100 watch events moved the simulated clock"
+    );
+    // With nothing in flight, the clock runs to the next timer: the watch's end.
+    let end = events.try_next().await.unwrap();
+    assert!(end.is_none(), "the watch ends at its timeout: {end:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
 }
 
 #[tokio::test]
