@@ -42,6 +42,9 @@ cargo build --workspace --bins
 step "cargo test"
 cargo test --workspace
 
+step "cargo test --release -p quiver-operator (its scenarios give one verdict in every build)"
+cargo test --release -p quiver-operator
+
 step "bench smoke (figures are never pass/fail)"
 cargo run -q -p quiver-bench -- store --smoke
 cargo run -q -p quiver-bench -- peers --smoke --systems quiver
