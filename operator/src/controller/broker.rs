@@ -12,7 +12,8 @@ use super::replication::{self, GroupObservation};
 use super::rollout::{self, plan_rollout, ProgressMarkers, RolloutPhase};
 use super::security;
 use super::{
-    error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
+    error_chain, object_key, publish, read_own_write, report_failure, write_status_if_changed,
+    Context, Error,
 };
 use crate::admin::{BrokerAddr, TopicConfig};
 use crate::crd::{
@@ -121,6 +122,8 @@ fn checked_namespace(broker: &Broker) -> Result<String, Error> {
 async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Error> {
     let namespace = checked_namespace(broker)?;
     let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), &namespace);
+    let stored = read_own_write(&brokers, broker, ctx).await?;
+    let broker = stored.as_ref().unwrap_or(broker);
     let now_ms = (ctx.clock)();
     if broker.is_paused() {
         return reconcile_paused(broker, &brokers, now_ms, ctx).await;
@@ -217,7 +220,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
         ctx,
     )
     .await;
-    write_status_if_changed(&brokers, &name, broker.status.as_ref(), &status).await?;
+    write_status_if_changed(&brokers, &name, broker.status.as_ref(), &status, ctx).await?;
     Ok(Action::requeue(outlook.requeue()))
 }
 
@@ -289,7 +292,14 @@ async fn reconcile_paused(
         conditions,
         ..previous
     };
-    write_status_if_changed(brokers, &broker.name_any(), broker.status.as_ref(), &status).await?;
+    write_status_if_changed(
+        brokers,
+        &broker.name_any(),
+        broker.status.as_ref(),
+        &status,
+        ctx,
+    )
+    .await?;
     Ok(Action::await_change())
 }
 

@@ -406,7 +406,14 @@ async fn record_poll(
         lag_window: lag_window.map(|window| window_status(&window)),
     };
     let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await?;
+    write_status_if_changed(
+        &groups,
+        &group.name_any(),
+        group.status.as_ref(),
+        &status,
+        ctx,
+    )
+    .await?;
     ctx.lag_polls
         .lock()
         .expect("lag polls lock poisoned")
@@ -460,7 +467,14 @@ async fn broker_missing(
     let message = format!("Broker {} does not exist", group.spec.broker_ref);
     let status = lag_unknown(group, namespace, ctx, "BrokerNotFound", &message, now_ms).await;
     let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await?;
+    write_status_if_changed(
+        &groups,
+        &group.name_any(),
+        group.status.as_ref(),
+        &status,
+        ctx,
+    )
+    .await?;
     Ok(Action::requeue(MISSING_BROKER_REQUEUE))
 }
 
@@ -476,8 +490,14 @@ async fn record_failure(
     let message = format!("lag poll failed: {}", error_chain(error));
     let status = lag_unknown(group, namespace, ctx, "PollFailed", &message, now_ms).await;
     let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    if let Err(write_error) =
-        write_status_if_changed(&groups, &group.name_any(), group.status.as_ref(), &status).await
+    if let Err(write_error) = write_status_if_changed(
+        &groups,
+        &group.name_any(),
+        group.status.as_ref(),
+        &status,
+        ctx,
+    )
+    .await
     {
         tracing::warn!(error = %write_error, "could not write the poll failure to status");
     }

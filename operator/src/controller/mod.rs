@@ -134,6 +134,9 @@ pub struct Context {
     pub operator_pod_labels: BTreeMap<String, String>,
     /// Consecutive failures per object, for backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The status this operator last wrote to each object, by [`object_key`], as the API server
+    /// answered the write: a cached object showing another status lags behind that write.
+    written_status: Mutex<HashMap<String, serde_json::Value>>,
 }
 
 impl Context {
@@ -161,6 +164,7 @@ impl Context {
             lag_polls: Mutex::new(HashMap::new()),
             operator_pod_labels: BTreeMap::new(),
             failures: Mutex::new(HashMap::new()),
+            written_status: Mutex::new(HashMap::new()),
         }
     }
 
@@ -183,6 +187,33 @@ impl Context {
             .remove(key);
     }
 
+    /// Notes `stored`'s status as the one this operator last wrote (or read back).
+    fn remember_status<K>(&self, stored: &K)
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        self.written_status
+            .lock()
+            .expect("written status lock poisoned")
+            .insert(object_key(stored), status_json(stored));
+    }
+
+    /// Whether `cached` shows a status other than the one this operator last wrote to it: its
+    /// watch has not delivered that write yet (or someone else wrote since). False when this
+    /// operator wrote nothing to it yet.
+    fn lags_own_write<K>(&self, cached: &K) -> bool
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        let written = self
+            .written_status
+            .lock()
+            .expect("written status lock poisoned");
+        written
+            .get(&object_key(cached))
+            .is_some_and(|status| *status != status_json(cached))
+    }
+
     /// Delay before retrying after one more failure of `key`: doubling from BACKOFF_BASE.
     fn next_backoff(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().expect("failures lock poisoned");
@@ -195,10 +226,52 @@ impl Context {
     }
 }
 
-/// Writes `status` with server-side apply on the status subresource, under our one field manager.
-pub(crate) async fn patch_status<K, S>(api: &Api<K>, name: &str, status: &S) -> Result<(), Error>
+/// `object`'s status as JSON (null when it has none).
+fn status_json<K: serde::Serialize>(object: &K) -> serde_json::Value {
+    serde_json::to_value(object)
+        .ok()
+        .and_then(|mut value| value.get_mut("status").map(serde_json::Value::take))
+        .unwrap_or_default()
+}
+
+/// The object a pass works from: `cached` (what the watch delivered), unless it lags behind a
+/// status this operator wrote, then the stored object, read back (None: `cached` will do). On a
+/// lagging cache a pass would judge against an older status than the stored one: skip a write
+/// that is due (the stored status stays wrong until the watch catches up and a later pass runs)
+/// or write the stored status again with its transition and progress times moved.
+pub(crate) async fn read_own_write<K>(
+    api: &Api<K>,
+    cached: &K,
+    ctx: &Context,
+) -> Result<Option<K>, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize,
+    K: std::fmt::Debug,
+{
+    if !ctx.lags_own_write(cached) {
+        return Ok(None);
+    }
+    let name = cached.name_any();
+    let stored = api
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("reading {} {name}", K::kind(&()))))?;
+    if let Some(stored) = &stored {
+        ctx.remember_status(stored);
+    }
+    Ok(stored)
+}
+
+/// Writes `status` with server-side apply on the status subresource, under our one field manager.
+pub(crate) async fn patch_status<K, S>(
+    api: &Api<K>,
+    name: &str,
+    status: &S,
+    ctx: &Context,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize,
+    K: std::fmt::Debug,
     S: serde::Serialize,
 {
     let patch = serde_json::json!({
@@ -206,16 +279,18 @@ where
         "kind": K::kind(&()),
         "status": status,
     });
-    api.patch_status(
-        name,
-        &kube::api::PatchParams::apply(crate::desired::FIELD_MANAGER).force(),
-        &kube::api::Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "writing status of {} {name}",
-        K::kind(&())
-    )))?;
+    let written = api
+        .patch_status(
+            name,
+            &kube::api::PatchParams::apply(crate::desired::FIELD_MANAGER).force(),
+            &kube::api::Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube(format!(
+            "writing status of {} {name}",
+            K::kind(&())
+        )))?;
+    ctx.remember_status(&written);
     Ok(())
 }
 
@@ -226,15 +301,17 @@ pub(crate) async fn write_status_if_changed<K, S>(
     name: &str,
     previous: Option<&S>,
     status: &S,
+    ctx: &Context,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize,
+    K: std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
     if previous == Some(status) {
         return Ok(false);
     }
-    patch_status(api, name, status).await?;
+    patch_status(api, name, status, ctx).await?;
     Ok(true)
 }
 
@@ -267,6 +344,7 @@ pub(crate) async fn report_failure<K>(
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + std::fmt::Debug,
 {
     publish(
@@ -292,7 +370,7 @@ pub(crate) async fn report_failure<K>(
         field_manager: Some(crate::desired::FIELD_MANAGER.to_string()),
         ..kube::api::PatchParams::default()
     };
-    if let Err(error) = api
+    match api
         .patch_status(
             &object.name_any(),
             &params,
@@ -300,7 +378,10 @@ pub(crate) async fn report_failure<K>(
         )
         .await
     {
-        tracing::warn!(%error, reason = failure.reason, "could not write the failure condition");
+        Ok(written) => ctx.remember_status(&written),
+        Err(error) => {
+            tracing::warn!(%error, reason = failure.reason, "could not write the failure condition");
+        }
     }
 }
 

@@ -10,6 +10,7 @@ mod broker_drain_forced;
 mod broker_drain_partial_revert;
 mod broker_expansion_refused;
 mod broker_grpc_port;
+mod broker_lagging_watch;
 mod broker_network_policy;
 mod broker_pause;
 mod broker_rbac;

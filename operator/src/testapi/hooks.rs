@@ -153,6 +153,23 @@ impl TestApiServer {
             });
     }
 
+    /// Watches of `K` deliver nothing more until [`TestApiServer::release_watches`]: a watch
+    /// lagging behind the store (the changes are kept, in order). Requests are answered as usual.
+    pub fn hold_watches<K: Resource<DynamicType = ()>>(&self) {
+        let resource = resources::of::<K>().id();
+        self.shared.held_watches.send_modify(|held| {
+            held.insert(resource);
+        });
+    }
+
+    /// Watches of `K` deliver what they held back, then keep up again.
+    pub fn release_watches<K: Resource<DynamicType = ()>>(&self) {
+        let resource = resources::of::<K>().id();
+        self.shared.held_watches.send_modify(|held| {
+            held.remove(&resource);
+        });
+    }
+
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.store().resource_version

@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     pub store: Mutex<store::Store>,
     pub hooks: Mutex<hooks::Hooks>,
     pub sim: Mutex<statefulset::SimState>,
+    /// Resources (by id) whose watches hold their events back (a lagging watch), until released.
+    pub held_watches: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
 }
 
 impl Shared {
@@ -119,6 +121,7 @@ impl TestApiServer {
             store: Mutex::new(store::Store::default()),
             hooks: Mutex::new(hooks::Hooks::default()),
             sim: Mutex::new(statefulset::SimState::default()),
+            held_watches: tokio::sync::watch::Sender::new(Default::default()),
         });
         TestApiServer {
             shared,

@@ -109,6 +109,10 @@ async fn next_frame(mut state: StreamState) -> Option<(Bytes, StreamState)> {
         tokio::select! {
             frame = state.receiver.recv() => {
                 let frame = frame?;
+                // A held watch lags: its events wait, in order, until released.
+                let mut held = state.shared.held_watches.subscribe();
+                let resource = state.rt.id();
+                held.wait_for(|held| !held.contains(&resource)).await.ok();
                 return Some((encode(state.rt, frame), state));
             }
             () = tokio::time::sleep_until(state.deadline) => return None,
