@@ -50,7 +50,7 @@ async fn start_child(dir: &std::path::Path) -> anyhow::Result<ChildBroker> {
         .join("quiver-broker");
     if !binary.exists() {
         bail!(
-            "{} missing: build it with the bench (cargo build --release -p quiver-broker --bins)",
+            "{} missing: build it with the bench (cargo build --release -p quiver-broker -p quiver-bench)",
             binary.display()
         );
     }

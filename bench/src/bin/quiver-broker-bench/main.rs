@@ -6,7 +6,7 @@
 //! `--mode timers` measures timed delivery instead (see `timers.rs`); `--mode grpc` the
 //! RocketMQ 5.x gRPC path beside the remoting path (see `grpc.rs`).
 //!
-//! Run: `cargo run --release -p quiver-broker --bin quiver-broker-bench -- --messages 20000`;
+//! Run: `cargo run --release -p quiver-bench --bin quiver-broker-bench -- --messages 20000`;
 //! `--tls` runs the broker with `--tls-mode enforcing` and connects with TLS, `--acl` with an
 //! ACL file of one account whose keys sign every request, to compare with a plain run.
 
@@ -33,9 +33,7 @@ use quiver_remoting::{Connection, Incoming, Options};
 use quiver_store::{MessageStore, NewMessage, StoreConfig};
 use tokio::net::{TcpListener, TcpStream};
 
-#[path = "quiver-broker-bench/grpc.rs"]
 mod grpc;
-#[path = "quiver-broker-bench/timers.rs"]
 mod timers;
 
 /// What to measure.
