@@ -58,38 +58,8 @@ pub fn run_bounded(
     })
 }
 
-/// The value at quantile `p` of `sorted` (ascending): the element at index floor(len * p),
-/// the last one at most; 0 for no samples.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    let index = ((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1));
-    sorted.get(index).copied().unwrap_or(0)
-}
-
 /// The median of some latencies.
 pub fn p50(mut samples: Vec<Duration>) -> Duration {
-    if samples.is_empty() {
-        return Duration::ZERO;
-    }
     samples.sort();
-    samples[samples.len() / 2]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentile_picks_floor_of_len_times_p_and_clamps() {
-        let sorted: Vec<u64> = (1..=1000).collect();
-        assert_eq!(percentile(&sorted, 0.5), 501);
-        assert_eq!(percentile(&sorted, 0.99), 991);
-        assert_eq!(percentile(&sorted, 0.999), 1000);
-        assert_eq!(percentile(&sorted, 1.0), 1000);
-        assert_eq!(percentile(&[7], 0.999), 7);
-        assert_eq!(percentile(&[], 0.5), 0);
-        // 20 samples (a smoke run): p99 and p999 are the maximum.
-        let twenty: Vec<u64> = (0..20).collect();
-        assert_eq!(percentile(&twenty, 0.99), 19);
-        assert_eq!(percentile(&twenty, 0.5), 10);
-    }
+    quiver_bench::percentile(&samples, 0.5)
 }

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use quiver_bench::percentile;
 use quiver_store::record::{self, Placement};
 use quiver_store::{
     CommitLogOffset, FlushMode, GetStatus, MessageStore, NewMessage, QueueOffset, StoreConfig,
 };
 
 use crate::ceilings::{self, Blocks};
-use crate::measure::{percentile, run_bounded, Bounds, Rate};
+use crate::measure::{run_bounded, Bounds, Rate};
 
 #[derive(clap::Args, Debug)]
 pub struct Options {

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
+use quiver_bench::percentile;
 use tokio::sync::mpsc;
 
 use crate::ceilings;
-use crate::measure::{percentile, Bounds, Rate};
+use crate::measure::{Bounds, Rate};
 use crate::minimal_server;
 use crate::peers::hog::CpuHog;
 use crate::peers::server::disk_usage_bytes;

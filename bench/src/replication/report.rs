@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::measure::{percentile, Rate};
+use quiver_bench::percentile;
+
+use crate::measure::Rate;
 use crate::replication::failover::{FailoverOutcome, Round};
 use crate::replication::group::GroupSpec;
 use crate::replication::lag::LagOutcome;

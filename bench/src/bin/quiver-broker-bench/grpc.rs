@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
+use quiver_bench::percentile;
 use quiver_grpc_proto::v2;
 use quiver_grpc_proto::v2::messaging_service_client::MessagingServiceClient;
 use tonic::transport::Channel;
@@ -356,14 +357,6 @@ async fn catch_up_rates(args: &Args, security: &Arc<Security>) -> anyhow::Result
     let batched = received as f64 / started.elapsed().as_secs_f64();
     broker.stop().await?;
     Ok((remoting, grpc, batched))
-}
-
-/// Percentile `q` of sorted microseconds.
-fn percentile(sorted: &[u64], q: f64) -> u64 {
-    sorted
-        .get(((sorted.len() as f64 - 1.0) * q) as usize)
-        .copied()
-        .unwrap_or(0)
 }
 
 /// Sends `count` messages at `rate` per second, each on its own task so a slow answer does

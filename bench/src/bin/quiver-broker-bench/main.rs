@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use clap::Parser;
+use quiver_bench::percentile;
 use quiver_broker::{BrokerConfig, FlushMode, TlsMode};
 use quiver_protocol::acl::Credentials;
 use quiver_protocol::code::{request, response};
@@ -494,11 +495,7 @@ fn network_figures(
     mut latencies: Vec<u64>,
 ) -> Figures {
     latencies.sort_unstable();
-    let pick = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 - 1.0) * q) as usize)
-            .copied()
-    };
+    let pick = |q: f64| (!latencies.is_empty()).then(|| percentile(&latencies, q));
     let total = args.messages;
     let sends = sends.label();
     let plural = if producers == 1 { "" } else { "s" };

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
+use quiver_bench::percentile;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::ExtFields;
 
@@ -236,13 +237,6 @@ async fn lateness(
         }
     }
     Ok(late)
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// Runs (a) and (b) and prints their rows.
