@@ -26,6 +26,8 @@
 //! leader replaces its old node with the new one once it has caught up
 //! (message "rejoin"). See the crate's README for why.
 
+#![forbid(unsafe_code)]
+
 mod network;
 mod state;
 mod store;

@@ -5,6 +5,9 @@
 //! message index finds records by key. The store is
 //! synchronous and knows files only: no sockets, no async runtime.
 
+// Every unsafe block says why it is sound (mapped memory: the writer, readers, the bounds).
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod checkpoint;
 mod commit_log;
 mod config;
