@@ -80,9 +80,9 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Commits a consumer group's offset. On a group member at most the queue's readable
-    /// end: a consumer that read a tail this member does not serve (a deposed master's)
-    /// must not move the group past messages the group may still write there.
+    /// Commits a consumer group's offset. On a group member at most the end of what it
+    /// wrote to the queue: a consumer that read a tail this member does not have (a deposed
+    /// master's) must not move the group past messages the group may still write there.
     pub fn commit_consumer_offset(
         &self,
         group: &str,
@@ -91,7 +91,7 @@ impl Broker {
         offset: quiver_store::QueueOffset,
     ) {
         let offset = match &self.replication {
-            Some(_) => offset.min(self.store.max_offset(topic, queue_id)),
+            Some(_) => offset.min(self.store.written_max_offset(topic, queue_id)),
             None => offset,
         };
         self.offsets.commit(group, topic, queue_id, offset);

@@ -452,15 +452,21 @@ impl Shared {
 
     /// Whether `queue` has units written up to at least `offset` that wait for `confirm`.
     fn written_unconfirmed(&self, queue: &Arc<ConsumeQueue>, offset: u64) -> bool {
-        self.config.publish_on_confirm
-            && self
-                .confirm
-                .lock()
-                .pending
-                .iter()
-                .rev()
-                .find(|unit| Arc::ptr_eq(&unit.queue, queue))
-                .is_some_and(|unit| offset <= unit.max)
+        self.pending_end(queue).is_some_and(|end| offset <= end)
+    }
+
+    /// The end of `queue`'s units that wait for `confirm`, if it has any.
+    fn pending_end(&self, queue: &Arc<ConsumeQueue>) -> Option<u64> {
+        if !self.config.publish_on_confirm {
+            return None;
+        }
+        self.confirm
+            .lock()
+            .pending
+            .iter()
+            .rev()
+            .find(|unit| Arc::ptr_eq(&unit.queue, queue))
+            .map(|unit| unit.max)
     }
 
     /// Whether the record at `offset`, `len` bytes, may be read by clients: with
@@ -1695,6 +1701,20 @@ impl MessageStore {
     }
 
     /// Where the message at `offset` of a queue lives in the CommitLog, if it is still there.
+    /// The end of everything written to `topic`/`queue_id`, units still waiting for
+    /// `confirm` included (`max_offset` without `publish_on_confirm`).
+    pub fn written_max_offset(&self, topic: &str, queue_id: u32) -> QueueOffset {
+        let Some(queue) = self.shared.queue(topic, queue_id) else {
+            return QueueOffset(0);
+        };
+        let visible = queue.max_offset();
+        QueueOffset(
+            self.shared
+                .pending_end(&queue)
+                .map_or(visible, |end| end.max(visible)),
+        )
+    }
+
     /// The first queue offset of `topic`/`queue_id` whose record starts at or after
     /// `log_offset` (the readable end when none does): where the queue stood when the
     /// CommitLog reached `log_offset`.

@@ -581,6 +581,11 @@ fn a_crashed_member_serves_nothing_past_its_checkpointed_fence() {
         .unwrap();
     assert_eq!(got.status, GetStatus::OffsetOverflowOne);
     assert_eq!(got.next_begin_offset, hidden);
+    assert!(store.max_offset(topic, queue) <= hidden);
+    assert!(
+        store.written_max_offset(topic, queue) > hidden,
+        "what was written counts for a new master's offsets"
+    );
     let got = store
         .get(topic, queue, QueueOffset(1000), 10, u64::MAX, &|_| true)
         .unwrap();

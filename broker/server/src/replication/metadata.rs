@@ -174,14 +174,40 @@ fn apply(
         let Some((topic, group)) = key.split_once('@') else {
             continue;
         };
-        let queues = clamp_to_queue_ends(queues, |queue| broker.store.max_offset(topic, queue));
+        let queues: Vec<(u32, QueueOffset)> = queues
+            .into_iter()
+            .map(|(queue, offset)| (queue, QueueOffset(offset)))
+            .collect();
         broker.offsets.reset(group, topic, &queues);
     }
 }
 
-/// The master's committed offsets, each at most this member's readable end of its queue:
-/// an offset past it (async mode's lag, a tail the next epoch may cut) would make
-/// consumers skip what a new master writes there; below it they are redelivered instead.
+/// On becoming master: every committed offset at most the end of what this member wrote to
+/// its queue. An offset copied past it (async mode's lag, a tail the old master had alone)
+/// would make consumers skip what this master writes there; clamped, they are redelivered
+/// what they may have read, never skip. Returns how many offsets moved.
+pub(super) fn clamp_offsets_to_log(broker: &Broker) -> usize {
+    let mut moved = 0;
+    for group in broker.offsets.groups() {
+        for topic in broker.offsets.topics_of(&group) {
+            let table = broker.offsets.table(&group, &topic);
+            let queues: BTreeMap<u32, u64> = table.iter().map(|(q, o)| (*q, o.0)).collect();
+            let clamped = clamp_to_queue_ends(queues, |queue| {
+                broker.store.written_max_offset(&topic, queue)
+            });
+            let changed: Vec<(u32, QueueOffset)> = clamped
+                .into_iter()
+                .filter(|(queue, offset)| table.get(queue) != Some(offset))
+                .collect();
+            if !changed.is_empty() {
+                moved += changed.len();
+                broker.offsets.reset(&group, &topic, &changed);
+            }
+        }
+    }
+    moved
+}
+
 fn clamp_to_queue_ends(
     queues: BTreeMap<u32, u64>,
     end_of: impl Fn(u32) -> QueueOffset,

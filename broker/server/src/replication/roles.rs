@@ -193,6 +193,13 @@ async fn serve_as_master(
     if let Err(error) = broker.transactions.reload(&broker.store, &broker.offsets) {
         tracing::error!(error = %crate::error::chain(&error), "cannot reload the transaction state; half messages are checked from what this member knew");
     }
+    let clamped = super::metadata::clamp_offsets_to_log(broker);
+    if clamped > 0 {
+        tracing::warn!(
+            clamped,
+            "committed offsets past this member's queues moved back to their ends"
+        );
+    }
     replication.role.send_replace(Role::Master { epoch });
     replication.advance_confirmed(&broker.store);
     tracing::info!(epoch, "taking writes as the group's master");
