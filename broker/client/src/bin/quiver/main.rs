@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use jiff::civil::DateTime;
 use quiver_client::{
     Admin, BrokerState, ClientConfig, ClientError, ConsumeFromWhere, ConsumeMode, ConsumeOutcome,
     Message, MessageSelector, Producer, ProducerConfig, PushConsumer, PushConsumerConfig, QueueLag,
@@ -330,54 +331,27 @@ fn parse_reset(raw: &str) -> Result<ResetTarget, String> {
     }
 }
 
-/// Milliseconds since the epoch, or a UTC time `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+/// Milliseconds since the epoch, or a UTC time `YYYY-MM-DDTHH:MM:SS[.fff]Z` (RFC 3339 lets
+/// `t` or a space stand for the `T`, and `z` for the `Z`; digits past milliseconds are dropped).
 fn parse_time_ms(raw: &str) -> Option<i64> {
     if let Ok(ms) = raw.parse::<i64>() {
         return Some(ms);
     }
-    let rest = raw.strip_suffix('Z').or_else(|| raw.strip_suffix('z'))?;
-    let (date, time) = rest.split_once(['T', 't', ' '])?;
-    let mut date_parts = date.splitn(3, '-').map(str::parse::<i64>);
-    let (year, month, day) = (
-        date_parts.next()?.ok()?,
-        date_parts.next()?.ok()?,
-        date_parts.next()?.ok()?,
-    );
-    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
-    let mut clock_parts = clock.splitn(3, ':').map(str::parse::<i64>);
-    let (hour, minute, second) = (
-        clock_parts.next()?.ok()?,
-        clock_parts.next()?.ok()?,
-        clock_parts.next()?.ok()?,
-    );
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
+    // UTC only: a time without `Z` is ambiguous, and other offsets are not documented.
+    let utc = raw.strip_suffix(['Z', 'z'])?;
+    let (date, time) = utc.split_once(['T', 't', ' '])?;
+    if date.contains(char::is_whitespace) || time.contains(char::is_whitespace) {
         return None;
     }
-    let millis = if fraction.is_empty() {
-        0
-    } else {
-        let digits: String = fraction.chars().chain("000".chars()).take(3).collect();
-        digits.parse::<i64>().ok()?
-    };
-    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
-    Some(seconds * 1000 + millis)
+    let civil = DateTime::strptime("%Y-%m-%dT%H:%M:%S%.f", format!("{date}T{time}")).ok()?;
+    // Whole seconds, then the milliseconds as written: before 1970 a time is floored to the
+    // millisecond, not moved towards 1970.
+    let whole = civil.with().subsec_nanosecond(0).build().ok()?;
+    let seconds = whole.duration_since(UNIX_EPOCH).as_secs();
+    Some(seconds * 1000 + i64::from(civil.millisecond()))
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let shifted_month = (month + 9) % 12;
-    let day_of_year = (153 * shifted_month + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
+const UNIX_EPOCH: DateTime = DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -1148,6 +1122,76 @@ mod tests {
             parse_time_ms("2024-01-01T00:00:00"),
             None,
             "a time without Z is ambiguous"
+        );
+    }
+
+    #[test]
+    fn utc_times_take_rfc3339_spellings_and_refuse_impossible_ones() {
+        let at = 1_700_000_000_000;
+        assert_eq!(parse_time_ms("2023-11-14t22:13:20z"), Some(at));
+        assert_eq!(parse_time_ms("2023-11-14 22:13:20Z"), Some(at));
+        assert_eq!(parse_time_ms("2023-11-14T22:13:20.1Z"), Some(at + 100));
+        assert_eq!(
+            parse_time_ms("2023-11-14T22:13:20.123456789Z"),
+            Some(at + 123),
+            "digits past milliseconds are dropped"
+        );
+        assert_eq!(parse_time_ms("1969-12-31T23:59:59.5Z"), Some(-500));
+        assert_eq!(parse_time_ms("1969-12-31T23:59:59.9995Z"), Some(-1));
+        assert_eq!(
+            parse_time_ms("2024-02-29T00:00:00Z"),
+            Some(1_709_164_800_000)
+        );
+        assert_eq!(
+            parse_time_ms("9999-12-31T23:59:59.999Z"),
+            Some(253_402_300_799_999)
+        );
+        for refused in [
+            "2023-02-29T00:00:00Z",
+            "2024-04-31T00:00:00Z",
+            "2024-01-01T24:00:00Z",
+            "2024-01-01T00:60:00Z",
+            "2024-01-01T00:00:00+01:00",
+            "2024-01-01T00:00:00+01:00Z",
+            "2024-01-01Z",
+            " 2024-01-01T00:00:00Z",
+            "2024-01-01T 00:00:00Z",
+            "2024-01-01T00:00:00.Z",
+            "yesterday",
+            "",
+        ] {
+            assert_eq!(parse_time_ms(refused), None, "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_time_that_does_not_parse_names_the_accepted_forms() {
+        assert_eq!(
+            parse_from("2024-01-01T00:00:00"),
+            Err(
+                "expected first, last, ms since the epoch or YYYY-MM-DDTHH:MM:SSZ, \
+                 got \"2024-01-01T00:00:00\""
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            parse_reset("2024-02-30T00:00:00Z"),
+            Err(
+                "expected earliest, latest, ms since the epoch or YYYY-MM-DDTHH:MM:SSZ, \
+                 got \"2024-02-30T00:00:00Z\""
+                    .to_owned()
+            )
+        );
+        let Err(error) =
+            Cli::try_parse_from(["quiver", "message", "--key", "k", "--begin", "soon"])
+        else {
+            panic!("--begin soon parsed");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("expected ms since the epoch or YYYY-MM-DDTHH:MM:SSZ, got \"soon\""),
+            "{error}"
         );
     }
 
