@@ -3,7 +3,8 @@
 use clap::Args;
 use quiver_client::{Admin, ClientConfig, ClientError, KeyQuery, ReceivedMessage};
 
-use crate::{message_json, parse_time_ms, Output};
+use crate::consume::message_json;
+use crate::{parse_time_ms, Output};
 
 #[derive(Args, Debug)]
 pub struct MessageArgs {

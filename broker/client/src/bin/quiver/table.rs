@@ -43,3 +43,8 @@ impl Table {
         out
     }
 }
+
+/// A cell for a value the broker may not know.
+pub fn optional<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+}
