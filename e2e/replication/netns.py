@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -218,6 +219,18 @@ class Net:
             else:
                 _run(["ip", "link", "del", name], check=False)
         self.created = []
+
+
+def _terminate(signum, frame):
+    # A SIGTERM (a CI timeout, someone ending the run) would end the process without atexit
+    # handlers or pytest's finalizers: as an interrupt they run, so members are killed and
+    # namespaces removed.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 @atexit.register
