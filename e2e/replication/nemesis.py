@@ -8,6 +8,7 @@ Everything is bounded: every wait has a deadline, runs last a given number of se
 seed of the random schedule is printed (QUIVER_NEMESIS_SEED sets it).
 """
 
+import ctypes
 import json
 import os
 import random
@@ -43,6 +44,16 @@ VOTE_RE = re.compile(r"vote is changing from \S+ to T(\d+)-N(\d+):committed")
 
 def now():
     return time.monotonic()
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent():
+    """In a child before exec: SIGKILL it when the test process dies, even by SIGKILL (members
+    and the consumer never outlive the run). Children are started from the main thread only
+    (the signal follows the thread that started them)."""
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Timeline:
@@ -115,7 +126,8 @@ class NsMember(Member):
             log.write(f"\n==== start {time.strftime('%H:%M:%S')} wipe={wipe} ====\n".encode())
             log.flush()
             env = dict(os.environ, RUST_LOG=os.environ.get("QUIVER_E2E_LOG", "info"))
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         preexec_fn=die_with_parent)
         self.paused = False
         _LIVE.append(self.proc)
         wait_until(self.ready, 60, f"{self} /readyz")
@@ -461,7 +473,8 @@ class Consumer:
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "nemesis_consumer_main.py"), namesrv,
-                 CONSUMER_GROUP, TOPIC, self.out_path], stdout=log, stderr=subprocess.STDOUT)
+                 CONSUMER_GROUP, TOPIC, self.out_path], stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent)
 
     def deliveries(self):
         out = []
