@@ -200,6 +200,31 @@ async fn replicas_refuse_sends_and_routes_name_the_master_first() {
         Some(&group.addrs[master as usize].to_string())
     );
     assert_eq!(addrs.len(), MEMBERS, "{addrs:?}");
+
+    // A group's offset a replica has not copied is the master's to deny: a replica's "none"
+    // (or Apache's 0 for a young queue) would start the group's queue over.
+    let query = ext(&[
+        ("consumerGroup", "never-committed"),
+        ("topic", "Orders"),
+        ("queueId", "0"),
+    ]);
+    let on_replica = client
+        .call(request::QUERY_CONSUMER_OFFSET, query.clone(), Bytes::new())
+        .await;
+    assert_eq!(
+        on_replica.code,
+        response::SYSTEM_BUSY,
+        "{:?}",
+        on_replica.remark
+    );
+    assert!(on_replica
+        .remark
+        .unwrap_or_default()
+        .contains("ask the master"));
+    let on_master_answer = on_master
+        .call(request::QUERY_CONSUMER_OFFSET, query, Bytes::new())
+        .await;
+    assert_ne!(on_master_answer.code, response::SYSTEM_BUSY);
     group.stop_all().await;
 }
 

@@ -25,6 +25,19 @@ pub fn query(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     {
         return Ok(success(req, &[("offset", offset.0.to_string())]));
     }
+    if let Some(replication) = &broker.replication {
+        if !matches!(replication.role(), crate::replication::Role::Master { .. }) {
+            // A replica may not have copied the group's offset yet (a wiped one never did):
+            // only the master may say there is none, or a client starts the queue over.
+            return Err(Refusal::new(
+                response::SYSTEM_BUSY,
+                format!(
+                    "broker {} member {} is not the master and holds no offset of group {} for {}/{queue}; ask the master",
+                    broker.config.broker_name, replication.id, header.consumer_group, header.topic
+                ),
+            ));
+        }
+    }
     let zero_allowed = header.set_zero_if_not_found != Some(false);
     if zero_allowed && queue_start_is_hot(broker, &header.topic, queue) {
         // Apache's answer: a new group reads a young queue from its start.
