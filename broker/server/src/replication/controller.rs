@@ -67,15 +67,20 @@ pub(super) struct Reports {
     leading_since: Option<Instant>,
     /// When a quorum last confirmed this member leads.
     confirmed_leader_at: Option<Instant>,
+    /// An election this leader proposed is not decided yet.
+    electing: bool,
     /// The group as the leader last answered this member's report, and when.
     leader_view: Option<(ReportAnswer, Instant)>,
 }
 
 impl Reports {
-    /// Whether a quorum confirmed this member leads recently enough to answer reports.
+    /// Whether a quorum confirmed this member leads recently enough to answer reports, and
+    /// no election of its is in flight.
     pub(super) fn leads_now(&self) -> bool {
-        self.confirmed_leader_at
-            .is_some_and(|at| at.elapsed() < LEADERSHIP_FRESH)
+        !self.electing
+            && self
+                .confirmed_leader_at
+                .is_some_and(|at| at.elapsed() < LEADERSHIP_FRESH)
     }
 
     /// Leadership was confirmed at `at`: a gap since the previous confirmation (a stalled
@@ -235,7 +240,12 @@ async fn elect_if_needed(replication: &Replication) {
         return;
     };
     tracing::warn!(?election, previous = ?state.master, epoch = state.epoch, "electing a master");
-    if let Err(error) = consensus.propose(election).await {
+    // Until it is decided, no report renews the lease of the master being replaced (it may
+    // come back meanwhile and would take writes the next epoch drops).
+    replication.reports.lock().electing = true;
+    let proposed = consensus.propose(election).await;
+    replication.reports.lock().electing = false;
+    if let Err(error) = proposed {
         tracing::warn!(error = %error, "election not agreed yet");
     }
 }
@@ -550,5 +560,21 @@ mod tests {
             TIMEOUT,
         );
         assert_eq!(decided, None);
+    }
+
+    /// A master that comes back while the leader is replacing it must not have its lease
+    /// renewed by the leader's answer (async mode would acknowledge what the next epoch
+    /// drops).
+    #[test]
+    fn no_report_is_answered_while_an_election_is_in_flight() {
+        let mut reports = Reports::default();
+        reports.confirmed_leadership(Instant::now());
+        assert!(reports.leads_now());
+        reports.electing = true;
+        assert!(!reports.leads_now());
+        reports.electing = false;
+        assert!(reports.leads_now());
+        reports.lost_leadership();
+        assert!(!reports.leads_now());
     }
 }

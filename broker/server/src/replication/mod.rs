@@ -218,11 +218,7 @@ impl Replication {
         if self.switching.load(Ordering::Acquire) {
             return Err(WriteRefusal::Switching { name });
         }
-        let fresh = self
-            .lease
-            .lock()
-            .is_some_and(|at| at.elapsed() < self.master_timeout * 2 / 3);
-        if !fresh {
+        if !self.lease_fresh() {
             return Err(WriteRefusal::LeaseLost { name });
         }
         let in_sync = self.state.borrow().in_sync.len();
@@ -236,6 +232,14 @@ impl Replication {
         Ok(())
     }
 
+    /// Whether a quorum confirmed this master's epoch within its lease (two thirds of
+    /// `master_timeout`: the group replaces a master only after a whole one of silence).
+    fn lease_fresh(&self) -> bool {
+        self.lease
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.master_timeout * 2 / 3)
+    }
+
     /// After an append on the master: parked fetches look again and, with nobody else to
     /// wait for, the fence moves.
     pub fn appended(&self, store: &quiver_store::MessageStore) {
@@ -247,7 +251,12 @@ impl Replication {
     /// in async mode).
     pub async fn wait_confirmed(&self, end: CommitLogOffset) -> Result<(), ConfirmError> {
         if self.mode == ReplicationMode::Async {
-            return Ok(());
+            // Acknowledged at once, but only by a master still sure of its epoch: a send
+            // appended before a long pause is not answered SEND_OK after it.
+            return match self.role() {
+                Role::Master { .. } if self.lease_fresh() => Ok(()),
+                _ => Err(ConfirmError::Deposed),
+            };
         }
         let Role::Master { epoch } = self.role() else {
             return Err(ConfirmError::Deposed);
