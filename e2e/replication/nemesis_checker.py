@@ -23,7 +23,8 @@ What is checked (each must be empty/0 unless said otherwise):
 - lost: acknowledged, but the final master does not hold the key at the queue offset its
   SEND_OK named (the key may be elsewhere: a retry's copy is not the acknowledged one). In
   async mode only the losses outside every loss window count as violations; the others are
-  counted and reported.
+  counted and reported. The broker decided an acknowledgement somewhere between the send
+  and the answer's arrival: a loss is within a window when that interval meets it.
 - divergent: a (queue, offset) that members serve with different keys, or that one member serves
   and another does not, after the final heal and catch-up.
 - conflicts: a (queue, offset) served with two different keys at any time during the run, by
@@ -133,6 +134,13 @@ def in_windows(t, windows):
     return any(start <= t <= end for start, end in windows)
 
 
+def acknowledged_in_windows(sent_at, acked_at, windows):
+    """Whether the broker may have decided the acknowledgement within a window: the client
+    only knows it happened between sending and receiving the answer (a master paused, or
+    cut off, between deciding and the answer reaching the client answers late)."""
+    return any(sent_at <= end and start <= acked_at for start, end in windows)
+
+
 def check_run(acks, sent, served, final, final_master, deliveries, commits, loss_windows=None):
     report = NemesisReport(acked=len(acks), sent=len(sent), final_master=final_master,
                            async_mode=loss_windows is not None)
@@ -162,7 +170,8 @@ def check_run(acks, sent, served, final, final_master, deliveries, commits, loss
             continue
         item = (ack.key, ack.queue, ack.offset, round(ack.acked_at, 3),
                 at.get((ack.queue, ack.offset)), sorted(where.get(ack.key, [])))
-        if loss_windows is not None and in_windows(ack.acked_at, loss_windows):
+        if loss_windows is not None and acknowledged_in_windows(ack.sent_at, ack.acked_at,
+                                                                loss_windows):
             report.lost_in_window.append(item)
         else:
             report.lost.append(item)

@@ -115,6 +115,19 @@ def test_holes_phantoms_duplicates():
     assert report.duplicates == 1
 
 
+def test_an_async_answer_delayed_past_the_window_counts_by_when_it_was_sent():
+    # Sent just before the kill's window closed, answered 4 s later (the master was paused
+    # between deciding and answering): the broker decided within the window.
+    late = AckRec("late", 0, 0, 10.1, 14.5, "p")
+    # Sent after the window closed: the broker cannot have decided within it.
+    after = AckRec("after", 0, 1, 10.5, 14.5, "p")
+    windows = loss_windows([(10.0, "kill")], lag_max_s=1.0, master_timeout_s=1.0)
+    report = check_run([late, after], {"late", "after"}, [], {"m0": []}, "m0", [], [],
+                       loss_windows=windows)
+    assert [x[0] for x in report.lost_in_window] == ["late"]
+    assert [x[0] for x in report.lost] == ["after"]
+
+
 def test_async_losses_inside_the_window_are_allowed_and_counted():
     acks = [ack("a-0", 0, 0, t=1.0), ack("a-1", 0, 1, t=9.5), ack("a-2", 0, 2, t=12.0)]
     final = {"m0": rows(0, ["a-0"])}
