@@ -6,9 +6,13 @@ instead of serving them or handing them to the others.
     SIGCONT -> a replica becomes master of a new epoch -> Y sent and acknowledged -> old master
     SIGCONT -> it follows the new epoch, in sync.
 
-Afterwards no member serves X, every member serves exactly what was acknowledged (before and
-Y) at the queue offsets its SEND_OKs named, and the old master's CommitLog holds no X below its
-log end.
+Afterwards every member serves exactly what was acknowledged (before and Y) at the queue
+offsets its SEND_OKs named, plus at most the X the new master itself holds, at the same places:
+an X can reach a replica when the master's answer to the fetch it had parked lands in the
+stopped replica's socket buffer (the kernel receives for a stopped process) and the replica
+appends it once resumed. It was never acknowledged, so surviving is allowed; what is never
+allowed is a member serving an X the group's log does not hold. The old master's CommitLog
+holds no X below its log end except those survivors.
 """
 
 import os
@@ -108,6 +112,11 @@ def test_unconfirmed_tail_of_a_deposed_master_is_dropped(group):
     log(f"{old} is a replica of epoch {new_epoch}; all 3 in sync: {group.views()}")
 
     acked = {k: [(v[2], v[3])] for k, v in list(before.items()) + list(y.items())}
+    survivors = {k: v for k, v in _served(new).items() if k.startswith("x-")}
+    if survivors:
+        log(f"X the new master {new} holds (reached a replica before its stop took hold; never "
+            f"acknowledged): {survivors}")
+    acked.update(survivors)
     for m in group.members:
         # A replica learns how far the log is confirmed from its next fetch answer, and serves
         # reads only below that: its view may trail the master's briefly.
@@ -128,6 +137,8 @@ def test_unconfirmed_tail_of_a_deposed_master_is_dropped(group):
     if log_end is None:
         log_end = int(old.metric("quiver_replication_confirmed_offset") or 0)
     for key in x:
+        if key in survivors:
+            continue
         hits = commitlog_hits(old.data_dir, _body_mark(key))
         live = [h for h in hits if h < log_end]
         assert not live, f"the old master's CommitLog still holds {key} at {live} (log end {log_end})"
@@ -137,16 +148,18 @@ def test_unconfirmed_tail_of_a_deposed_master_is_dropped(group):
 
 
 def _served(member):
-    """{key: [(queue, offset)]} of what the member serves from offset 0; fails on any X."""
+    """{key: [(queue, offset)]} of what the member serves from offset 0."""
     served = {}
     for r in wire.read_topic(member.addr, TOPIC, QUEUES):
         served.setdefault(r["key"], []).append((r["queue"], r["offset"]))
-    assert not [k for k in served if k.startswith("x-")], f"{member} serves X: {served}"
     return served
 
 
 def _served_if(member, expected):
+    """The member's reads once they are `expected`; fails at once on an X not expected."""
     served = _served(member)
+    foreign = [k for k in served if k.startswith("x-") and k not in expected]
+    assert not foreign, f"{member} serves X the group's log does not hold: {served}"
     return served if served == expected else None
 
 
