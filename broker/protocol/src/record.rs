@@ -43,6 +43,50 @@ pub const FIXED_OVERHEAD_BYTES: usize = 91;
 /// Bytes of the blank filler that ends a segment.
 pub const BLANK_FILLER_BYTES: usize = 8;
 
+/// TOTALSIZE and MAGIC, the 8 bytes every record and the blank filler start with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// TOTALSIZE as stored (a record's length, or the blank filler's: the rest of the
+    /// segment). Not checked: callers judge it against what they hold.
+    pub size: i32,
+    pub magic: u32,
+}
+
+impl Head {
+    /// Bytes of a head.
+    pub const BYTES: usize = BLANK_FILLER_BYTES;
+
+    /// The head of a message record.
+    #[inline]
+    pub fn is_message(&self) -> bool {
+        self.magic == MESSAGE_MAGIC
+    }
+
+    /// The head of the blank filler that ends a segment.
+    #[inline]
+    pub fn is_blank(&self) -> bool {
+        self.magic == BLANK_MAGIC
+    }
+
+    /// Zeroes: nothing was ever written here.
+    #[inline]
+    pub fn is_zero(&self) -> bool {
+        self.size == 0 && self.magic == 0
+    }
+}
+
+/// The head at the start of `buf`, `None` when `buf` is shorter than [`Head::BYTES`]. The one
+/// place a record's size and magic are read.
+#[inline]
+pub fn head(buf: &[u8]) -> Option<Head> {
+    let bytes: &[u8; Head::BYTES] = buf.get(..Head::BYTES)?.try_into().ok()?;
+    let [s0, s1, s2, s3, m0, m1, m2, m3] = *bytes;
+    Some(Head {
+        size: i32::from_be_bytes([s0, s1, s2, s3]),
+        magic: u32::from_be_bytes([m0, m1, m2, m3]),
+    })
+}
+
 /// Byte offset of STORETIMESTAMP for an IPv4 born host; +12 when the born host is IPv6.
 const STORE_TIMESTAMP_AT_V4: usize = 56;
 const SYS_FLAG_AT: usize = 36;
@@ -360,14 +404,10 @@ impl<'b> Reader<'b> {
 
 /// Checks TOTALSIZE and MAGIC; returns the declared size when the whole record is present.
 fn frame(buf: &[u8]) -> Result<usize, RecordError> {
-    if buf.len() < 8 {
-        return Err(RecordError::Truncated {
-            needed: 8,
-            available: buf.len(),
-        });
-    }
-    let size = i32::from_be_bytes(buf[..4].try_into().expect("4 bytes"));
-    let magic = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes"));
+    let Head { size, magic } = head(buf).ok_or(RecordError::Truncated {
+        needed: Head::BYTES,
+        available: buf.len(),
+    })?;
     if magic != MESSAGE_MAGIC {
         return Err(RecordError::BadMagic { found: magic });
     }
@@ -522,16 +562,16 @@ pub fn scan(buf: &[u8]) -> Scanned<'_> {
 
 /// Classifies the bytes at the start of `buf` (the rest of a segment).
 pub fn scan_with(buf: &[u8], crc: BodyCrc) -> Scanned<'_> {
-    if buf.len() >= 8 {
-        let size = i32::from_be_bytes(buf[..4].try_into().expect("4 bytes"));
-        let magic = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes"));
-        if size == 0 && magic == 0 {
+    if let Some(head) = head(buf) {
+        if head.is_zero() {
             return Scanned::End;
         }
-        if magic == BLANK_MAGIC {
-            return match u32::try_from(size) {
+        if head.is_blank() {
+            return match u32::try_from(head.size) {
                 Ok(size) if size as usize == buf.len() => Scanned::Blank { size },
-                _ => Scanned::Damaged(RecordError::BadSize { size: size as i64 }),
+                _ => Scanned::Damaged(RecordError::BadSize {
+                    size: i64::from(head.size),
+                }),
             };
         }
     } else if buf.iter().all(|b| *b == 0) {
@@ -742,6 +782,29 @@ mod tests {
             scan(&flipped),
             Scanned::Damaged(RecordError::BodyCrcMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn head_reads_size_and_magic_of_records_fillers_and_zeroes() {
+        let bytes = encode(&message(b"body", ""), PLACEMENT).unwrap();
+        let message_head = head(&bytes).unwrap();
+        assert_eq!(message_head.size as usize, bytes.len());
+        assert!(message_head.is_message() && !message_head.is_blank());
+        let mut filler = [0u8; 8];
+        assert!(head(&filler).unwrap().is_zero());
+        encode_blank(&mut filler, 4096);
+        let blank = head(&filler).unwrap();
+        assert_eq!(
+            blank,
+            Head {
+                size: 4096,
+                magic: BLANK_MAGIC
+            }
+        );
+        assert!(blank.is_blank() && !blank.is_message() && !blank.is_zero());
+        assert_eq!(head(&filler[..7]), None);
+        filler[..4].copy_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(head(&filler).unwrap().size, -1);
     }
 
     #[test]

@@ -363,10 +363,10 @@ impl CommitLog {
         let mut pos = start;
         while pos + BLANK_FILLER_BYTES as u64 <= limit {
             // SAFETY: below the published end, never rewritten while served.
-            let head = unsafe { segment.slice(pos, BLANK_FILLER_BYTES) };
-            let size = i32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
-            let magic = u32::from_be_bytes(head[4..8].try_into().expect("4 bytes"));
-            if magic == record::BLANK_MAGIC {
+            let bytes = unsafe { segment.slice(pos, BLANK_FILLER_BYTES) };
+            let head = record::head(bytes).expect("a whole head");
+            let size = head.size;
+            if head.is_blank() {
                 if pos > start {
                     break;
                 }
@@ -376,9 +376,8 @@ impl CommitLog {
                 }
                 return Ok((segment.bytes(pos, size as usize), segment.end()));
             }
-            let size_ok = magic == record::MESSAGE_MAGIC
-                && size > BLANK_FILLER_BYTES as i32
-                && pos + size as u64 <= limit;
+            let size_ok =
+                head.is_message() && size > BLANK_FILLER_BYTES as i32 && pos + size as u64 <= limit;
             if !size_ok {
                 if pos == start {
                     return Err(not_a_record(i64::from(size)));
@@ -553,8 +552,8 @@ impl CommitLog {
         // SAFETY: below the published end, never rewritten while served.
         let bytes = unsafe { segment.slice(at, size) };
         // A unit damaged on disk could point anywhere: serve only a record that starts here.
-        let starts_record = bytes[..4] == (size as u32).to_be_bytes()
-            && bytes[4..8] == record::MESSAGE_MAGIC.to_be_bytes();
+        let starts_record = record::head(bytes)
+            .is_some_and(|head| head.is_message() && head.size as u32 == size as u32);
         (starts_record && accept.is_none_or(|accept| accept(bytes)))
             .then(|| segment.bytes(at, size))
     }

@@ -17,7 +17,7 @@ use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
 use crate::index::{self, IndexWriter, MessageIndex};
 use crate::mapped_file::{data_ranges, load_segments, sync_dir, MappedSegment};
-use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned, BLANK_FILLER_BYTES};
+use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned};
 use crate::CommitLogOffset;
 
 /// What recovery found and did; `Display` gives one log line.
@@ -200,11 +200,13 @@ fn scan_at<'a>(
     // SAFETY: recovery has the files to itself; the bytes hold data.
     let bytes = unsafe { segment.slice(at, readable as usize) };
     // A blank filler spans the rest of the segment, holes included: only its head is read.
-    if readable < rest && bytes.len() >= BLANK_FILLER_BYTES {
-        let size = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"));
-        let magic = u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes"));
-        if magic == record::BLANK_MAGIC && u64::from(size) == rest {
-            return Scanned::Blank { size };
+    if readable < rest {
+        if let Some(head) = record::head(bytes).filter(record::Head::is_blank) {
+            if u64::from(head.size as u32) == rest {
+                return Scanned::Blank {
+                    size: head.size as u32,
+                };
+            }
         }
     }
     record::scan_with(bytes, crc)

@@ -526,12 +526,11 @@ impl Shared {
             segment_size: self.commit_log.segment_size(),
             reason,
         };
-        if rest.len() < BLANK_FILLER_BYTES {
+        let Some(head) = record::head(rest) else {
             return Err(bad("shorter than a record header"));
-        }
-        let size = i32::from_be_bytes(rest[..4].try_into().expect("4 bytes"));
-        let magic = u32::from_be_bytes(rest[4..8].try_into().expect("4 bytes"));
-        if magic == record::BLANK_MAGIC {
+        };
+        let size = head.size;
+        if head.is_blank() {
             let remaining = writer.log.tail_remaining();
             if i64::from(size) != remaining as i64 {
                 return Err(segment_mismatch(format!(
