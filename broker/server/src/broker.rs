@@ -80,23 +80,6 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Commits a consumer group's offset. On a group member at most the end of what it
-    /// wrote to the queue: a consumer that read a tail this member does not have (a deposed
-    /// master's) must not move the group past messages the group may still write there.
-    pub fn commit_consumer_offset(
-        &self,
-        group: &str,
-        topic: &str,
-        queue_id: u32,
-        offset: quiver_store::QueueOffset,
-    ) {
-        let offset = match &self.replication {
-            Some(_) => offset.min(self.store.written_max_offset(topic, queue_id)),
-            None => offset,
-        };
-        self.offsets.commit(group, topic, queue_id, offset);
-    }
-
     /// Opens the store (running recovery) and loads the config files. Blocking.
     pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Broker, BrokerError> {
         let advertised = config.advertised_addr(bound);

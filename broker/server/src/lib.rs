@@ -26,6 +26,7 @@ pub mod producers;
 pub mod replication;
 pub mod schedule;
 pub mod server;
+pub mod service;
 pub mod slots;
 pub mod stages;
 pub mod timer;

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::broker::{blocking, Broker};
 use crate::error::{chain, BrokerError};
-use crate::processor::{store_message, StoreTarget};
+use crate::service::produce::{ensure_topic, store_message, StoreTarget};
 use crate::topics::SCHEDULE_TOPIC;
 
 /// The delay of each level (1-based): 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h.
@@ -176,7 +176,7 @@ fn deliver_level(
             due_in_batch(&got.messages, queue_id, delay_ms, now, &mut next);
         if !due_targets.is_empty() {
             for target in &due_targets {
-                crate::processor::ensure_topic(broker, &target.topic);
+                ensure_topic(broker, &target.topic);
             }
             store_message(broker, &due_targets)
                 .map_err(|source| BrokerError::Store { op: "put", source })?;

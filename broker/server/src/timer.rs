@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::error::{chain, BrokerError, FailureLog};
-use crate::processor::store_message;
+use crate::service::produce::{ensure_topic, store_message};
 
 /// Apache's `TimerMessageStore.TIMER_TOPIC`.
 pub const TIMER_TOPIC: &str = "rmq_sys_wheel_timer";
@@ -434,7 +434,7 @@ impl<'a> Service<'a> {
             .map(|t| t.topic.clone())
             .collect::<std::collections::BTreeSet<_>>()
         {
-            crate::processor::ensure_topic(self.broker, &topic);
+            ensure_topic(self.broker, &topic);
         }
         if !targets.is_empty() {
             store_message(self.broker, &targets)?;

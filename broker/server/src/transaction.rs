@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::broker::{blocking, Broker};
 use crate::error::{chain, BrokerError};
-use crate::processor::{store_message, StoreTarget};
+use crate::service::produce::{store_message, StoreTarget};
 
 /// Where half messages wait for their outcome (Apache's name).
 pub const HALF_TOPIC: &str = "RMQ_SYS_TRANS_HALF_TOPIC";

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::{read_one, retry_topic, PopError, PopService, RevivedTo};
 use crate::broker::{blocking, Broker};
 use crate::error::chain;
-use crate::processor::{ensure_topic, retry_properties, store_message, StoreTarget};
+use crate::service::produce::{ensure_topic, retry_properties, store_message, StoreTarget};
 use crate::topics::{DLQ_PREFIX, RETRY_PREFIX};
 
 const REVIVE_INTERVAL: Duration = Duration::from_millis(500);

@@ -18,6 +18,7 @@ use quiver_store::QueueOffset;
 
 use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
+use crate::service::admin;
 use crate::topics::validate_topic_name;
 use quiver_protocol::body::{KvTable, SubscriptionGroupConfig, TopicConfig};
 
@@ -54,8 +55,7 @@ pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         order: header.order.unwrap_or(false),
     };
     tracing::info!(topic = name, read, write, perm, "topic created or updated");
-    ctx.broker.topics.upsert(config);
-    blocking(&ctx.broker, |broker| broker.topics.persist()).await??;
+    admin::upsert_topic(&ctx.broker, config).await?;
     Ok(success(req, &[]))
 }
 
@@ -67,16 +67,7 @@ pub fn all_topics(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 pub async fn delete_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let topic = DeleteTopicRequestHeader::from_command(req)?.topic;
-    ctx.broker.topics.remove(&topic);
-    let deleted = topic.clone();
-    blocking(&ctx.broker, move |broker| {
-        broker
-            .store
-            .delete_topic(&deleted)
-            .map_err(crate::error::BrokerError::store("delete topic"))?;
-        broker.topics.persist()
-    })
-    .await??;
+    admin::delete_topic(&ctx.broker, &topic).await?;
     tracing::info!(topic, "topic deleted");
     Ok(success(req, &[]))
 }
@@ -267,12 +258,7 @@ pub async fn update_broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             }
         }
     }
-    for permission in updates {
-        tracing::info!(permission, "brokerPermission changed");
-        ctx.broker.set_permission(permission);
-    }
-    // A drained broker stays drained across restarts until told otherwise.
-    blocking(&ctx.broker, |broker| broker.persist_runtime()).await??;
+    admin::set_permissions(&ctx.broker, &updates).await?;
     Ok(success(req, &[]))
 }
 
@@ -287,8 +273,7 @@ pub async fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         return Err(bad_request("subscription group body has no groupName"));
     }
     tracing::info!(group = %config.group_name, "subscription group created or updated");
-    ctx.broker.groups.upsert(config);
-    blocking(&ctx.broker, |broker| broker.groups.persist()).await??;
+    admin::upsert_group(&ctx.broker, config).await?;
     Ok(success(req, &[]))
 }
 
@@ -301,13 +286,9 @@ pub fn all_groups(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub async fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = DeleteSubscriptionGroupRequestHeader::from_command(req)?;
     let group = header.group_name.as_str();
-    ctx.broker.groups.remove(group);
     // The contract: deleting a group drops its offsets unless told to keep them.
     let drop_offsets = header.clean_offset.unwrap_or(true);
-    if drop_offsets {
-        ctx.broker.offsets.delete_group(group);
-    }
-    blocking(&ctx.broker, |broker| broker.groups.persist()).await??;
+    admin::delete_group(&ctx.broker, group, drop_offsets).await?;
     tracing::info!(group, drop_offsets, "subscription group deleted");
     Ok(success(req, &[]))
 }

@@ -2,6 +2,7 @@
 
 mod admin;
 mod heartbeat;
+mod legacy;
 mod offsets;
 mod pull;
 mod query;
@@ -24,12 +25,10 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
-pub(crate) use retry::retry_properties;
-pub(crate) use send::{
-    check_broker_writable, half_message, park_if_delayed, store_message, store_message_async,
-    topic_for_send, SendError, StoreTarget,
+pub(crate) use legacy::{
+    check_broker_writable, end_transaction, half_message, park_if_delayed, store_message_async,
+    topic_for_send, Ending, SendError, StoreTarget,
 };
-pub(crate) use transaction::{end_transaction, Ending};
 
 /// What a processor sees: the broker and the connection the request came on.
 #[derive(Clone)]
@@ -76,6 +75,32 @@ impl From<quiver_store::StoreError> for Refusal {
                 format!("service not available now: {}", refusal.message),
             ),
             error => Refusal::new(response::SYSTEM_ERROR, chain(&error)),
+        }
+    }
+}
+
+impl From<crate::service::ServiceError> for Refusal {
+    /// The remoting port's answer to a service's error.
+    fn from(error: crate::service::ServiceError) -> Self {
+        use crate::service::ServiceError as E;
+        let code = match &error {
+            E::Store(_) | E::Broker(_) => response::SYSTEM_ERROR,
+            E::Forbidden(_) => response::NO_PERMISSION,
+            E::TopicNotFound(_) => response::TOPIC_NOT_EXIST,
+            E::IllegalMessage(_) => response::MESSAGE_ILLEGAL,
+            E::NotFound(_) => response::QUERY_NOT_FOUND,
+            E::Busy(_) => response::SYSTEM_BUSY,
+            E::BadRequest(_) | E::InvalidTransaction(_) => response::SYSTEM_ERROR,
+            // Apache's answers when the slaves do not hold the message: none stored it.
+            E::Replication(crate::replication::ConfirmError::TooFewCopies { .. }) => {
+                response::SLAVE_NOT_AVAILABLE
+            }
+            E::Replication(_) => response::FLUSH_SLAVE_TIMEOUT,
+        };
+        match error {
+            E::Store(error) => Refusal::from(error),
+            E::Broker(error) => Refusal::from(error),
+            error => Refusal::new(code, error.to_string()),
         }
     }
 }
@@ -251,11 +276,4 @@ pub fn queue_offset(field: &'static str, value: i64) -> Result<quiver_store::Que
                 value: value.to_string(),
             })
         })
-}
-
-/// Makes sure a topic that a scheduled or retried message goes to exists.
-pub(crate) fn ensure_topic(broker: &Broker, topic: &str) {
-    if let Err(refusal) = send::topic_for_send(broker, topic) {
-        tracing::warn!(topic, remark = %refusal.remark, "cannot create topic for a scheduled message");
-    }
 }

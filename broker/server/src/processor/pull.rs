@@ -17,6 +17,7 @@ use crate::broker::Broker;
 use crate::error::chain;
 use crate::filter::{record_matches, ConsumerFilter, FilterError};
 use crate::long_poll::{AnswerNow, Claim, ParkRefused, Wake};
+use crate::service::consume;
 
 /// Bytes of records one pull returns at most (RocketMQ's maxTransferBytesOnMessageInDisk).
 const MAX_PULL_BYTES: u64 = 4 * 1024 * 1024;
@@ -199,38 +200,11 @@ pub async fn handle(
     trace: &mut crate::stages::Trace,
 ) -> Result<Option<RemotingCommand>, Refusal> {
     let broker = &ctx.broker;
-    if !broker.is_readable() {
-        return Err(Refusal::new(
-            response::NO_PERMISSION,
-            format!("broker {} is not readable", broker.config.broker_name),
-        ));
-    }
+    consume::check_broker_readable(broker)?;
     let pull = Arc::new(PullRequest::parse(ctx, req)?);
-    let Some(topic) = broker.topics.get(&pull.topic) else {
-        return Err(Refusal::new(
-            response::TOPIC_NOT_EXIST,
-            format!("topic {} does not exist", pull.topic),
-        ));
-    };
-    if pull.queue_id >= topic.read_queue_nums.max(topic.write_queue_nums) {
-        return Err(Refusal::new(
-            response::SYSTEM_ERROR,
-            format!(
-                "queueId {} is out of range for topic {} ({} queues)",
-                pull.queue_id, pull.topic, topic.read_queue_nums
-            ),
-        ));
-    }
-    if let Some(group) = broker.groups.get(&pull.group) {
-        if !group.consume_enable {
-            return Err(Refusal::new(
-                response::NO_PERMISSION,
-                format!("consumer group {} is disabled", pull.group),
-            ));
-        }
-    }
+    consume::pull_topic(broker, &pull.group, &pull.topic, pull.queue_id)?;
     if let Some(commit) = pull.commit {
-        broker.commit_consumer_offset(&pull.group, &pull.topic, pull.queue_id, commit);
+        consume::commit_offset(broker, &pull.group, &pull.topic, pull.queue_id, commit);
     }
     if let Some(moved) = past_its_epoch(broker, &pull) {
         return Ok(Some(respond(

@@ -5,15 +5,14 @@ use std::collections::BTreeMap;
 
 use quiver_protocol::code::response;
 use quiver_protocol::header::{ConsumerSendMsgBackRequestHeader, SendBackDelay};
-use quiver_protocol::message as msg;
 use quiver_protocol::RemotingCommand;
-use quiver_store::record::{encode_properties, property, Record};
+use quiver_store::record::encode_properties;
 use quiver_store::CommitLogOffset;
 
-use super::send::topic_for_send;
-use super::{success, Ctx, Outcome, Refusal, StoreTarget};
+use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::{blocking, Broker};
 use crate::schedule;
+use crate::service::produce::{retry_properties, store_message_async, topic_for_send, StoreTarget};
 use crate::topics::{DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC};
 
 /// Where a sent-back message goes.
@@ -99,28 +98,8 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         reconsume_times: record.reconsume_times + 1,
         prepared_transaction_offset: 0,
     }];
-    super::store_message_async(broker, &target).await?;
+    store_message_async(broker, &target).await?;
     Ok(success(req, &[]))
-}
-
-/// The record's properties for its next delivery: where it came from (RETRY_TOPIC, kept from
-/// the first failure) and its origin message id; any delay level is the retry's, not its own.
-pub(crate) fn retry_properties(
-    record: &Record,
-    origin_msg_id: Option<String>,
-) -> BTreeMap<String, String> {
-    let mut properties = record.properties_map();
-    if property(&record.properties, msg::PROPERTY_RETRY_TOPIC).is_none() {
-        properties.insert(msg::PROPERTY_RETRY_TOPIC.into(), record.topic.clone());
-    }
-    let origin = origin_msg_id
-        .or_else(|| {
-            property(&record.properties, msg::PROPERTY_ORIGIN_MESSAGE_ID).map(str::to_string)
-        })
-        .unwrap_or_else(|| msg::offset_msg_id(record.store_host, record.physical_offset.0));
-    properties.insert(msg::PROPERTY_ORIGIN_MESSAGE_ID.into(), origin);
-    properties.remove(msg::PROPERTY_DELAY);
-    properties
 }
 
 /// Topic, queue and encoded properties of the copy: %DLQ% at once, or %RETRY% after the

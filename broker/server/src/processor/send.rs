@@ -8,173 +8,14 @@ use quiver_protocol::header::{SendMessageRequestHeader, SendMessageResponseHeade
 use quiver_protocol::message::{self as msg, BatchMessage};
 use quiver_protocol::RemotingCommand;
 use quiver_store::record::{encode_properties, parse_properties, property};
-use quiver_store::{NewMessage, PutResult, StoreError};
 
 use super::{Ctx, Outcome, Refusal};
 use crate::broker::Broker;
-use crate::schedule;
-use crate::timer;
-use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
-use crate::transaction;
-
-/// One message to append, owned so it can cross into a blocking task.
-#[derive(Clone, Debug)]
-pub(crate) struct StoreTarget {
-    pub topic: String,
-    pub queue_id: u32,
-    pub flag: i32,
-    pub body: Bytes,
-    pub properties: String,
-    pub sys_flag: i32,
-    pub born_timestamp_ms: i64,
-    pub born_host: SocketAddr,
-    pub reconsume_times: i32,
-    /// A committed transactional message: where its half message is in the CommitLog.
-    pub prepared_transaction_offset: i64,
-}
-
-fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessage<'a>> {
-    targets
-        .iter()
-        .map(|t| NewMessage {
-            topic: &t.topic,
-            queue_id: t.queue_id,
-            flag: t.flag,
-            body: &t.body,
-            properties: &t.properties,
-            sys_flag: t.sys_flag,
-            born_timestamp_ms: t.born_timestamp_ms,
-            born_host: t.born_host,
-            store_host: broker.store_host,
-            reconsume_times: t.reconsume_times,
-            prepared_transaction_offset: t.prepared_transaction_offset,
-        })
-        .collect()
-}
-
-/// Counts the stored messages per topic: one metrics update per run of the same topic (a
-/// batch's messages share theirs), not one per message.
-fn record_in(broker: &Broker, targets: &[StoreTarget]) {
-    for run in targets.chunk_by(|a, b| a.topic == b.topic) {
-        let bytes = run.iter().map(|target| target.body.len() as u64).sum();
-        broker
-            .metrics
-            .record_in(&run[0].topic, run.len() as u64, bytes);
-    }
-}
-
-/// Stores the targets, blocking until they are durable: for callers on a blocking thread
-/// (deliveries of delayed, timed, retried and transactional messages). On a group's master
-/// they are not waited for on the replicas: their source stays until they are confirmed
-/// readable, and a failover redelivers rather than skips.
-pub(crate) fn store_message(
-    broker: &Broker,
-    targets: &[StoreTarget],
-) -> Result<Vec<PutResult>, StoreError> {
-    let results = {
-        let _admitted = admit_write(broker)?;
-        broker
-            .store
-            .put_batch(&new_messages(broker, targets), crate::now_ms())?
-    };
-    appended(broker);
-    record_in(broker, targets);
-    Ok(results)
-}
-
-/// Stores the targets on the calling task and waits for durability holding no thread: an
-/// append is a copy into mapped memory, so the request path skips the blocking pool. On a
-/// group's master in sync mode it also waits until every in-sync replica holds them.
-pub(crate) async fn store_message_async(
-    broker: &Broker,
-    targets: &[StoreTarget],
-) -> Result<Vec<PutResult>, SendError> {
-    let appended_batch = {
-        let _admitted = admit_write(broker)?;
-        broker
-            .store
-            .append(&new_messages(broker, targets), crate::now_ms())?
-    };
-    appended(broker);
-    broker.wait_durable(appended_batch.end).await?;
-    if let Some(replication) = &broker.replication {
-        replication.wait_confirmed(appended_batch.end).await?;
-    }
-    record_in(broker, targets);
-    Ok(appended_batch.results)
-}
-
-/// On a group member, whether it may append now (the guard holds off a switchover until
-/// the append is done); refused with the reason as the store's own refusals are.
-fn admit_write(
-    broker: &Broker,
-) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>, StoreError> {
-    let Some(replication) = &broker.replication else {
-        return Ok(None);
-    };
-    replication.admit_write().map(Some).map_err(|refusal| {
-        StoreError::WritesRefused(quiver_store::WriteRefusal {
-            reason: quiver_store::RefusalReason::NotMaster,
-            message: refusal.to_string(),
-        })
-    })
-}
-
-fn appended(broker: &Broker) {
-    if let Some(replication) = &broker.replication {
-        replication.appended(&broker.store);
-    }
-}
-
-/// Why a send was not acknowledged.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SendError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Replication(#[from] crate::replication::ConfirmError),
-}
-
-impl From<SendError> for Refusal {
-    fn from(error: SendError) -> Refusal {
-        match error {
-            SendError::Store(error) => Refusal::from(error),
-            // Apache's answers when the slaves do not hold the message: none stored it.
-            SendError::Replication(
-                error @ crate::replication::ConfirmError::TooFewCopies { .. },
-            ) => Refusal::new(response::SLAVE_NOT_AVAILABLE, error.to_string()),
-            SendError::Replication(error) => {
-                Refusal::new(response::FLUSH_SLAVE_TIMEOUT, error.to_string())
-            }
-        }
-    }
-}
-
-/// The topic's config, created when auto-creation is on.
-pub(crate) fn topic_for_send(broker: &Broker, topic: &str) -> Result<TopicConfig, Refusal> {
-    validate_topic_name(topic)
-        .map_err(|e| Refusal::new(response::MESSAGE_ILLEGAL, e.to_string()))?;
-    if let Some(config) = broker.topics.get(topic) {
-        return Ok(config);
-    }
-    let system = topic.starts_with(RETRY_PREFIX) || topic.starts_with(DLQ_PREFIX);
-    if !broker.config.auto_create_topics && !system {
-        return Err(Refusal::new(
-            response::TOPIC_NOT_EXIST,
-            format!("topic {topic} does not exist and auto-create-topics is off"),
-        ));
-    }
-    let queues = if system {
-        1
-    } else {
-        broker.config.default_queue_nums
-    };
-    let (config, created) = broker.topics.get_or_create(topic, queues);
-    if created {
-        tracing::info!(topic, queues, "topic auto-created");
-    }
-    Ok(config)
-}
+use crate::service::produce::{
+    check_body, check_broker_writable, half_message, is_half_message, park_if_delayed,
+    refuse_batch_delay, refuse_batch_half, store_message_async, topic_for_send, StoreTarget,
+};
+use crate::topics::{DLQ_PREFIX, RETRY_PREFIX};
 
 pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
@@ -226,20 +67,6 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_ext_fields(reply.to_ext()))
-}
-
-pub(crate) fn check_broker_writable(broker: &Broker) -> Result<(), Refusal> {
-    if broker.is_writable() {
-        return Ok(());
-    }
-    Err(Refusal::new(
-        response::NO_PERMISSION,
-        format!(
-            "broker {} is not writable (brokerPermission {})",
-            broker.config.broker_name,
-            broker.permission()
-        ),
-    ))
 }
 
 /// One send request, checked, on its way to the store.
@@ -327,60 +154,8 @@ impl Sending<'_> {
             reconsume_times,
             prepared_transaction_offset: 0,
         };
-        park_if_delayed(broker, target, crate::now_ms())
+        Ok(park_if_delayed(broker, target, crate::now_ms())?)
     }
-}
-
-/// A message with a delay level parked in the schedule topic, or with a timer property due
-/// later parked in the timer topic (as Apache's `HookUtils.handleScheduleMessage`: a delay
-/// level wins); due already or neither, it goes to its topic as is. A timer beyond
-/// `timer-max-delay-ms` or malformed is refused.
-pub(crate) fn park_if_delayed(
-    broker: &Broker,
-    mut target: StoreTarget,
-    now: i64,
-) -> Result<StoreTarget, Refusal> {
-    if let Some(level) = property(&target.properties, msg::PROPERTY_DELAY)
-        .and_then(|level| level.parse::<usize>().ok())
-        .filter(|level| *level > 0)
-    {
-        let level = level.min(schedule::DELAY_LEVELS_MS.len());
-        target.properties =
-            schedule::delay_properties(&target.properties, &target.topic, target.queue_id, level);
-        target.topic = crate::topics::SCHEDULE_TOPIC.to_string();
-        target.queue_id = schedule::queue_of_level(level);
-        return Ok(target);
-    }
-    let deliver_ms = timer::deliver_ms(&target.properties, now).map_err(|reason| {
-        Refusal::new(
-            response::MESSAGE_ILLEGAL,
-            format!("{reason}; the message was not stored"),
-        )
-    })?;
-    let Some(deliver_ms) = deliver_ms.filter(|at| *at > now) else {
-        return Ok(target);
-    };
-    let max = broker.config.timer_max_delay_ms;
-    if deliver_ms - now > i64::try_from(max).unwrap_or(i64::MAX) {
-        return Err(Refusal::new(
-            response::MESSAGE_ILLEGAL,
-            format!(
-                "timed delivery {} ms ahead exceeds timer-max-delay-ms {max}; the message was \
-                 not stored",
-                deliver_ms - now
-            ),
-        ));
-    }
-    broker.topics.get_or_create(timer::TIMER_TOPIC, 1);
-    target.properties = timer::timer_properties(
-        &target.properties,
-        &target.topic,
-        target.queue_id,
-        deliver_ms,
-    );
-    target.topic = timer::TIMER_TOPIC.to_string();
-    target.queue_id = timer::TIMER_QUEUE;
-    Ok(target)
 }
 
 impl Sending<'_> {
@@ -403,95 +178,6 @@ impl Sending<'_> {
         };
         half_message(broker, target, &self.header.producer_group)
     }
-}
-
-/// The half message of `target` in the half topic's queue 0, remembering its real topic and
-/// queue and its producer group, with the transaction bits of its sysFlag cleared (as
-/// Apache's `TransactionalMessageBridge.parseHalfMessageInner`).
-pub(crate) fn half_message(
-    broker: &Broker,
-    target: StoreTarget,
-    producer_group: &str,
-) -> StoreTarget {
-    let mut properties = parse_properties(&target.properties);
-    properties.insert(msg::PROPERTY_REAL_TOPIC.into(), target.topic.clone());
-    properties.insert(msg::PROPERTY_REAL_QID.into(), target.queue_id.to_string());
-    properties
-        .entry(msg::PROPERTY_PRODUCER_GROUP.into())
-        .or_insert_with(|| producer_group.to_owned());
-    broker.topics.get_or_create(transaction::HALF_TOPIC, 1);
-    StoreTarget {
-        topic: transaction::HALF_TOPIC.to_owned(),
-        queue_id: transaction::HALF_QUEUE,
-        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-        sys_flag: msg::sys_flag::with_transaction_type(
-            target.sys_flag,
-            msg::sys_flag::TRANSACTION_NOT_TYPE,
-        ),
-        ..target
-    }
-}
-
-/// A transactional half message: sysFlag TRANSACTION_PREPARED or property TRAN_MSG=true.
-fn is_half_message(sys_flag: i32, properties: &str) -> bool {
-    msg::sys_flag::transaction_type(sys_flag) == msg::sys_flag::TRANSACTION_PREPARED
-        || property(properties, msg::PROPERTY_TRANSACTION_PREPARED) == Some("true")
-}
-
-/// As Apache's producers: a batch cannot carry half messages (each needs its own outcome).
-fn refuse_batch_half(sys_flag: i32, properties: &str) -> Result<(), Refusal> {
-    if is_half_message(sys_flag, properties) {
-        return Err(Refusal::new(
-            response::MESSAGE_ILLEGAL,
-            "a batch cannot carry transactional (half) messages; send them one by one; the \
-             batch was not stored",
-        ));
-    }
-    Ok(())
-}
-
-/// As Apache (`CommitLog.asyncPutMessages`): a delay level or a timer, on the batch or on
-/// one of its messages, is MESSAGE_ILLEGAL, never stored as an immediate message.
-fn refuse_batch_delay(properties: &str) -> Result<(), Refusal> {
-    if property(properties, msg::PROPERTY_DELAY).is_some_and(|level| level.trim() != "0") {
-        return Err(Refusal::new(
-            response::MESSAGE_ILLEGAL,
-            "a batch cannot carry a delay level (DELAY); send delayed messages one by one; \
-             the batch was not stored",
-        ));
-    }
-    for timer in [
-        msg::PROPERTY_TIMER_DELIVER_MS,
-        msg::PROPERTY_TIMER_DELAY_SEC,
-        msg::PROPERTY_TIMER_DELAY_MS,
-    ] {
-        if property(properties, timer).is_some() {
-            return Err(Refusal::new(
-                response::MESSAGE_ILLEGAL,
-                format!(
-                    "a batch cannot carry a timer ({timer}); send timed messages one by one; \
-                     the batch was not stored"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn check_body(len: usize, max: usize) -> Result<(), Refusal> {
-    if len == 0 {
-        return Err(Refusal::new(
-            response::MESSAGE_ILLEGAL,
-            "message body is empty",
-        ));
-    }
-    if len > max {
-        return Err(Refusal::new(
-            response::MESSAGE_ILLEGAL,
-            format!("message body of {len} bytes exceeds max-message-size {max}"),
-        ));
-    }
-    Ok(())
 }
 
 /// A batch member's properties, plus the header's for keys it does not set.
