@@ -1,0 +1,198 @@
+//! Keeping the store within its disk: the disk watch that closes and reopens the write
+//! gate, retention, topic deletion, and the readings the server reports.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::shared::Shared;
+use super::types::StoreStats;
+use crate::disk::{self, DiskStatus, RefusalReason, WriteRefusal};
+use crate::dispatch::is_safe_topic_dir;
+use crate::error::StoreError;
+use crate::flush::FlushTarget;
+use crate::mapped_file::sync_dir;
+use crate::retention::{self, DeleteReason, Pressure, RetentionReport};
+use crate::CommitLogOffset;
+
+impl Shared {
+    /// One look at the data file system: closes the gate or opens it again.
+    pub(super) fn watch_disk(&self) {
+        if self.opened_read_only {
+            self.gate.close(WriteRefusal {
+                reason: RefusalReason::ReadOnlyFs,
+                message: disk::describe_opened_read_only(&self.config.data_dir),
+            });
+            return;
+        }
+        if self.data_dir_changed() {
+            self.gate
+                .close(self.refusal(RefusalReason::DataDirGone, ""));
+            return;
+        }
+        let usage = match disk::read_usage(&self.config.data_dir) {
+            Ok(usage) => usage,
+            Err(error) => {
+                tracing::warn!(%error, data_dir = %self.config.data_dir.display(), "cannot read the data disk's usage");
+                return;
+            }
+        };
+        self.gate.record_usage(&usage);
+        if let Some(error) = self.flush.failure() {
+            self.gate
+                .close(self.refusal(RefusalReason::FsyncFailed, &format!(" ({error})")));
+        }
+        let current = self.gate.refusal().map(|r| r.reason);
+        let high_water = self.config.disk_high_water_ratio;
+        let mut verdict = disk::judge(&usage, current, high_water);
+        if verdict.is_none() && self.dirty_checkpoint_pending.load(Ordering::Acquire) {
+            match self.housekeeping() {
+                Ok(()) => self
+                    .dirty_checkpoint_pending
+                    .store(false, Ordering::Release),
+                Err(error) => {
+                    verdict = Some(
+                        error
+                            .io_source()
+                            .and_then(RefusalReason::of_io_error)
+                            .unwrap_or(RefusalReason::NoSpace),
+                    )
+                }
+            }
+        }
+        match verdict {
+            Some(reason) => self.gate.close(WriteRefusal {
+                reason,
+                message: disk::describe(reason, &self.config.data_dir, &usage, high_water, ""),
+            }),
+            None => {
+                self.gate.open();
+            }
+        }
+    }
+
+    /// `MessageStore::run_retention`.
+    pub(super) fn run_retention(
+        &self,
+        now_ms: i64,
+        needed_from: Option<CommitLogOffset>,
+    ) -> Result<RetentionReport, StoreError> {
+        let _one_at_a_time = self.retention.lock();
+        let config = &self.config;
+        let usage = disk::read_usage(&config.data_dir)
+            .map_err(|e| StoreError::io("statvfs", &config.data_dir, e))?;
+        let pressure = Pressure {
+            now_ms,
+            reserved_ms: (config.file_reserved_hours as i64).saturating_mul(3_600_000),
+            used: usage.used,
+            total: usage.total,
+            clean_ratio: config.disk_clean_ratio,
+            force_clean_ratio: config.disk_force_clean_ratio,
+            needed_from: needed_from.map(|offset| offset.0),
+        };
+        let chosen = retention::choose(&self.commit_log.snapshot(), &pressure)?;
+        let mut report = RetentionReport {
+            disk_used_ratio: usage.ratio(),
+            ..RetentionReport::default()
+        };
+        if !chosen.is_empty() {
+            self.delete_segments(&chosen, &mut report)?;
+        }
+        let log_min = self.commit_log.min_offset();
+        for queue in self.all_queues() {
+            report.deleted_queue_files += queue.advance_min(log_min)?;
+        }
+        report.deleted_index_files = self.index.delete_below(log_min)?;
+        report.min_physical_offset = CommitLogOffset(log_min);
+        Ok(report)
+    }
+
+    /// Deletes the CommitLog files retention chose, logging and counting each.
+    fn delete_segments(
+        &self,
+        chosen: &[(Arc<crate::mapped_file::MappedSegment>, DeleteReason)],
+        report: &mut RetentionReport,
+    ) -> Result<(), StoreError> {
+        let doomed: Vec<_> = chosen
+            .iter()
+            .map(|(segment, _)| Arc::clone(segment))
+            .collect();
+        self.commit_log.remove_segments(&doomed);
+        for (segment, reason) in chosen {
+            segment.delete()?;
+            let path = segment.path().display();
+            if *reason == DeleteReason::DiskForceClean {
+                tracing::warn!(%path, disk_used_ratio = report.disk_used_ratio,
+                    "deleted a commitlog file that consumer groups had not read yet: the disk is above disk-force-clean-ratio");
+            } else {
+                tracing::info!(%path, reason = reason.as_str(), "deleted commitlog file");
+            }
+            let index = DeleteReason::ALL.iter().position(|r| r == reason);
+            self.deleted_segments[index.expect("every reason is listed")]
+                .fetch_add(1, Ordering::Relaxed);
+            report
+                .deleted_segments
+                .push((segment.path().to_path_buf(), *reason));
+        }
+        // Deleted names must stay deleted after a crash.
+        sync_dir(self.commit_log.dir())
+    }
+
+    /// `MessageStore::delete_topic`.
+    pub(super) fn delete_topic(&self, topic: &str) -> Result<(), StoreError> {
+        if !is_safe_topic_dir(topic) {
+            return Err(StoreError::InvalidTopic {
+                topic: topic.to_owned(),
+            });
+        }
+        // Under the write lock, so a concurrent put cannot re-create a queue mid-removal.
+        let mut writer = self.writer.lock();
+        writer.dispatcher.remove_topic(topic);
+        self.registry.write().remove(topic);
+        let root = self.config.data_dir.join("consumequeue");
+        let topic_dir = root.join(topic);
+        if topic_dir.exists() {
+            std::fs::remove_dir_all(&topic_dir)
+                .map_err(|e| StoreError::io("delete topic", &topic_dir, e))?;
+        }
+        // The deletion must survive a crash, or recovery would bring the queues back.
+        sync_dir(&root)
+    }
+
+    /// CommitLog files deleted since open, by reason.
+    pub(super) fn deleted_segment_counts(&self) -> Vec<(DeleteReason, u64)> {
+        DeleteReason::ALL
+            .iter()
+            .zip(&self.deleted_segments)
+            .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// The data file system as last read, and whether writes are refused and why.
+    pub(super) fn disk_status(&self) -> DiskStatus {
+        let usage = self.gate.usage();
+        DiskStatus {
+            data_dir: self.config.data_dir.clone(),
+            used_bytes: usage.used,
+            total_bytes: usage.total,
+            available_bytes: usage.available,
+            used_ratio: usage.ratio(),
+            high_water_ratio: self.config.disk_high_water_ratio,
+            refusal: self.gate.refusal(),
+        }
+    }
+
+    pub(super) fn stats(&self) -> StoreStats {
+        let min = self.commit_log.min_offset();
+        let max = self.commit_log.committed();
+        let usage = self.gate.usage();
+        StoreStats {
+            commitlog_bytes: max.saturating_sub(min),
+            min_physical_offset: CommitLogOffset(min),
+            max_physical_offset: CommitLogOffset(max),
+            flushed_physical_offset: CommitLogOffset(self.flush.flushed()),
+            consume_queues: self.registry.read().values().map(|q| q.len()).sum(),
+            disk_used_bytes: usage.used,
+            disk_total_bytes: usage.total,
+        }
+    }
+}
