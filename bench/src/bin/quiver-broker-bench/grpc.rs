@@ -21,10 +21,9 @@ use quiver_grpc_proto::v2;
 use quiver_grpc_proto::v2::messaging_service_client::MessagingServiceClient;
 use tonic::transport::Channel;
 
-use super::{
-    body, catch_up, consume, produce, stamp_nanos, start_broker, store_for_filtering, Args,
-    Security, Sends, QUEUES, TOPIC,
-};
+use crate::harness::{body, send_ext, stamp_nanos, start_broker, Conn, Security, QUEUES, TOPIC};
+use crate::throughput::{catch_up, consume, produce, store_for_filtering, Sends};
+use crate::Args;
 
 const GROUP: &str = "GrpcBench";
 
@@ -169,7 +168,7 @@ async fn heartbeat_rate(
                 }
                 return Ok(());
             }
-            let mut conn = super::Conn::connect(ports.remoting, &security).await?;
+            let mut conn = Conn::connect(ports.remoting, &security).await?;
             let heartbeat = Bytes::from_static(
                 br#"{"clientID":"bench","producerDataSet":[],"consumerDataSet":[]}"#,
             );
@@ -444,7 +443,7 @@ async fn remoting_paced(
     let mut connections = Vec::new();
     for _ in 0..4 {
         connections.push(Arc::new(tokio::sync::Mutex::new(
-            super::Conn::connect(broker.addr, security).await?,
+            Conn::connect(broker.addr, security).await?,
         )));
     }
     let size = args.size;
@@ -457,7 +456,7 @@ async fn remoting_paced(
                 .await
                 .call(
                     quiver_protocol::code::request::SEND_MESSAGE_V2,
-                    super::send_ext(queue_id, false),
+                    send_ext(queue_id, false),
                     body(size),
                 )
                 .await?;

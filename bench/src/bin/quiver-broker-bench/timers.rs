@@ -17,7 +17,8 @@ use quiver_bench::percentile;
 use quiver_protocol::code::{request, response};
 use quiver_protocol::ExtFields;
 
-use super::{send_ext, Args, Conn, QUEUES};
+use crate::harness::{create_topic, pull_ext, send_ext, Conn, QUEUES};
+use crate::Args;
 
 const TOPIC: &str = "BenchTimed";
 /// Parked timers are due this far ahead (and spread over as long again): never during (b).
@@ -209,20 +210,7 @@ async fn lateness(
     let (mut offset, mut late) = (0u64, Vec::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     while received.load(Ordering::Acquire) < total && Instant::now() < deadline {
-        let ext: ExtFields = [
-            ("consumerGroup", "BenchTimers"),
-            ("topic", TOPIC),
-            ("queueId", &queue_id.to_string()),
-            ("queueOffset", &offset.to_string()),
-            ("maxMsgNums", "256"),
-            ("sysFlag", "2"),
-            ("commitOffset", "-1"),
-            ("suspendTimeoutMillis", "200"),
-            ("subVersion", "0"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        let ext = pull_ext("BenchTimers", TOPIC, queue_id, offset, 256, 2, 200);
         let reply = conn.call(request::PULL_MESSAGE, ext, Bytes::new()).await?;
         let now = quiver_broker::now_ms();
         if let Some(next) = reply.ext("nextBeginOffset").and_then(|v| v.parse().ok()) {
@@ -244,7 +232,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start_child(dir.path()).await?;
     let mut setup = Conn::connect_plain(broker.addr).await?;
-    super::create_topic(&mut setup, TOPIC).await?;
+    create_topic(&mut setup, TOPIC).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = rss_anon_kib(broker.child.id())?;
     let started = Instant::now();
