@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod acl;
+pub(crate) mod background;
 pub mod broker;
 pub mod config;
 pub mod consumers;

@@ -12,9 +12,7 @@ use quiver_protocol::{ExtFields, RemotingCommand};
 use quiver_remoting::tls::TlsClientConfig;
 use quiver_remoting::{Connection, ConnectionError, Options};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
-use crate::broker::Broker;
 use quiver_protocol::body::{TopicConfig, TopicConfigSerializeWrapper};
 
 /// The GET_BROKER_CONFIG key naming where a broker serves gRPC.
@@ -25,7 +23,7 @@ pub const GRPC_ENDPOINT_KEY: &str = "grpcEndpoint";
 pub const GROUP_ADDRESSES_KEY: &str = "quiverGroupAddrs";
 
 /// How often peers are asked for their state.
-const POLL_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Why a peer could not be asked for its state.
@@ -103,33 +101,34 @@ impl PeerView {
     }
 }
 
-/// Polls every peer until `stop` flips.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    if broker.peers.addresses.is_empty() {
-        return;
+impl PeerView {
+    /// Whether `--peers` names any broker to poll.
+    pub fn has_peers(&self) -> bool {
+        !self.addresses.is_empty()
     }
-    let credentials = broker.config.peer_credentials().map(Arc::new);
-    let tls = broker.config.peer_tls();
-    let mut tick = tokio::time::interval(POLL_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        for address in broker.peers.addresses.clone() {
-            if address == broker.advertised {
+
+    /// One round: asks every peer but `own` (this broker's address) for its name,
+    /// permission and topics; a peer that does not answer in time is forgotten.
+    pub async fn poll_all(
+        &self,
+        own: &str,
+        credentials: Option<&Arc<Credentials>>,
+        tls: Option<&TlsClientConfig>,
+    ) {
+        for address in self.addresses.clone() {
+            if address == own {
                 continue;
             }
-            let polled = poll(&address, credentials.clone(), tls.as_ref());
+            let polled = poll(&address, credentials.cloned(), tls);
             match tokio::time::timeout(PEER_TIMEOUT, polled).await {
-                Ok(Ok(info)) => broker.peers.update(info),
+                Ok(Ok(info)) => self.update(info),
                 Ok(Err(error)) => {
                     tracing::debug!(error = %crate::error::chain(&error), "peer poll failed");
-                    broker.peers.forget(&address);
+                    self.forget(&address);
                 }
                 Err(_) => {
                     tracing::debug!(peer = %address, "peer poll timed out");
-                    broker.peers.forget(&address);
+                    self.forget(&address);
                 }
             }
         }

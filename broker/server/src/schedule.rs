@@ -11,8 +11,9 @@ use quiver_protocol::message as msg;
 use quiver_store::record::{decode, encode_properties, parse_properties, Record};
 use quiver_store::{GetStatus, QueueOffset};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use std::ops::ControlFlow;
 
+use crate::background::{Flow, Round};
 use crate::broker::{blocking, Broker};
 use crate::error::{chain, BrokerError};
 use crate::service::produce::{ensure_topic, store_message, StoreTarget};
@@ -68,49 +69,64 @@ fn offsets_path(broker: &Broker) -> PathBuf {
         .join("delayOffset.json")
 }
 
-/// Moves due messages to their real topics until `stop` flips.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let loaded = blocking(&broker, |broker| {
-        crate::persist::read_json::<DelayOffsets>(&offsets_path(broker))
-    })
-    .await;
-    let mut offsets = match loaded {
-        Ok(Ok(found)) => found.unwrap_or_default(),
-        Ok(Err(error)) | Err(error) => {
-            tracing::error!(error = %chain(&error), "cannot load delay offsets; starting from the queue heads");
-            DelayOffsets::default()
+/// The delivery of delayed messages, one round every [`SCAN_INTERVAL`] on the master: moves
+/// due messages to their real topics. The offsets delivered up to are loaded at the first
+/// round and kept between rounds.
+pub(crate) struct DelayDelivery {
+    broker: Arc<Broker>,
+    offsets: Option<DelayOffsets>,
+}
+
+impl DelayDelivery {
+    pub(crate) const EVERY: Duration = SCAN_INTERVAL;
+
+    pub(crate) fn new(broker: Arc<Broker>) -> DelayDelivery {
+        DelayDelivery {
+            broker,
+            offsets: None,
         }
-    };
-    let mut tick = tokio::time::interval(SCAN_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A full disk refuses every round: due messages wait in place until there is room.
-    let mut failures = crate::error::FailureLog::default();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        // Only the master delivers (a new master starts from its own saved delay offsets:
-        // at worst it delivers again what the old one had delivered).
-        if !broker.takes_writes() {
-            continue;
-        }
+    }
+}
+
+impl Round for DelayDelivery {
+    /// Only on the master (a new master starts from its own saved delay offsets: at worst
+    /// it delivers again what the old one had delivered).
+    async fn round(&mut self) -> Flow {
+        let broker = self.broker.clone();
+        let offsets = match &mut self.offsets {
+            Some(offsets) => offsets,
+            None => self.offsets.insert(load_offsets(&broker).await),
+        };
         // Retention keeps what is not delivered yet (`Broker::lowest_unread`).
         *broker.delay_delivered.lock() = offsets.offset_table.clone();
         let table = std::mem::take(&mut offsets.offset_table);
         match blocking(&broker, move |broker| deliver_due(broker, table)).await {
             Ok(Ok(table)) => {
                 offsets.offset_table = table;
-                failures.record("delivering scheduled messages", None);
+                ControlFlow::Continue(None)
             }
             Ok(Err((table, error))) => {
                 offsets.offset_table = table;
-                failures.record("delivering scheduled messages", Some(chain(&error)));
+                ControlFlow::Continue(Some(chain(&error)))
             }
             Err(error) => {
                 tracing::error!(error = %chain(&error), "schedule task failed");
-                return;
+                ControlFlow::Break(())
             }
+        }
+    }
+}
+
+async fn load_offsets(broker: &Arc<Broker>) -> DelayOffsets {
+    let loaded = blocking(broker, |broker| {
+        crate::persist::read_json::<DelayOffsets>(&offsets_path(broker))
+    })
+    .await;
+    match loaded {
+        Ok(Ok(found)) => found.unwrap_or_default(),
+        Ok(Err(error)) | Err(error) => {
+            tracing::error!(error = %chain(&error), "cannot load delay offsets; starting from the queue heads");
+            DelayOffsets::default()
         }
     }
 }

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::background::Background;
 use crate::broker::{blocking, Broker};
 use crate::config::{BrokerConfig, TlsMode};
 use crate::consumers::ConnectionHandle;
@@ -25,11 +26,6 @@ use crate::tls::{classify, peek_first_byte, FirstByte, HandshakeFailure, Port, T
 
 /// Responses and pushes queued per connection before the writer applies back-pressure.
 const OUTBOUND_QUEUE: usize = 1024;
-/// How often silent clients are looked for.
-const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
-/// How often retention looks for expired CommitLog segments, and for read ones to delete
-/// early under disk pressure (Apache cleans every 10 s too).
-const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs a broker on `listener` (remoting + name server) and `http_listener` (metrics, health)
 /// until `shutdown` resolves; then stops accepting, answers parked pulls, persists and flushes.
@@ -89,10 +85,10 @@ async fn serve(
     })?;
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut background = JoinSet::new();
+    let mut background = Background::new(stop_rx.clone());
     let tls = TlsServer::load(&config)?;
     if let Some(tls) = &tls {
-        background.spawn(crate::tls::reload_loop(tls.clone(), stop_rx.clone()));
+        crate::background::spawn_tls_reload(&mut background, tls);
     }
     if let Some(http_listener) = http_listener {
         background.spawn(crate::http::serve(
@@ -104,40 +100,18 @@ async fn serve(
             config.http_tls,
         ));
     }
-    let opened = {
-        let config = config.clone();
-        tokio::task::spawn_blocking(move || Broker::open(config, bound))
-            .await
-            .map_err(BrokerError::Blocking)
-    };
-    let broker = match opened {
-        Ok(Ok(broker)) => Arc::new(broker),
-        Ok(Err(error)) | Err(error) => {
+    let broker = match open(config, bound).await {
+        Ok(broker) => broker,
+        Err(error) => {
             let _ = stop_tx.send(true);
-            while background.join_next().await.is_some() {}
+            background.join().await;
             return Err(error);
         }
     };
     let _ = slot.set(broker.clone());
-    spawn_background_loops(&mut background, &broker, &stop_rx);
+    crate::background::spawn_broker_loops(&mut background, &broker);
     if let Some(grpc_listener) = grpc_listener {
-        let grpc_bound = grpc_listener
-            .local_addr()
-            .map_err(|source| BrokerError::Io {
-                context: "reading the gRPC listen address".into(),
-                source,
-            })?;
-        let endpoint = broker
-            .config
-            .grpc_advertised_addr(grpc_bound, &broker.advertised);
-        tracing::info!(listen = %grpc_bound, advertise = %endpoint, "gRPC (RocketMQ 5.x) serving");
-        let _ = broker.grpc.advertised.set(endpoint);
-        background.spawn(crate::grpc::serve(
-            broker.clone(),
-            grpc_listener,
-            tls.clone(),
-            stop_rx.clone(),
-        ));
+        serve_grpc(&mut background, &broker, grpc_listener, tls.clone())?;
     }
     broker.set_ready(true);
     tracing::info!(
@@ -149,7 +123,7 @@ async fn serve(
     );
 
     let remoting_tls = tls.filter(|_| broker.config.tls_mode != TlsMode::Disabled);
-    let connections = accept_loop(&broker, listener, remoting_tls, stop_rx.clone(), shutdown).await;
+    let connections = accept_loop(&broker, listener, remoting_tls, stop_rx, shutdown).await;
 
     tracing::info!("shutting down: answering parked pulls and closing connections");
     broker.set_ready(false);
@@ -158,7 +132,7 @@ async fn serve(
     let mut tasks = connections;
     let drained = tokio::time::timeout(shutdown_timeout, async {
         while tasks.join_next().await.is_some() {}
-        while background.join_next().await.is_some() {}
+        background.join().await;
     })
     .await;
     if drained.is_err() {
@@ -172,29 +146,33 @@ async fn serve(
     Ok(())
 }
 
-/// The loops that run beside the connections until `stop`: persistence, client expiry,
-/// retention, delayed and timed delivery, peer polling and ACL file reloads.
-fn spawn_background_loops(
-    background: &mut JoinSet<()>,
+/// Opens the broker (the store's recovery) off the async workers.
+async fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Arc<Broker>, BrokerError> {
+    tokio::task::spawn_blocking(move || Broker::open(config, bound))
+        .await
+        .map_err(BrokerError::Blocking)?
+        .map(Arc::new)
+}
+
+/// Serves the gRPC port (RocketMQ 5.x clients) on `listener` until the stop.
+fn serve_grpc(
+    background: &mut Background,
     broker: &Arc<Broker>,
-    stop: &watch::Receiver<bool>,
-) {
-    background.spawn(persist_loop(broker.clone(), stop.clone()));
-    background.spawn(client_expiry_loop(broker.clone(), stop.clone()));
-    background.spawn(retention_loop(broker.clone(), stop.clone()));
-    background.spawn(crate::schedule::run(broker.clone(), stop.clone()));
-    background.spawn(crate::timer::run(broker.clone(), stop.clone()));
-    background.spawn(crate::pop::run(broker.clone(), stop.clone()));
-    background.spawn(crate::transaction::run(broker.clone(), stop.clone()));
-    background.spawn(crate::peers::run(broker.clone(), stop.clone()));
-    background.spawn(crate::acl::reload_loop(broker.clone(), stop.clone()));
-    if let Some(replication) = &broker.replication {
-        background.spawn(crate::replication::run(
-            broker.clone(),
-            replication.clone(),
-            stop.clone(),
-        ));
-    }
+    listener: TcpListener,
+    tls: Option<Arc<TlsServer>>,
+) -> Result<(), BrokerError> {
+    let grpc_bound = listener.local_addr().map_err(|source| BrokerError::Io {
+        context: "reading the gRPC listen address".into(),
+        source,
+    })?;
+    let endpoint = broker
+        .config
+        .grpc_advertised_addr(grpc_bound, &broker.advertised);
+    tracing::info!(listen = %grpc_bound, advertise = %endpoint, "gRPC (RocketMQ 5.x) serving");
+    let _ = broker.grpc.advertised.set(endpoint);
+    let stop = background.stop();
+    background.spawn(crate::grpc::serve(broker.clone(), listener, tls, stop));
+    Ok(())
 }
 
 /// Persists offsets, topics and groups, then stops the store. Blocking.
@@ -472,72 +450,4 @@ async fn answer(ctx: &Ctx, request: RemotingCommand, read_at: Option<Instant>) {
         Some(on_written) => remoting.respond_then(response, on_written).await,
         None => remoting.respond(response).await,
     };
-}
-
-async fn persist_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(broker.config.persist_interval_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // On a full disk the offsets stay in memory and are written once there is room.
-    let mut failures = crate::error::FailureLog::default();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {
-                let failure = match blocking(&broker, |broker| broker.persist_all()).await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(error)) | Err(error) => Some(crate::error::chain(&error)),
-                };
-                failures.record("periodic persist of offsets, topics and groups", failure);
-            }
-        }
-    }
-}
-
-async fn retention_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(RETENTION_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let ran = blocking(&broker, |broker| {
-            broker
-                .store
-                .run_retention(crate::now_ms(), broker.lowest_unread())
-        })
-        .await;
-        match ran {
-            Ok(Ok(report)) if !report.deleted_segments.is_empty() => tracing::info!(
-                segments = report.deleted_segments.len(),
-                queue_files = report.deleted_queue_files,
-                min_physical_offset = %report.min_physical_offset,
-                disk_used_ratio = report.disk_used_ratio,
-                "retention deleted CommitLog segments"
-            ),
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => {
-                tracing::error!(error = %crate::error::chain(&error), "retention failed")
-            }
-            Err(error) => {
-                tracing::error!(error = %crate::error::chain(&error), "retention task failed")
-            }
-        }
-    }
-}
-
-async fn client_expiry_loop(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(CLIENT_SCAN_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {
-                broker.producers.expire(crate::now_ms(), broker.config.client_expiry_ms);
-                for group in broker.consumers.expire(crate::now_ms(), broker.config.client_expiry_ms) {
-                    tracing::info!(group, "client expired without heartbeat");
-                    broker.consumers.notify_ids_changed(&group);
-                }
-            }
-        }
-    }
 }

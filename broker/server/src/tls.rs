@@ -11,7 +11,6 @@ use quiver_remoting::tls::{self as pem, HANDSHAKE_RECORD, HANDSHAKE_TIMEOUT};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -307,21 +306,6 @@ fn build(
             files.key.display()
         )
     })
-}
-
-/// Looks for changed files until `stop`.
-pub async fn reload_loop(tls: Arc<TlsServer>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(RELOAD_POLL_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let tls = tls.clone();
-        let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
-    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use quiver_protocol::{code, RemotingCommand};
 use quiver_remoting::ConnectionError;
 use quiver_store::{ConsumerOffsets, GetStatus, MessageStore, QueueOffset};
 use rangemap::RangeSet;
-use tokio::sync::watch;
+use std::ops::ControlFlow;
 
 use crate::broker::{blocking, Broker};
 use crate::error::{chain, BrokerError};
@@ -334,31 +334,18 @@ struct CheckBack {
     request: RemotingCommand,
 }
 
-/// Checks back unsettled half messages until `stop` flips.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(broker.config.transaction_check_interval_ms);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A full disk refuses every re-put: half messages wait in place until there is room.
-    let mut failures = crate::error::FailureLog::default();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
+/// One round of the check-back loop (on the master only: it checks back and writes the
+/// outcomes); a full disk refuses every re-put: half messages wait in place until there is
+/// room.
+pub async fn check_back_round(broker: Arc<Broker>) -> ControlFlow<(), Option<String>> {
+    match blocking(&broker, |broker| check_round(broker, crate::now_ms())).await {
+        Ok((checks, error)) => {
+            send_checks(&broker, checks).await;
+            ControlFlow::Continue(error.map(|e| chain(&e)))
         }
-        // Only the master checks back and writes the outcomes.
-        if !broker.takes_writes() {
-            continue;
-        }
-        match blocking(&broker, |broker| check_round(broker, crate::now_ms())).await {
-            Ok((checks, error)) => {
-                send_checks(&broker, checks).await;
-                failures.record("checking back half messages", error.map(|e| chain(&e)));
-            }
-            Err(error) => {
-                tracing::error!(error = %chain(&error), "transaction check task failed");
-                return;
-            }
+        Err(error) => {
+            tracing::error!(error = %chain(&error), "transaction check task failed");
+            ControlFlow::Break(())
         }
     }
 }

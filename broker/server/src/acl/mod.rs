@@ -9,22 +9,24 @@ mod needs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::{Mutex, RwLock};
-use quiver_protocol::code::{request, response};
+use quiver_protocol::code::request;
 use quiver_protocol::{acl as signing, RemotingCommand};
-use tokio::sync::watch;
 
 pub use accounts::{Account, Accounts, Perm, Resource};
 pub use address::AddressPattern;
 pub use needs::{is_open_lookup, needs_admin};
 
 use crate::config::ConfigError;
-use crate::processor::Refusal;
 
 /// How often the file's metadata is looked at for a change.
+/// A request the accounts do not allow, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Denied(pub String);
+
 pub const RELOAD_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why a request was refused: the `reason` label of `quiver_acl_refusals_total`.
@@ -93,12 +95,12 @@ impl Acl {
         })
     }
 
-    /// Lets `req` from `remote` through, or says why not (NO_PERMISSION) and counts it.
-    pub fn check(&self, req: &RemotingCommand, remote: IpAddr) -> Result<(), Refusal> {
+    /// Lets `req` from `remote` through, or says why not and counts it.
+    pub fn check(&self, req: &RemotingCommand, remote: IpAddr) -> Result<(), Denied> {
         let accounts = self.accounts.read();
         check(&accounts, req, remote).map_err(|(because, remark)| {
             self.refusals[because as usize].fetch_add(1, Ordering::Relaxed);
-            Refusal::new(response::NO_PERMISSION, remark)
+            Denied(remark)
         })
     }
 
@@ -161,28 +163,6 @@ impl Acl {
 
     pub fn account_count(&self) -> usize {
         self.accounts.read().len()
-    }
-}
-
-/// Looks for changes of the file until `stop`.
-pub async fn reload_loop(broker: Arc<crate::broker::Broker>, mut stop: watch::Receiver<bool>) {
-    if broker.acl.is_none() {
-        return;
-    }
-    let mut tick = tokio::time::interval(RELOAD_POLL_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let broker = broker.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            if let Some(acl) = &broker.acl {
-                acl.reload_if_changed();
-            }
-        })
-        .await;
     }
 }
 

@@ -23,7 +23,7 @@ use quiver_store::{
 };
 
 pub use handle::Handle;
-pub use revive::run;
+pub use revive::{round as revive_round, EVERY as REVIVE_EVERY};
 pub use wakers::Wakers;
 
 use crate::broker::Broker;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use quiver_store::record::{decode, encode_properties};
 use quiver_store::{Delivery, PopKey};
-use tokio::sync::watch;
+use std::ops::ControlFlow;
 
 use super::{read_one, retry_topic, PopError, PopService, RevivedTo};
 use crate::broker::{blocking, Broker};
@@ -29,28 +29,19 @@ pub enum Destination {
     DeadLetter,
 }
 
-/// Revives expired messages until `stop` flips.
-pub async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(REVIVE_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A full disk refuses every re-put: expired messages wait in flight until there is room.
-    let mut failures = crate::error::FailureLog::default();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        // Only the master writes: a replica's expired messages are revived by the master.
-        if !broker.takes_writes() {
-            continue;
-        }
-        match blocking(&broker, |broker| revive_due(broker, crate::now_ms())).await {
-            Ok(Ok(())) => failures.record("reviving POP messages", None),
-            Ok(Err(error)) => failures.record("reviving POP messages", Some(chain(&error))),
-            Err(error) => {
-                tracing::error!(error = %chain(&error), "POP revive task failed");
-                return;
-            }
+/// How often expired messages are revived (on the master only: a replica's are revived by
+/// the master).
+pub const EVERY: Duration = REVIVE_INTERVAL;
+
+/// One round of the revive loop, off the async workers; a full disk refuses every re-put:
+/// expired messages wait in flight until there is room.
+pub async fn round(broker: Arc<Broker>) -> ControlFlow<(), Option<String>> {
+    match blocking(&broker, |broker| revive_due(broker, crate::now_ms())).await {
+        Ok(Ok(())) => ControlFlow::Continue(None),
+        Ok(Err(error)) => ControlFlow::Continue(Some(chain(&error))),
+        Err(error) => {
+            tracing::error!(error = %chain(&error), "POP revive task failed");
+            ControlFlow::Break(())
         }
     }
 }

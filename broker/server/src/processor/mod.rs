@@ -163,9 +163,9 @@ pub async fn dispatch(
 /// sees it.
 fn allowed(ctx: &Ctx, req: &RemotingCommand) -> Result<(), Refusal> {
     match &ctx.broker.acl {
-        Some(acl) if !crate::acl::is_open_lookup(req.code) => {
-            acl.check(req, ctx.connection.remote.ip())
-        }
+        Some(acl) if !crate::acl::is_open_lookup(req.code) => acl
+            .check(req, ctx.connection.remote.ip())
+            .map_err(|denied| Refusal::new(response::NO_PERMISSION, denied.0)),
         _ => Ok(()),
     }
 }

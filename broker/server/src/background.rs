@@ -1,0 +1,269 @@
+//! The loops that run beside the connections until shutdown, each one round every so often:
+//! [`Background::spawn_periodic`] holds the tick, the stop, the master-only gate and the
+//! logging of rounds that fail, so a loop says only what one round does.
+
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::broker::Broker;
+use crate::error::FailureLog;
+
+/// How a round went: `Continue(None)` worked, `Continue(Some(error))` failed and is logged
+/// when the failure starts, changes and ends; `Break` ends the loop (its task failed).
+pub(crate) type Flow = ControlFlow<(), Option<String>>;
+
+/// One round of a periodic loop. A closure returning a future is one; a loop with state
+/// between rounds implements it on that state.
+pub(crate) trait Round: Send + 'static {
+    fn round(&mut self) -> impl Future<Output = Flow> + Send + '_;
+}
+
+impl<F, Fut> Round for F
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Flow> + Send + 'static,
+{
+    fn round(&mut self) -> impl Future<Output = Flow> + Send + '_ {
+        self()
+    }
+}
+
+/// The background tasks and the stop signal they share.
+pub(crate) struct Background {
+    tasks: JoinSet<()>,
+    stop: watch::Receiver<bool>,
+    /// Asked before each round of a master-only loop; set once the broker has opened.
+    broker: Option<Arc<Broker>>,
+}
+
+impl Background {
+    pub(crate) fn new(stop: watch::Receiver<bool>) -> Background {
+        Background {
+            tasks: JoinSet::new(),
+            stop,
+            broker: None,
+        }
+    }
+
+    /// The broker master-only loops ask whether it takes writes.
+    pub(crate) fn opened(&mut self, broker: Arc<Broker>) {
+        self.broker = Some(broker);
+    }
+
+    pub(crate) fn stop(&self) -> watch::Receiver<bool> {
+        self.stop.clone()
+    }
+
+    /// Runs a task until it ends (it watches [`Background::stop`] itself).
+    pub(crate) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task);
+    }
+
+    /// Runs `round` every `every` (the first at once) until the stop; a `master_only` loop
+    /// skips its rounds while the broker takes no writes (a group's replica). `name` says
+    /// what the rounds do in the log of their failures.
+    pub(crate) fn spawn_periodic(
+        &mut self,
+        name: &'static str,
+        every: Duration,
+        master_only: bool,
+        round: impl Round,
+    ) {
+        let gate = if master_only {
+            let broker = self.broker.clone();
+            assert!(
+                broker.is_some(),
+                "master-only loop {name} before the broker opened"
+            );
+            broker
+        } else {
+            None
+        };
+        self.tasks
+            .spawn(periodic(name, every, gate, self.stop.clone(), round));
+    }
+
+    /// Waits until every task has ended.
+    pub(crate) async fn join(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// The loop of [`Background::spawn_periodic`], for callers that run it themselves.
+pub(crate) async fn periodic(
+    name: &'static str,
+    every: Duration,
+    gate: Option<Arc<Broker>>,
+    mut stop: watch::Receiver<bool>,
+    mut round: impl Round,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failures = FailureLog::default();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        if gate.as_ref().is_some_and(|broker| !broker.takes_writes()) {
+            continue;
+        }
+        match round.round().await {
+            ControlFlow::Continue(failure) => failures.record(name, failure),
+            ControlFlow::Break(()) => {
+                tracing::debug!(name, "periodic loop ended");
+                return;
+            }
+        }
+    }
+}
+
+/// How often silent clients are looked for.
+const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
+/// How often retention looks for expired CommitLog segments, and for read ones to delete
+/// early under disk pressure (Apache cleans every 10 s too).
+const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The loops of an opened broker: persistence, client expiry, retention, delayed and timed
+/// delivery, POP revive, transaction check-back, peer polling, ACL file reloads and a group
+/// member's replication.
+pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broker>) {
+    background.opened(broker.clone());
+    let config = &broker.config;
+    let persist_every = Duration::from_millis(config.persist_interval_ms);
+    let check_every = Duration::from_millis(config.transaction_check_interval_ms);
+    // On a full disk the offsets stay in memory and are written once there is room.
+    let persisting = "periodic persist of offsets, topics and groups";
+    background.spawn_periodic(persisting, persist_every, false, with(broker, persist));
+    let expiry = with(broker, expire_clients);
+    background.spawn_periodic("expiring clients", CLIENT_SCAN_INTERVAL, false, expiry);
+    let retention = with(broker, run_retention);
+    background.spawn_periodic("retention", RETENTION_INTERVAL, false, retention);
+    let delays = crate::schedule::DelayDelivery::new(broker.clone());
+    let delivering = "delivering scheduled messages";
+    background.spawn_periodic(
+        delivering,
+        crate::schedule::DelayDelivery::EVERY,
+        true,
+        delays,
+    );
+    background.spawn(crate::timer::run(broker.clone(), background.stop()));
+    let revive = with(broker, crate::pop::revive_round);
+    let reviving = "reviving POP messages";
+    background.spawn_periodic(reviving, crate::pop::REVIVE_EVERY, true, revive);
+    let check_back = with(broker, crate::transaction::check_back_round);
+    background.spawn_periodic("checking back half messages", check_every, true, check_back);
+    if broker.peers.has_peers() {
+        background.spawn_periodic("polling peers", crate::peers::POLL_INTERVAL, false, {
+            let credentials = config.peer_credentials().map(Arc::new);
+            let tls = config.peer_tls();
+            let broker = broker.clone();
+            move || {
+                let (broker, credentials, tls) = (broker.clone(), credentials.clone(), tls.clone());
+                async move {
+                    let own = &broker.advertised;
+                    broker
+                        .peers
+                        .poll_all(own, credentials.as_ref(), tls.as_ref())
+                        .await;
+                    ControlFlow::Continue(None)
+                }
+            }
+        });
+    }
+    if broker.acl.is_some() {
+        let reload = with(broker, reload_acl);
+        let every = crate::acl::RELOAD_POLL_INTERVAL;
+        background.spawn_periodic("reloading the ACL file", every, false, reload);
+    }
+    if let Some(replication) = &broker.replication {
+        let stop = background.stop();
+        background.spawn(crate::replication::run(
+            broker.clone(),
+            replication.clone(),
+            stop,
+        ));
+    }
+}
+
+/// Every round calls `round` with the broker.
+fn with<F, Fut>(broker: &Arc<Broker>, round: F) -> impl FnMut() -> Fut + Send + 'static
+where
+    F: Fn(Arc<Broker>) -> Fut + Send + 'static,
+    Fut: Future<Output = Flow> + Send + 'static,
+{
+    let broker = broker.clone();
+    move || round(broker.clone())
+}
+
+async fn persist(broker: Arc<Broker>) -> Flow {
+    let failure = match crate::broker::blocking(&broker, |broker| broker.persist_all()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) | Err(error) => Some(crate::error::chain(&error)),
+    };
+    ControlFlow::Continue(failure)
+}
+
+async fn expire_clients(broker: Arc<Broker>) -> Flow {
+    let expiry_ms = broker.config.client_expiry_ms;
+    broker.producers.expire(crate::now_ms(), expiry_ms);
+    for group in broker.consumers.expire(crate::now_ms(), expiry_ms) {
+        tracing::info!(group, "client expired without heartbeat");
+        broker.consumers.notify_ids_changed(&group);
+    }
+    ControlFlow::Continue(None)
+}
+
+async fn run_retention(broker: Arc<Broker>) -> Flow {
+    let ran = crate::broker::blocking(&broker, |broker| {
+        broker
+            .store
+            .run_retention(crate::now_ms(), broker.lowest_unread())
+    })
+    .await;
+    match ran {
+        Ok(Ok(report)) if !report.deleted_segments.is_empty() => tracing::info!(
+            segments = report.deleted_segments.len(),
+            queue_files = report.deleted_queue_files,
+            min_physical_offset = %report.min_physical_offset,
+            disk_used_ratio = report.disk_used_ratio,
+            "retention deleted CommitLog segments"
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::error!(error = %crate::error::chain(&error), "retention failed")
+        }
+        Err(error) => {
+            tracing::error!(error = %crate::error::chain(&error), "retention task failed")
+        }
+    }
+    ControlFlow::Continue(None)
+}
+
+async fn reload_acl(broker: Arc<Broker>) -> Flow {
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(acl) = &broker.acl {
+            acl.reload_if_changed();
+        }
+    })
+    .await;
+    ControlFlow::Continue(None)
+}
+
+/// Looks for changed certificate and key files every [`crate::tls::RELOAD_POLL_INTERVAL`].
+pub(crate) fn spawn_tls_reload(background: &mut Background, tls: &Arc<crate::tls::TlsServer>) {
+    let tls = tls.clone();
+    let every = crate::tls::RELOAD_POLL_INTERVAL;
+    background.spawn_periodic("reloading TLS files", every, false, move || {
+        let tls = tls.clone();
+        async move {
+            let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
+            ControlFlow::Continue(None)
+        }
+    });
+}
