@@ -285,13 +285,7 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
     report.damage = outcome.damage;
     truncate_log(&log_dir, &mut segments, log_end, &mut report)?;
 
-    let queues = load_queues(&queue_root, config.consume_queue_units_per_file)?;
-    for queue in &queues {
-        report.dropped_units += queue.recover(log_min, log_end)?;
-    }
-    if report.dropped_units > 0 && report.truncated_at.is_none() {
-        report.truncated_at = Some(CommitLogOffset(log_end));
-    }
+    let queues = recover_queues(&queue_root, config, (log_min, log_end), &mut report)?;
 
     let (registry, dispatcher) = adopt_queues(&queue_root, config, &queues);
     // The index must not point past what the log keeps.
@@ -340,6 +334,23 @@ pub(crate) fn recover(config: &StoreConfig) -> Result<Recovered, StoreError> {
             .and_then(|c| c.confirmed_offset)
             .map(|confirmed| confirmed.min(log_end)),
     })
+}
+
+/// Loads the ConsumeQueues and drops their units outside the log's `(min, end)`.
+fn recover_queues(
+    queue_root: &Path,
+    config: &StoreConfig,
+    (log_min, log_end): (u64, u64),
+    report: &mut RecoveryReport,
+) -> Result<Vec<Arc<ConsumeQueue>>, StoreError> {
+    let queues = load_queues(queue_root, config.consume_queue_units_per_file)?;
+    for queue in &queues {
+        report.dropped_units += queue.recover(log_min, log_end)?;
+    }
+    if report.dropped_units > 0 && report.truncated_at.is_none() {
+        report.truncated_at = Some(CommitLogOffset(log_end));
+    }
+    Ok(queues)
 }
 
 /// Opens the index, keeping the entries of records below `index_from`.
