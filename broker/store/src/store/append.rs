@@ -376,3 +376,103 @@ impl Shared {
         Ok(size)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{message, open_store, read, record_events, TOPIC};
+    use crate::record::{self, Placement};
+    use crate::{CommitLogOffset, QueueOffset, StoreError};
+
+    /// A record encoded as a master would have stored it at `at`.
+    fn stored_at(queue_id: u32, body: &[u8], queue_offset: u64, at: CommitLogOffset) -> Vec<u8> {
+        let placement = Placement {
+            queue_offset: QueueOffset(queue_offset),
+            physical_offset: at,
+            store_timestamp_ms: 77,
+        };
+        record::encode(&message(queue_id, body, "KEYS\u{1}k"), placement).unwrap()
+    }
+
+    #[test]
+    fn a_local_batch_is_encoded_in_place_published_and_announced_once_per_queue_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let events = record_events(&store);
+        let msgs = [
+            message(0, b"a", ""),
+            message(0, b"bb", ""),
+            message(1, b"c", ""),
+        ];
+        let appended = store.append(&msgs, 5).unwrap();
+        let offsets: Vec<_> = appended.results.iter().map(|r| r.queue_offset.0).collect();
+        assert_eq!(offsets, [0, 1, 0]);
+        assert_eq!(appended.end, store.log_end());
+        assert_eq!(*events.lock(), [(0, 2), (1, 1)]);
+        for (msg, result) in msgs.iter().zip(&appended.results) {
+            let placement = Placement {
+                queue_offset: result.queue_offset,
+                physical_offset: result.physical_offset,
+                store_timestamp_ms: 5,
+            };
+            let bytes = store.read_record_bytes(result.physical_offset).unwrap();
+            assert_eq!(bytes, record::encode(msg, placement).unwrap());
+        }
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn replicated_records_pass_through_byte_for_byte_and_are_dispatched() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let events = record_events(&store);
+        let first = stored_at(2, b"one", 0, store.log_end());
+        let end = store.append_replicated(store.log_end(), &first).unwrap();
+        let second = stored_at(2, b"two", 1, end);
+        let end = store.append_replicated(end, &second).unwrap();
+        assert_eq!(end, store.log_end());
+        let got = read(&store, 2, 0);
+        assert_eq!(got.messages, [first.clone(), second]);
+        assert_eq!(*events.lock(), [(2, 1), (2, 2)]);
+        // Index entries carry the record's own store time.
+        let found = store.query_by_key(TOPIC, "k", crate::KeyMatch::AnyKey, 10, 77, 77);
+        assert_eq!(found.messages.len(), 2);
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_replicated_record_that_does_not_fit_is_refused_and_those_before_it_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let start = store.log_end();
+        let good = stored_at(0, b"good", 0, start);
+        let next = CommitLogOffset(start.0 + good.len() as u64);
+        // Not where the log ends.
+        let wrong_at = store.append_replicated(next, &good).unwrap_err();
+        assert!(matches!(wrong_at, StoreError::ReplicaOffsetMismatch { .. }));
+        // Not its queue's next offset: nothing of it is written.
+        let mut chunk = good.clone();
+        chunk.extend(stored_at(0, b"skips", 3, next));
+        let error = store.append_replicated(start, &chunk).unwrap_err();
+        assert!(matches!(
+            error,
+            StoreError::ReplicaQueueOffsetMismatch {
+                expected: 1,
+                found: 3,
+                ..
+            }
+        ));
+        assert_eq!(store.log_end(), next);
+        assert_eq!(read(&store, 0, 0).messages, [good]);
+        // Damaged, or too short for a head.
+        let mut damaged = stored_at(0, b"body", 1, next);
+        // Inside the body (then topic and properties, 10 bytes): the CRC fails.
+        let in_body = damaged.len() - 12;
+        damaged[in_body] ^= 1;
+        let error = store.append_replicated(next, &damaged).unwrap_err();
+        assert!(matches!(error, StoreError::BadRecord { .. }), "{error}");
+        let error = store.append_replicated(next, &[0; 7]).unwrap_err();
+        assert!(matches!(error, StoreError::ReplicaBadChunk { .. }));
+        assert_eq!(store.log_end(), next);
+        store.shutdown().unwrap();
+    }
+}

@@ -367,3 +367,142 @@ fn decode(bytes: &[u8], offset: CommitLogOffset) -> Result<Record, StoreError> {
         record::decode(bytes).map_err(|source| StoreError::BadRecord { offset, source })?;
     Ok(record)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{any, message, open_store, read, TOPIC};
+    use super::*;
+    use crate::record::property;
+
+    #[test]
+    fn get_answers_where_a_reader_stands_and_stops_at_its_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        assert_eq!(read(&store, 0, 0).status, GetStatus::NoMessageInQueue);
+        for n in 0..5u8 {
+            let tags = format!("TAGS\u{1}{}", if n % 2 == 0 { "even" } else { "odd" });
+            store
+                .put(&message(0, &[n; 10], &tags), 1_000 + i64::from(n))
+                .unwrap();
+        }
+        let at = |offset| read(&store, 0, offset);
+        assert_eq!(at(5).status, GetStatus::OffsetOverflowOne);
+        let badly = at(9);
+        assert_eq!(badly.status, GetStatus::OffsetOverflowBadly);
+        assert_eq!(badly.next_begin_offset, QueueOffset(0));
+        let all = at(0);
+        assert_eq!((all.status, all.messages.len()), (GetStatus::Found, 5));
+        assert_eq!(all.next_begin_offset, QueueOffset(5));
+
+        let two = store
+            .get(TOPIC, 0, QueueOffset(1), 2, u64::MAX, &any)
+            .unwrap();
+        assert_eq!(two.messages.len(), 2);
+        assert_eq!(two.next_begin_offset, QueueOffset(3));
+        // At least one record, however small the byte limit.
+        let one = store.get(TOPIC, 0, QueueOffset(0), 10, 1, &any).unwrap();
+        assert_eq!(one.messages.len(), 1);
+
+        // A record filter's skips count towards neither limit.
+        let odd = |bytes: &[u8]| {
+            record::properties_of(bytes).and_then(|p| property(p, "TAGS")) == Some("odd")
+        };
+        let filter = GetFilter {
+            tags_code: &any,
+            record: Some(&odd),
+        };
+        let got = store
+            .get_filtered(TOPIC, 0, QueueOffset(0), 2, u64::MAX, &filter)
+            .unwrap();
+        assert_eq!(got.messages.len(), 2);
+        assert_eq!(got.next_begin_offset, QueueOffset(4));
+        let none = GetFilter {
+            tags_code: &|_| false,
+            record: None,
+        };
+        let got = store
+            .get_filtered(TOPIC, 0, QueueOffset(0), 2, u64::MAX, &none)
+            .unwrap();
+        assert_eq!(
+            (got.status, got.next_begin_offset),
+            (GetStatus::NoMatchedMessage, QueueOffset(5))
+        );
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn offsets_are_found_by_store_time_and_by_log_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let results: Vec<_> = (0..4)
+            .map(|n| store.put(&message(1, b"x", ""), 100 * (n + 1)).unwrap())
+            .collect();
+        let by_time = |ms| store.search_offset_by_timestamp(TOPIC, 1, ms).unwrap().0;
+        assert_eq!(
+            [by_time(0), by_time(200), by_time(201), by_time(999)],
+            [0, 1, 2, 4]
+        );
+        assert_eq!(
+            store.store_timestamp(TOPIC, 1, QueueOffset(2)).unwrap(),
+            Some(300)
+        );
+        assert_eq!(store.earliest_store_timestamp(TOPIC, 1).unwrap(), Some(100));
+        assert_eq!(
+            store.store_timestamp(TOPIC, 1, QueueOffset(4)).unwrap(),
+            None
+        );
+        let at = results[2].physical_offset;
+        assert_eq!(store.physical_offset_at(TOPIC, 1, QueueOffset(2)), Some(at));
+        assert_eq!(store.queue_offset_at(TOPIC, 1, at), QueueOffset(2));
+        assert_eq!(
+            store.queue_offset_at(TOPIC, 1, CommitLogOffset(at.0 + 1)),
+            QueueOffset(3)
+        );
+        assert_eq!(
+            store.queue_offset_at(TOPIC, 1, store.log_end()),
+            QueueOffset(4)
+        );
+        store.shutdown().unwrap();
+    }
+
+    #[test]
+    fn records_are_read_by_offset_key_and_in_log_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let first = store
+            .put(&message(0, b"a", "UNIQ_KEY\u{1}id-1\u{2}KEYS\u{1}k1 k2"), 5)
+            .unwrap();
+        let second = store.put(&message(0, b"b", "KEYS\u{1}k2"), 6).unwrap();
+        let by_key = |key, key_match| {
+            store
+                .query_by_key(TOPIC, key, key_match, 10, 0, 10)
+                .messages
+        };
+        assert_eq!(by_key("k2", KeyMatch::AnyKey).len(), 2);
+        assert_eq!(by_key("id-1", KeyMatch::UniqueKey).len(), 1);
+        assert!(by_key("k1", KeyMatch::UniqueKey).is_empty());
+        assert!(store
+            .query_by_key("other", "k2", KeyMatch::AnyKey, 10, 0, 10)
+            .messages
+            .is_empty());
+
+        assert_eq!(
+            store.read_record(second.physical_offset).unwrap().body,
+            &b"b"[..]
+        );
+        let inside = CommitLogOffset(first.physical_offset.0 + 8);
+        assert!(store.message_at(inside).is_err());
+
+        let chunk = store.read_log(first.physical_offset, 1).unwrap();
+        assert_eq!(chunk.bytes.len(), first.size as usize);
+        assert_eq!(chunk.next, second.physical_offset);
+        let rest = store.read_log(chunk.next, usize::MAX).unwrap();
+        assert_eq!(rest.next, store.log_end());
+        assert!(store
+            .read_log(rest.next, usize::MAX)
+            .unwrap()
+            .bytes
+            .is_empty());
+        store.shutdown().unwrap();
+    }
+}

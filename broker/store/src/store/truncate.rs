@@ -92,3 +92,46 @@ impl Shared {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{message, open_store, read, TOPIC};
+    use crate::{CommitLogOffset, QueueOffset, StoreError};
+
+    #[test]
+    fn truncation_cuts_the_log_queues_and_index_back_to_a_record_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let results: Vec<_> = (0..4)
+            .map(|n| store.put(&message(n % 2, b"x", "KEYS\u{1}k"), 1).unwrap())
+            .collect();
+        let end = store.log_end();
+        let cut = results[1].physical_offset;
+        let inside = CommitLogOffset(cut.0 + 1);
+        let error = store.truncate_to(inside).unwrap_err();
+        assert!(matches!(error, StoreError::NotARecordBoundary { .. }));
+        let past = CommitLogOffset(end.0 + 1);
+        let error = store.truncate_to(past).unwrap_err();
+        assert!(matches!(error, StoreError::OffsetOutOfRange { .. }));
+        assert_eq!(store.truncate_to(end).unwrap().bytes, 0);
+
+        let report = store.truncate_to(cut).unwrap();
+        assert_eq!((report.old_end, report.new_end), (end, cut));
+        assert_eq!(report.bytes, end.0 - cut.0);
+        assert_eq!(
+            report.messages,
+            [(TOPIC.to_owned(), 0, 1), (TOPIC.to_owned(), 1, 2)]
+        );
+        assert_eq!(report.index_entries, 3);
+        assert_eq!(store.log_end(), cut);
+        assert_eq!(store.max_offset(TOPIC, 1), QueueOffset(0));
+        assert_eq!(read(&store, 0, 0).messages.len(), 1);
+        // The writer goes on from the cut: the removed queue offsets are handed out again.
+        let again = store.put(&message(1, b"y", ""), 2).unwrap();
+        assert_eq!(
+            (again.physical_offset, again.queue_offset),
+            (cut, QueueOffset(0))
+        );
+        store.shutdown().unwrap();
+    }
+}

@@ -196,3 +196,33 @@ impl Shared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{message, open_store, TOPIC};
+    use crate::{QueueOffset, StoreError};
+
+    #[test]
+    fn readings_follow_appends_and_a_deleted_topic_loses_its_queues_not_its_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let put = store.put(&message(3, b"x", ""), 1).unwrap();
+        let stats = store.stats();
+        assert_eq!(stats.consume_queues, 1);
+        assert_eq!(stats.max_physical_offset, store.log_end());
+        assert_eq!(stats.commitlog_bytes, u64::from(put.size));
+        assert_eq!(store.disk_status().refusal, None);
+        assert!(store.deleted_segments().iter().all(|(_, n)| *n == 0));
+
+        let error = store.delete_topic("../x").unwrap_err();
+        assert!(matches!(error, StoreError::InvalidTopic { .. }));
+        store.delete_topic(TOPIC).unwrap();
+        assert!(store.queues().is_empty());
+        assert!(!dir.path().join("consumequeue").join(TOPIC).exists());
+        assert_eq!(store.max_offset(TOPIC, 3), QueueOffset(0));
+        assert!(store.read_record_bytes(put.physical_offset).is_ok());
+        let retention = store.run_retention(0, None).unwrap();
+        assert!(retention.deleted_segments.is_empty());
+        store.shutdown().unwrap();
+    }
+}
