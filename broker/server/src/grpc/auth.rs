@@ -4,12 +4,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use quiver_grpc_proto::v2::{Code, Status};
+use quiver_grpc_proto::v2::Status;
 use tonic::metadata::MetadataMap;
 
 use super::listener::RemoteAddr;
 use super::status;
-use crate::acl::{GrpcCredentials, Perm, RefusedBecause, Resource};
+use crate::acl::{GrpcCredentials, Perm, Resource};
 use crate::broker::Broker;
 
 /// The scheme of the `authorization` header 5.x clients send.
@@ -78,11 +78,7 @@ impl Caller {
         acl.check_grpc(self.credentials(), self.remote.ip(), needs)
             .map_err(|(because, reason)| {
                 tracing::debug!(remote = %self.remote, reason = because.label(), "gRPC call refused by ACL");
-                let code = match because {
-                    RefusedBecause::NoPermission | RefusedBecause::AdminRequired => Code::Forbidden,
-                    _ => Code::Unauthorized,
-                };
-                status(code, reason)
+                status::of_acl(because, reason)
             })
     }
 }

@@ -9,9 +9,10 @@ use quiver_grpc_proto::v2::{self, Code, FilterType};
 use tokio::sync::watch;
 
 use super::auth::Caller;
+use super::call::name;
 use super::convert::{outgoing, std_duration, timestamp, Delivery};
 use super::renew::Received;
-use super::{ok, status};
+use super::status::{self, ok, status};
 use crate::broker::{blocking, Broker};
 use crate::config::FlushMode;
 use crate::filter::ConsumerFilter;
@@ -28,20 +29,6 @@ const DEFAULT_LONG_POLL: Duration = Duration::from_secs(20);
 /// A long poll ends at this share of the time the client's deadline leaves, so the answer
 /// reaches the client before it gives up on the call.
 const DEADLINE_SHARE_PERCENT: u32 = 80;
-
-/// The status of a failed POP call.
-fn pop_status(error: &PopError) -> v2::Status {
-    let code = match error {
-        PopError::InvalidHandle | PopError::HandleExpired => Code::InvalidReceiptHandle,
-        PopError::TopicNotFound(_) => Code::TopicNotFound,
-        PopError::ConsumeDisabled(_) => Code::Forbidden,
-        PopError::Filter(_) => Code::IllegalFilterExpression,
-        PopError::Store(_) | PopError::BadRecord { .. } | PopError::Task(_) => {
-            Code::InternalServerError
-        }
-    };
-    status(code, crate::error::chain(error))
-}
 
 fn checked_invisible(
     requested: Option<&quiver_grpc_proto::prost_types::Duration>,
@@ -94,32 +81,22 @@ pub(crate) async fn receive(
     caller: &Caller,
     request: &v2::ReceiveMessageRequest,
     mut stop: watch::Receiver<bool>,
-) -> Vec<v2::ReceiveMessageResponse> {
-    let refused = |status: v2::Status| {
-        vec![v2::ReceiveMessageResponse {
-            content: Some(v2::receive_message_response::Content::Status(status)),
-        }]
-    };
-    let group = request.group.as_ref().map_or("", |g| g.name.as_str());
-    let topic = request
-        .message_queue
-        .as_ref()
-        .and_then(|queue| queue.topic.as_ref())
-        .map_or("", |t| t.name.as_str());
+) -> Result<Vec<v2::ReceiveMessageResponse>, v2::Status> {
+    let group = name(request.group.as_ref());
+    let topic = name(
+        request
+            .message_queue
+            .as_ref()
+            .and_then(|queue| queue.topic.as_ref()),
+    );
     if group.is_empty() {
-        return refused(status(
+        return Err(status(
             Code::IllegalConsumerGroup,
             "the request names no consumer group",
         ));
     }
-    let filter = match compile_filter(request.filter_expression.as_ref()) {
-        Ok(filter) => filter,
-        Err(status) => return refused(status),
-    };
-    let invisible = match checked_invisible(request.invisible_duration.as_ref()) {
-        Ok(invisible) => invisible,
-        Err(status) => return refused(status),
-    };
+    let filter = compile_filter(request.filter_expression.as_ref())?;
+    let invisible = checked_invisible(request.invisible_duration.as_ref())?;
     let max_messages = usize::try_from(request.batch_size.max(1))
         .unwrap_or(1)
         .min(MAX_MESSAGES_PER_RECEIVE);
@@ -139,10 +116,7 @@ pub(crate) async fn receive(
         // A stopping broker answers at once: nothing was received.
         _ = stop.wait_for(|stopped| *stopped) => Ok(Vec::new()),
     };
-    let popped = match popped {
-        Ok(popped) => popped,
-        Err(error) => return refused(pop_status(&error)),
-    };
+    let popped = popped.map_err(|error| status::of_pop(&error))?;
     if request.auto_renew && !caller.client_id.is_empty() {
         let now_ms = crate::now_ms();
         for message in &popped {
@@ -158,7 +132,7 @@ pub(crate) async fn receive(
         }
     }
     let store_host = broker.grpc.advertised.get().cloned().unwrap_or_default();
-    answer(&popped, invisible, &store_host)
+    Ok(answer(&popped, invisible, &store_host))
 }
 
 /// A receive's answer: its status, each message, then (when there are messages) the time
@@ -214,43 +188,76 @@ async fn pop_work<T: Send + 'static>(
     work: impl FnOnce(&Broker) -> Result<T, PopError> + Send + 'static,
 ) -> Result<T, v2::Status> {
     if !stores && broker.config.flush_mode == FlushMode::Async {
-        return work(broker).map_err(|error| pop_status(&error));
+        return work(broker).map_err(|error| status::of_pop(&error));
     }
     match blocking(broker, work).await {
-        Ok(done) => done.map_err(|error| pop_status(&error)),
-        Err(error) => Err(status(
-            Code::InternalServerError,
-            crate::error::chain(&error),
-        )),
+        Ok(done) => done.map_err(|error| status::of_pop(&error)),
+        Err(error) => Err(status::internal(&error)),
+    }
+}
+
+/// A received message its client acts on: its group, topic and the handle it received.
+struct Held {
+    group: String,
+    topic: String,
+    handle: String,
+}
+
+impl Held {
+    fn new(group: Option<&v2::Resource>, topic: Option<&v2::Resource>, handle: &str) -> Held {
+        let name = |resource: Option<&v2::Resource>| resource.map(|r| r.name.clone());
+        Held {
+            group: name(group).unwrap_or_default(),
+            topic: name(topic).unwrap_or_default(),
+            handle: handle.to_owned(),
+        }
+    }
+
+    /// Runs `act` (group, topic, handle) on the handle that works for the message now (its
+    /// renewed one, if any), as [`pop_work`]: the client takes over, it is renewed no more.
+    async fn settle<T: Send + 'static>(
+        self,
+        broker: &Arc<Broker>,
+        stores: bool,
+        act: impl FnOnce(&Broker, &str, &str, &str) -> Result<T, PopError> + Send + 'static,
+    ) -> Result<T, v2::Status> {
+        pop_work(broker, stores, move |broker| {
+            let Held {
+                group,
+                topic,
+                handle,
+            } = self;
+            broker
+                .grpc
+                .renewals
+                .settle(&handle, |handle| act(broker, &group, &topic, handle))
+        })
+        .await
     }
 }
 
 pub(crate) async fn ack(
     broker: &Arc<Broker>,
     request: v2::AckMessageRequest,
-) -> v2::AckMessageResponse {
-    let group = request.group.map(|g| g.name).unwrap_or_default();
-    let topic = request.topic.map(|t| t.name).unwrap_or_default();
+) -> Result<v2::AckMessageResponse, v2::Status> {
+    let (group, topic) = (request.group.as_ref(), request.topic.as_ref());
     let mut entries = Vec::with_capacity(request.entries.len());
     for entry in request.entries {
-        let (group, topic, handle) = (group.clone(), topic.clone(), entry.receipt_handle.clone());
-        let acked = pop_work(broker, false, move |broker| {
-            let renewals = &broker.grpc.renewals;
-            renewals.settle(&handle, |handle| {
-                broker.pop.ack(broker, &group, &topic, handle)
+        let acked = Held::new(group, topic, &entry.receipt_handle)
+            .settle(broker, false, |broker, group, topic, handle| {
+                broker.pop.ack(broker, group, topic, handle)
             })
-        })
-        .await;
+            .await;
         entries.push(v2::AckMessageResultEntry {
             message_id: entry.message_id,
             receipt_handle: entry.receipt_handle,
             status: Some(acked.map_or_else(|refused| refused, |()| ok())),
         });
     }
-    v2::AckMessageResponse {
+    Ok(v2::AckMessageResponse {
         status: Some(overall(entries.iter().filter_map(|e| e.status.as_ref()))),
         entries,
-    }
+    })
 }
 
 /// OK when every entry is; the one failure's status when there is one entry; else
@@ -272,57 +279,45 @@ fn overall<'a>(statuses: impl Iterator<Item = &'a v2::Status>) -> v2::Status {
 pub(crate) async fn change_invisible(
     broker: &Arc<Broker>,
     request: v2::ChangeInvisibleDurationRequest,
-) -> v2::ChangeInvisibleDurationResponse {
-    let refused = |status: v2::Status| v2::ChangeInvisibleDurationResponse {
-        status: Some(status),
-        receipt_handle: String::new(),
+) -> Result<v2::ChangeInvisibleDurationResponse, v2::Status> {
+    let Some(requested) = request.invisible_duration.as_ref() else {
+        return Err(status(Code::IllegalInvisibleTime, "no invisible duration"));
     };
-    let invisible = match request.invisible_duration.as_ref() {
-        None => return refused(status(Code::IllegalInvisibleTime, "no invisible duration")),
-        Some(requested) => match checked_invisible(Some(requested)) {
-            Ok(invisible) => invisible,
-            Err(status) => return refused(status),
-        },
-    };
-    let group = request.group.map(|g| g.name).unwrap_or_default();
-    let topic = request.topic.map(|t| t.name).unwrap_or_default();
-    let handle = request.receipt_handle;
-    // The client takes over: the message is no longer renewed for it.
-    let changed = pop_work(broker, false, move |broker| {
-        broker.grpc.renewals.settle(&handle, |handle| {
+    let invisible = checked_invisible(Some(requested))?;
+    let held = Held::new(
+        request.group.as_ref(),
+        request.topic.as_ref(),
+        &request.receipt_handle,
+    );
+    let receipt_handle = held
+        .settle(broker, false, move |broker, group, topic, handle| {
             broker
                 .pop
-                .change_invisible(broker, &group, &topic, handle, invisible)
+                .change_invisible(broker, group, topic, handle, invisible)
         })
+        .await?;
+    Ok(v2::ChangeInvisibleDurationResponse {
+        status: Some(ok()),
+        receipt_handle,
     })
-    .await;
-    match changed {
-        Ok(receipt_handle) => v2::ChangeInvisibleDurationResponse {
-            status: Some(ok()),
-            receipt_handle,
-        },
-        Err(status) => refused(status),
-    }
 }
 
 pub(crate) async fn forward_to_dead_letter(
     broker: &Arc<Broker>,
     request: v2::ForwardMessageToDeadLetterQueueRequest,
-) -> v2::ForwardMessageToDeadLetterQueueResponse {
-    let group = request.group.map(|g| g.name).unwrap_or_default();
-    let topic = request.topic.map(|t| t.name).unwrap_or_default();
-    let handle = request.receipt_handle;
-    let forwarded = pop_work(broker, true, move |broker| {
-        broker.grpc.renewals.settle(&handle, |handle| {
-            broker
-                .pop
-                .forward_to_dead_letter(broker, &group, &topic, handle)
-        })
+) -> Result<v2::ForwardMessageToDeadLetterQueueResponse, v2::Status> {
+    let held = Held::new(
+        request.group.as_ref(),
+        request.topic.as_ref(),
+        &request.receipt_handle,
+    );
+    held.settle(broker, true, |broker, group, topic, handle| {
+        broker
+            .pop
+            .forward_to_dead_letter(broker, group, topic, handle)
     })
-    .await;
-    v2::ForwardMessageToDeadLetterQueueResponse {
-        status: Some(forwarded.map_or_else(|refused| refused, |()| ok())),
-    }
+    .await?;
+    Ok(v2::ForwardMessageToDeadLetterQueueResponse { status: Some(ok()) })
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use quiver_grpc_proto::v2::{self, Code, DigestType, Encoding, MessageType};
 use quiver_protocol::message as msg;
 use quiver_protocol::record::{property, Record};
 
-use super::status;
+use super::call::name;
+use super::status::status;
 
 /// Properties the broker or the client libraries own: a user property may not set them.
 const RESERVED_PROPERTIES: &[&str] = &[
@@ -59,11 +60,7 @@ pub(crate) struct Incoming {
 /// Checks one message of a SendMessage and builds its properties; the status says what is
 /// wrong with it otherwise.
 pub(crate) fn incoming(message: &v2::Message, now_ms: i64) -> Result<Incoming, v2::Status> {
-    let topic = message
-        .topic
-        .as_ref()
-        .map(|t| t.name.as_str())
-        .unwrap_or("");
+    let topic = name(message.topic.as_ref());
     if topic.is_empty() {
         return Err(status(Code::IllegalTopic, "the message names no topic"));
     }
@@ -80,6 +77,28 @@ pub(crate) fn incoming(message: &v2::Message, now_ms: i64) -> Result<Incoming, v
             "gzip-encoded bodies are not supported; send the body as is (identity)",
         ));
     }
+    let mut properties = user_properties(message)?;
+    let kind = MessageType::try_from(system.message_type).unwrap_or(MessageType::Normal);
+    let group = add_system_properties(&mut properties, &system, kind, now_ms);
+    if kind == MessageType::Fifo && group.is_none() {
+        return Err(status(
+            Code::MessagePropertyConflictWithType,
+            "a FIFO message needs a message group",
+        ));
+    }
+    let born_timestamp_ms = system.born_timestamp.as_ref().map_or(now_ms, timestamp_ms);
+    Ok(Incoming {
+        topic: topic.to_owned(),
+        message_id: system.message_id,
+        properties,
+        kind,
+        group,
+        born_timestamp_ms,
+    })
+}
+
+/// The message's user properties, none of them reserved.
+fn user_properties(message: &v2::Message) -> Result<BTreeMap<String, String>, v2::Status> {
     let mut properties = BTreeMap::new();
     for (key, value) in &message.user_properties {
         if RESERVED_PROPERTIES.contains(&key.as_str()) {
@@ -90,6 +109,16 @@ pub(crate) fn incoming(message: &v2::Message, now_ms: i64) -> Result<Incoming, v
         }
         properties.insert(key.clone(), value.clone());
     }
+    Ok(properties)
+}
+
+/// Adds the properties the system properties stand for; returns the message group.
+fn add_system_properties(
+    properties: &mut BTreeMap<String, String>,
+    system: &v2::SystemProperties,
+    kind: MessageType,
+    now_ms: i64,
+) -> Option<String> {
     properties.insert(msg::PROPERTY_UNIQ_KEY.into(), system.message_id.clone());
     if let Some(tag) = system.tag.as_ref().filter(|tag| !tag.is_empty()) {
         properties.insert(msg::PROPERTY_TAGS.into(), tag.clone());
@@ -125,7 +154,6 @@ pub(crate) fn incoming(message: &v2::Message, now_ms: i64) -> Result<Incoming, v
     if let Some(trace) = system.trace_context.as_ref().filter(|t| !t.is_empty()) {
         properties.insert("TRACE_CONTEXT".into(), trace.clone());
     }
-    let kind = MessageType::try_from(system.message_type).unwrap_or(MessageType::Normal);
     if let Some(recovery) = system
         .orphaned_transaction_recovery_duration
         .as_ref()
@@ -137,21 +165,7 @@ pub(crate) fn incoming(message: &v2::Message, now_ms: i64) -> Result<Incoming, v
             std_duration(recovery).as_secs().to_string(),
         );
     }
-    if kind == MessageType::Fifo && group.is_none() {
-        return Err(status(
-            Code::MessagePropertyConflictWithType,
-            "a FIFO message needs a message group",
-        ));
-    }
-    let born_timestamp_ms = system.born_timestamp.as_ref().map_or(now_ms, timestamp_ms);
-    Ok(Incoming {
-        topic: topic.to_owned(),
-        message_id: system.message_id,
-        properties,
-        kind,
-        group,
-        born_timestamp_ms,
-    })
+    group
 }
 
 /// Milliseconds since the epoch of a Timestamp (see [`SECONDS_THAT_ARE_MILLISECONDS`]).

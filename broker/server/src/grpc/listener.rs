@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::service::Messaging;
+use super::messaging::Messaging;
 use crate::broker::Broker;
 use crate::config::TlsMode;
 use crate::slots::ConnectionSlot;

@@ -1,28 +1,31 @@
 //! The gRPC port: `apache.rocketmq.v2.MessagingService`, the protocol RocketMQ 5.x clients
 //! speak to a Proxy, served by the broker itself from the same store as the remoting port.
 //!
-//! `listener.rs` accepts (TLS as the remoting port), `service.rs` authorises each call and
-//! hands it to the file of its family: `route.rs` (QueryRoute, QueryAssignment),
-//! `send.rs` (SendMessage), `transaction.rs` (EndTransaction and the check-back's command),
+//! `listener.rs` accepts (TLS as the remoting port), `messaging.rs` passes each call through
+//! `call.rs` (authorised by ACL, then counted by result code) to the file of its family:
+//! `route.rs` (QueryRoute, QueryAssignment), `send.rs` (SendMessage), `transaction.rs` (EndTransaction and the check-back's command),
 //! `telemetry.rs` (the settings handshake and the sessions the broker pushes commands to),
 //! `consume.rs` (Receive, Ack, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue over
 //! the POP service; `renew.rs` keeps `auto_renew` receives invisible for their connected
-//! client); `convert.rs` maps messages to and from stored records.
+//! client); `convert.rs` maps messages to and from stored records, `status.rs` what went wrong
+//! to the 5.x status a call answers.
 
 mod auth;
+mod call;
 mod consume;
 mod convert;
 mod listener;
+mod messaging;
 mod renew;
 mod route;
 mod send;
-mod service;
+mod status;
 mod telemetry;
 mod transaction;
 
 use std::sync::OnceLock;
 
-use quiver_grpc_proto::v2::{Code, Status};
+use quiver_grpc_proto::v2::Code;
 
 pub use listener::serve;
 pub use telemetry::Sessions;
@@ -44,9 +47,9 @@ pub struct GrpcState {
 }
 
 impl GrpcState {
-    /// Counts one answered call.
-    pub(crate) fn count(&self, call: &'static str, status: &Status) {
-        let code = Code::try_from(status.code).map_or("UNKNOWN", |code| code.as_str_name());
+    /// Counts one answered call by the result code of its status.
+    pub(crate) fn count(&self, call: &'static str, code: i32) {
+        let code = Code::try_from(code).map_or("UNKNOWN", |code| code.as_str_name());
         *self.calls.lock().entry((call, code)).or_default() += 1;
     }
 
@@ -58,33 +61,4 @@ impl GrpcState {
             .map(|(key, count)| (*key, *count))
             .collect()
     }
-}
-
-/// A status line of a response.
-pub(crate) fn status(code: Code, message: impl Into<String>) -> Status {
-    Status {
-        code: code as i32,
-        message: message.into(),
-    }
-}
-
-pub(crate) fn ok() -> Status {
-    status(Code::Ok, "OK")
-}
-
-/// The 5.x code for a refusal of the remoting processors the gRPC calls share.
-pub(crate) fn refusal_status(refusal: &crate::processor::Refusal) -> Status {
-    use quiver_protocol::code::response;
-    let code = match refusal.code {
-        response::TOPIC_NOT_EXIST => Code::TopicNotFound,
-        response::NO_PERMISSION => Code::Forbidden,
-        response::MESSAGE_ILLEGAL => Code::BadRequest,
-        response::SYSTEM_BUSY => Code::TooManyRequests,
-        response::SUBSCRIPTION_GROUP_NOT_EXIST => Code::ConsumerGroupNotFound,
-        response::SUBSCRIPTION_PARSE_FAILED => Code::IllegalFilterExpression,
-        // A sync send the in-sync replicas did not confirm in time.
-        response::FLUSH_SLAVE_TIMEOUT => Code::SlavePersistenceTimeout,
-        _ => Code::InternalServerError,
-    };
-    status(code, refusal.remark.clone())
 }

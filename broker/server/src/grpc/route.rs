@@ -6,7 +6,7 @@ use quiver_grpc_proto::v2::{
 };
 use quiver_protocol::body::{perm, TopicConfig};
 
-use super::{ok, status};
+use super::status::{ok, status};
 use crate::broker::Broker;
 use crate::topics::validate_topic_name;
 
@@ -148,16 +148,8 @@ pub(crate) fn query_route(
     broker: &Broker,
     topic: &str,
     may_create: bool,
-) -> v2::QueryRouteResponse {
-    let cluster = match members_with_topic(broker, topic, may_create) {
-        Ok(cluster) => cluster,
-        Err(refused) => {
-            return v2::QueryRouteResponse {
-                status: Some(refused),
-                message_queues: Vec::new(),
-            }
-        }
-    };
+) -> Result<v2::QueryRouteResponse, v2::Status> {
+    let cluster = members_with_topic(broker, topic, may_create)?;
     let mut message_queues = Vec::new();
     for member in &cluster {
         let Some(config) = &member.topic else {
@@ -169,24 +161,19 @@ pub(crate) fn query_route(
             message_queues.push(queue(topic, id, permission, broker_of(member)));
         }
     }
-    v2::QueryRouteResponse {
+    Ok(v2::QueryRouteResponse {
         status: Some(ok()),
         message_queues,
-    }
+    })
 }
 
 /// POP consumers are assigned whole brokers (queue id -1, as Apache's Proxy answers): each
 /// broker with a readable queue of the topic.
-pub(crate) fn query_assignment(broker: &Broker, topic: &str) -> v2::QueryAssignmentResponse {
-    let cluster = match members_with_topic(broker, topic, false) {
-        Ok(cluster) => cluster,
-        Err(refused) => {
-            return v2::QueryAssignmentResponse {
-                status: Some(refused),
-                assignments: Vec::new(),
-            }
-        }
-    };
+pub(crate) fn query_assignment(
+    broker: &Broker,
+    topic: &str,
+) -> Result<v2::QueryAssignmentResponse, v2::Status> {
+    let cluster = members_with_topic(broker, topic, false)?;
     let assignments = cluster
         .iter()
         .filter(|member| {
@@ -198,10 +185,10 @@ pub(crate) fn query_assignment(broker: &Broker, topic: &str) -> v2::QueryAssignm
             message_queue: Some(queue(topic, -1, Permission::ReadWrite, broker_of(member))),
         })
         .collect();
-    v2::QueryAssignmentResponse {
+    Ok(v2::QueryAssignmentResponse {
         status: Some(ok()),
         assignments,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use quiver_protocol::message as msg;
 use quiver_protocol::record::encode_properties;
 
 use super::convert::{incoming, Incoming};
+use super::status::{self, ok, status};
 use super::transaction::TransactionHandle;
-use super::{ok, refusal_status, status};
 use crate::broker::Broker;
 use crate::processor::{
     check_broker_writable, half_message, park_if_delayed, store_message_async, topic_for_send,
@@ -33,12 +33,9 @@ pub(crate) async fn send(
     broker: &Broker,
     request: &v2::SendMessageRequest,
     born_host: SocketAddr,
-) -> v2::SendMessageResponse {
+) -> Result<v2::SendMessageResponse, v2::Status> {
     if request.messages.is_empty() {
-        return v2::SendMessageResponse {
-            status: Some(status(Code::BadRequest, "the request carries no message")),
-            entries: Vec::new(),
-        };
+        return Err(status(Code::BadRequest, "the request carries no message"));
     }
     let now = crate::now_ms();
     let mut entries = Vec::with_capacity(request.messages.len());
@@ -54,10 +51,10 @@ pub(crate) async fn send(
         .filter_map(|entry| entry.status.clone())
         .find(|status| status.code != Code::Ok as i32)
         .unwrap_or_else(ok);
-    v2::SendMessageResponse {
+    Ok(v2::SendMessageResponse {
         status: Some(status),
         entries,
-    }
+    })
 }
 
 fn failed(refused: v2::Status) -> SendResultEntry {
@@ -70,7 +67,7 @@ fn failed(refused: v2::Status) -> SendResultEntry {
 async fn store(broker: &Broker, prepared: Prepared) -> SendResultEntry {
     let results = match store_message_async(broker, std::slice::from_ref(&prepared.target)).await {
         Ok(results) => results,
-        Err(error) => return failed(refused_by_store(error)),
+        Err(error) => return failed(status::of_send(error)),
     };
     let stored = &results[0];
     let transaction_id = if prepared.is_half {
@@ -90,10 +87,6 @@ async fn store(broker: &Broker, prepared: Prepared) -> SendResultEntry {
     }
 }
 
-fn refused_by_store(error: crate::processor::SendError) -> v2::Status {
-    refusal_status(&crate::processor::Refusal::from(error))
-}
-
 /// Checks one message and builds what to store: its topic's queue (by message group for
 /// FIFO), parked for its delivery time, or kept as a half message.
 fn prepare(
@@ -104,9 +97,9 @@ fn prepare(
 ) -> Result<Prepared, v2::Status> {
     let checked = incoming(message, now)?;
     check_body(broker, &message.body)?;
-    check_broker_writable(broker).map_err(|refusal| refusal_status(&refusal))?;
+    check_broker_writable(broker).map_err(|refusal| status::of_refusal(&refusal))?;
     let topic =
-        topic_for_send(broker, &checked.topic).map_err(|refusal| refusal_status(&refusal))?;
+        topic_for_send(broker, &checked.topic).map_err(|refusal| status::of_refusal(&refusal))?;
     if topic.perm & perm::WRITE == 0 || topic.write_queue_nums == 0 {
         return Err(status(
             Code::Forbidden,
@@ -140,11 +133,8 @@ fn prepare(
             with_property(&half.properties, msg::PROPERTY_TRANSACTION_PREPARED, "true");
         half
     } else {
-        park_if_delayed(broker, target, now).map_err(|refusal| {
-            let mut refused = refusal_status(&refusal);
-            refused.code = Code::IllegalDeliveryTime as i32;
-            refused
-        })?
+        park_if_delayed(broker, target, now)
+            .map_err(|refusal| status::of_delivery_time(&refusal))?
     };
     Ok(Prepared {
         target,

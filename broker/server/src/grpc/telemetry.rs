@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -12,13 +13,16 @@ use quiver_grpc_proto::v2::{
     self, retry_policy, settings, ClientType, CustomizedBackoff, ExponentialBackoff, RetryPolicy,
     TelemetryCommand,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
 
+use super::auth::Caller;
+use super::call::Opened;
 use super::convert::duration;
 use crate::broker::Broker;
 
 /// Commands queued per stream before a push is dropped (the client reads slowly or not).
-pub(crate) const OUTBOUND_QUEUE: usize = 64;
+const OUTBOUND_QUEUE: usize = 64;
 /// What a push consumer asks for at once, and waits for at most (Apache Proxy's defaults).
 const RECEIVE_BATCH_SIZE: i32 = 32;
 const LONG_POLLING_TIMEOUT: Duration = Duration::from_secs(30);
@@ -165,15 +169,40 @@ impl Sessions {
     }
 }
 
+/// Opens a client's Telemetry stream: the commands the broker sends it, while
+/// [`serve_stream`] reads what the client sends.
+pub(crate) fn open(
+    broker: &Arc<Broker>,
+    caller: Caller,
+    inbound: tonic::Streaming<TelemetryCommand>,
+    stop: watch::Receiver<bool>,
+) -> Opened {
+    if caller.client_id.is_empty() {
+        return Opened::Invalid(tonic::Status::invalid_argument(
+            "a Telemetry stream needs the x-mq-client-id header",
+        ));
+    }
+    let (outbound, commands) = mpsc::channel(OUTBOUND_QUEUE);
+    tokio::spawn(serve_stream(
+        broker.clone(),
+        caller.client_id,
+        inbound,
+        caller.remote,
+        outbound,
+        stop,
+    ));
+    Opened::Stream(Box::pin(ReceiverStream::new(commands)))
+}
+
 /// Serves one client's stream: registers it, answers each Settings, and forgets it when the
 /// client's side ends.
-pub(crate) async fn serve_stream(
-    broker: std::sync::Arc<Broker>,
+async fn serve_stream(
+    broker: Arc<Broker>,
     client_id: String,
     mut inbound: tonic::Streaming<TelemetryCommand>,
     remote: std::net::SocketAddr,
     outbound: Outbound,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let generation = broker
         .grpc
@@ -196,7 +225,7 @@ pub(crate) async fn serve_stream(
             Some(v2::telemetry_command::Command::Settings(settings)) => {
                 broker.grpc.sessions.apply_settings(&client_id, &settings);
                 let answer = TelemetryCommand {
-                    status: Some(super::ok()),
+                    status: Some(super::status::ok()),
                     command: Some(v2::telemetry_command::Command::Settings(answer_settings(
                         &broker, settings,
                     ))),

@@ -3,13 +3,13 @@
 //! becomes a `RecoverOrphanedTransactionCommand` on a producer's Telemetry stream.
 
 use quiver_grpc_proto::v2::{self, Code, TransactionResolution, TransactionSource};
-use quiver_protocol::code::response;
 use quiver_protocol::header::CheckTransactionStateRequestHeader;
 use quiver_protocol::record;
 use quiver_protocol::RemotingCommand;
 
+use super::call::name;
 use super::convert::outgoing;
-use super::{ok, refusal_status, status};
+use super::status::{self, ok, status};
 use crate::broker::Broker;
 use crate::processor::{end_transaction, Ending};
 
@@ -40,26 +40,25 @@ impl TransactionHandle {
 
 /// EndTransaction: commits or rolls back the half message the transaction id names. The
 /// producer group of a 5.x half message is its topic (as Apache's Proxy records it).
-pub(crate) async fn end(broker: &Broker, request: &v2::EndTransactionRequest) -> v2::Status {
-    let topic = request
-        .topic
-        .as_ref()
-        .map(|t| t.name.as_str())
-        .unwrap_or("");
+pub(crate) async fn end(
+    broker: &Broker,
+    request: &v2::EndTransactionRequest,
+) -> Result<v2::EndTransactionResponse, v2::Status> {
+    let topic = name(request.topic.as_ref());
     let Some(handle) = TransactionHandle::decode(&request.transaction_id) else {
-        return status(
+        return Err(status(
             Code::InvalidTransactionId,
             format!(
                 "transaction id {:?} was not issued by this broker",
                 request.transaction_id
             ),
-        );
+        ));
     };
     let commit = match request.resolution() {
         TransactionResolution::Commit => true,
         TransactionResolution::Rollback => false,
         // Not known yet: the check-back asks again later.
-        TransactionResolution::Unspecified => return ok(),
+        TransactionResolution::Unspecified => return Ok(ended()),
     };
     let ending = Ending {
         producer_group: topic,
@@ -68,13 +67,14 @@ pub(crate) async fn end(broker: &Broker, request: &v2::EndTransactionRequest) ->
         commit_log_offset: i64::try_from(handle.commit_log_offset).unwrap_or(i64::MAX),
         from_check: request.source() == TransactionSource::SourceServerCheck,
     };
-    match end_transaction(broker, ending).await {
-        Ok(()) => ok(),
-        Err(refusal) if refusal.code == response::SYSTEM_ERROR => {
-            status(Code::InvalidTransactionId, refusal.remark)
-        }
-        Err(refusal) => refusal_status(&refusal),
-    }
+    end_transaction(broker, ending)
+        .await
+        .map_err(status::of_ending)?;
+    Ok(ended())
+}
+
+fn ended() -> v2::EndTransactionResponse {
+    v2::EndTransactionResponse { status: Some(ok()) }
 }
 
 /// Sends a CHECK_TRANSACTION_STATE of the check-back loop to a 5.x producer of the half
