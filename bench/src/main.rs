@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod ceilings;
 mod connections;
+mod http;
 mod measure;
 mod minimal_server;
 mod peers;

@@ -4,11 +4,7 @@
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context as _};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
 use serde::Deserialize;
-use tokio::net::TcpStream;
 
 use crate::peers::workload::{Figure, Measure};
 
@@ -93,18 +89,8 @@ impl BrokerStages {
 }
 
 async fn fetch(http: SocketAddr, since_ns: u64) -> anyhow::Result<Report> {
-    let stream = TcpStream::connect(http)
-        .await
-        .with_context(|| format!("connecting to {http} for /debug/stages"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let request = hyper::Request::get(format!("/debug/stages?since_ns={since_ns}"))
-        .header(hyper::header::HOST, http.to_string())
-        .body(Empty::<Bytes>::new())?;
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
+    let (status, body) =
+        crate::http::get(http, &format!("/debug/stages?since_ns={since_ns}")).await?;
     if !status.is_success() {
         bail!(
             "/debug/stages answered {status}: {}",

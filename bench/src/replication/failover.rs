@@ -241,6 +241,53 @@ fn utc_now() -> String {
     )
 }
 
+/// Waits (10 s at most) until master `master`, on `master_port`, acknowledges a send.
+async fn acked_by(
+    acks: &mut mpsc::UnboundedReceiver<Ack>,
+    master: u64,
+    master_port: u16,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, acks.recv()).await {
+            Ok(Some(ack)) if ack.port == Some(master_port) => return Ok(()),
+            Ok(Some(_)) => {}
+            Ok(None) => anyhow::bail!("the sender stopped"),
+            Err(_) => anyhow::bail!("no send acknowledged by master {master} within 10 s"),
+        }
+    }
+}
+
+/// Restarts the killed `master` and waits for the group to be in sync again: how long that
+/// took (None: not within the bound), the stale master claims seen meanwhile, and how many
+/// sends the restarted member acknowledged (as a master it no longer is).
+async fn restart(
+    brokers: &mut Brokers,
+    master: u64,
+    master_port: u16,
+    plan: &FailoverPlan,
+    acks: &mut mpsc::UnboundedReceiver<Ack>,
+) -> anyhow::Result<(Option<Duration>, Vec<(u64, u64)>, u64)> {
+    let restarted_at = Instant::now();
+    brokers.start(master)?;
+    let mut stale_claims = Vec::new();
+    let resync = match brokers
+        .wait_all_in_sync_watching(plan.resync_bound, &mut stale_claims)
+        .await
+    {
+        Ok(_) => Some(restarted_at.elapsed()),
+        Err(_) => None,
+    };
+    let mut acks_from_restarted = 0;
+    while let Ok(ack) = acks.try_recv() {
+        if ack.port == Some(master_port) && ack.issued >= restarted_at {
+            acks_from_restarted += 1;
+        }
+    }
+    Ok((resync, stale_claims, acks_from_restarted))
+}
+
 async fn round(
     brokers: &mut Brokers,
     number: u32,
@@ -251,16 +298,7 @@ async fn round(
     let (master, epoch) = brokers.wait_all_in_sync(plan.resync_bound).await?;
     let master_port = brokers.member(master).addr.port();
     // The sender is writing to this master before it is killed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(remaining, acks.recv()).await {
-            Ok(Some(ack)) if ack.port == Some(master_port) => break,
-            Ok(Some(_)) => {}
-            Ok(None) => anyhow::bail!("the sender stopped"),
-            Err(_) => anyhow::bail!("no send acknowledged by master {master} within 10 s"),
-        }
-    }
+    acked_by(acks, master, master_port).await?;
     while acks.try_recv().is_ok() {}
     let failures_before = state.failures.load(Ordering::Relaxed);
     lock(&state.errors).clear();
@@ -299,22 +337,8 @@ async fn round(
         .into_iter()
         .collect();
 
-    let restarted_at = Instant::now();
-    brokers.start(master)?;
-    let mut stale_claims = Vec::new();
-    let resync = match brokers
-        .wait_all_in_sync_watching(plan.resync_bound, &mut stale_claims)
-        .await
-    {
-        Ok(_) => Some(restarted_at.elapsed()),
-        Err(_) => None,
-    };
-    let mut acks_from_restarted = 0;
-    while let Ok(ack) = acks.try_recv() {
-        if ack.port == Some(master_port) && ack.issued >= restarted_at {
-            acks_from_restarted += 1;
-        }
-    }
+    let (resync, stale_claims, acks_from_restarted) =
+        restart(brokers, master, master_port, plan, acks).await?;
     Ok(Round {
         killed_at_utc,
         round: number,

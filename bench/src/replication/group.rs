@@ -40,6 +40,18 @@ pub struct Member {
 }
 
 impl Member {
+    /// A member not started yet.
+    fn new(id: u64, addr: SocketAddr, http: SocketAddr, args: Vec<String>) -> Member {
+        Member {
+            id,
+            addr,
+            http,
+            args,
+            process: None,
+            starts: 0,
+        }
+    }
+
     pub fn is_running(&self) -> bool {
         self.process.is_some()
     }
@@ -91,25 +103,23 @@ fn base_args(data_dir: &Path, addr: SocketAddr, http: SocketAddr) -> Vec<String>
 }
 
 impl Brokers {
+    /// `members`, none started yet, logging under `log_dir`.
+    fn new(binary: &Path, scratch: &Path, log_dir: &Path, members: Vec<Member>) -> Brokers {
+        Brokers {
+            binary: binary.to_owned(),
+            log_dir: log_dir.to_owned(),
+            label: dir_label(scratch),
+            members,
+        }
+    }
+
     /// One standalone broker (`--flush-mode async`), data in `<scratch>/single`.
     pub fn start_single(binary: &Path, scratch: &Path, log_dir: &Path) -> anyhow::Result<Brokers> {
         let (addr, http) = (localhost(free_port()?), localhost(free_port()?));
         let data_dir = scratch.join("single");
         std::fs::create_dir_all(&data_dir)?;
-        let member = Member {
-            id: 0,
-            addr,
-            http,
-            args: base_args(&data_dir, addr, http),
-            process: None,
-            starts: 0,
-        };
-        let mut brokers = Brokers {
-            binary: binary.to_owned(),
-            log_dir: log_dir.to_owned(),
-            label: dir_label(scratch),
-            members: vec![member],
-        };
+        let member = Member::new(0, addr, http, base_args(&data_dir, addr, http));
+        let mut brokers = Brokers::new(binary, scratch, log_dir, vec![member]);
         brokers.start(0)?;
         Ok(brokers)
     }
@@ -151,21 +161,9 @@ impl Brokers {
                 .map(str::to_owned),
             );
             args.extend(spec.extra_args.iter().cloned());
-            members.push(Member {
-                id,
-                addr,
-                http,
-                args,
-                process: None,
-                starts: 0,
-            });
+            members.push(Member::new(id, addr, http, args));
         }
-        let mut brokers = Brokers {
-            binary: binary.to_owned(),
-            log_dir: log_dir.to_owned(),
-            label: dir_label(scratch),
-            members,
-        };
+        let mut brokers = Brokers::new(binary, scratch, log_dir, members);
         for id in 0..MEMBERS {
             brokers.start(id)?;
         }

@@ -134,18 +134,7 @@ async fn measure(
     let cpu_before = brokers.cpu();
     let paced = send_paced(&master_addr, plan, total).await;
     let cores = brokers.cpu().cores_since(&cpu_before, Some(master));
-    let drain_deadline = Instant::now() + DRAIN;
-    let mut arrivals = Vec::with_capacity(total as usize);
-    while (arrivals.len() as u64) < paced.acked && Instant::now() < drain_deadline {
-        let remaining = drain_deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(remaining, arrivals_rx.recv()).await {
-            Ok(Some(arrival)) => arrivals.push(arrival),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    while let Ok(arrival) = arrivals_rx.try_recv() {
-        arrivals.push(arrival);
-    }
+    let arrivals = drain(&mut arrivals_rx, total, paced.acked).await;
     stop.store(true, Ordering::Relaxed);
     pulls.abort_all();
     while pulls.join_next().await.is_some() {}
@@ -158,6 +147,50 @@ async fn measure(
         );
     }
 
+    let pull_errors = pull_errors.load(Ordering::Relaxed);
+    Ok(outcome(
+        plan,
+        replica,
+        &paced,
+        &arrivals,
+        &samples,
+        pull_errors,
+        cores,
+    ))
+}
+
+/// Waits up to DRAIN for `acked` arrivals (room for `total`), then takes what else came.
+async fn drain(
+    arrivals_rx: &mut mpsc::UnboundedReceiver<Arrival>,
+    total: u64,
+    acked: u64,
+) -> Vec<Arrival> {
+    let drain_deadline = Instant::now() + DRAIN;
+    let mut arrivals = Vec::with_capacity(total as usize);
+    while (arrivals.len() as u64) < acked && Instant::now() < drain_deadline {
+        let remaining = drain_deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, arrivals_rx.recv()).await {
+            Ok(Some(arrival)) => arrivals.push(arrival),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    while let Ok(arrival) = arrivals_rx.try_recv() {
+        arrivals.push(arrival);
+    }
+    arrivals
+}
+
+/// The run's figures: lag and acknowledgement times past the warm-up, sorted, and the
+/// master's own lag samples.
+fn outcome(
+    plan: &LagPlan,
+    replica: u64,
+    paced: &Paced,
+    arrivals: &[Arrival],
+    samples: &[(f64, f64)],
+    pull_errors: u64,
+    cores: String,
+) -> LagOutcome {
     let warmup_end = paced.started_nanos + plan.warmup.as_nanos() as u64;
     let mut lag_micros: Vec<u64> = arrivals
         .iter()
@@ -175,7 +208,7 @@ async fn measure(
     let mut master_lag_ms: Vec<f64> = samples.iter().map(|(seconds, _)| seconds * 1e3).collect();
     master_lag_ms.sort_by(f64::total_cmp);
     let master_lag_bytes_max = samples.iter().map(|(_, b)| *b).fold(0.0, f64::max);
-    Ok(LagOutcome {
+    LagOutcome {
         replica,
         sent: paced.sent,
         acknowledged: paced.acked,
@@ -183,13 +216,13 @@ async fn measure(
         sent_per_sec: paced.sent as f64 / paced.pacing.as_secs_f64().max(1e-9),
         acked_per_sec: paced.acked as f64 / paced.until_last_ack.as_secs_f64().max(1e-9),
         arrived: arrivals.len() as u64,
-        pull_errors: pull_errors.load(Ordering::Relaxed),
+        pull_errors,
         lag_micros,
         ack_micros,
         master_lag_ms,
         master_lag_bytes_max,
         cores,
-    })
+    }
 }
 
 /// The topic's readable queues as the replica's route gives them once it copied the master's

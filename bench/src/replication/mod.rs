@@ -143,6 +143,32 @@ fn log(line: &str) {
     eprintln!("{line}");
 }
 
+/// The members' replication settings the options ask for.
+fn group_spec(options: &Options) -> anyhow::Result<GroupSpec> {
+    let replication: &'static str = match options.replication.as_str() {
+        "sync" => "sync",
+        "async" => "async",
+        other => anyhow::bail!("--replication {other}: sync or async"),
+    };
+    Ok(GroupSpec {
+        replication,
+        min_in_sync: options.min_in_sync_replicas,
+        extra_args: options.member_arg.clone(),
+    })
+}
+
+/// The load generator's runtime: one thread, or `threads` workers.
+fn client_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    builder.enable_all().build().context("starting tokio")
+}
+
 pub fn run(options: &Options) -> anyhow::Result<()> {
     let plans = options.plans();
     let binary = systems::quiver_broker_binary(options.quiver_broker.as_deref())?;
@@ -156,24 +182,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         None => scratch.path().join("logs"),
     };
     std::fs::create_dir_all(&log_dir)?;
-    let replication: &'static str = match options.replication.as_str() {
-        "sync" => "sync",
-        "async" => "async",
-        other => anyhow::bail!("--replication {other}: sync or async"),
-    };
-    let spec = GroupSpec {
-        replication,
-        min_in_sync: options.min_in_sync_replicas,
-        extra_args: options.member_arg.clone(),
-    };
-    let mut builder = if options.client_threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(options.client_threads);
-        builder
-    };
-    let runtime = builder.enable_all().build().context("starting tokio")?;
+    let spec = group_spec(options)?;
+    let runtime = client_runtime(options.client_threads)?;
     let load_before = report::load_average();
     let mut outcomes = report::Outcomes::default();
     for scenario in &options.scenarios {

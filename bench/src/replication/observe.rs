@@ -5,10 +5,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
 /// CPU seconds used by the members and the bench at one moment.
 #[derive(Clone, Debug)]
@@ -138,18 +134,7 @@ fn label<'a>(labels: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
 /// GET `path` on `http` (1 s bound); the body of a 2xx answer.
 pub async fn http_get(http: SocketAddr, path: &str) -> anyhow::Result<String> {
     let fetch = async {
-        let stream = TcpStream::connect(http)
-            .await
-            .with_context(|| format!("connecting to {http}"))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        let request = hyper::Request::get(path)
-            .header(hyper::header::HOST, http.to_string())
-            .body(Empty::<Bytes>::new())?;
-        let response = sender.send_request(request).await?;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
+        let (status, body) = crate::http::get(http, path).await?;
         if !status.is_success() {
             bail!("{path} on {http} answered {status}");
         }

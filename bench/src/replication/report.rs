@@ -295,11 +295,13 @@ fn lag_rows(row: &mut impl FnMut(&str, &str, &str, &str), plans: &Plans, lag: &L
         "",
         "",
     );
+    master_lag_rows(row, lag);
+}
+
+/// The master's own view of the lag, and the CPU the paced run used.
+fn master_lag_rows(row: &mut impl FnMut(&str, &str, &str, &str), lag: &LagOutcome) {
     let samples = &lag.master_lag_ms;
-    let at = |q: f64| {
-        let index = ((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1));
-        samples.get(index).copied().unwrap_or(0.0)
-    };
+    let at = |q: f64| percentile(samples, q);
     row(
         &format!(
             "lag: master's quiver_replication_lag_seconds, highest replica, {} samples every 100 ms, p50 / p99 / max",
