@@ -134,7 +134,7 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 /// member's replication.
 pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broker>) {
     background.opened(broker.clone());
-    let config = &broker.config;
+    let config = &broker.config();
     let persist_every = Duration::from_millis(config.persist_interval_ms);
     let check_every = Duration::from_millis(config.transaction_check_interval_ms);
     // On a full disk the offsets stay in memory and are written once there is room.
@@ -158,7 +158,7 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
     background.spawn_periodic(reviving, crate::pop::REVIVE_EVERY, true, revive);
     let check_back = with(broker, crate::transaction::check_back_round);
     background.spawn_periodic("checking back half messages", check_every, true, check_back);
-    if broker.peers.has_peers() {
+    if broker.peers().has_peers() {
         background.spawn_periodic("polling peers", crate::peers::POLL_INTERVAL, false, {
             let credentials = config.peer_credentials().map(Arc::new);
             let tls = config.peer_tls();
@@ -166,9 +166,9 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
             move || {
                 let (broker, credentials, tls) = (broker.clone(), credentials.clone(), tls.clone());
                 async move {
-                    let own = &broker.advertised;
+                    let own = &broker.advertised();
                     broker
-                        .peers
+                        .peers()
                         .poll_all(own, credentials.as_ref(), tls.as_ref())
                         .await;
                     ControlFlow::Continue(None)
@@ -176,12 +176,12 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
             }
         });
     }
-    if broker.acl.is_some() {
+    if broker.acl().is_some() {
         let reload = with(broker, reload_acl);
         let every = crate::acl::RELOAD_POLL_INTERVAL;
         background.spawn_periodic("reloading the ACL file", every, false, reload);
     }
-    if let Some(replication) = &broker.replication {
+    if let Some(replication) = &broker.replication() {
         let stop = background.stop();
         background.spawn(crate::replication::run(
             broker.clone(),
@@ -210,11 +210,11 @@ async fn persist(broker: Arc<Broker>) -> Flow {
 }
 
 async fn expire_clients(broker: Arc<Broker>) -> Flow {
-    let expiry_ms = broker.config.client_expiry_ms;
-    broker.producers.expire(crate::now_ms(), expiry_ms);
-    for group in broker.consumers.expire(crate::now_ms(), expiry_ms) {
+    let expiry_ms = broker.config().client_expiry_ms;
+    broker.producers().expire(crate::now_ms(), expiry_ms);
+    for group in broker.consumers().expire(crate::now_ms(), expiry_ms) {
         tracing::info!(group, "client expired without heartbeat");
-        broker.consumers.notify_ids_changed(&group);
+        broker.consumers().notify_ids_changed(&group);
     }
     ControlFlow::Continue(None)
 }
@@ -222,7 +222,7 @@ async fn expire_clients(broker: Arc<Broker>) -> Flow {
 async fn run_retention(broker: Arc<Broker>) -> Flow {
     let ran = crate::broker::blocking(&broker, |broker| {
         broker
-            .store
+            .store()
             .run_retention(crate::now_ms(), broker.lowest_unread())
     })
     .await;
@@ -247,7 +247,7 @@ async fn run_retention(broker: Arc<Broker>) -> Flow {
 
 async fn reload_acl(broker: Arc<Broker>) -> Flow {
     let _ = tokio::task::spawn_blocking(move || {
-        if let Some(acl) = &broker.acl {
+        if let Some(acl) = &broker.acl() {
             acl.reload_if_changed();
         }
     })

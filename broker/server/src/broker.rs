@@ -33,35 +33,35 @@ pub type BrokerSlot = Arc<std::sync::OnceLock<Arc<Broker>>>;
 
 /// Everything a request processor may touch.
 pub struct Broker {
-    pub config: BrokerConfig,
+    pub(crate) config: BrokerConfig,
     /// host:port clients and peers reach this broker at.
-    pub advertised: String,
+    advertised: String,
     /// STOREHOST of records and the address inside message ids.
-    pub store_host: SocketAddr,
-    pub store: Arc<MessageStore>,
-    pub offsets: Arc<ConsumerOffsets>,
-    pub topics: TopicManager,
-    pub groups: GroupManager,
-    pub consumers: ConsumerManager,
-    pub producers: ProducerManager,
-    pub long_poll: Arc<LongPollRegistry>,
+    store_host: SocketAddr,
+    store: Arc<MessageStore>,
+    offsets: Arc<ConsumerOffsets>,
+    pub(crate) topics: TopicManager,
+    pub(crate) groups: GroupManager,
+    consumers: ConsumerManager,
+    producers: ProducerManager,
+    long_poll: Arc<LongPollRegistry>,
     /// Per-stage times of sampled sends and parked-pull wake-ups (`--stage-sample-every`).
-    pub stages: Arc<crate::stages::StageRecorder>,
-    pub locks: QueueLocks,
-    pub peers: PeerView,
-    pub metrics: Metrics,
+    stages: Arc<crate::stages::StageRecorder>,
+    locks: QueueLocks,
+    pub(crate) peers: PeerView,
+    metrics: Metrics,
     /// Client connections of both ports: `max-connections`, `max-connections-per-address`.
-    pub connection_slots: crate::slots::ConnectionSlots,
+    connection_slots: crate::slots::ConnectionSlots,
     /// What connections' requests may hold in memory: all of them, and each one.
-    pub read_budgets: ReadBudgets,
+    read_budgets: ReadBudgets,
     /// Which half messages are settled (transactional messages).
-    pub transactions: Transactions,
+    transactions: Transactions,
     /// POP consumption (5.x clients' receive / ack): state, waiting receives, revive counts.
-    pub pop: crate::pop::PopService,
+    pub(crate) pop: crate::pop::PopService,
     /// The accounts every request is checked against; None: ACL off.
-    pub acl: Option<Acl>,
+    pub(crate) acl: Option<Acl>,
     /// The gRPC port's address and its clients' Telemetry sessions.
-    pub grpc: crate::grpc::GrpcState,
+    pub(crate) grpc: crate::grpc::GrpcState,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -69,17 +69,139 @@ pub struct Broker {
     runtime_lock: parking_lot::Mutex<()>,
     /// Per delay level (queue of the schedule topic), the offset delivered up to, as the
     /// schedule loop last knew it; a level missing here has delivered nothing.
-    pub delay_delivered: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
+    delay_delivered: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
     /// The timer service's progress and counts (timed delivery).
-    pub timers: crate::timer::TimerState,
+    timers: crate::timer::TimerState,
     ready: AtomicBool,
     /// When the broker opened (ms since the epoch): GET_BROKER_RUNTIME_INFO's bootTimestamp.
-    pub started_ms: i64,
+    started_ms: i64,
     /// This member's replication when it is one of a group (`--group-members`).
-    pub replication: Option<Arc<crate::replication::Replication>>,
+    pub(crate) replication: Option<Arc<crate::replication::Replication>>,
 }
 
 impl Broker {
+    // What the broker is composed of, for the services and front doors that use it.
+
+    /// The configuration the broker opened with.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    /// host:port clients and peers reach this broker at.
+    pub fn advertised(&self) -> &str {
+        &self.advertised
+    }
+
+    /// STOREHOST of records and the address inside message ids.
+    pub fn store_host(&self) -> SocketAddr {
+        self.store_host
+    }
+
+    /// The message store.
+    pub fn store(&self) -> &Arc<MessageStore> {
+        &self.store
+    }
+
+    /// Consumer groups' committed offsets.
+    pub fn offsets(&self) -> &Arc<ConsumerOffsets> {
+        &self.offsets
+    }
+
+    /// Topic configs.
+    pub fn topics(&self) -> &TopicManager {
+        &self.topics
+    }
+
+    /// Subscription group configs.
+    pub fn groups(&self) -> &GroupManager {
+        &self.groups
+    }
+
+    /// Consumer connections by group.
+    pub fn consumers(&self) -> &ConsumerManager {
+        &self.consumers
+    }
+
+    /// Producer connections by group.
+    pub fn producers(&self) -> &ProducerManager {
+        &self.producers
+    }
+
+    /// Parked pulls.
+    pub fn long_poll(&self) -> &Arc<LongPollRegistry> {
+        &self.long_poll
+    }
+
+    /// Per-stage times of sampled requests.
+    pub fn stages(&self) -> &Arc<crate::stages::StageRecorder> {
+        &self.stages
+    }
+
+    /// Queue locks of orderly consumers.
+    pub fn locks(&self) -> &QueueLocks {
+        &self.locks
+    }
+
+    /// The other brokers of the cluster.
+    pub fn peers(&self) -> &PeerView {
+        &self.peers
+    }
+
+    /// Counters the metrics endpoint exports.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Client connections of both ports.
+    pub fn connection_slots(&self) -> &crate::slots::ConnectionSlots {
+        &self.connection_slots
+    }
+
+    /// What connections' requests may hold in memory.
+    pub fn read_budgets(&self) -> &ReadBudgets {
+        &self.read_budgets
+    }
+
+    /// Which half messages are settled.
+    pub fn transactions(&self) -> &Transactions {
+        &self.transactions
+    }
+
+    /// POP consumption.
+    pub fn pop(&self) -> &crate::pop::PopService {
+        &self.pop
+    }
+
+    /// The accounts every request is checked against; None: ACL off.
+    pub fn acl(&self) -> &Option<Acl> {
+        &self.acl
+    }
+
+    /// The gRPC port's shared state.
+    pub fn grpc(&self) -> &crate::grpc::GrpcState {
+        &self.grpc
+    }
+
+    /// Per delay level, the offset delivered up to.
+    pub fn delay_delivered(&self) -> &parking_lot::Mutex<std::collections::BTreeMap<u32, u64>> {
+        &self.delay_delivered
+    }
+
+    /// The timer service's progress and counts.
+    pub fn timers(&self) -> &crate::timer::TimerState {
+        &self.timers
+    }
+
+    /// When the broker opened (ms since the epoch).
+    pub fn started_ms(&self) -> i64 {
+        self.started_ms
+    }
+
+    /// This member's replication when it is one of a group.
+    pub fn replication(&self) -> &Option<Arc<crate::replication::Replication>> {
+        &self.replication
+    }
+
     /// Opens the store (running recovery) and loads the config files. Blocking.
     pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Broker, BrokerError> {
         let advertised = config.advertised_addr(bound);
@@ -98,35 +220,16 @@ impl Broker {
             config.max_parked_pulls,
             config.max_parked_pulls_per_connection,
         );
-        let hook_registry = long_poll.clone();
         let pop_wakers = Arc::new(crate::pop::Wakers::default());
         let pop = crate::pop::PopService::open(&config, pop_wakers.clone())
             .map_err(BrokerError::store("open pop state"))?;
         let timers = crate::timer::TimerState::default();
-        let timer_wake = timers.wake.clone();
-        store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
-            hook_registry.notify(event.topic, event.queue_id);
-            pop_wakers.wake(event.topic);
-            if event.topic == crate::timer::TIMER_TOPIC {
-                timer_wake.wake();
-            }
-        }));
+        hook_dispatch(&store, long_poll.clone(), pop_wakers, timers.wake.clone());
         let flushed = Arc::new(tokio::sync::Notify::new());
         let flushed_hook = flushed.clone();
         store.set_flushed_hook(Arc::new(move || flushed_hook.notify_waiters()));
         let peers = PeerView::new(&config.peers);
-        let runtime_path = runtime_settings_path(&config);
-        let permission = match persist::read_json::<RuntimeSettings>(&runtime_path)? {
-            Some(saved) => {
-                tracing::info!(
-                    permission = saved.broker_permission,
-                    path = %runtime_path.display(),
-                    "brokerPermission restored from the last UPDATE_BROKER_CONFIG"
-                );
-                saved.broker_permission
-            }
-            None => config.broker_permission,
-        };
+        let permission = saved_permission(&config)?;
         Ok(Broker {
             permission: AtomicI32::new(permission),
             flushed,
@@ -283,6 +386,42 @@ impl Broker {
         })?;
         self.groups.persist()
     }
+}
+
+/// Wakes, at every dispatch, the pulls parked on the queue, the POP receives waiting on the
+/// topic, and the timer service when the dispatch is to the timer topic.
+fn hook_dispatch(
+    store: &MessageStore,
+    parked: Arc<LongPollRegistry>,
+    pop_wakers: Arc<crate::pop::Wakers>,
+    timer_wake: Arc<crate::timer::TimerWake>,
+) {
+    store.set_dispatch_hook(Arc::new(move |event: &quiver_store::DispatchEvent<'_>| {
+        parked.notify(event.topic, event.queue_id);
+        pop_wakers.wake(event.topic);
+        if event.topic == crate::timer::TIMER_TOPIC {
+            timer_wake.wake();
+        }
+    }));
+}
+
+/// The broker permission: the last UPDATE_BROKER_CONFIG's when one was persisted, else the
+/// configured one.
+fn saved_permission(config: &BrokerConfig) -> Result<i32, BrokerError> {
+    let runtime_path = runtime_settings_path(config);
+    Ok(
+        match persist::read_json::<RuntimeSettings>(&runtime_path)? {
+            Some(saved) => {
+                tracing::info!(
+                    permission = saved.broker_permission,
+                    path = %runtime_path.display(),
+                    "brokerPermission restored from the last UPDATE_BROKER_CONFIG"
+                );
+                saved.broker_permission
+            }
+            None => config.broker_permission,
+        },
+    )
 }
 
 /// Runs blocking store work off the async workers.

@@ -141,7 +141,7 @@ async fn scrape(registry: Arc<Registry>) -> Response<Full<Bytes>> {
 
 /// Per-stage percentiles of the samples completed after `?since_ns=` (all when absent).
 fn stages(broker: Option<&Broker>, query: Option<&str>) -> Response<Full<Bytes>> {
-    let Some(recorder) = broker.map(|broker| &broker.stages) else {
+    let Some(recorder) = broker.map(|broker| broker.stages()) else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into());
     };
     if !recorder.is_on() {
@@ -178,7 +178,7 @@ fn response(status: StatusCode, content_type: &str, body: String) -> Response<Fu
 /// The /readyz body of a serving broker: "ready", and why it is read-only if it is. Still
 /// 200 then, so consumers can drain it.
 fn ready_text(broker: Option<&Broker>) -> String {
-    match broker.and_then(|b| b.store.disk_status().refusal) {
+    match broker.and_then(|b| b.store().disk_status().refusal) {
         Some(refusal) => format!(
             "ready, read-only ({}): {}\n",
             refusal.reason.as_str(),

@@ -168,17 +168,17 @@ pub struct GroupTopicLag {
 /// Lag of every (group, topic) with a commit; blocking (reads store timestamps).
 pub fn consumer_lag(broker: &Broker, now_ms: i64) -> BTreeMap<(String, String), GroupTopicLag> {
     let mut result = BTreeMap::new();
-    for group in broker.offsets.groups() {
-        for topic in broker.offsets.topics_of(&group) {
+    for group in broker.offsets().groups() {
+        for topic in broker.offsets().topics_of(&group) {
             let mut lag = GroupTopicLag::default();
-            for (queue_id, QueueOffset(committed)) in broker.offsets.table(&group, &topic) {
-                let QueueOffset(max) = broker.store.max_offset(&topic, queue_id);
+            for (queue_id, QueueOffset(committed)) in broker.offsets().table(&group, &topic) {
+                let QueueOffset(max) = broker.store().max_offset(&topic, queue_id);
                 lag.committed_sum += committed;
                 lag.lag_messages += max.saturating_sub(committed);
                 if committed < max {
                     if let Ok(Some(stored_ms)) =
                         broker
-                            .store
+                            .store()
                             .store_timestamp(&topic, queue_id, QueueOffset(committed))
                     {
                         lag.lag_latency_ms = lag.lag_latency_ms.max((now_ms - stored_ms).max(0));
@@ -264,16 +264,16 @@ impl Collector for BrokerCollector {
         let Some(broker) = self.broker.get() else {
             return gauge(&mut encoder, "quiver_broker_ready", READY_HELP, 0u64);
         };
-        encode_traffic(&mut encoder, &broker.metrics)?;
+        encode_traffic(&mut encoder, broker.metrics())?;
         encode_lag(&mut encoder, &consumer_lag(broker, crate::now_ms()))?;
         encode_broker(&mut encoder, broker)?;
         encode_transactions(&mut encoder, broker)?;
-        encode_timers(&mut encoder, &broker.timers)?;
-        encode_pop(&mut encoder, &broker.pop)?;
+        encode_timers(&mut encoder, broker.timers())?;
+        encode_pop(&mut encoder, broker.pop())?;
         encode_disk(&mut encoder, broker)?;
         encode_grpc(&mut encoder, broker)?;
-        if let Some(replication) = &broker.replication {
-            encode_replication(&mut encoder, &replication.status(&broker.store))?;
+        if let Some(replication) = &broker.replication() {
+            encode_replication(&mut encoder, &replication.status(broker.store()))?;
             gauge(
                 &mut encoder,
                 "quiver_replication_consensus_leader",
@@ -281,7 +281,7 @@ impl Collector for BrokerCollector {
                 u64::from(replication.leads_consensus()),
             )?;
         }
-        match &broker.acl {
+        match &broker.acl() {
             Some(acl) => encode_acl(&mut encoder, acl),
             None => Ok(()),
         }
@@ -375,7 +375,7 @@ fn encode_lag(
 
 /// The store's sizes and the broker's own state, one unlabelled (but `cluster`) gauge each.
 fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
-    let stats = broker.store.stats();
+    let stats = broker.store().stats();
     let gauges: [(&str, &str, u64); 8] = [
         (
             "quiver_store_disk_used_bytes",
@@ -405,18 +405,18 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
         (
             "quiver_connections",
             "Open client connections.",
-            u64::try_from(broker.connection_slots.open()).unwrap_or(0),
+            u64::try_from(broker.connection_slots().open()).unwrap_or(0),
         ),
         (
             "quiver_parked_pulls",
             "Pull requests parked for long polling.",
-            broker.long_poll.parked_count() as u64,
+            broker.long_poll().parked_count() as u64,
         ),
         (
             "quiver_inflight_bytes",
             "Bytes of client requests being read or processed (max-inflight-bytes counts them).",
             {
-                let budget = &broker.read_budgets.shared;
+                let budget = &broker.read_budgets().shared;
                 (budget.total - budget.semaphore.available_permits()) as u64
             },
         ),
@@ -424,7 +424,7 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
     for (name, help, value) in gauges {
         gauge(encoder, name, help, value)?;
     }
-    let budgets = &broker.read_budgets;
+    let budgets = &broker.read_budgets();
     counter_family(
         encoder,
         "quiver_read_waits_total",
@@ -443,7 +443,7 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
         "quiver_parked_pulls_refused_total",
         "Long-polling pulls not parked because a bound was reached, by bound.",
         broker
-            .long_poll
+            .long_poll()
             .refused_counts()
             .map(|(reason, count)| ([("reason", reason)], count)),
     )
@@ -451,7 +451,7 @@ fn encode_broker(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::R
 
 /// The check-back service: checks sent (or without a live producer), half messages discarded.
 fn encode_transactions(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
-    let (sent, unsent, discarded) = broker.transactions.counts();
+    let (sent, unsent, discarded) = broker.transactions().counts();
     counter_family(
         encoder,
         "quiver_transaction_checks_total",
@@ -468,21 +468,21 @@ fn encode_transactions(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> 
 
 /// The gRPC port (when on): calls by result, and the clients' open Telemetry streams.
 fn encode_grpc(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
-    if broker.grpc.advertised.get().is_none() {
+    if broker.grpc().advertised.get().is_none() {
         return Ok(());
     }
     gauge(
         encoder,
         "quiver_grpc_telemetry_sessions",
         "RocketMQ 5.x clients with a Telemetry stream open to this broker.",
-        broker.grpc.sessions.len() as u64,
+        broker.grpc().sessions.len() as u64,
     )?;
     counter_family(
         encoder,
         "quiver_grpc_calls_total",
         "gRPC calls answered, by call and apache.rocketmq.v2 result code.",
         broker
-            .grpc
+            .grpc()
             .call_counts()
             .into_iter()
             .map(|((call, code), count)| ([("call", call), ("code", code)], count)),
@@ -546,6 +546,14 @@ fn encode_replication(
     if role != ReplicaRole::Master {
         return Ok(());
     }
+    encode_replica_lags(encoder, status)
+}
+
+/// On the master: how far behind each replica is, in bytes and in time.
+fn encode_replica_lags(
+    encoder: &mut DescriptorEncoder<'_>,
+    status: &quiver_protocol::body::ReplicationStatus,
+) -> fmt::Result {
     let replicas: Vec<_> = status
         .replicas
         .iter()
@@ -632,7 +640,7 @@ fn encode_timers(
 
 /// The data disk, the write gate and retention's deletions.
 fn encode_disk(encoder: &mut DescriptorEncoder<'_>, broker: &Broker) -> fmt::Result {
-    let store = &broker.store;
+    let store = &broker.store();
     let disk = store.disk_status();
     gauge(
         encoder,

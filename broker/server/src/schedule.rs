@@ -63,7 +63,7 @@ struct DelayOffsets {
 
 fn offsets_path(broker: &Broker) -> PathBuf {
     broker
-        .config
+        .config()
         .data_dir
         .join("config")
         .join("delayOffset.json")
@@ -98,7 +98,7 @@ impl Round for DelayDelivery {
             None => self.offsets.insert(load_offsets(&broker).await),
         };
         // Retention keeps what is not delivered yet (`Broker::lowest_unread`).
-        *broker.delay_delivered.lock() = offsets.offset_table.clone();
+        *broker.delay_delivered().lock() = offsets.offset_table.clone();
         let table = std::mem::take(&mut offsets.offset_table);
         match blocking(&broker, move |broker| deliver_due(broker, table)).await {
             Ok(Ok(table)) => {
@@ -166,12 +166,12 @@ fn deliver_level(
     now: i64,
 ) -> Result<bool, BrokerError> {
     let start = *table.get(&queue_id).unwrap_or(&0);
-    let max = broker.store.max_offset(SCHEDULE_TOPIC, queue_id).0;
-    let mut next = start.max(broker.store.min_offset(SCHEDULE_TOPIC, queue_id).0);
+    let max = broker.store().max_offset(SCHEDULE_TOPIC, queue_id).0;
+    let mut next = start.max(broker.store().min_offset(SCHEDULE_TOPIC, queue_id).0);
     let mut moved = false;
     while next < max {
         let got = broker
-            .store
+            .store()
             .get(
                 SCHEDULE_TOPIC,
                 queue_id,

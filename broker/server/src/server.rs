@@ -116,18 +116,18 @@ async fn serve(
     broker.set_ready(true);
     tracing::info!(
         listen = %bound,
-        advertise = %broker.advertised,
-        broker = %broker.config.broker_name,
-        cluster = %broker.config.cluster,
+        advertise = %broker.advertised(),
+        broker = %broker.config().broker_name,
+        cluster = %broker.config().cluster,
         "quiver-broker serving"
     );
 
-    let remoting_tls = tls.filter(|_| broker.config.tls_mode != TlsMode::Disabled);
+    let remoting_tls = tls.filter(|_| broker.config().tls_mode != TlsMode::Disabled);
     let connections = accept_loop(&broker, listener, remoting_tls, stop_rx, shutdown).await;
 
     tracing::info!("shutting down: answering parked pulls and closing connections");
     broker.set_ready(false);
-    broker.long_poll.shutdown();
+    broker.long_poll().shutdown();
     let _ = stop_tx.send(true);
     let mut tasks = connections;
     let drained = tokio::time::timeout(shutdown_timeout, async {
@@ -166,10 +166,10 @@ fn serve_grpc(
         source,
     })?;
     let endpoint = broker
-        .config
-        .grpc_advertised_addr(grpc_bound, &broker.advertised);
+        .config()
+        .grpc_advertised_addr(grpc_bound, broker.advertised());
     tracing::info!(listen = %grpc_bound, advertise = %endpoint, "gRPC (RocketMQ 5.x) serving");
-    let _ = broker.grpc.advertised.set(endpoint);
+    let _ = broker.grpc().advertised.set(endpoint);
     let stop = background.stop();
     background.spawn(crate::grpc::serve(broker.clone(), listener, tls, stop));
     Ok(())
@@ -180,7 +180,7 @@ fn persist_and_stop(broker: &Broker) -> Result<(), BrokerError> {
     let persisted = broker.persist_all().or_else(|error| {
         // A full or read-only disk: what could not be written is lost with the process
         // (consumers redeliver from the last persisted offsets); the store still stops.
-        match broker.store.disk_status().refusal {
+        match broker.store().disk_status().refusal {
             Some(refusal) => {
                 tracing::warn!(error = %crate::error::chain(&error), reason = refusal.reason.as_str(),
                     "cannot persist offsets, topics and groups at shutdown");
@@ -190,7 +190,7 @@ fn persist_and_stop(broker: &Broker) -> Result<(), BrokerError> {
         }
     });
     let stopped = broker
-        .store
+        .store()
         .shutdown()
         .map_err(BrokerError::store("shutdown"));
     persisted.and(stopped)
@@ -248,10 +248,10 @@ async fn accept_loop(
 
 /// A connection slot for `remote` (of either port), or None, logged and counted, at a limit.
 pub(crate) fn take_slot(broker: &Broker, remote: SocketAddr) -> Option<ConnectionSlot> {
-    match broker.connection_slots.take(remote.ip()) {
+    match broker.connection_slots().take(remote.ip()) {
         Ok(slot) => Some(slot),
         Err(refused) => {
-            let config = &broker.config;
+            let config = &broker.config();
             let (limit, max) = match refused {
                 ClosedBecause::AddressLimit => (
                     "max-connections-per-address",
@@ -260,7 +260,7 @@ pub(crate) fn take_slot(broker: &Broker, remote: SocketAddr) -> Option<Connectio
                 _ => ("max-connections", config.max_connections),
             };
             tracing::warn!(%remote, limit, max, "connection limit reached; closing");
-            broker.metrics.connection_closed(refused);
+            broker.metrics().connection_closed(refused);
             None
         }
     }
@@ -278,7 +278,7 @@ struct Served {
 /// in permissive mode and closed in enforcing mode. Other connections are unaffected; a
 /// handshake still going on at shutdown is dropped.
 async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
-    let metrics = &served.broker.metrics;
+    let metrics = &served.broker.metrics();
     let mut stop = served.stop.clone();
     let peeked = tokio::select! {
         _ = stop.changed() => return,
@@ -293,7 +293,7 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
             return;
         }
     };
-    match (classify(first), served.broker.config.tls_mode) {
+    match (classify(first), served.broker.config().tls_mode) {
         (FirstByte::Tls, _) => {
             let accepted = tokio::select! {
                 _ = stop.changed() => return,
@@ -335,10 +335,10 @@ where
         // Apache brokers speak as JAVA in every frame.
         language: Some(quiver_protocol::LANGUAGE_JAVA),
         outbound_queue: OUTBOUND_QUEUE,
-        read_budget: Some(broker.read_budgets.shared.clone()),
-        connection_read_budget: Some(broker.read_budgets.per_connection.clone()),
-        stamp_reads: broker.stages.is_on(),
-        frame_read_timeout: broker.config.frame_read_timeout(),
+        read_budget: Some(broker.read_budgets().shared.clone()),
+        connection_read_budget: Some(broker.read_budgets().per_connection.clone()),
+        stamp_reads: broker.stages().is_on(),
+        frame_read_timeout: broker.config().frame_read_timeout(),
         ..Options::new(remote.to_string())
     };
     let (remoting, mut incoming) = Connection::from_parts(reader, writer, options);
@@ -352,10 +352,10 @@ where
     };
     serve_requests(&ctx, &mut incoming, stop).await;
     // The consumer manager holds this connection: drop it so the writer can end.
-    for group in broker.consumers.connection_closed(id) {
-        broker.consumers.notify_ids_changed(&group);
+    for group in broker.consumers().connection_closed(id) {
+        broker.consumers().notify_ids_changed(&group);
     }
-    broker.producers.connection_closed(id);
+    broker.producers().connection_closed(id);
     drop(ctx);
     incoming.finish().await;
 }
@@ -368,10 +368,10 @@ async fn serve_requests<R: AsyncRead + Unpin>(
     mut stop: watch::Receiver<bool>,
 ) {
     let inflight = Arc::new(Semaphore::new(
-        ctx.broker.config.max_inflight_per_connection,
+        ctx.broker.config().max_inflight_per_connection,
     ));
     let mut requests = JoinSet::new();
-    let idle_timeout = ctx.broker.config.idle_connection_timeout();
+    let idle_timeout = ctx.broker.config().idle_connection_timeout();
     // One timer, looked at once per timeout rather than reset per frame.
     let idle_check = tokio::time::sleep(idle_timeout.unwrap_or_default());
     tokio::pin!(idle_check);
@@ -387,7 +387,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
                 let quiet_for = if requests.is_empty() { last_frame.elapsed() } else { Duration::ZERO };
                 if quiet_for >= timeout {
                     tracing::debug!(remote = %ctx.connection.remote, "idle connection; closing");
-                    ctx.broker.metrics.connection_closed(ClosedBecause::Idle);
+                    ctx.broker.metrics().connection_closed(ClosedBecause::Idle);
                     break;
                 }
                 idle_check.as_mut().reset(tokio::time::Instant::now() + (timeout - quiet_for));
@@ -410,7 +410,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
             Err(error @ ConnectionError::FrameTimedOut { .. }) => {
                 tracing::warn!(remote = %ctx.connection.remote, %error, "frame not finished in time; closing the connection");
                 ctx.broker
-                    .metrics
+                    .metrics()
                     .connection_closed(ClosedBecause::FrameReadTimeout);
                 requests.abort_all();
                 break;
@@ -440,7 +440,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
 }
 
 async fn answer(ctx: &Ctx, request: RemotingCommand, read_at: Option<Instant>) {
-    let stages = &ctx.broker.stages;
+    let stages = &ctx.broker.stages();
     let mut trace = stages.start(request.code, read_at);
     let Some(response) = processor::dispatch(ctx, request, &mut trace).await else {
         return;

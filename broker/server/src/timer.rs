@@ -171,7 +171,7 @@ struct Service<'a> {
 
 /// Runs the timer service on a thread of its own until `stop` flips.
 pub async fn run(broker: Arc<Broker>, stop: watch::Receiver<bool>) {
-    let wake = broker.timers.wake.clone();
+    let wake = broker.timers().wake.clone();
     let mut stopping = stop.clone();
     let wake_at_stop = tokio::spawn(async move {
         // A dropped sender is a stop too.
@@ -179,8 +179,8 @@ pub async fn run(broker: Arc<Broker>, stop: watch::Receiver<bool>) {
         wake.wake();
     });
     let worker = tokio::task::spawn_blocking(move || {
-        let slots = broker.config.timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS;
-        let dir = broker.config.data_dir.join("timer");
+        let slots = broker.config().timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS;
+        let dir = broker.config().data_dir.join("timer");
         match TimerStore::open(&dir, slots) {
             Ok(store) => Service::new(&broker, store).run(&stop),
             Err(error) => {
@@ -206,13 +206,13 @@ impl<'a> Service<'a> {
         // After a long stop, walking the ring once still finds every slot.
         let first = (progress.fired_ms.div_euclid(1000) - 1).max(now / 1000 - store_slots(broker));
         broker
-            .timers
+            .timers()
             .pending
             .store(store.pending_on_open(), Ordering::Relaxed);
         // Retention keeps the messages of pending timers from the start.
         let lowest = store.advance_low_water(&mut progress).ok().flatten();
         broker
-            .timers
+            .timers()
             .lowest_pending
             .store(lowest.unwrap_or(u64::MAX), Ordering::Release);
         Service {
@@ -237,7 +237,7 @@ impl<'a> Service<'a> {
         while !*stop.borrow() {
             // Only the master fires timers.
             if !self.broker.takes_writes() {
-                self.broker.timers.wake.wait(RETRY_WAIT);
+                self.broker.timers().wake.wait(RETRY_WAIT);
                 continue;
             }
             let round = self
@@ -254,7 +254,7 @@ impl<'a> Service<'a> {
                 round.err().map(|e| quiver_store::error_chain(&e)),
             );
             self.publish();
-            self.broker.timers.wake.wait(wait);
+            self.broker.timers().wake.wait(wait);
         }
         if let Err(error) = self.store.checkpoint(self.progress, true) {
             tracing::warn!(error = %quiver_store::error_chain(&error), "timer checkpoint at stop failed");
@@ -275,7 +275,7 @@ impl<'a> Service<'a> {
     /// Appends newly parked messages to the timer log and checkpoints the queue offset; those
     /// of a second already loaded go to the heap as well. False while a backlog is left.
     fn enqueue(&mut self) -> Result<bool, StoreError> {
-        let store = &self.broker.store;
+        let store = &self.broker.store();
         for _ in 0..ENQUEUE_ROUNDS {
             let next = self
                 .progress
@@ -311,7 +311,7 @@ impl<'a> Service<'a> {
             self.progress.log_len = self.store.len();
             // No fsync here (it would hold up firing): a lost tail is re-enqueued on open.
             self.store.checkpoint(self.progress, false)?;
-            let pending = &self.broker.timers.pending;
+            let pending = &self.broker.timers().pending;
             pending.fetch_add(records.len() as u64, Ordering::Relaxed);
         }
         Ok(false)
@@ -405,7 +405,7 @@ impl<'a> Service<'a> {
     /// Re-stores one batch to the real queues and records it fired at once (a kill -9 keeps
     /// the page cache, so the checkpoint outlives the process even unsynced).
     fn fire_batch(&mut self, batch: &[Due]) -> Result<(), StoreError> {
-        let store = &self.broker.store;
+        let store = &self.broker.store();
         let mut targets = Vec::with_capacity(batch.len());
         let mut latest_out = 0;
         for due in batch {
@@ -443,7 +443,7 @@ impl<'a> Service<'a> {
         self.progress.fired_ms = last.deliver_ms;
         self.progress.fired_index = last.index;
         self.checkpoint(crate::now_ms())?;
-        let timers = &self.broker.timers;
+        let timers = &self.broker.timers();
         timers
             .fired_total
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -470,7 +470,7 @@ impl<'a> Service<'a> {
             tracing::debug!("timer log drained: started over");
         }
         self.broker
-            .timers
+            .timers()
             .lowest_pending
             .store(lowest.unwrap_or(u64::MAX), Ordering::Release);
         self.store.checkpoint(self.progress, false)?;
@@ -480,14 +480,14 @@ impl<'a> Service<'a> {
 
     fn publish(&self) {
         self.broker
-            .timers
+            .timers()
             .enqueued_offset
             .store(self.progress.queue_offset, Ordering::Release);
     }
 }
 
 fn store_slots(broker: &Broker) -> i64 {
-    i64::try_from(broker.config.timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS).unwrap_or(i64::MAX)
+    i64::try_from(broker.config().timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

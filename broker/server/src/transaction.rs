@@ -271,7 +271,7 @@ fn read_batch(store: &MessageStore, topic: &str, offset: u64) -> Result<Vec<Byte
 
 /// The op record that settles the half message at `half_offset`.
 pub(crate) fn op_target(broker: &Broker, half_offset: u64) -> StoreTarget {
-    broker.topics.get_or_create(OP_TOPIC, 1);
+    broker.topics().get_or_create(OP_TOPIC, 1);
     StoreTarget {
         topic: OP_TOPIC.to_owned(),
         queue_id: HALF_QUEUE,
@@ -283,7 +283,7 @@ pub(crate) fn op_target(broker: &Broker, half_offset: u64) -> StoreTarget {
         ]),
         sys_flag: 0,
         born_timestamp_ms: crate::now_ms(),
-        born_host: broker.store_host,
+        born_host: broker.store_host(),
         reconsume_times: 0,
         prepared_transaction_offset: 0,
     }
@@ -355,20 +355,20 @@ async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
     for check in checks {
         if crate::grpc::check_back(broker, &check.group, &check.request) {
             broker
-                .transactions
+                .transactions()
                 .checks_sent
                 .fetch_add(1, Ordering::Relaxed);
             continue;
         }
         let producer = broker
-            .producers
+            .producers()
             .clients(&check.group)
             .into_iter()
             .filter(|client| !client.connection.remoting.is_closed())
             .max_by_key(|client| client.last_heartbeat_ms);
         let Some(producer) = producer else {
             broker
-                .transactions
+                .transactions()
                 .checks_unsent
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(group = %check.group, "no live producer of the group to check a half message with; checked again later");
@@ -387,13 +387,13 @@ async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
             });
         match sent {
             Ok(()) => broker
-                .transactions
+                .transactions()
                 .checks_sent
                 .fetch_add(1, Ordering::Relaxed),
             Err(error) => {
                 tracing::warn!(group = %check.group, %error, "sending CHECK_TRANSACTION_STATE failed");
                 broker
-                    .transactions
+                    .transactions()
                     .checks_unsent
                     .fetch_add(1, Ordering::Relaxed)
             }
@@ -404,7 +404,7 @@ async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
 /// One walk of the half queue from the settled progress: the checks to send, and the error
 /// that cut the walk short, if any. Blocking.
 fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError>) {
-    let transactions = &broker.transactions;
+    let transactions = &broker.transactions();
     let mut walk = Walk {
         broker,
         now,
@@ -413,7 +413,7 @@ fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError
     let error = walk.run().err();
     // END_TRANSACTION moves the progress too, between rounds.
     // Nothing is recorded while there is nothing to record (no system group's offsets).
-    let recorded = broker.offsets.query(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE);
+    let recorded = broker.offsets().query(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE);
     if recorded.unwrap_or_default() != QueueOffset(transactions.progress()) {
         if let Err(error) = record_progress(broker, transactions.progress()) {
             return (walk.checks, Some(error));
@@ -426,13 +426,13 @@ fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError
 /// first op record of a half message at or past it. They are persisted with the others: a
 /// restart from older ones reads more op records (every done half message has one), no more.
 fn record_progress(broker: &Broker, progress: u64) -> Result<(), BrokerError> {
-    let offsets = &broker.offsets;
+    let offsets = &broker.offsets();
     offsets.commit(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE, QueueOffset(progress));
     let op_from = offsets
         .query(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE)
         .unwrap_or_default();
     let mut op_next = op_from.0;
-    for_each_op(&broker.store, op_from, |op_offset, half_offset| {
+    for_each_op(broker.store(), op_from, |op_offset, half_offset| {
         if half_offset >= progress {
             return false;
         }
@@ -462,8 +462,8 @@ enum Visited {
 
 impl Walk<'_> {
     fn run(&mut self) -> Result<(), BrokerError> {
-        let store = &self.broker.store;
-        let transactions = &self.broker.transactions;
+        let store = &self.broker.store();
+        let transactions = &self.broker.transactions();
         let max = store.max_offset(HALF_TOPIC, HALF_QUEUE).0;
         transactions.advance(store.min_offset(HALF_TOPIC, HALF_QUEUE).0);
         let mut next = transactions.next_open(0);
@@ -490,7 +490,7 @@ impl Walk<'_> {
 
     /// Deals with one half message (expected at queue offset `expected`).
     fn visit(&mut self, raw: &[u8], expected: u64) -> Result<Visited, BrokerError> {
-        let transactions = &self.broker.transactions;
+        let transactions = &self.broker.transactions();
         let half = match decode(raw) {
             Ok((record, _)) => record,
             Err(error) => {
@@ -505,7 +505,7 @@ impl Walk<'_> {
             Claim::Busy => return Ok(Visited::Stop),
             Claim::Granted(claim) => claim,
         };
-        let config = &self.broker.config;
+        let config = &self.broker.config();
         let timeout_ms = i64::try_from(config.transaction_timeout_ms).unwrap_or(i64::MAX);
         // A checked copy waits the timeout again from when it was re-put.
         if self.now.saturating_sub(half.store_timestamp_ms) < timeout_ms {
@@ -529,12 +529,12 @@ impl Walk<'_> {
 
     /// Moves a half message checked the maximum number of times to CHECK_MAX_TIME_TOPIC.
     fn discard(&mut self, half: &Record, check_times: i64) -> Result<(), BrokerError> {
-        self.broker.topics.get_or_create(CHECK_MAX_TIME_TOPIC, 1);
+        self.broker.topics().get_or_create(CHECK_MAX_TIME_TOPIC, 1);
         let target = copy_of(half, CHECK_MAX_TIME_TOPIC, half.properties.clone());
         let done = op_target(self.broker, half.queue_offset.0);
         store_message(self.broker, &[target, done]).map_err(BrokerError::store("put"))?;
         self.broker
-            .transactions
+            .transactions()
             .discarded
             .fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
@@ -590,7 +590,7 @@ fn check_request(
     copy: &StoreTarget,
     placement: Placement,
 ) -> RemotingCommand {
-    let offset_msg_id = msg::offset_msg_id(broker.store_host, placement.physical_offset.0);
+    let offset_msg_id = msg::offset_msg_id(broker.store_host(), placement.physical_offset.0);
     let real_topic = msg_property(half, msg::PROPERTY_REAL_TOPIC).unwrap_or(HALF_TOPIC);
     let real_queue = msg_property(half, msg::PROPERTY_REAL_QID)
         .and_then(|q| q.parse().ok())
@@ -602,7 +602,7 @@ fn check_request(
         transaction_id: msg_property(half, msg::PROPERTY_UNIQ_KEY).map(str::to_owned),
         offset_msg_id: Some(offset_msg_id),
         topic: Some(real_topic.to_owned()),
-        broker_name: Some(broker.config.broker_name.clone()),
+        broker_name: Some(broker.config().broker_name.clone()),
     };
     let message = record::NewMessage {
         topic: real_topic,
@@ -613,7 +613,7 @@ fn check_request(
         sys_flag: copy.sys_flag,
         born_timestamp_ms: copy.born_timestamp_ms,
         born_host: copy.born_host,
-        store_host: broker.store_host,
+        store_host: broker.store_host(),
         reconsume_times: copy.reconsume_times,
         prepared_transaction_offset: 0,
     };

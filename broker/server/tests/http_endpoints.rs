@@ -83,7 +83,12 @@ async fn every_documented_metric_is_exposed_with_its_type_and_labels() {
         long_poll: std::time::Duration::ZERO,
     };
     assert_eq!(
-        service.pop.receive(&service, receive).await.unwrap().len(),
+        service
+            .pop()
+            .receive(&service, receive)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     let exposition = broker.metrics().await;

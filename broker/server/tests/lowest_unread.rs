@@ -13,7 +13,7 @@ use quiver_store::{CommitLogOffset, NewMessage, PutResult, QueueOffset};
 fn put(broker: &Broker, topic: &str, queue_id: u32) -> PutResult {
     let host: SocketAddr = "127.0.0.1:10911".parse().unwrap();
     broker
-        .store
+        .store()
         .put(
             &NewMessage {
                 topic,
@@ -43,16 +43,16 @@ fn groups_and_undelivered_delayed_messages_hold_retention_back() {
     let last = put(&broker, "Orders", 0);
     // The delay level's delivery has not started: its message must stay.
     assert_eq!(broker.lowest_unread(), Some(delayed.physical_offset));
-    broker.delay_delivered.lock().insert(2, 1);
+    broker.delay_delivered().lock().insert(2, 1);
     assert_eq!(broker.lowest_unread(), None, "nothing is left to read");
     // A group that read only the first message of Orders holds back from the second.
     broker
-        .offsets
+        .offsets()
         .commit("G", "Orders", 0, QueueOffset(first.queue_offset.0 + 1));
     assert_eq!(broker.lowest_unread(), Some(last.physical_offset));
-    broker.offsets.commit("G", "Orders", 0, QueueOffset(0));
+    broker.offsets().commit("G", "Orders", 0, QueueOffset(0));
     assert_eq!(broker.lowest_unread(), Some(CommitLogOffset(0)));
-    broker.store.shutdown().unwrap();
+    broker.store().shutdown().unwrap();
 }
 
 #[test]
@@ -68,7 +68,7 @@ fn pending_timers_hold_retention_back() {
         Some(timed.physical_offset),
         "not enqueued yet"
     );
-    let timers = &broker.timers;
+    let timers = broker.timers();
     timers.enqueued_offset.store(1, Ordering::Release);
     assert_eq!(broker.lowest_unread(), None, "enqueued and fired");
     timers
@@ -79,5 +79,5 @@ fn pending_timers_hold_retention_back() {
         Some(timed.physical_offset),
         "enqueued, pending"
     );
-    broker.store.shutdown().unwrap();
+    broker.store().shutdown().unwrap();
 }

@@ -48,7 +48,7 @@ async fn receive_with(
         invisible,
         long_poll,
     };
-    tokio::time::timeout(Duration::from_secs(30), broker.pop.receive(broker, req))
+    tokio::time::timeout(Duration::from_secs(30), broker.pop().receive(broker, req))
         .await
         .expect("a receive answers within its long poll")
         .expect("receive succeeds")
@@ -85,11 +85,13 @@ async fn receive_one_within(
 }
 
 fn ack(broker: &Broker, topic: &str, popped: &Popped) -> Result<(), PopError> {
-    broker.pop.ack(broker, GROUP, topic, &popped.receipt_handle)
+    broker
+        .pop()
+        .ack(broker, GROUP, topic, &popped.receipt_handle)
 }
 
 fn set_group(broker: &Broker, retry_max_times: i32, orderly: bool) {
-    broker.groups.upsert(SubscriptionGroupConfig {
+    broker.groups().upsert(SubscriptionGroupConfig {
         group_name: GROUP.into(),
         retry_max_times,
         consume_message_orderly: orderly,
@@ -157,7 +159,7 @@ async fn received_messages_are_acked_one_by_one_and_lag_follows_the_acked_prefix
     );
     ack(&broker, "T", &got[0]).unwrap();
     assert_eq!(
-        broker.offsets.query(GROUP, "T", 0),
+        broker.offsets().query(GROUP, "T", 0),
         Some(QueueOffset(2)),
         "m0 and m1 acked"
     );
@@ -166,7 +168,7 @@ async fn received_messages_are_acked_one_by_one_and_lag_follows_the_acked_prefix
         Err(PopError::HandleExpired)
     ));
     assert!(matches!(
-        broker.pop.ack(&broker, GROUP, "T", "not a handle"),
+        broker.pop().ack(&broker, GROUP, "T", "not a handle"),
         Err(PopError::InvalidHandle)
     ));
     ack(&broker, "T", &got[2]).unwrap();
@@ -189,7 +191,7 @@ async fn received_messages_are_acked_one_by_one_and_lag_follows_the_acked_prefix
         long_poll: Duration::ZERO,
     };
     assert!(matches!(
-        broker.pop.receive(&broker, missing).await,
+        broker.pop().receive(&broker, missing).await,
         Err(PopError::TopicNotFound(_))
     ));
     server.stop().await;
@@ -248,7 +250,7 @@ async fn change_invisible_extends_the_deadline_and_replaces_the_handle() {
     send_all(&server, "T", 1, &["slow"], "a").await;
     let got = receive(&broker, "T", 1, Duration::from_millis(500)).await;
     let handle = broker
-        .pop
+        .pop()
         .change_invisible(
             &broker,
             GROUP,
@@ -267,8 +269,8 @@ async fn change_invisible_extends_the_deadline_and_replaces_the_handle() {
     assert!(receive(&broker, "T", 1, Duration::from_secs(60))
         .await
         .is_empty());
-    broker.pop.ack(&broker, GROUP, "T", &handle).unwrap();
-    assert_eq!(broker.offsets.query(GROUP, "T", 0), Some(QueueOffset(1)));
+    broker.pop().ack(&broker, GROUP, "T", &handle).unwrap();
+    assert_eq!(broker.offsets().query(GROUP, "T", 0), Some(QueueOffset(1)));
     server.stop().await;
 }
 
@@ -281,7 +283,7 @@ async fn after_retry_max_times_plus_one_deliveries_the_message_is_dead_lettered(
     let first = receive(&broker, "T", 2, Duration::from_millis(200)).await;
     assert_eq!(bodies(&first), ["doomed", "forwarded"]);
     broker
-        .pop
+        .pop()
         .forward_to_dead_letter(&broker, GROUP, "T", &first[1].receipt_handle)
         .unwrap();
     let second = receive_one_within(
@@ -299,11 +301,11 @@ async fn after_retry_max_times_plus_one_deliveries_the_message_is_dead_lettered(
     wait_for("both in the DLQ", Duration::from_secs(15), || {
         let broker = broker.clone();
         let dlq = dlq.clone();
-        async move { broker.store.max_offset(&dlq, 0) == QueueOffset(2) }
+        async move { broker.store().max_offset(&dlq, 0) == QueueOffset(2) }
     })
     .await;
     let dead = broker
-        .store
+        .store()
         .get(&dlq, 0, QueueOffset(0), 8, 1 << 20, &|_| true)
         .unwrap();
     let dead: Vec<Record> = dead.messages.iter().map(|r| decode(r).unwrap().0).collect();
@@ -396,7 +398,7 @@ async fn a_tag_filter_delivers_its_tags_and_skipped_messages_count_as_done() {
     for popped in &got {
         ack(&broker, "T", popped).unwrap();
     }
-    assert_eq!(broker.offsets.query(GROUP, "T", 0), Some(QueueOffset(4)));
+    assert_eq!(broker.offsets().query(GROUP, "T", 0), Some(QueueOffset(4)));
     server.stop().await;
 }
 
@@ -417,12 +419,12 @@ async fn a_long_polling_receive_wakes_when_a_message_is_stored() {
                 invisible: Duration::from_secs(60),
                 long_poll: Duration::from_secs(120),
             };
-            broker.pop.receive(&broker, req).await
+            broker.pop().receive(&broker, req).await
         })
     };
     wait_for("the receive waits", Duration::from_secs(10), || {
         let broker = broker.clone();
-        async move { broker.pop.waiting_receives() == 1 }
+        async move { broker.pop().waiting_receives() == 1 }
     })
     .await;
     let waiting = metric(&server.metrics().await, "quiver_pop_waiting_receives", "");
@@ -522,18 +524,18 @@ async fn a_cancelled_long_poll_stops_counting_as_waiting() {
                 invisible: Duration::from_secs(60),
                 long_poll: Duration::from_secs(120),
             };
-            broker.pop.receive(&broker, req).await
+            broker.pop().receive(&broker, req).await
         })
     };
     wait_for("the receive waits", Duration::from_secs(10), || {
         let broker = broker.clone();
-        async move { broker.pop.waiting_receives() == 1 }
+        async move { broker.pop().waiting_receives() == 1 }
     })
     .await;
     receive.abort(); // a gRPC client going away drops the future
     wait_for("nothing waits", Duration::from_secs(10), || {
         let broker = broker.clone();
-        async move { broker.pop.waiting_receives() == 0 }
+        async move { broker.pop().waiting_receives() == 0 }
     })
     .await;
     server.stop().await;
@@ -562,6 +564,6 @@ async fn sync_flush_mode_receives_and_acks_and_keeps_them_across_a_restart() {
         "s1 is still in flight"
     );
     ack(&broker, "S", &got[1]).expect("a handle outlives a restart");
-    assert_eq!(broker.offsets.query(GROUP, "S", 0), Some(QueueOffset(2)));
+    assert_eq!(broker.offsets().query(GROUP, "S", 0), Some(QueueOffset(2)));
     server.stop().await;
 }

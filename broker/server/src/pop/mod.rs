@@ -216,12 +216,12 @@ impl PopService {
         broker: &Arc<Broker>,
         spec: &Arc<Spec>,
     ) -> Result<Vec<Popped>, PopError> {
-        if broker.config.flush_mode == crate::config::FlushMode::Async {
+        if broker.config().flush_mode == crate::config::FlushMode::Async {
             return self.receive_now(broker, spec, crate::now_ms());
         }
         let spec = spec.clone();
         crate::broker::blocking(broker, move |broker| {
-            broker.pop.receive_now(broker, &spec, crate::now_ms())
+            broker.pop().receive_now(broker, &spec, crate::now_ms())
         })
         .await
         .map_err(PopError::Task)?
@@ -235,10 +235,10 @@ impl PopService {
         now_ms: i64,
     ) -> Result<Vec<Popped>, PopError> {
         let topic = broker
-            .topics
+            .topics()
             .get(&spec.topic)
             .ok_or_else(|| PopError::TopicNotFound(spec.topic.clone()))?;
-        let group = broker.groups.get_or_create(&spec.group);
+        let group = broker.groups().get_or_create(&spec.group);
         if !group.consume_enable {
             return Err(PopError::ConsumeDisabled(spec.group.clone()));
         }
@@ -250,7 +250,7 @@ impl PopService {
             })
             .collect();
         let retry = retry_topic(&spec.group, &spec.topic);
-        let retry_queues = broker.topics.get(&retry).map_or(0, |t| t.read_queue_nums);
+        let retry_queues = broker.topics().get(&retry).map_or(0, |t| t.read_queue_nums);
         let turn = self.receives.fetch_add(1, Ordering::Relaxed);
         let start = turn % sources.len().max(1);
         sources.rotate_left(start);
@@ -433,7 +433,7 @@ impl PopService {
     fn commit_prefix(&self, broker: &Broker, key: &PopKey) {
         if let Some(prefix) = self.state.acked_prefix(key) {
             broker
-                .offsets
+                .offsets()
                 .commit(&key.group, &key.topic, key.queue_id, QueueOffset(prefix));
         }
     }
@@ -472,16 +472,16 @@ impl PopService {
 /// message still stored.
 fn initial_offset(broker: &Broker, key: &PopKey) -> u64 {
     broker
-        .offsets
+        .offsets()
         .query(&key.group, &key.topic, key.queue_id)
-        .unwrap_or_else(|| broker.store.min_offset(&key.topic, key.queue_id))
+        .unwrap_or_else(|| broker.store().min_offset(&key.topic, key.queue_id))
         .0
 }
 
 /// The stored record at `offset` of `key`'s queue, if still there.
 fn read_one(broker: &Broker, key: &PopKey, offset: u64) -> Option<Bytes> {
     let got = broker
-        .store
+        .store()
         .get(
             &key.topic,
             key.queue_id,
@@ -518,7 +518,7 @@ fn read_queue(
             .map(|_| &property as &dyn Fn(&[u8]) -> bool),
     };
     let max = u32::try_from(room).unwrap_or(u32::MAX);
-    let mut got = broker.store.get_filtered(
+    let mut got = broker.store().get_filtered(
         &key.topic,
         key.queue_id,
         QueueOffset(from),
@@ -528,7 +528,7 @@ fn read_queue(
     )?;
     if got.status == GetStatus::OffsetTooSmall {
         let first = got.next_begin_offset;
-        got = broker.store.get_filtered(
+        got = broker.store().get_filtered(
             &key.topic,
             key.queue_id,
             first,

@@ -49,9 +49,9 @@ pub async fn round(broker: Arc<Broker>) -> ControlFlow<(), Option<String>> {
 /// One round: moves (or, in order, wakes) what expired by `now_ms`, then snapshots the state
 /// when its log has grown enough. Blocking.
 pub fn revive_due(broker: &Broker, now_ms: i64) -> Result<(), PopError> {
-    let pop = &broker.pop;
+    let pop = &broker.pop();
     for (key, delivery) in pop.state.expired(now_ms, REVIVE_BATCH) {
-        let Some(group) = broker.groups.get(&key.group) else {
+        let Some(group) = broker.groups().get(&key.group) else {
             continue;
         };
         let max_deliveries = u32::try_from(group.retry_max_times).unwrap_or(0) + 1;
@@ -117,7 +117,7 @@ pub(super) fn move_message(
     };
     ensure_topic(broker, &topic);
     let queues = broker
-        .topics
+        .topics()
         .get(&topic)
         .map_or(1, |t| t.write_queue_nums.max(1));
     let properties = retry_properties(&record, None);

@@ -62,7 +62,7 @@ pub async fn create_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub fn all_topics(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
-        .with_body(ctx.broker.topics.wrapper().encode()))
+        .with_body(ctx.broker.topics().wrapper().encode()))
 }
 
 pub async fn delete_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
@@ -77,13 +77,13 @@ pub async fn delete_topic(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 /// ASYNC_MASTER; replicas SLAVE), and for a group member its route addresses, so peers
 /// route to its current master.
 fn replication_properties(broker: &crate::broker::Broker) -> Vec<String> {
-    let Some(replication) = &broker.replication else {
+    let Some(replication) = &broker.replication() else {
         return vec!["brokerId=0".into(), "brokerRole=ASYNC_MASTER".into()];
     };
     let addresses = replication.route_addresses();
     let id = addresses
         .iter()
-        .find(|(_, address)| **address == broker.advertised)
+        .find(|(_, address)| **address == broker.advertised())
         .map_or(-1, |(id, _)| *id);
     let role = match (replication.role(), replication.mode) {
         (crate::replication::Role::Master { .. }, crate::config::ReplicationMode::Sync) => {
@@ -107,12 +107,12 @@ fn replication_properties(broker: &crate::broker::Broker) -> Vec<String> {
 
 fn config_properties(ctx: &Ctx) -> String {
     let broker = &ctx.broker;
-    let c = &broker.config;
+    let c = &broker.config();
     let mut lines = vec![
         format!("brokerName={}", c.broker_name),
         format!("brokerClusterName={}", c.cluster),
         format!("brokerPermission={}", broker.permission()),
-        format!("brokerAddr={}", broker.advertised),
+        format!("brokerAddr={}", broker.advertised()),
         format!("autoCreateTopicEnable={}", c.auto_create_topics),
         format!("defaultTopicQueueNums={}", c.default_queue_nums),
         format!("maxMessageSize={}", c.max_message_size),
@@ -126,15 +126,15 @@ fn config_properties(ctx: &Ctx) -> String {
         format!("mappedFileSizeCommitLog={}", c.segment_size),
         format!("fileReservedTime={}", c.file_reserved_hours),
         format!("storePathRootDir={}", c.data_dir.display()),
-        format!("aclEnable={}", broker.acl.is_some()),
+        format!("aclEnable={}", broker.acl().is_some()),
     ];
     lines.extend(replication_properties(broker));
     // A replica names its master's gRPC endpoint: peers route 5.x writes there.
     let grpc = broker
-        .grpc
+        .grpc()
         .advertised
         .get()
-        .and_then(|own| match &broker.replication {
+        .and_then(|own| match &broker.replication() {
             Some(replication) => replication.grpc_route_endpoint(own),
             None => Some(own.clone()),
         });
@@ -154,18 +154,18 @@ pub fn broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 /// GET_BROKER_RUNTIME_INFO (28): Apache's keys for the store and its disk, as `mqadmin
 /// brokerStatus` and the operator read them, and Quiver's write gate.
 pub fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let store = &ctx.broker.store;
+    let store = &ctx.broker.store();
     let stats = store.stats();
     let disk = store.disk_status();
     let refusal = disk.refusal.as_ref();
-    let up_ms = crate::now_ms().saturating_sub(ctx.broker.started_ms);
+    let up_ms = crate::now_ms().saturating_sub(ctx.broker.started_ms());
     let entries = [
         ("brokerVersionDesc", "V4_9_4".to_string()),
         (
             "brokerVersion",
             quiver_protocol::PROTOCOL_VERSION.to_string(),
         ),
-        ("bootTimestamp", ctx.broker.started_ms.to_string()),
+        ("bootTimestamp", ctx.broker.started_ms().to_string()),
         ("runtime", uptime_text(up_ms)),
         (
             "commitLogMinOffset",
@@ -280,7 +280,7 @@ pub async fn create_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub fn all_groups(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
-        .with_body(ctx.broker.groups.wrapper().encode()))
+        .with_body(ctx.broker.groups().wrapper().encode()))
 }
 
 pub async fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
@@ -295,7 +295,7 @@ pub async fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 fn queue_count(ctx: &Ctx, topic: &str) -> Result<u32, Refusal> {
     ctx.broker
-        .topics
+        .topics()
         .get(topic)
         .map(|c| c.read_queue_nums.max(c.write_queue_nums))
         .ok_or_else(|| {
@@ -312,14 +312,14 @@ pub async fn topic_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let stats = blocking(&ctx.broker, move |broker| {
         let mut stats = TopicStatsTable::default();
         for q in 0..queues {
-            let min = broker.store.min_offset(&topic, q);
-            let max = broker.store.max_offset(&topic, q);
+            let min = broker.store().min_offset(&topic, q);
+            let max = broker.store().max_offset(&topic, q);
             let last = match max.0 {
                 0 => 0,
                 m => stored_at(broker, &topic, q, QueueOffset(m - 1)),
             };
             stats.offset_table.insert(
-                MessageQueue::new(topic.as_str(), broker.config.broker_name.as_str(), q),
+                MessageQueue::new(topic.as_str(), broker.config().broker_name.as_str(), q),
                 TopicOffset {
                     min_offset: as_i64(min),
                     max_offset: as_i64(max),
@@ -347,7 +347,7 @@ fn stored_at(
     offset: QueueOffset,
 ) -> i64 {
     broker
-        .store
+        .store()
         .store_timestamp(topic, queue_id, offset)
         .ok()
         .flatten()
@@ -357,8 +357,8 @@ fn stored_at(
 pub fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let group = GetConsumerConnectionListRequestHeader::from_command(req)?.consumer_group;
     // 5.x consumers (gRPC Telemetry sessions) are members too.
-    let pop_members = ctx.broker.grpc.sessions.consumers_of(&group);
-    let Some(state) = ctx.broker.consumers.group(&group) else {
+    let pop_members = ctx.broker.grpc().sessions.consumers_of(&group);
+    let Some(state) = ctx.broker.consumers().group(&group) else {
         if pop_members.is_empty() {
             return Err(Refusal::new(
                 response::CONSUMER_NOT_ONLINE,
@@ -407,7 +407,7 @@ pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     };
     let topics = match header.topic.filter(|t| !t.is_empty()) {
         Some(topic) => vec![topic],
-        None => ctx.broker.offsets.topics_of(&group),
+        None => ctx.broker.offsets().topics_of(&group),
     };
     let mut counts = Vec::new();
     for topic in topics {
@@ -417,7 +417,7 @@ pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let stats = blocking(&ctx.broker, move |broker| {
         let mut stats = ConsumeStats::default();
         for (topic, queues) in counts {
-            let table = broker.offsets.table(&group, &topic);
+            let table = broker.offsets().table(&group, &topic);
             for q in 0..queues {
                 let committed = table.get(&q).copied();
                 let last = match committed {
@@ -427,9 +427,9 @@ pub async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                     _ => 0,
                 };
                 stats.offset_table.insert(
-                    MessageQueue::new(topic.as_str(), broker.config.broker_name.as_str(), q),
+                    MessageQueue::new(topic.as_str(), broker.config().broker_name.as_str(), q),
                     OffsetWrapper {
-                        broker_offset: as_i64(broker.store.max_offset(&topic, q)),
+                        broker_offset: as_i64(broker.store().max_offset(&topic, q)),
                         consumer_offset: committed.map_or(uncommitted, as_i64),
                         last_timestamp: last,
                     },
@@ -455,19 +455,19 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         (0..queues)
             .map(|q| {
                 let offset = match target {
-                    ResetTarget::Latest => Ok(broker.store.max_offset(&topic, q)),
-                    ResetTarget::Earliest => Ok(broker.store.min_offset(&topic, q)),
+                    ResetTarget::Latest => Ok(broker.store().max_offset(&topic, q)),
+                    ResetTarget::Earliest => Ok(broker.store().min_offset(&topic, q)),
                     ResetTarget::Timestamp(ts) => {
-                        broker.store.search_offset_by_timestamp(&topic, q, ts)
+                        broker.store().search_offset_by_timestamp(&topic, q, ts)
                     }
                 };
                 offset.map(|o| (q, o))
             })
             .collect::<Result<Vec<_>, _>>()
-            .inspect(|pairs| broker.offsets.reset(&group, &topic, pairs))
+            .inspect(|pairs| broker.offsets().reset(&group, &topic, pairs))
     })
     .await??;
-    let name = ctx.broker.config.broker_name.as_str();
+    let name = ctx.broker.config().broker_name.as_str();
     let reset = ResetOffsetBody {
         offset_table: offsets
             .iter()
@@ -480,7 +480,7 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             .collect(),
     };
     tracing::info!(group = %header.group, topic = %header.topic, ?target, "consumer offsets reset");
-    if let Some(state) = ctx.broker.consumers.group(&header.group) {
+    if let Some(state) = ctx.broker.consumers().group(&header.group) {
         let push_header = ResetOffsetClientHeader {
             topic: header.topic.clone(),
             group: header.group.clone(),

@@ -45,13 +45,13 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         if group.is_empty() {
             continue;
         }
-        let group_config = broker.groups.get_or_create(&group);
+        let group_config = broker.groups().get_or_create(&group);
         // Push consumers subscribe to %RETRY%<group>: it must exist before they pull it.
         let retry_topic = format!("{RETRY_PREFIX}{group}");
         broker
-            .topics
+            .topics()
             .get_or_create(&retry_topic, super::route::retry_queues(&group_config));
-        let registered = broker.consumers.register(Registration {
+        let registered = broker.consumers().register(Registration {
             group: group.clone(),
             client: ConsumerClient {
                 client_id: heartbeat.client_id.clone(),
@@ -68,7 +68,7 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         if registered.joined {
             tracing::info!(group, client_id = %heartbeat.client_id, remote = %ctx.connection.remote, "consumer joined");
             if group_config.notify_consumer_ids_changed_enable {
-                broker.consumers.notify_ids_changed(&group);
+                broker.consumers().notify_ids_changed(&group);
             }
         }
         refused.extend(
@@ -129,7 +129,7 @@ fn register_producer(ctx: &Ctx, req: &RemotingCommand, client_id: &str, group: &
         connection: ctx.connection.clone(),
         last_heartbeat_ms: now,
     };
-    if ctx.broker.producers.register(group, client) {
+    if ctx.broker.producers().register(group, client) {
         tracing::debug!(group, client_id, remote = %ctx.connection.remote, "producer joined");
     }
 }
@@ -137,12 +137,12 @@ fn register_producer(ctx: &Ctx, req: &RemotingCommand, client_id: &str, group: &
 pub fn unregister(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = UnregisterClientRequestHeader::from_command(req)?;
     if let Some(group) = header.producer_group.as_deref().filter(|g| !g.is_empty()) {
-        ctx.broker.producers.unregister(group, &header.client_id);
+        ctx.broker.producers().unregister(group, &header.client_id);
     }
     if let Some(group) = header.consumer_group.as_deref().filter(|g| !g.is_empty()) {
-        if ctx.broker.consumers.unregister(group, &header.client_id) {
+        if ctx.broker.consumers().unregister(group, &header.client_id) {
             tracing::info!(group, client_id = %header.client_id, "consumer left");
-            ctx.broker.consumers.notify_ids_changed(group);
+            ctx.broker.consumers().notify_ids_changed(group);
         }
     }
     Ok(success(req, &[]))
@@ -150,7 +150,7 @@ pub fn unregister(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 pub fn consumer_list(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let group = GetConsumerListByGroupRequestHeader::from_command(req)?.consumer_group;
-    let ids = ctx.broker.consumers.client_ids(&group);
+    let ids = ctx.broker.consumers().client_ids(&group);
     if ids.is_empty() {
         return Err(Refusal::new(
             response::SYSTEM_ERROR,
@@ -190,7 +190,7 @@ fn lock_request(req: &RemotingCommand) -> Result<(String, Vec<LockKey>), Refusal
 
 pub fn lock_batch(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let (client_id, queues) = lock_request(req)?;
-    let granted = ctx.broker.locks.lock(&client_id, queues, crate::now_ms());
+    let granted = ctx.broker.locks().lock(&client_id, queues, crate::now_ms());
     let body = LockBatchResponseBody {
         lock_ok_mq_set: granted
             .into_iter()
@@ -206,6 +206,6 @@ pub fn lock_batch(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 pub fn unlock_batch(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let (client_id, queues) = lock_request(req)?;
-    ctx.broker.locks.unlock(&client_id, &queues);
+    ctx.broker.locks().unlock(&client_id, &queues);
     Ok(success(req, &[]))
 }

@@ -114,10 +114,10 @@ pub type Outcome = Result<RemotingCommand, Refusal>;
 pub fn answers_at_once(broker: &Broker, req: &RemotingCommand) -> bool {
     // A sync group's master waits for its replicas: that wait must not hold the reader.
     let waits_for_replicas = broker
-        .replication
+        .replication()
         .as_ref()
         .is_some_and(|replication| replication.mode == crate::config::ReplicationMode::Sync);
-    broker.config.flush_mode == crate::config::FlushMode::Async
+    broker.config().flush_mode == crate::config::FlushMode::Async
         && !waits_for_replicas
         && matches!(
             req.code,
@@ -162,7 +162,7 @@ pub async fn dispatch(
 /// With ACL on, whether the request's signature and account allow it, before any processor
 /// sees it.
 fn allowed(ctx: &Ctx, req: &RemotingCommand) -> Result<(), Refusal> {
-    match &ctx.broker.acl {
+    match &ctx.broker.acl() {
         Some(acl) if !crate::acl::is_open_lookup(req.code) => acl
             .check(req, ctx.connection.remote.ip())
             .map_err(|denied| Refusal::new(response::NO_PERMISSION, denied.0)),

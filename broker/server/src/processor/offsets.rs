@@ -43,7 +43,7 @@ pub fn max(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = GetMaxOffsetRequestHeader::from_command(req)?;
     let offset = ctx
         .broker
-        .store
+        .store()
         .max_offset(&header.topic, queue_id(header.queue_id)?);
     Ok(success(req, &[("offset", offset.0.to_string())]))
 }
@@ -52,7 +52,7 @@ pub fn min(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = GetMinOffsetRequestHeader::from_command(req)?;
     let offset = ctx
         .broker
-        .store
+        .store()
         .min_offset(&header.topic, queue_id(header.queue_id)?);
     Ok(success(req, &[("offset", offset.0.to_string())]))
 }
@@ -62,7 +62,7 @@ pub async fn search(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let queue = queue_id(header.queue_id)?;
     let offset = blocking(&ctx.broker, move |broker| {
         broker
-            .store
+            .store()
             .search_offset_by_timestamp(&header.topic, queue, header.timestamp)
     })
     .await??;

@@ -51,7 +51,7 @@ fn pull_filter(
 ) -> Result<Arc<ConsumerFilter>, Refusal> {
     let registered = || {
         ctx.broker
-            .consumers
+            .consumers()
             .filter(&header.consumer_group, &header.topic)
     };
     if header.has_subscription() {
@@ -157,7 +157,7 @@ fn read(broker: &Broker, pull: &PullRequest) -> Result<Answer, Refusal> {
     let by_properties = filter
         .selector()
         .map(|selector| move |record: &[u8]| record_matches(selector, record));
-    let got = broker.store.get_filtered(
+    let got = broker.store().get_filtered(
         &pull.topic,
         pull.queue_id,
         pull.offset,
@@ -177,12 +177,12 @@ fn read(broker: &Broker, pull: &PullRequest) -> Result<Answer, Refusal> {
 /// (the next epoch's start, held here), read a tail a failover cut: it is moved back there,
 /// to read what the group wrote in its place (Kafka's KIP-320).
 fn past_its_epoch(broker: &Broker, pull: &PullRequest) -> Option<GetResult> {
-    let replication = broker.replication.as_ref()?;
+    let replication = broker.replication().as_ref()?;
     let epoch_end = replication
         .state()
         .truncation_point(pull.epoch?, u64::MAX)
-        .filter(|end| *end != u64::MAX && *end <= broker.store.confirmed().0)?;
-    let store = &broker.store;
+        .filter(|end| *end != u64::MAX && *end <= broker.store().confirmed().0)?;
+    let store = &broker.store();
     let back_to = store.queue_offset_at(&pull.topic, pull.queue_id, CommitLogOffset(epoch_end));
     (pull.offset > back_to).then(|| GetResult {
         status: GetStatus::OffsetOverflowBadly,
@@ -238,7 +238,7 @@ async fn read_or_park(
             return Ok(Some(answer));
         }
         let answer_now = answer_at_dispatch(ctx, pull, req, trace);
-        let parked = match broker.long_poll.park(
+        let parked = match broker.long_poll().park(
             &pull.topic,
             pull.queue_id,
             ctx.connection.id,
@@ -252,7 +252,7 @@ async fn read_or_park(
             Err(ParkRefused::ShuttingDown) => return Ok(Some(answer)),
             // Apache clients back off after SYSTEM_BUSY instead of pulling again at once.
             Err(ParkRefused::ConnectionFull) => {
-                let max = broker.config.max_parked_pulls_per_connection;
+                let max = broker.config().max_parked_pulls_per_connection;
                 let remark = format!(
                     "this connection has {max} pulls parked already \
                      (max-parked-pulls-per-connection)"
@@ -303,7 +303,7 @@ fn answer_at_dispatch(
         }
         trace.woken(dispatched);
         let reply = respond(&broker, &template, &pull, Answer::Found(got));
-        slot.send(reply, broker.stages.answered(trace));
+        slot.send(reply, broker.stages().answered(trace));
         true
     })
 }
@@ -326,12 +326,12 @@ fn respond(
         next_begin_offset: as_i64(got.next_begin_offset),
         min_offset: as_i64(got.min_offset),
         max_offset: as_i64(got.max_offset),
-        quiver_epoch: broker.replication.as_ref().and_then(|r| r.role().epoch()),
+        quiver_epoch: broker.replication().as_ref().and_then(|r| r.role().epoch()),
     };
     let mut reply = req.response_to(code, None).with_ext_fields(header.to_ext());
     if code == response::SUCCESS {
         let body_bytes: u64 = got.messages.iter().map(|m| record_body_len(m)).sum();
-        broker.metrics.record_out(
+        broker.metrics().record_out(
             &pull.topic,
             &pull.group,
             got.messages.len() as u64,

@@ -37,7 +37,7 @@ pub async fn query_message(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         ..
     } = header;
     let found = blocking(&ctx.broker, move |broker| {
-        broker.store.query_by_key(
+        broker.store().query_by_key(
             &topic,
             &key,
             key_match,
@@ -81,7 +81,7 @@ pub async fn view_message(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     };
     let offset = u64::try_from(header.offset).map_err(|_| not_found(String::new()))?;
     let record = blocking(&ctx.broker, move |broker| {
-        broker.store.message_at(CommitLogOffset(offset))
+        broker.store().message_at(CommitLogOffset(offset))
     })
     .await?
     .map_err(|error| not_found(format!(": {}", crate::error::chain(&error))))?;
@@ -95,7 +95,7 @@ pub async fn earliest_store_time(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let queue = queue_id(header.queue_id)?;
     let topic = header.topic;
     let stored = blocking(&ctx.broker, move |broker| {
-        broker.store.earliest_store_timestamp(&topic, queue)
+        broker.store().earliest_store_timestamp(&topic, queue)
     })
     .await??;
     // Apache answers -1 for an empty or unknown queue.

@@ -38,7 +38,7 @@ pub async fn consume_message_directly(ctx: &Ctx, req: &RemotingCommand) -> Outco
         .ok()
         .and_then(|(_, offset)| {
             ctx.broker
-                .store
+                .store()
                 .read_record_bytes(CommitLogOffset(offset))
                 .ok()
         })
@@ -51,7 +51,7 @@ pub async fn consume_message_directly(ctx: &Ctx, req: &RemotingCommand) -> Outco
     let mut relayed = req.clone();
     relayed.ext_fields.insert(
         "brokerName".to_owned(),
-        ctx.broker.config.broker_name.clone(),
+        ctx.broker.config().broker_name.clone(),
     );
     let client_id = header.client_id.unwrap_or_default();
     call_consumer(ctx, &relayed, &header.consumer_group, &client_id, record).await
@@ -66,7 +66,7 @@ async fn call_consumer(
 ) -> Outcome {
     let client = ctx
         .broker
-        .consumers
+        .consumers()
         .group(group)
         .and_then(|state| state.clients.get(client_id).cloned())
         .ok_or_else(|| {

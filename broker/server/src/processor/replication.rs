@@ -13,12 +13,12 @@ use super::{Ctx, Outcome, Refusal};
 use crate::replication::Replication;
 
 fn replication(ctx: &Ctx) -> Result<&std::sync::Arc<Replication>, Refusal> {
-    ctx.broker.replication.as_ref().ok_or_else(|| {
+    ctx.broker.replication().as_ref().ok_or_else(|| {
         Refusal::new(
             response::REQUEST_CODE_NOT_SUPPORTED,
             format!(
                 "broker {} is standalone (no --group-members): it has no replication",
-                ctx.broker.config.broker_name
+                ctx.broker.config().broker_name
             ),
         )
     })
@@ -27,7 +27,7 @@ fn replication(ctx: &Ctx) -> Result<&std::sync::Arc<Replication>, Refusal> {
 pub async fn fetch(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = ReplicaFetchRequestHeader::from_command(req)?;
     let served = replication(ctx)?
-        .serve_fetch(&ctx.broker.store, &header)
+        .serve_fetch(ctx.broker.store(), &header)
         .await
         .map_err(|refusal| Refusal::new(response::SERVICE_NOT_AVAILABLE, refusal.to_string()))?;
     Ok(req
@@ -53,7 +53,7 @@ pub async fn consensus(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 }
 
 pub fn status(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let status = replication(ctx)?.status(&ctx.broker.store);
+    let status = replication(ctx)?.status(ctx.broker.store());
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_body(status.encode()))
@@ -67,7 +67,7 @@ pub async fn switchover(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     );
     let replication = replication(ctx)?;
     let paused = replication
-        .switchover(&ctx.broker.store, header.target_replica_id, timeout)
+        .switchover(ctx.broker.store(), header.target_replica_id, timeout)
         .await
         .map_err(|error| Refusal::new(response::SYSTEM_ERROR, error.to_string()))?;
     tracing::info!(
@@ -75,7 +75,7 @@ pub async fn switchover(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         ?paused,
         "mastership handed over"
     );
-    let status = replication.status(&ctx.broker.store);
+    let status = replication.status(ctx.broker.store());
     Ok(req
         .response_to(
             response::SUCCESS,

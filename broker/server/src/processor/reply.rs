@@ -37,7 +37,7 @@ pub async fn send_reply(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             )
         })?
         .to_owned();
-    let producer = ctx.broker.producers.find(&requester).ok_or_else(|| {
+    let producer = ctx.broker.producers().find(&requester).ok_or_else(|| {
         Refusal::new(
             response::SYSTEM_ERROR,
             format!("push reply message fail, channel of <{requester}> not found."),
@@ -102,7 +102,7 @@ fn push_header(
         reconsume_times: header.reconsume_times,
         unit_mode: header.unit_mode,
         born_host: ctx.connection.remote.to_string(),
-        store_host: ctx.broker.store_host.to_string(),
+        store_host: ctx.broker.store_host().to_string(),
         store_timestamp: now,
     }
 }

@@ -62,13 +62,13 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     if !broker.is_writable() {
         return Err(Refusal::new(
             response::NO_PERMISSION,
-            format!("broker {} is not writable", broker.config.broker_name),
+            format!("broker {} is not writable", broker.config().broker_name),
         ));
     }
-    let group_config = broker.groups.get_or_create(&group);
+    let group_config = broker.groups().get_or_create(&group);
     let max_reconsume_times = header_max.unwrap_or(group_config.retry_max_times);
     let record = blocking(broker, move |broker| {
-        broker.store.read_record(CommitLogOffset(physical))
+        broker.store().read_record(CommitLogOffset(physical))
     })
     .await?
     .map_err(|error| {

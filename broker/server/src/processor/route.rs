@@ -24,16 +24,16 @@ struct Member {
 
 fn members(broker: &Broker, topic: &str) -> Vec<Member> {
     let mut all = vec![Member {
-        name: broker.config.broker_name.clone(),
-        cluster: broker.config.cluster.clone(),
-        addresses: match &broker.replication {
+        name: broker.config().broker_name.clone(),
+        cluster: broker.config().cluster.clone(),
+        addresses: match &broker.replication() {
             Some(replication) => replication.route_addresses(),
-            None => BTreeMap::from([(MASTER_BROKER_ID, broker.advertised.clone())]),
+            None => BTreeMap::from([(MASTER_BROKER_ID, broker.advertised().to_owned())]),
         },
         permission: broker.permission(),
-        topic: broker.topics.get(topic),
+        topic: broker.topics().get(topic),
     }];
-    for peer in broker.peers.snapshot() {
+    for peer in broker.peers().snapshot() {
         // Several members of one peer group may be listed: the group is routed once.
         if all.iter().any(|member| member.name == peer.broker_name) {
             continue;
@@ -42,7 +42,7 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
             topic: peer.topics.get(topic).cloned(),
             name: peer.broker_name,
             cluster: if peer.cluster.is_empty() {
-                broker.config.cluster.clone()
+                broker.config().cluster.clone()
             } else {
                 peer.cluster
             },
@@ -58,7 +58,7 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let topic = GetRouteInfoRequestHeader::from_command(req)?.topic;
     let mut cluster = members(broker, &topic);
     if cluster.iter().all(|member| member.topic.is_none()) {
-        let creatable = broker.config.auto_create_topics
+        let creatable = broker.config().auto_create_topics
             && validate_topic_name(&topic).is_ok()
             && may_create(ctx, req, &topic);
         if !creatable {
@@ -69,10 +69,10 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         }
         // Auto-create on lookup: the quick start's producer and consumer need a route first.
         let queues = match topic.strip_prefix(RETRY_PREFIX) {
-            Some(group) => retry_queues(&broker.groups.get_or_create(group)),
-            None => broker.config.default_queue_nums,
+            Some(group) => retry_queues(&broker.groups().get_or_create(group)),
+            None => broker.config().default_queue_nums,
         };
-        let (config, _) = broker.topics.get_or_create(&topic, queues);
+        let (config, _) = broker.topics().get_or_create(&topic, queues);
         tracing::info!(topic, "topic auto-created on route lookup");
         cluster[0].topic = Some(config);
     }
@@ -98,7 +98,7 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 /// With ACL on, lookups are answered to anyone but create topics only for accounts that
 /// may send to them.
 fn may_create(ctx: &Ctx, req: &RemotingCommand, topic: &str) -> bool {
-    match &ctx.broker.acl {
+    match &ctx.broker.acl() {
         Some(acl) => acl.may_create_topic(req, ctx.connection.remote.ip(), topic),
         None => true,
     }

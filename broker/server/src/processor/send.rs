@@ -39,7 +39,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         properties: &properties_text,
         queue_id,
         born_host: ctx.connection.remote,
-        max_body: broker.config.max_message_size as usize,
+        max_body: broker.config().max_message_size as usize,
     };
     let targets = if header.is_batch() {
         sending.batch_targets(&req.body)?
@@ -49,7 +49,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let results = store_message_async(broker, &targets).await?;
     let ids: Vec<String> = results
         .iter()
-        .map(|r| msg::offset_msg_id(broker.store_host, r.physical_offset.0))
+        .map(|r| msg::offset_msg_id(broker.store_host(), r.physical_offset.0))
         .collect();
     tracing::trace!(topic = %header.topic, count = targets.len(), "stored");
     // The answer names the queue the client chose, even when a delay parks the message or
@@ -135,7 +135,7 @@ impl Sending<'_> {
             let max = self
                 .header
                 .max_reconsume_times
-                .unwrap_or_else(|| broker.groups.get_or_create(group).retry_max_times);
+                .unwrap_or_else(|| broker.groups().get_or_create(group).retry_max_times);
             if reconsume_times >= max {
                 target_topic = format!("{DLQ_PREFIX}{group}");
                 topic_for_send(broker, &target_topic)?;

@@ -34,11 +34,11 @@ fn with_body(req: &RemotingCommand, body: bytes::Bytes) -> RemotingCommand {
 
 /// Every broker of the cluster with its cluster name and topic names: this one, then its peers.
 fn cluster_topics(broker: &Broker) -> Vec<(String, BTreeSet<String>)> {
-    let own = broker.topics.all().into_iter().map(|t| t.topic_name);
-    let mut members = vec![(broker.config.cluster.clone(), own.collect())];
-    for peer in broker.peers.snapshot() {
+    let own = broker.topics().all().into_iter().map(|t| t.topic_name);
+    let mut members = vec![(broker.config().cluster.clone(), own.collect())];
+    for peer in broker.peers().snapshot() {
         let cluster = if peer.cluster.is_empty() {
-            broker.config.cluster.clone()
+            broker.config().cluster.clone()
         } else {
             peer.cluster
         };
@@ -80,10 +80,10 @@ pub fn topics_by_cluster(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub fn system_topics_from_ns(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
     let mut names = BTreeSet::from([
-        broker.config.cluster.clone(),
-        broker.config.broker_name.clone(),
+        broker.config().cluster.clone(),
+        broker.config().broker_name.clone(),
     ]);
-    for peer in broker.peers.snapshot() {
+    for peer in broker.peers().snapshot() {
         if !peer.cluster.is_empty() {
             names.insert(peer.cluster);
         }
@@ -91,7 +91,7 @@ pub fn system_topics_from_ns(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     }
     let list = TopicList {
         topic_list: names.into_iter().collect(),
-        broker_addr: Some(broker.advertised.clone()),
+        broker_addr: Some(broker.advertised().to_owned()),
     };
     Ok(with_body(req, list.encode()))
 }
@@ -101,11 +101,11 @@ pub fn system_topics_from_ns(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 pub fn system_topics_from_broker(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
     let mut names = BTreeSet::from([
-        broker.config.cluster.clone(),
-        broker.config.broker_name.clone(),
+        broker.config().cluster.clone(),
+        broker.config().broker_name.clone(),
     ]);
     for topic in SYSTEM_TOPICS {
-        if broker.topics.get(topic).is_some() {
+        if broker.topics().get(topic).is_some() {
             names.insert(topic.to_owned());
         }
     }
@@ -121,13 +121,13 @@ pub fn system_topics_from_broker(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 /// first); while it still holds the topic, its route would be served again, so it is refused.
 pub fn delete_topic_in_namesrv(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let topic = DeleteTopicFromNamesrvRequestHeader::from_command(req)?.topic;
-    if ctx.broker.topics.get(&topic).is_some() {
+    if ctx.broker.topics().get(&topic).is_some() {
         return Err(Refusal::new(
             response::SYSTEM_ERROR,
             format!(
                 "topic {topic} still exists on broker {}: delete it there first \
                  (DELETE_TOPIC_IN_BROKER, 215); Quiver's routes come from the brokers' topics",
-                ctx.broker.config.broker_name
+                ctx.broker.config().broker_name
             ),
         ));
     }
@@ -140,15 +140,15 @@ pub fn topic_consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let topic = QueryTopicConsumeByWhoRequestHeader::from_command(req)?.topic;
     let broker = &ctx.broker;
     let online = broker
-        .consumers
+        .consumers()
         .online_groups()
         .into_iter()
-        .filter(|group| broker.consumers.subscription(group, &topic).is_some());
+        .filter(|group| broker.consumers().subscription(group, &topic).is_some());
     let committed = broker
-        .offsets
+        .offsets()
         .groups()
         .into_iter()
-        .filter(|group| broker.offsets.topics_of(group).contains(&topic));
+        .filter(|group| broker.offsets().topics_of(group).contains(&topic));
     let groups: BTreeSet<String> = online.chain(committed).collect();
     let list = GroupList {
         group_list: groups.into_iter().collect(),
@@ -159,7 +159,7 @@ pub fn topic_consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 /// GET_PRODUCER_CONNECTION_LIST (204): the group's online producers, or Apache's refusal.
 pub fn producer_connections(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let group = GetProducerConnectionListRequestHeader::from_command(req)?.producer_group;
-    let clients = ctx.broker.producers.clients(&group);
+    let clients = ctx.broker.producers().clients(&group);
     if clients.is_empty() {
         return Err(Refusal::new(
             response::SYSTEM_ERROR,
@@ -187,11 +187,11 @@ pub async fn clone_group_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
     let topics = match header.topic.clone().filter(|topic| !topic.is_empty()) {
         Some(topic) => vec![topic],
-        None => broker.offsets.topics_of(&header.src_group),
+        None => broker.offsets().topics_of(&header.src_group),
     };
-    let source_online = broker.consumers.group(&header.src_group);
+    let source_online = broker.consumers().group(&header.src_group);
     for topic in topics {
-        if broker.topics.get(&topic).is_none() {
+        if broker.topics().get(&topic).is_none() {
             continue;
         }
         // As Apache: an online source group's offsets count only on topics it subscribes to.
@@ -202,16 +202,16 @@ pub async fn clone_group_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             continue;
         }
         let offsets: Vec<_> = broker
-            .offsets
+            .offsets()
             .table(&header.src_group, &topic)
             .into_iter()
             .collect();
-        broker.offsets.reset(&header.dest_group, &topic, &offsets);
+        broker.offsets().reset(&header.dest_group, &topic, &offsets);
         tracing::info!(src = %header.src_group, dest = %header.dest_group, topic, queues = offsets.len(), "group offsets cloned");
     }
     blocking(broker, |broker| {
         broker
-            .offsets
+            .offsets()
             .persist()
             .map_err(crate::error::BrokerError::store("persist offsets"))
     })

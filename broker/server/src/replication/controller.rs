@@ -192,7 +192,7 @@ pub(super) async fn run(
         let Some(consensus) = replication.consensus() else {
             continue;
         };
-        let report = replication.own_report(broker.store.log_end().0);
+        let report = replication.own_report(broker.store().log_end().0);
         match consensus.leader() {
             Some(leader) if leader == replication.id => {
                 replication.record_report(report);

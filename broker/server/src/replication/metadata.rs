@@ -29,10 +29,10 @@ pub struct ConsumerOffsetTable {
 /// Every committed offset of `broker`, keyed `topic@group` as Apache's file is.
 pub fn offset_table(broker: &Broker) -> ConsumerOffsetTable {
     let mut table = BTreeMap::new();
-    for group in broker.offsets.groups() {
-        for topic in broker.offsets.topics_of(&group) {
+    for group in broker.offsets().groups() {
+        for topic in broker.offsets().topics_of(&group) {
             let queues = broker
-                .offsets
+                .offsets()
                 .table(&group, &topic)
                 .into_iter()
                 .map(|(queue, offset)| (queue, offset.0))
@@ -151,24 +151,24 @@ fn apply(
     offsets: ConsumerOffsetTable,
 ) {
     let wanted: BTreeSet<String> = topics.topic_config_table.keys().cloned().collect();
-    for config in broker.topics.all() {
+    for config in broker.topics().all() {
         if !wanted.contains(&config.topic_name) {
-            broker.topics.remove(&config.topic_name);
+            broker.topics().remove(&config.topic_name);
         }
     }
     for (_, config) in topics.topic_config_table {
-        if broker.topics.get(&config.topic_name).as_ref() != Some(&config) {
-            broker.topics.upsert(config);
+        if broker.topics().get(&config.topic_name).as_ref() != Some(&config) {
+            broker.topics().upsert(config);
         }
     }
     let wanted: BTreeSet<&String> = groups.subscription_group_table.keys().collect();
-    for name in broker.groups.all().keys() {
+    for name in broker.groups().all().keys() {
         if !wanted.contains(name) {
-            broker.groups.remove(name);
+            broker.groups().remove(name);
         }
     }
     for (_, config) in groups.subscription_group_table {
-        broker.groups.upsert(config);
+        broker.groups().upsert(config);
     }
     for (key, queues) in offsets.offset_table {
         let Some((topic, group)) = key.split_once('@') else {
@@ -178,7 +178,7 @@ fn apply(
             .into_iter()
             .map(|(queue, offset)| (queue, QueueOffset(offset)))
             .collect();
-        broker.offsets.reset(group, topic, &queues);
+        broker.offsets().reset(group, topic, &queues);
     }
 }
 
@@ -188,12 +188,12 @@ fn apply(
 /// what they may have read, never skip. Returns how many offsets moved.
 pub(super) fn clamp_offsets_to_log(broker: &Broker) -> usize {
     let mut moved = 0;
-    for group in broker.offsets.groups() {
-        for topic in broker.offsets.topics_of(&group) {
-            let table = broker.offsets.table(&group, &topic);
+    for group in broker.offsets().groups() {
+        for topic in broker.offsets().topics_of(&group) {
+            let table = broker.offsets().table(&group, &topic);
             let queues: BTreeMap<u32, u64> = table.iter().map(|(q, o)| (*q, o.0)).collect();
             let clamped = clamp_to_queue_ends(queues, |queue| {
-                broker.store.written_max_offset(&topic, queue)
+                broker.store().written_max_offset(&topic, queue)
             });
             let changed: Vec<(u32, QueueOffset)> = clamped
                 .into_iter()
@@ -201,7 +201,7 @@ pub(super) fn clamp_offsets_to_log(broker: &Broker) -> usize {
                 .collect();
             if !changed.is_empty() {
                 moved += changed.len();
-                broker.offsets.reset(&group, &topic, &changed);
+                broker.offsets().reset(&group, &topic, &changed);
             }
         }
     }

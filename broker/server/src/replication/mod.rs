@@ -400,14 +400,14 @@ pub async fn run(
 ) {
     // A store that recovered a previous run's files without its clean-shutdown mark (a new,
     // or wiped, directory has nothing to recover and a new incarnation instead).
-    let report = broker.store.recovery_report();
+    let report = broker.store().recovery_report();
     let unclean = report.checkpoint_found && !report.clean_shutdown;
     replication.unclean.store(unclean, Ordering::Release);
     // The read fence starts where the store's checkpoint left it.
     replication
         .confirmed
-        .send_replace(broker.store.confirmed().0);
-    let dir = broker.config.data_dir.join("consensus");
+        .send_replace(broker.store().confirmed().0);
+    let dir = broker.config().data_dir.join("consensus");
     let started = transport::start_consensus(&replication, dir).await;
     let consensus = match started {
         Ok(consensus) => consensus,

@@ -54,7 +54,7 @@ pub(super) async fn follow(
         return;
     }
     let address = replication.address_of(master);
-    tracing::info!(epoch, master, %address, end = broker.store.log_end().0, "following the group's master");
+    tracing::info!(epoch, master, %address, end = broker.store().log_end().0, "following the group's master");
     // A master that is restarting fails every fetch for a moment: logged when it starts,
     // changes and ends, not every round.
     let mut failures = crate::error::FailureLog::default();
@@ -85,7 +85,7 @@ fn truncate_unacknowledged(
     epoch: u64,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let state = replication.state();
-    let end = broker.store.log_end().0;
+    let end = broker.store().log_end().0;
     let local_epoch = replication.epoch_file.epoch();
     let Some(point) = state.truncation_point(local_epoch, end) else {
         return Err(
@@ -93,7 +93,7 @@ fn truncate_unacknowledged(
         );
     };
     if point < end {
-        let report = broker.store.truncate_to(CommitLogOffset(point))?;
+        let report = broker.store().truncate_to(CommitLogOffset(point))?;
         tracing::warn!(
             from = point,
             end,
@@ -113,9 +113,9 @@ async fn fetch_once(
     epoch: u64,
     address: &str,
 ) -> Result<(), FollowError> {
-    let offset = broker.store.log_end().0;
+    let offset = broker.store().log_end().0;
     let header = ReplicaFetchRequestHeader {
-        broker_name: broker.config.broker_name.clone(),
+        broker_name: broker.config().broker_name.clone(),
         replica_id: replication.id,
         epoch,
         offset,
@@ -136,7 +136,7 @@ async fn fetch_once(
         });
     }
     let served = ReplicaFetchResponseHeader::from_command(&answer)?;
-    let mine = broker.store.segment_size();
+    let mine = broker.store().segment_size();
     if served.segment_size != mine {
         return Err(FollowError::SegmentSize {
             master: served.segment_size,
@@ -146,7 +146,7 @@ async fn fetch_once(
     let end = if answer.body.is_empty() {
         offset
     } else {
-        let store = broker.store.clone();
+        let store = broker.store().clone();
         let body = answer.body.clone();
         let appended = tokio::task::spawn_blocking(move || {
             store.append_replicated(CommitLogOffset(offset), &body)
@@ -159,7 +159,7 @@ async fn fetch_once(
         appended.0
     };
     // Readable here once the master says every in-sync member holds it.
-    replication.confirm(&broker.store, served.confirmed.min(end));
+    replication.confirm(broker.store(), served.confirmed.min(end));
     if end >= served.master_end {
         // Caught up with a master: whatever an unclean stop cost, it holds the log again.
         replication.unclean.store(false, Ordering::Release);

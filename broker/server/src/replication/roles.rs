@@ -78,7 +78,7 @@ pub(super) async fn run(
                 // (the data directory was lost): it must not serve. Its reports show it, so
                 // the group elects another.
                 replication.role.send_replace(Role::Unknown);
-                tracing::error!(epoch, end = broker.store.log_end().0, "this member is the group's master but its log lost the epoch; waiting for the group to elect another");
+                tracing::error!(epoch, end = broker.store().log_end().0, "this member is the group's master but its log lost the epoch; waiting for the group to elect another");
             }
             Duty::Master { epoch } | Duty::Follow { epoch, .. } => {
                 // Acts until the state gives another duty or the broker stops.
@@ -142,7 +142,7 @@ async fn start_epoch(broker: &Broker, replication: &Replication, epoch: u64) {
     let Some(consensus) = replication.consensus() else {
         return;
     };
-    let start_offset = broker.store.log_end().0;
+    let start_offset = broker.store().log_end().0;
     if let Err(error) = replication.epoch_file.advance(epoch) {
         tracing::error!(error = %crate::error::chain(&error), "cannot record the epoch this member starts; not taking mastership");
         return;
@@ -190,7 +190,10 @@ async fn serve_as_master(
             _ = tokio::time::sleep(MASTER_TICK) => {}
         }
     }
-    if let Err(error) = broker.transactions.reload(&broker.store, &broker.offsets) {
+    if let Err(error) = broker
+        .transactions()
+        .reload(broker.store(), broker.offsets())
+    {
         tracing::error!(error = %crate::error::chain(&error), "cannot reload the transaction state; half messages are checked from what this member knew");
     }
     let clamped = super::metadata::clamp_offsets_to_log(broker);
@@ -201,7 +204,7 @@ async fn serve_as_master(
         );
     }
     replication.role.send_replace(Role::Master { epoch });
-    replication.advance_confirmed(&broker.store);
+    replication.advance_confirmed(broker.store());
     tracing::info!(epoch, "taking writes as the group's master");
     let mut tick = tokio::time::interval(MASTER_TICK);
     loop {
@@ -210,15 +213,15 @@ async fn serve_as_master(
             _ = tick.tick() => {}
         }
         renew_lease(replication, epoch).await;
-        replication.advance_confirmed(&broker.store);
-        let Some(change) = replication.in_sync_change(&broker.store) else {
+        replication.advance_confirmed(broker.store());
+        let Some(change) = replication.in_sync_change(broker.store()) else {
             continue;
         };
         let Some(consensus) = replication.consensus() else {
             continue;
         };
         tracing::info!(?change, "proposing a new in-sync set");
-        replication.count_joining(&change, &broker.store);
+        replication.count_joining(&change, broker.store());
         match consensus.propose(change).await {
             Ok(CommandOutcome::Applied(_)) => {}
             Ok(CommandOutcome::Rejected(state)) => {
@@ -231,7 +234,7 @@ async fn serve_as_master(
         }
         // Agreed members count through the state from here; refused ones no longer count.
         replication.expanding.lock().clear();
-        replication.advance_confirmed(&broker.store);
+        replication.advance_confirmed(broker.store());
     }
 }
 

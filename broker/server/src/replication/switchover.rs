@@ -76,6 +76,20 @@ impl Replication {
         drop(self.appends.write());
         let end = store.log_end().0;
         self.log_grew.notify_waiters();
+        self.await_caught_up(target, end, timeout, paused).await?;
+        self.elect_target(epoch, target).await?;
+        self.await_epoch_started(epoch, target, timeout).await
+    }
+
+    /// Waits until `target` has acknowledged the log up to `end`, within what is left of
+    /// `timeout` since `paused`.
+    async fn await_caught_up(
+        &self,
+        target: u64,
+        end: u64,
+        timeout: Duration,
+        paused: Instant,
+    ) -> Result<(), SwitchoverError> {
         loop {
             let recorded = self.fetch_recorded.notified();
             tokio::pin!(recorded);
@@ -88,7 +102,7 @@ impl Replication {
                 .get(&target)
                 .map_or(0, |f| f.acked);
             if acked >= end {
-                break;
+                return Ok(());
             }
             let left = timeout.saturating_sub(paused.elapsed());
             if left.is_zero() || tokio::time::timeout(left, recorded).await.is_err() {
@@ -100,6 +114,10 @@ impl Replication {
                 });
             }
         }
+    }
+
+    /// Proposes `target` as the master of the epoch after `epoch`.
+    async fn elect_target(&self, epoch: u64, target: u64) -> Result<(), SwitchoverError> {
         let consensus = self
             .consensus()
             .ok_or_else(|| SwitchoverError::Consensus("consensus not started".into()))?;
@@ -126,7 +144,16 @@ impl Replication {
                 Err(error) => return Err(SwitchoverError::Consensus(error.to_string())),
             }
         }
-        // Done once the new master has agreed where its epoch starts.
+        Ok(())
+    }
+
+    /// Done once the new master has agreed where its epoch starts.
+    async fn await_epoch_started(
+        &self,
+        epoch: u64,
+        target: u64,
+        timeout: Duration,
+    ) -> Result<(), SwitchoverError> {
         let mut state = self.state.subscribe();
         let started = tokio::time::timeout(timeout.max(Duration::from_secs(1)), async {
             loop {

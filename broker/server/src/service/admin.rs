@@ -11,20 +11,20 @@ use crate::error::BrokerError;
 
 /// Creates or replaces a topic's config and persists the topics.
 pub async fn upsert_topic(broker: &Arc<Broker>, config: TopicConfig) -> Result<(), ServiceError> {
-    broker.topics.upsert(config);
-    blocking(broker, |broker| broker.topics.persist()).await
+    broker.topics().upsert(config);
+    blocking(broker, |broker| broker.topics().persist()).await
 }
 
 /// Removes a topic and its stored messages, then persists the topics.
 pub async fn delete_topic(broker: &Arc<Broker>, topic: &str) -> Result<(), ServiceError> {
-    broker.topics.remove(topic);
+    broker.topics().remove(topic);
     let deleted = topic.to_owned();
     blocking(broker, move |broker| {
         broker
-            .store
+            .store()
             .delete_topic(&deleted)
             .map_err(BrokerError::store("delete topic"))?;
-        broker.topics.persist()
+        broker.topics().persist()
     })
     .await
 }
@@ -34,8 +34,8 @@ pub async fn upsert_group(
     broker: &Arc<Broker>,
     config: SubscriptionGroupConfig,
 ) -> Result<(), ServiceError> {
-    broker.groups.upsert(config);
-    blocking(broker, |broker| broker.groups.persist()).await
+    broker.groups().upsert(config);
+    blocking(broker, |broker| broker.groups().persist()).await
 }
 
 /// Removes a subscription group (and its committed offsets when `drop_offsets`), then
@@ -45,11 +45,11 @@ pub async fn delete_group(
     group: &str,
     drop_offsets: bool,
 ) -> Result<(), ServiceError> {
-    broker.groups.remove(group);
+    broker.groups().remove(group);
     if drop_offsets {
-        broker.offsets.delete_group(group);
+        broker.offsets().delete_group(group);
     }
-    blocking(broker, |broker| broker.groups.persist()).await
+    blocking(broker, |broker| broker.groups().persist()).await
 }
 
 /// Sets the broker permission (each in turn: the last one stays) and persists it: a drained

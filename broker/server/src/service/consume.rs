@@ -18,11 +18,11 @@ pub fn commit_offset(
     queue_id: u32,
     offset: QueueOffset,
 ) {
-    let offset = match &broker.replication {
-        Some(_) => offset.min(broker.store.written_max_offset(topic, queue_id)),
+    let offset = match &broker.replication() {
+        Some(_) => offset.min(broker.store().written_max_offset(topic, queue_id)),
         None => offset,
     };
-    broker.offsets.commit(group, topic, queue_id, offset);
+    broker.offsets().commit(group, topic, queue_id, offset);
 }
 
 /// The group's committed offset of the queue; with none, 0 for a young queue when
@@ -35,16 +35,16 @@ pub fn query_offset(
     queue: u32,
     zero_allowed: bool,
 ) -> Result<QueueOffset, ServiceError> {
-    if let Some(offset) = broker.offsets.query(group, topic, queue) {
+    if let Some(offset) = broker.offsets().query(group, topic, queue) {
         return Ok(offset);
     }
-    if let Some(replication) = &broker.replication {
+    if let Some(replication) = &broker.replication() {
         if !matches!(replication.role(), crate::replication::Role::Master { .. }) {
             // A replica may not have copied the group's offset yet (a wiped one never did):
             // only the master may say there is none, or a client starts the queue over.
             return Err(ServiceError::Busy(format!(
                 "broker {} member {} is not the master and holds no offset of group {group} for {topic}/{queue}; ask the master",
-                broker.config.broker_name, replication.id
+                broker.config().broker_name, replication.id
             )));
         }
     }
@@ -59,7 +59,7 @@ pub fn query_offset(
 /// Apache's test for answering 0 to a group with no offset: the queue still starts at 0 and
 /// its first message (if any) is within the CommitLog's last 40% of physical memory.
 fn queue_start_is_hot(broker: &Broker, topic: &str, queue: u32) -> bool {
-    let store = &broker.store;
+    let store = &broker.store();
     if store.min_offset(topic, queue).0 > 0 {
         return false;
     }
@@ -90,7 +90,7 @@ pub fn check_broker_readable(broker: &Broker) -> Result<(), ServiceError> {
     }
     Err(ServiceError::Forbidden(format!(
         "broker {} is not readable",
-        broker.config.broker_name
+        broker.config().broker_name
     )))
 }
 
@@ -102,7 +102,7 @@ pub fn pull_topic(
     topic: &str,
     queue_id: u32,
 ) -> Result<TopicConfig, ServiceError> {
-    let Some(config) = broker.topics.get(topic) else {
+    let Some(config) = broker.topics().get(topic) else {
         return Err(ServiceError::TopicNotFound(format!(
             "topic {topic} does not exist"
         )));
@@ -113,7 +113,7 @@ pub fn pull_topic(
             config.read_queue_nums
         )));
     }
-    if let Some(found) = broker.groups.get(group) {
+    if let Some(found) = broker.groups().get(group) {
         if !found.consume_enable {
             return Err(ServiceError::Forbidden(format!(
                 "consumer group {group} is disabled"

@@ -45,7 +45,7 @@ fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessa
             sys_flag: t.sys_flag,
             born_timestamp_ms: t.born_timestamp_ms,
             born_host: t.born_host,
-            store_host: broker.store_host,
+            store_host: broker.store_host(),
             reconsume_times: t.reconsume_times,
             prepared_transaction_offset: t.prepared_transaction_offset,
         })
@@ -58,7 +58,7 @@ fn record_in(broker: &Broker, targets: &[StoreTarget]) {
     for run in targets.chunk_by(|a, b| a.topic == b.topic) {
         let bytes = run.iter().map(|target| target.body.len() as u64).sum();
         broker
-            .metrics
+            .metrics()
             .record_in(&run[0].topic, run.len() as u64, bytes);
     }
 }
@@ -74,7 +74,7 @@ pub(crate) fn store_message(
     let results = {
         let _admitted = admit_write(broker)?;
         broker
-            .store
+            .store()
             .put_batch(&new_messages(broker, targets), crate::now_ms())?
     };
     appended(broker);
@@ -92,12 +92,12 @@ pub(crate) async fn store_message_async(
     let appended_batch = {
         let _admitted = admit_write(broker)?;
         broker
-            .store
+            .store()
             .append(&new_messages(broker, targets), crate::now_ms())?
     };
     appended(broker);
     broker.wait_durable(appended_batch.end).await?;
-    if let Some(replication) = &broker.replication {
+    if let Some(replication) = &broker.replication() {
         replication.wait_confirmed(appended_batch.end).await?;
     }
     record_in(broker, targets);
@@ -109,7 +109,7 @@ pub(crate) async fn store_message_async(
 fn admit_write(
     broker: &Broker,
 ) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>, StoreError> {
-    let Some(replication) = &broker.replication else {
+    let Some(replication) = &broker.replication() else {
         return Ok(None);
     };
     replication.admit_write().map(Some).map_err(|refusal| {
@@ -121,19 +121,19 @@ fn admit_write(
 }
 
 fn appended(broker: &Broker) {
-    if let Some(replication) = &broker.replication {
-        replication.appended(&broker.store);
+    if let Some(replication) = &broker.replication() {
+        replication.appended(broker.store());
     }
 }
 
 /// The topic's config, created when auto-creation is on.
 pub(crate) fn topic_for_send(broker: &Broker, topic: &str) -> Result<TopicConfig, ServiceError> {
     validate_topic_name(topic).map_err(|e| ServiceError::IllegalMessage(e.to_string()))?;
-    if let Some(config) = broker.topics.get(topic) {
+    if let Some(config) = broker.topics().get(topic) {
         return Ok(config);
     }
     let system = topic.starts_with(RETRY_PREFIX) || topic.starts_with(DLQ_PREFIX);
-    if !broker.config.auto_create_topics && !system {
+    if !broker.config().auto_create_topics && !system {
         return Err(ServiceError::TopicNotFound(format!(
             "topic {topic} does not exist and auto-create-topics is off"
         )));
@@ -141,9 +141,9 @@ pub(crate) fn topic_for_send(broker: &Broker, topic: &str) -> Result<TopicConfig
     let queues = if system {
         1
     } else {
-        broker.config.default_queue_nums
+        broker.config().default_queue_nums
     };
-    let (config, created) = broker.topics.get_or_create(topic, queues);
+    let (config, created) = broker.topics().get_or_create(topic, queues);
     if created {
         tracing::info!(topic, queues, "topic auto-created");
     }
@@ -163,7 +163,7 @@ pub(crate) fn check_broker_writable(broker: &Broker) -> Result<(), ServiceError>
     }
     Err(ServiceError::Forbidden(format!(
         "broker {} is not writable (brokerPermission {})",
-        broker.config.broker_name,
+        broker.config().broker_name,
         broker.permission()
     )))
 }
@@ -194,7 +194,7 @@ pub(crate) fn park_if_delayed(
     let Some(deliver_ms) = deliver_ms.filter(|at| *at > now) else {
         return Ok(target);
     };
-    let max = broker.config.timer_max_delay_ms;
+    let max = broker.config().timer_max_delay_ms;
     if deliver_ms - now > i64::try_from(max).unwrap_or(i64::MAX) {
         return Err(ServiceError::IllegalMessage(format!(
             "timed delivery {} ms ahead exceeds timer-max-delay-ms {max}; the message was \
@@ -202,7 +202,7 @@ pub(crate) fn park_if_delayed(
             deliver_ms - now
         )));
     }
-    broker.topics.get_or_create(timer::TIMER_TOPIC, 1);
+    broker.topics().get_or_create(timer::TIMER_TOPIC, 1);
     target.properties = timer::timer_properties(
         &target.properties,
         &target.topic,
@@ -228,7 +228,7 @@ pub(crate) fn half_message(
     properties
         .entry(msg::PROPERTY_PRODUCER_GROUP.into())
         .or_insert_with(|| producer_group.to_owned());
-    broker.topics.get_or_create(transaction::HALF_TOPIC, 1);
+    broker.topics().get_or_create(transaction::HALF_TOPIC, 1);
     StoreTarget {
         topic: transaction::HALF_TOPIC.to_owned(),
         queue_id: transaction::HALF_QUEUE,

@@ -28,7 +28,7 @@ pub(crate) async fn end_transaction(
     broker: &Broker,
     ending: Ending<'_>,
 ) -> Result<(), ServiceError> {
-    let claim = match broker.transactions.claim(ending.half_offset) {
+    let claim = match broker.transactions().claim(ending.half_offset) {
         Claim::Granted(claim) => claim,
         Claim::Settled | Claim::Busy => {
             tracing::debug!(
@@ -69,7 +69,7 @@ fn prepared_message(broker: &Broker, ending: &Ending<'_>) -> Result<Record, Serv
     let offset = u64::try_from(ending.commit_log_offset)
         .map_err(|_| refuse("The commit log offset wrong"))?;
     let half = broker
-        .store
+        .store()
         .read_record(CommitLogOffset(offset))
         .map_err(|_| refuse("Find prepared transaction message failed"))?;
     if half.topic != transaction::HALF_TOPIC {
