@@ -2,7 +2,6 @@
 
 mod admin;
 mod heartbeat;
-mod legacy;
 mod offsets;
 mod pull;
 mod query;
@@ -25,10 +24,6 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
-pub(crate) use legacy::{
-    check_broker_writable, end_transaction, half_message, park_if_delayed, store_message_async,
-    topic_for_send, Ending, SendError, StoreTarget,
-};
 
 /// What a processor sees: the broker and the connection the request came on.
 #[derive(Clone)]
