@@ -156,12 +156,17 @@ pub enum ReplicationMode {
 }
 
 impl ReplicationMode {
+    /// The broker's `replication` setting.
+    pub fn broker_mode(self) -> quiver_broker_config::ReplicationMode {
+        match self {
+            ReplicationMode::Async => quiver_broker_config::ReplicationMode::Async,
+            ReplicationMode::Sync => quiver_broker_config::ReplicationMode::Sync,
+        }
+    }
+
     /// The broker's `--replication` value.
     pub fn flag(self) -> &'static str {
-        match self {
-            ReplicationMode::Async => "async",
-            ReplicationMode::Sync => "sync",
-        }
+        self.broker_mode().as_str()
     }
 }
 

@@ -3,8 +3,9 @@
 
 use crate::admin::BrokerPermission;
 use crate::crd::{
-    Broker, FlushDiskType, SecuritySpec, TlsClientAuth, TlsMode, VolumeRetentionPolicy,
-    BROKER_DISK_CLEAN_PERCENT, BROKER_DISK_FORCE_CLEAN_PERCENT, NAMESPACE_NAME_LABEL,
+    Broker, FlushDiskType, RetentionSpec, SecuritySpec, TlsClientAuth, TlsMode,
+    VolumeRetentionPolicy, BROKER_DISK_CLEAN_PERCENT, BROKER_DISK_FORCE_CLEAN_PERCENT,
+    NAMESPACE_NAME_LABEL,
 };
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -29,6 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
+use quiver_broker_config::{BrokerSettings, FlushMode};
 use std::collections::BTreeMap;
 
 /// Remoting port (also the name server).
@@ -254,64 +256,75 @@ fn namespace_of(broker: &Broker) -> String {
 /// of the other groups as peers (the broker lists its own group in routes, so none of it is its
 /// peer). A member of a replicated group also gets the group's members, its replica id (the
 /// ordinal within the group) and the replication settings.
-pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json::Value {
+pub fn broker_settings(broker: &Broker, ordinal: i32, replicas: i32) -> BrokerSettings {
     let (group, replica) = group_of(broker, ordinal);
     let peers: Vec<String> = (0..replicas)
         .filter(|peer| group_of(broker, *peer).0 != group)
         .map(|peer| broker_address(broker, peer))
         .collect();
-    let mut config = serde_json::json!({
-        "broker-name": group_name(broker, group),
-        "advertise": broker_address(broker, ordinal),
-        "data-dir": DATA_DIR,
-        "listen": format!("0.0.0.0:{REMOTING_PORT}"),
-        "http-listen": format!("0.0.0.0:{HTTP_PORT}"),
-        "grpc-listen": format!("0.0.0.0:{GRPC_PORT}"),
-        "grpc-advertise": grpc_address(broker, ordinal),
-        "cluster": broker.name_any(),
-        "peers": peers,
-        "flush-mode": match broker.spec.flush_disk_type {
-            FlushDiskType::Async => "async",
-            FlushDiskType::Sync => "sync",
+    let mut settings = BrokerSettings {
+        broker_name: group_name(broker, group),
+        advertise: Some(broker_address(broker, ordinal)),
+        data_dir: DATA_DIR.into(),
+        listen: format!("0.0.0.0:{REMOTING_PORT}"),
+        http_listen: format!("0.0.0.0:{HTTP_PORT}"),
+        grpc_listen: format!("0.0.0.0:{GRPC_PORT}"),
+        grpc_advertise: Some(grpc_address(broker, ordinal)),
+        cluster: broker.name_any(),
+        peers,
+        flush_mode: match broker.spec.flush_disk_type {
+            FlushDiskType::Async => FlushMode::Async,
+            FlushDiskType::Sync => FlushMode::Sync,
         },
-    });
+        ..BrokerSettings::default()
+    };
     if let Some(replication) = broker.spec.replication.as_ref() {
         if broker.is_replicated() {
-            config["group-members"] = group_members(broker, group).into();
-            config["replica-id"] = replica.into();
-            config["replication"] = replication.mode.flag().into();
-            config["min-in-sync-replicas"] = replication.min_in_sync_replicas.into();
+            settings.group_members = group_members(broker, group);
+            settings.replica_id = u64::try_from(replica).ok();
+            settings.replication = Some(replication.mode.broker_mode());
+            settings.min_in_sync_replicas = u32::try_from(replication.min_in_sync_replicas).ok();
         }
     }
     if let Some(retention) = &broker.spec.retention {
-        config["file-reserved-hours"] = retention.file_reserved_hours.into();
-        // The CEL rules allow 1..=100 but the schema type allows 0..=255; the broker takes a
-        // ratio in (0, 1], so a percentage outside 1..=100 keeps the broker's default.
-        let ratio = |percent: Option<u8>| {
-            percent
-                .filter(|p| (1..=100).contains(p))
-                .map(|p| f64::from(p) / 100.0)
-        };
-        if let Some(high_water) = ratio(retention.disk_high_water_percent) {
-            config["disk-high-water-ratio"] = high_water.into();
-        }
-        let clean = ratio(retention.disk_clean_percent);
-        let force_clean = ratio(retention.disk_force_clean_percent);
-        // A broker whose clean ratio exceeds its force-clean ratio does not start; CEL rejects
-        // such a spec (counting an absent one at the broker's default), so this is only a guard.
-        let effective_clean = clean.unwrap_or(f64::from(BROKER_DISK_CLEAN_PERCENT) / 100.0);
-        let effective_force_clean =
-            force_clean.unwrap_or(f64::from(BROKER_DISK_FORCE_CLEAN_PERCENT) / 100.0);
-        if effective_clean <= effective_force_clean {
-            if let Some(clean) = clean {
-                config["disk-clean-ratio"] = clean.into();
-            }
-            if let Some(force_clean) = force_clean {
-                config["disk-force-clean-ratio"] = force_clean.into();
-            }
-        }
+        retention_settings(retention, &mut settings);
     }
-    config
+    settings
+}
+
+/// spec.retention's settings: the hours, and the disk ratios the broker would start with.
+fn retention_settings(retention: &RetentionSpec, settings: &mut BrokerSettings) {
+    settings.file_reserved_hours = Some(u64::from(retention.file_reserved_hours));
+    // The CEL rules allow 1..=100 but the schema type allows 0..=255; the broker takes a
+    // ratio in (0, 1], so a percentage outside 1..=100 keeps the broker's default.
+    let ratio = |percent: Option<u8>| {
+        percent
+            .filter(|p| (1..=100).contains(p))
+            .map(|p| f64::from(p) / 100.0)
+    };
+    settings.disk_high_water_ratio = ratio(retention.disk_high_water_percent);
+    let clean = ratio(retention.disk_clean_percent);
+    let force_clean = ratio(retention.disk_force_clean_percent);
+    // A broker whose clean ratio exceeds its force-clean ratio does not start; CEL rejects
+    // such a spec (counting an absent one at the broker's default), so this is only a guard.
+    let effective_clean = clean.unwrap_or(f64::from(BROKER_DISK_CLEAN_PERCENT) / 100.0);
+    let effective_force_clean =
+        force_clean.unwrap_or(f64::from(BROKER_DISK_FORCE_CLEAN_PERCENT) / 100.0);
+    if effective_clean <= effective_force_clean {
+        settings.disk_clean_ratio = clean;
+        settings.disk_force_clean_ratio = force_clean;
+    }
+}
+
+/// [`broker_settings`] as the JSON the config file holds.
+pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json::Value {
+    settings_json(&broker_settings(broker, ordinal, replicas))
+}
+
+/// Settings as a JSON value: an object with its keys sorted, so the rendered file (and the
+/// config hash of the pod template) does not depend on the struct's field order.
+fn settings_json(settings: &BrokerSettings) -> serde_json::Value {
+    serde_json::to_value(settings).expect("broker settings serialize")
 }
 
 /// ConfigMap with one config file per broker. Brokers from ordinal `draining_from` on start
@@ -319,11 +332,12 @@ pub fn broker_config(broker: &Broker, ordinal: i32, replicas: i32) -> serde_json
 pub fn config_map(broker: &Broker, replicas: i32, draining_from: Option<i32>) -> ConfigMap {
     let files = (0..replicas)
         .map(|ordinal| {
-            let mut config = broker_config(broker, ordinal, replicas);
+            let mut settings = broker_settings(broker, ordinal, replicas);
             if draining_from.is_some_and(|first| ordinal >= first) {
-                config["broker-permission"] = BrokerPermission::ReadOnly.wire_value().into();
+                settings.broker_permission = Some(BrokerPermission::ReadOnly.wire_value());
             }
-            let text = serde_json::to_string_pretty(&config).expect("json value serializes");
+            let text = serde_json::to_string_pretty(&settings_json(&settings))
+                .expect("json value serializes");
             (format!("{}.json", pod_name(broker, ordinal)), text)
         })
         .collect();

@@ -7,56 +7,10 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use quiver_protocol::body::perm;
 use serde::{Deserialize, Serialize};
 
+pub use quiver_broker_config::{defaults, BrokerSettings, ClientAuth, ReplicationMode, TlsMode};
 pub use quiver_store::FlushMode;
-use quiver_store::MIN_SEGMENT_SIZE_BYTES;
 
-const MAX_MESSAGE_SIZE_LIMIT_BYTES: u32 = 15 * 1024 * 1024;
-
-/// Each default once: clap's `--help` and `BrokerConfig::default()` both read these.
-pub mod defaults {
-    pub const DATA_DIR: &str = "./data";
-    pub const LISTEN: &str = "0.0.0.0:10911";
-    pub const HTTP_LISTEN: &str = "0.0.0.0:8080";
-    /// The RocketMQ 5.x Proxy's gRPC port.
-    pub const GRPC_LISTEN: &str = "0.0.0.0:8081";
-    pub const BROKER_NAME: &str = "broker-0";
-    pub const CLUSTER: &str = "DefaultCluster";
-    pub const SEGMENT_SIZE: u64 = 1 << 30;
-    pub const DEFAULT_QUEUE_NUMS: u32 = 8;
-    pub const MAX_MESSAGE_SIZE: u32 = 4 * 1024 * 1024;
-    pub const WORKER_THREADS: usize = 0;
-    pub const MAX_CONNECTIONS: usize = 16_384;
-    pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 1024;
-    pub const MAX_PARKED_PULLS_PER_CONNECTION: usize = 1024;
-    pub const MAX_PARKED_PULLS: usize = 65536;
-    pub const MAX_INFLIGHT_PER_CONNECTION: usize = 256;
-    pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
-    pub const MAX_INFLIGHT_BYTES_PER_CONNECTION: usize = 32 * 1024 * 1024;
-    /// The least per-connection budget: a few requests' worth (larger frames are read alone).
-    pub const MIN_INFLIGHT_BYTES_PER_CONNECTION: usize = 64 * 1024;
-    pub const CLIENT_EXPIRY_MS: u64 = 120_000;
-    /// Apache's `serverChannelMaxIdleTimeSeconds`.
-    pub const IDLE_CONNECTION_TIMEOUT_MS: u64 = 120_000;
-    pub const FRAME_READ_TIMEOUT_MS: u64 = 30_000;
-    pub const PERSIST_INTERVAL_MS: u64 = 5_000;
-    pub const MAX_RECONSUME_TIMES: i32 = 16;
-    pub const FILE_RESERVED_HOURS: u64 = 72;
-    pub const DISK_HIGH_WATER_RATIO: f64 = 0.90;
-    pub const DISK_CLEAN_RATIO: f64 = 0.75;
-    pub const DISK_FORCE_CLEAN_RATIO: f64 = 0.85;
-    pub const DISK_CHECK_INTERVAL_MS: u64 = 1000;
-    pub const SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
-    /// Apache's `transactionTimeOut` and `transactionCheckMax`.
-    pub const TRANSACTION_TIMEOUT_MS: u64 = 6_000;
-    pub const TRANSACTION_CHECK_MAX: u32 = 15;
-    pub const TRANSACTION_CHECK_INTERVAL_MS: u64 = 1_000;
-    /// Apache's `timerMaxDelaySec`: 3 days.
-    pub const TIMER_MAX_DELAY_MS: u64 = 259_200_000;
-    pub const MIN_IN_SYNC_REPLICAS: u32 = 1;
-    pub const REPLICA_LAG_MAX_MS: u64 = 3_000;
-    pub const MASTER_TIMEOUT_MS: u64 = 1_500;
-    pub const REPLICATION_TIMEOUT_MS: u64 = 5_000;
-}
+mod validate;
 
 /// Every setting of the broker. Each field is a flag `--<name>`, an environment variable
 /// `QUIVER_<NAME>` and a key `<name>` of the `--config` file (TOML or JSON).
@@ -353,46 +307,6 @@ pub struct BrokerConfig {
     pub replication_timeout_ms: u64,
 }
 
-/// How sends wait for replicas (`--replication`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ReplicationMode {
-    Sync,
-    #[default]
-    Async,
-}
-
-impl ReplicationMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReplicationMode::Sync => "sync",
-            ReplicationMode::Async => "async",
-        }
-    }
-}
-
-/// TLS on the remoting port (`--tls-mode`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum TlsMode {
-    #[default]
-    Disabled,
-    /// TLS and plain connections on the same port.
-    Permissive,
-    /// TLS connections only.
-    Enforcing,
-}
-
-/// Whether the remoting port asks clients for a certificate (`--tls-client-auth`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ClientAuth {
-    #[default]
-    None,
-    Optional,
-    Require,
-}
-
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
@@ -488,252 +402,9 @@ fn is_host_port(value: &str) -> bool {
 }
 
 impl BrokerConfig {
-    /// Checks every bound; the error names the first bad field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.validate_addresses()?;
-        self.validate_sizes()?;
-        self.validate_limits()?;
-        // The disk settings are the store's: its check names the field at fault.
-        self.store_config()
-            .validate()
-            .map_err(|error| invalid(error.field, error.reason))?;
-        if self.shutdown_timeout_ms < 100 {
-            return Err(invalid("shutdown-timeout-ms", "must be at least 100"));
-        }
-        self.validate_security()?;
-        self.validate_tls()?;
-        self.validate_transactions()?;
-        self.validate_replication()?;
-        Ok(())
-    }
-
-    /// The ACL file and the credentials for peers.
-    fn validate_security(&self) -> Result<(), ConfigError> {
-        if self
-            .acl_file
-            .as_ref()
-            .is_some_and(|path| path.as_os_str().is_empty())
-        {
-            return Err(invalid("acl-file", "must not be empty"));
-        }
-        if self.peer_access_key.is_some() != self.peer_secret_key.is_some() {
-            return Err(invalid(
-                "peer-access-key",
-                "peer-access-key and peer-secret-key go together",
-            ));
-        }
-        Ok(())
-    }
-
-    /// TLS needs a certificate and key; client certificates need a CA.
-    fn validate_tls(&self) -> Result<(), ConfigError> {
-        let files = [
-            ("tls-cert-file", &self.tls_cert_file),
-            ("tls-key-file", &self.tls_key_file),
-            ("tls-ca-file", &self.tls_ca_file),
-        ];
-        for (field, path) in files {
-            if path
-                .as_ref()
-                .is_some_and(|path| path.as_os_str().is_empty())
-            {
-                return Err(invalid(field, "must not be empty"));
-            }
-        }
-        let serves_tls = self.tls_mode != TlsMode::Disabled || self.http_tls;
-        let why = if self.http_tls {
-            "http-tls"
-        } else {
-            "tls-mode"
-        };
-        if serves_tls && self.tls_cert_file.is_none() {
-            return Err(invalid(
-                "tls-cert-file",
-                format!("{why} needs --tls-cert-file"),
-            ));
-        }
-        if serves_tls && self.tls_key_file.is_none() {
-            return Err(invalid(
-                "tls-key-file",
-                format!("{why} needs --tls-key-file"),
-            ));
-        }
-        if self.tls_client_auth != ClientAuth::None {
-            if self.tls_mode == TlsMode::Disabled {
-                return Err(invalid(
-                    "tls-client-auth",
-                    "needs --tls-mode permissive or enforcing",
-                ));
-            }
-            if self.tls_ca_file.is_none() {
-                return Err(invalid(
-                    "tls-ca-file",
-                    "tls-client-auth needs --tls-ca-file",
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// Whether the remoting port or the HTTP port serves TLS (certificates are loaded).
     pub fn serves_tls(&self) -> bool {
         self.tls_mode != TlsMode::Disabled || self.http_tls
-    }
-
-    /// The check-back service's bounds.
-    fn validate_transactions(&self) -> Result<(), ConfigError> {
-        if self.transaction_timeout_ms < 100 {
-            return Err(invalid("transaction-timeout-ms", "must be at least 100"));
-        }
-        if self.transaction_check_max == 0 {
-            return Err(invalid("transaction-check-max", "must be at least 1"));
-        }
-        if self.transaction_check_interval_ms < 10 {
-            return Err(invalid(
-                "transaction-check-interval-ms",
-                "must be at least 10",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The data directory, addresses and names.
-    fn validate_addresses(&self) -> Result<(), ConfigError> {
-        if self.data_dir.as_os_str().is_empty() {
-            return Err(invalid("data-dir", "must not be empty"));
-        }
-        let addresses = [("listen", &self.listen), ("http-listen", &self.http_listen)]
-            .into_iter()
-            .chain(
-                self.advertise
-                    .iter()
-                    .map(|advertise| ("advertise", advertise)),
-            )
-            .chain(self.grpc_listen().map(|listen| ("grpc-listen", listen)))
-            .chain(
-                self.grpc_advertise
-                    .iter()
-                    .map(|advertise| ("grpc-advertise", advertise)),
-            )
-            .chain(self.peers.iter().map(|peer| ("peers", peer)));
-        for (field, value) in addresses {
-            if !is_host_port(value) {
-                return Err(invalid(field, format!("`{value}` is not host:port")));
-            }
-        }
-        let name_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 127
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        };
-        if !name_ok(&self.broker_name) {
-            return Err(invalid("broker-name", "1..=127 chars of [A-Za-z0-9_.-]"));
-        }
-        if !name_ok(&self.cluster) {
-            return Err(invalid("cluster", "1..=127 chars of [A-Za-z0-9_.-]"));
-        }
-        Ok(())
-    }
-
-    /// Segment, message and queue sizes, and the permission.
-    fn validate_sizes(&self) -> Result<(), ConfigError> {
-        if self.segment_size < MIN_SEGMENT_SIZE_BYTES {
-            return Err(invalid("segment-size", "must be at least 65536 bytes"));
-        }
-        if u64::from(self.max_message_size) > self.segment_size / 2 {
-            return Err(invalid(
-                "max-message-size",
-                format!(
-                    "must be at most half of segment-size ({})",
-                    self.segment_size / 2
-                ),
-            ));
-        }
-        if !(1..=1024).contains(&self.default_queue_nums) {
-            return Err(invalid("default-queue-nums", "must be in 1..=1024"));
-        }
-        if self.max_message_size == 0 || self.max_message_size > MAX_MESSAGE_SIZE_LIMIT_BYTES {
-            return Err(invalid("max-message-size", "must be in 1..=15728640"));
-        }
-        if !(1_000..=31_536_000_000).contains(&self.timer_max_delay_ms) {
-            return Err(invalid(
-                "timer-max-delay-ms",
-                "must be in 1000..=31536000000",
-            ));
-        }
-        if !perm::is_broker_permission(self.broker_permission) {
-            return Err(invalid(
-                "broker-permission",
-                "must be 6 (read-write), 4 (read-only) or 2 (write-only)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Connection, in-flight and timing bounds.
-    fn validate_limits(&self) -> Result<(), ConfigError> {
-        let at_least_one = [
-            ("max-connections", self.max_connections),
-            (
-                "max-connections-per-address",
-                self.max_connections_per_address,
-            ),
-            ("max-parked-pulls", self.max_parked_pulls),
-            (
-                "max-parked-pulls-per-connection",
-                self.max_parked_pulls_per_connection,
-            ),
-            (
-                "max-inflight-per-connection",
-                self.max_inflight_per_connection,
-            ),
-        ];
-        if let Some((field, _)) = at_least_one.iter().find(|(_, value)| *value == 0) {
-            return Err(invalid(field, "must be at least 1"));
-        }
-        let byte_budgets = [
-            (
-                "max-inflight-bytes",
-                self.max_inflight_bytes,
-                quiver_protocol::MAX_FRAME_BYTES,
-            ),
-            (
-                "max-inflight-bytes-per-connection",
-                self.max_inflight_bytes_per_connection,
-                defaults::MIN_INFLIGHT_BYTES_PER_CONNECTION,
-            ),
-        ];
-        for (field, bytes, least) in byte_budgets {
-            if !(least..=u32::MAX as usize).contains(&bytes) {
-                return Err(invalid(field, format!("must be in {least}..=4294967295")));
-            }
-        }
-        if self.client_expiry_ms < 1000 {
-            return Err(invalid("client-expiry-ms", "must be at least 1000"));
-        }
-        if (1..1000).contains(&self.idle_connection_timeout_ms) {
-            return Err(invalid(
-                "idle-connection-timeout-ms",
-                "must be 0 (never) or at least 1000",
-            ));
-        }
-        if (1..100).contains(&self.frame_read_timeout_ms) {
-            return Err(invalid(
-                "frame-read-timeout-ms",
-                "must be 0 (no bound) or at least 100",
-            ));
-        }
-        if self.persist_interval_ms < 100 {
-            return Err(invalid("persist-interval-ms", "must be at least 100"));
-        }
-        if !(0..=64).contains(&self.max_reconsume_times) {
-            return Err(invalid("max-reconsume-times", "must be in 0..=64"));
-        }
-        if self.file_reserved_hours == 0 {
-            return Err(invalid("file-reserved-hours", "must be at least 1"));
-        }
-        Ok(())
     }
 
     /// How long a started frame may take to arrive whole; None: no bound.
@@ -771,33 +442,6 @@ impl BrokerConfig {
     /// Whether this broker is one member of a replicated group.
     pub fn is_replicated(&self) -> bool {
         !self.group_members.is_empty()
-    }
-
-    fn validate_replication(&self) -> Result<(), ConfigError> {
-        let members = self.members()?;
-        let replicas = members.len().max(1) as u32;
-        if !members.is_empty() && !members.contains_key(&self.replica_id) {
-            return Err(invalid(
-                "replica-id",
-                format!("{} is not one of --group-members", self.replica_id),
-            ));
-        }
-        if self.min_in_sync_replicas == 0 || self.min_in_sync_replicas > replicas {
-            return Err(invalid(
-                "min-in-sync-replicas",
-                format!("must be in 1..={replicas} (the group's members)"),
-            ));
-        }
-        if self.replica_lag_max_ms < 100 || self.master_timeout_ms < 100 {
-            return Err(invalid(
-                "master-timeout-ms",
-                "master-timeout-ms and replica-lag-max-ms must be at least 100",
-            ));
-        }
-        if self.replication_timeout_ms < 100 {
-            return Err(invalid("replication-timeout-ms", "must be at least 100"));
-        }
-        Ok(())
     }
 
     /// The account peer polls are signed with, if one is given.
@@ -865,6 +509,58 @@ impl BrokerConfig {
             // A group member's readers see only what every in-sync member holds.
             publish_on_confirm: self.is_replicated(),
             ..quiver_store::StoreConfig::default()
+        }
+    }
+
+    /// This config with a deployment's settings (what the operator writes in each pod's config
+    /// file) in place of its own: every field of [`BrokerSettings`] is taken, an absent optional
+    /// one keeps this config's value.
+    pub fn with_settings(self, settings: BrokerSettings) -> BrokerConfig {
+        let BrokerSettings {
+            broker_name,
+            cluster,
+            data_dir,
+            listen,
+            http_listen,
+            grpc_listen,
+            advertise,
+            grpc_advertise,
+            peers,
+            flush_mode,
+            group_members,
+            replica_id,
+            replication,
+            min_in_sync_replicas,
+            file_reserved_hours,
+            disk_high_water_ratio,
+            disk_clean_ratio,
+            disk_force_clean_ratio,
+            broker_permission,
+        } = settings;
+        BrokerConfig {
+            broker_name,
+            cluster,
+            data_dir,
+            listen,
+            http_listen,
+            grpc_listen,
+            advertise: advertise.or(self.advertise),
+            grpc_advertise: grpc_advertise.or(self.grpc_advertise),
+            peers,
+            flush_mode: match flush_mode {
+                quiver_broker_config::FlushMode::Async => FlushMode::Async,
+                quiver_broker_config::FlushMode::Sync => FlushMode::Sync,
+            },
+            group_members,
+            replica_id: replica_id.unwrap_or(self.replica_id),
+            replication: replication.unwrap_or(self.replication),
+            min_in_sync_replicas: min_in_sync_replicas.unwrap_or(self.min_in_sync_replicas),
+            file_reserved_hours: file_reserved_hours.unwrap_or(self.file_reserved_hours),
+            disk_high_water_ratio: disk_high_water_ratio.unwrap_or(self.disk_high_water_ratio),
+            disk_clean_ratio: disk_clean_ratio.unwrap_or(self.disk_clean_ratio),
+            disk_force_clean_ratio: disk_force_clean_ratio.unwrap_or(self.disk_force_clean_ratio),
+            broker_permission: broker_permission.unwrap_or(self.broker_permission),
+            ..self
         }
     }
 
@@ -1160,6 +856,43 @@ mod tests {
         assert_eq!(from_file.tls_mode, TlsMode::Enforcing);
         assert!(from_file.http_tls);
         from_file.validate().expect("cert and key given");
+    }
+
+    #[test]
+    fn settings_written_to_a_file_parse_as_with_settings_says() {
+        let settings = BrokerSettings {
+            broker_name: "qb-g1".into(),
+            cluster: "qb".into(),
+            data_dir: "/data".into(),
+            listen: "0.0.0.0:10911".into(),
+            http_listen: "0.0.0.0:8080".into(),
+            grpc_listen: "0.0.0.0:8081".into(),
+            advertise: Some("qb-4.qb-headless.ns.svc:10911".into()),
+            grpc_advertise: Some("qb-4.qb-headless.ns.svc:8081".into()),
+            peers: vec!["qb-0.qb-headless.ns.svc:10911".into()],
+            flush_mode: quiver_broker_config::FlushMode::Sync,
+            group_members: vec![
+                "0=qb-3.qb-headless.ns.svc:10911".into(),
+                "1=qb-4.qb-headless.ns.svc:10911".into(),
+            ],
+            replica_id: Some(1),
+            replication: Some(ReplicationMode::Sync),
+            min_in_sync_replicas: Some(2),
+            file_reserved_hours: Some(48),
+            disk_high_water_ratio: Some(0.7),
+            disk_clean_ratio: Some(0.55),
+            disk_force_clean_ratio: Some(0.65),
+            broker_permission: Some(perm::READ_ONLY),
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("broker.json");
+        let text = serde_json::to_string_pretty(&settings).expect("serializes");
+        std::fs::write(&path, text).expect("write");
+        let parsed = BrokerConfig::from_file(&path).expect("parses");
+        parsed.validate().expect("valid");
+        assert_eq!(parsed, BrokerConfig::default().with_settings(settings));
+        assert_eq!(parsed.flush_mode, FlushMode::Sync);
+        assert_eq!(parsed.broker_permission, perm::READ_ONLY);
     }
 
     #[test]

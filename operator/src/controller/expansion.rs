@@ -3,14 +3,14 @@
 //! reconcile (CEL forbids shrinking the spec back, so a hard failure would repeat forever).
 
 use super::conditions::Desired;
-use super::{error_chain, Context, Error};
+use super::error_chain;
 use crate::crd::{Broker, StorageStatus};
-use crate::desired::{self, RolloutPlan};
+use crate::desired::RolloutPlan;
 use crate::quantity::quantity_bytes;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::Api;
 use std::collections::BTreeMap;
 
@@ -143,34 +143,35 @@ fn capacity_bytes(claim: &PersistentVolumeClaim) -> u128 {
     )
 }
 
-/// Grows the claims of the current brokers to the spec size when their StorageClass allows it.
-pub async fn expand_volumes(
+/// The bytes spec.storage.size asks for, when that is more than the claim template's
+/// `claim_size` (an expansion is asked for); None otherwise.
+pub fn growth(requested: &str, claim_size: &str) -> Option<u128> {
+    let (wanted, template) = (quantity_bytes(requested)?, quantity_bytes(claim_size)?);
+    (wanted > template).then_some(wanted)
+}
+
+/// The claims that request less than `wanted` bytes.
+pub fn to_grow(
+    claims: &[PersistentVolumeClaim],
+    wanted: u128,
+) -> impl Iterator<Item = &PersistentVolumeClaim> {
+    claims.iter().filter(move |c| requested_bytes(c) < wanted)
+}
+
+/// The expansion of `claims` (the claims of `replicas` brokers that exist) to spec.storage.size,
+/// pure: its progress and condition, and the claims to patch (empty when the StorageClass
+/// refuses, or nothing is left to grow). `classes` are the StorageClasses as read, None when
+/// not read, or why they could not be.
+pub fn plan(
     broker: &Broker,
-    namespace: &str,
     plan: &RolloutPlan,
-    ctx: &Context,
-) -> Result<Expansion, Error> {
+    claims: &[PersistentVolumeClaim],
+    classes: Option<&Result<Vec<StorageClass>, String>>,
+) -> (Expansion, Vec<String>) {
     let requested = &broker.spec.storage.size;
-    let (Some(wanted), Some(template)) =
-        (quantity_bytes(requested), quantity_bytes(&plan.claim_size))
-    else {
-        return Ok(Expansion::default());
+    let Some(wanted) = growth(requested, &plan.claim_size) else {
+        return (Expansion::default(), Vec::new());
     };
-    if wanted <= template {
-        return Ok(Expansion::default());
-    }
-    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut claims = Vec::new();
-    for ordinal in 0..plan.replicas {
-        let name = desired::claim_name(broker, ordinal);
-        if let Some(claim) = claims_api
-            .get_opt(&name)
-            .await
-            .map_err(Error::kube(format!("reading PVC {name}")))?
-        {
-            claims.push(claim);
-        }
-    }
     let storage = Some(StorageStatus {
         requested: requested.clone(),
         resized_claims: claims
@@ -179,10 +180,7 @@ pub async fn expand_volumes(
             .count() as i32,
         total_claims: plan.replicas,
     });
-    let to_grow: Vec<&PersistentVolumeClaim> = claims
-        .iter()
-        .filter(|c| requested_bytes(c) < wanted)
-        .collect();
+    let to_grow: Vec<&PersistentVolumeClaim> = to_grow(claims, wanted).collect();
     if let Some(first) = to_grow.first() {
         // The claim's own class is what the volume has; the spec's is what it was created from.
         let class_name = first
@@ -190,55 +188,52 @@ pub async fn expand_volumes(
             .as_ref()
             .and_then(|spec| spec.storage_class_name.clone())
             .or_else(|| broker.spec.storage.storage_class_name.clone());
-        if let Some(refused) = check_class(class_name.as_deref(), requested, ctx).await {
-            return Ok(Expansion {
+        let refused = match classes {
+            Some(Ok(classes)) => refusal(class_name.as_deref(), classes, requested),
+            Some(Err(error)) => Some(unreadable(error)),
+            None => None,
+        };
+        if let Some(refused) = refused {
+            let expansion = Expansion {
                 storage,
                 condition: Some(refused),
-            });
-        }
-        if let Some(rejected) = patch_claims(&claims_api, &to_grow, requested).await {
-            return Ok(Expansion {
-                storage,
-                condition: Some(rejected),
-            });
+            };
+            return (expansion, Vec::new());
         }
     }
     let resized = storage.as_ref().map_or(0, |s| s.resized_claims);
-    Ok(Expansion {
+    let expansion = Expansion {
         condition: Some(progress(requested, resized, plan.replicas)),
         storage,
-    })
+    };
+    let names = to_grow
+        .iter()
+        .map(|claim| claim.metadata.name.clone().unwrap_or_default())
+        .collect();
+    (expansion, names)
 }
 
-/// Reads the StorageClasses and returns the refusal, if any.
-async fn check_class(name: Option<&str>, size: &str, ctx: &Context) -> Option<Desired> {
-    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
-    match classes.list(&ListParams::default()).await {
-        Ok(list) => refusal(name, &list.items, size),
-        Err(error) => Some(Desired::new(
-            CONDITION,
-            false,
-            REASON_CLASS_UNREADABLE,
-            format!(
-                "cannot read StorageClasses to check volume expansion: {}",
-                error_chain(&error)
-            ),
-        )),
-    }
+/// The condition when the StorageClasses could not be read.
+fn unreadable(error: &str) -> Desired {
+    Desired::new(
+        CONDITION,
+        false,
+        REASON_CLASS_UNREADABLE,
+        format!("cannot read StorageClasses to check volume expansion: {error}"),
+    )
 }
 
 /// Patches each claim to `size`; returns the rejection condition when any patch failed.
-async fn patch_claims(
+pub async fn patch_claims(
     claims: &Api<PersistentVolumeClaim>,
-    to_grow: &[&PersistentVolumeClaim],
+    to_grow: &[String],
     size: &str,
 ) -> Option<Desired> {
     let mut rejected = Vec::new();
     let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": size}}}});
-    for claim in to_grow {
-        let name = claim.metadata.name.clone().unwrap_or_default();
+    for name in to_grow {
         match claims
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => tracing::info!(claim = %name, %size, "requested volume expansion"),

@@ -1,20 +1,15 @@
 //! Replicated broker groups: each group's status from its members (QUIVER_REPLICATION_STATUS),
-//! the ReplicationDegraded condition, and the rollout step of the group being updated (delete a
-//! pod or switch mastership over), decided by [`rollout::next_group_step`]. The calls to the
-//! brokers and the API server are here; the judgements are pure.
+//! the ReplicationDegraded condition, and the switchover step of a group's rollout (the rollout
+//! order is [`super::rollout::next_group_step`]'s). Only [`observe`] calls the brokers; the
+//! rest is pure.
 
-use super::broker::Problem;
+use super::broker::{Note, Step};
 use super::conditions::Desired;
-use super::rollout::{self, GroupStep};
-use super::{error_chain, publish, Context};
+use super::Context;
 use crate::admin::{BrokerAddr, ReplicaRole, ReplicationStatus};
 use crate::crd::{Broker, ReplicaMemberStatus, ReplicationGroupStatus};
 use crate::desired;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams};
 use kube::runtime::events::EventType;
-use kube::Api;
 use std::time::Duration;
 
 /// Condition type: a replicated group is below its minimum in sync, or has no master.
@@ -212,95 +207,14 @@ pub fn condition(broker: &Broker, groups: &[ReplicationGroupStatus]) -> Desired 
     )
 }
 
-/// The rollout of a replicated Broker: the first group (by index) not yet at the update
-/// revision takes its next step; a step that fails is a problem. Returns whether a rollout is
-/// in progress.
-pub async fn step_rollout(
-    broker: &Broker,
-    sts: &StatefulSet,
-    namespace: &str,
-    observations: &[GroupObservation],
-    ctx: &Context,
-    problems: &mut Vec<Problem>,
-) -> bool {
-    let Some(update_revision) = sts.status.as_ref().and_then(|s| s.update_revision.clone()) else {
-        return false;
-    };
-    // A status not about the current template tells nothing yet; the next pass decides.
-    let current =
-        sts.status.as_ref().and_then(|s| s.observed_generation) >= sts.metadata.generation;
-    if !current {
-        return false;
-    }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let listed = pods
-        .list(&ListParams::default().labels(&desired::pod_selector(broker)))
-        .await;
-    let pod_list = match listed {
-        Ok(list) => list.items,
-        Err(error) => {
-            let message = format!("cannot list the broker pods: {}", error_chain(&error));
-            problems.push(Problem::new(REASON_ROLLOUT_STEP, message));
-            return true;
-        }
-    };
-    let size = usize::try_from(broker.group_size()).unwrap_or(1);
-    for observation in observations {
-        let members = rollout::member_pods(broker, observation.group, &pod_list, &update_revision);
-        let step = rollout::next_group_step(size, &members, observation.status.as_ref());
-        match step {
-            GroupStep::Done => continue,
-            GroupStep::Wait(reason) => {
-                tracing::debug!(group = %observation.name, %reason, "rollout waits");
-            }
-            GroupStep::DeletePod(pod) => {
-                delete_pod(broker, &pods, &observation.name, &pod, ctx, problems).await;
-            }
-            GroupStep::Switchover { master, target } => {
-                switchover(broker, observation, master, target, ctx, problems).await;
-            }
-        }
-        return true;
-    }
-    false
-}
-
-async fn delete_pod(
-    broker: &Broker,
-    pods: &Api<Pod>,
-    group: &str,
-    pod: &str,
-    ctx: &Context,
-    problems: &mut Vec<Problem>,
-) {
-    match pods.delete(pod, &DeleteParams::default()).await {
-        Ok(_) => {
-            let note = format!("restarting {pod} of {group} at the current template");
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "RolloutStep",
-                "Rollout",
-                &note,
-            )
-            .await;
-        }
-        Err(error) => {
-            let message = format!("cannot delete {pod} of {group}: {}", error_chain(&error));
-            problems.push(Problem::new(REASON_ROLLOUT_STEP, message));
-        }
-    }
-}
-
-async fn switchover(
+/// The step that hands group `observation`'s mastership from replica `master` to `target`,
+/// asked of the master's address (as the group reported it, else the master pod's).
+pub fn switchover_step(
     broker: &Broker,
     observation: &GroupObservation,
     master: u64,
     target: u64,
-    ctx: &Context,
-    problems: &mut Vec<Problem>,
-) {
+) -> Step {
     let from = member_pod(broker, observation.group, master);
     let to = member_pod(broker, observation.group, target);
     let addr = observation
@@ -312,34 +226,25 @@ async fn switchover(
             let offset = i32::try_from(master).unwrap_or_default();
             desired::broker_address(broker, first + offset)
         });
-    match ctx
-        .admin
-        .switchover(&BrokerAddr(addr), target, SWITCHOVER_TIMEOUT)
-        .await
-    {
-        Ok(()) => {
-            let note = format!(
+    Step::Switchover {
+        addr: BrokerAddr(addr),
+        target,
+        done: Note {
+            type_: EventType::Normal,
+            reason: "Switchover",
+            action: "Rollout",
+            note: format!(
                 "{}: mastership moved from {from} to {to} before restarting {from}",
                 observation.name
-            );
-            publish(
-                ctx,
-                broker,
-                EventType::Normal,
-                "Switchover",
-                "Rollout",
-                &note,
-            )
-            .await;
-        }
-        Err(error) => {
-            let message = format!(
-                "switchover of {} from {from} to {to} failed: {}",
-                observation.name,
-                error_chain(&error)
-            );
-            problems.push(Problem::new(REASON_ROLLOUT_STEP, message));
-        }
+            ),
+        },
+        failed: (
+            REASON_ROLLOUT_STEP,
+            format!(
+                "switchover of {} from {from} to {to} failed",
+                observation.name
+            ),
+        ),
     }
 }
 

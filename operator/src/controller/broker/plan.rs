@@ -1,0 +1,606 @@
+//! The second step of a pass, pure: from a [`World`], the [`Step`]s to take, in order, and the
+//! status to write. Every decision of the Broker controller is here or in the pure modules it
+//! calls (drain, rollout, replication, expansion, disk, desired); nothing here does I/O.
+
+use super::observe::{Cluster, State, World};
+use super::status::{paused_status, Draft, ReadOnly, Scale};
+use super::{Problem, REASON_LEAVING_UNREACHABLE, REASON_STUCK_POD};
+use crate::admin::{BrokerAddr, TopicConfig};
+use crate::controller::conditions::{is_true, Desired};
+use crate::controller::drain::{self, LeavingBroker};
+use crate::controller::expansion;
+use crate::controller::replication::{self, GroupObservation, REASON_ROLLOUT_STEP};
+use crate::controller::rollout::{self, plan_rollout, GroupStep, RolloutPhase};
+use crate::crd::{Broker, BrokerStatus, BROKER_DISK_HIGH_WATER_PERCENT};
+use crate::desired::{self, RolloutPlan};
+use crate::disk;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+
+/// What a pass does and what it writes.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// In order; a failed API call among them fails the pass there.
+    pub steps: Vec<Step>,
+    pub status: StatusPlan,
+}
+
+/// The status a pass writes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusPlan {
+    /// Paused: this status, then wait for a change.
+    Paused(Box<BrokerStatus>),
+    /// A Secret is missing: the [`Step::ReportFailure`] step writes the condition.
+    Held,
+    /// The status once the steps ran: [`Draft::finish`] with their outcome.
+    Running(Box<Draft>),
+}
+
+/// An event the pass publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl Note {
+    fn normal(reason: &'static str, action: &'static str, note: String) -> Note {
+        Note {
+            type_: EventType::Normal,
+            reason,
+            action,
+            note,
+        }
+    }
+
+    fn warning(reason: &'static str, action: &'static str, note: String) -> Note {
+        Note {
+            type_: EventType::Warning,
+            ..Note::normal(reason, action, note)
+        }
+    }
+}
+
+/// An object the pass applies (server-side apply, forced, under the operator's field manager)
+/// or deletes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Object {
+    ConfigMap(Box<ConfigMap>),
+    Service(Box<Service>),
+    Budget(Box<PodDisruptionBudget>),
+    NetworkPolicy(Box<NetworkPolicy>),
+    StatefulSet(Box<StatefulSet>),
+}
+
+/// One thing a pass does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Publish an event.
+    Publish(Note),
+    /// A problem the plan found: Degraded names it (in step order).
+    Problem(Problem),
+    /// Make these brokers (ordinals) of a cancelled scale-down writable again: an event names
+    /// those restored, each failure is a problem and the broker stays listed read-only.
+    RestoreWritable(Vec<i32>),
+    /// Delete a pod: `done` is published when it went; else a problem with the reason and the
+    /// message prefix of `failed`.
+    DeletePod {
+        pod: String,
+        done: Note,
+        failed: (&'static str, String),
+    },
+    Apply(Object),
+    /// Delete an object the operator owns (a group budget scaled away, a dropped policy).
+    Delete(Object),
+    /// Ask the master at `addr` to hand mastership to replica `target`.
+    Switchover {
+        addr: BrokerAddr,
+        target: u64,
+        done: Note,
+        failed: (&'static str, String),
+    },
+    /// Patch these claims to request `size`; a refusal becomes the VolumeExpansion condition.
+    ResizeClaims {
+        claims: Vec<String>,
+        size: String,
+    },
+    /// Create these topics, in order; the first failure stops and is a problem.
+    CreateTopics(Vec<(BrokerAddr, TopicConfig)>),
+    /// Set this failure condition with a Warning event (the pass applies nothing).
+    ReportFailure(Desired),
+}
+
+/// The plan of one pass.
+pub fn plan(world: &World) -> Plan {
+    let broker = &world.broker;
+    match &world.state {
+        State::Paused => plan_paused(world),
+        State::SecretsMissing(problem) => Plan {
+            // Pods that cannot mount the Secret, or would run without ACL, must not roll
+            // out; the Secret's creation or change wakes the next pass.
+            steps: vec![Step::ReportFailure(Desired::new(
+                "Degraded",
+                true,
+                problem.reason,
+                problem.message.clone(),
+            ))],
+            status: StatusPlan::Held,
+        },
+        State::Running(cluster) => plan_running(broker, world, cluster),
+    }
+}
+
+/// Paused: only the Paused and Progressing conditions change; nothing is applied.
+fn plan_paused(world: &World) -> Plan {
+    let broker = &world.broker;
+    let previous = broker.status.clone().unwrap_or_default();
+    let mut steps = Vec::new();
+    if !is_true(&previous.conditions, "Paused") {
+        steps.push(Step::Publish(Note::normal(
+            "Paused",
+            "Pause",
+            "reconciliation paused by the quiver.io/paused annotation".to_string(),
+        )));
+    }
+    let status = paused_status(broker, previous, now(world));
+    Plan {
+        steps,
+        status: StatusPlan::Paused(Box::new(status)),
+    }
+}
+
+fn now(world: &World) -> Timestamp {
+    Timestamp::from_millisecond(world.now_ms).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
+    let previous = broker.status.clone().unwrap_or_default();
+    let existing = cluster.statefulset.as_ref();
+    let mut steps = Vec::new();
+    let scale = plan_scale(broker, existing, &previous, &cluster.leaving, &mut steps);
+    let (plan, phase) = plan_rollout(
+        broker,
+        existing,
+        scale.replicas,
+        cluster.security_hash.clone(),
+    );
+    steps.extend(announce_rollout(broker, &phase, &plan, existing.is_some()));
+    let deleted = existing.and_then(|sts| plan_stuck_pod(broker, sts, cluster, &mut steps));
+    let draining_from = scale.drain.is_some().then_some(scale.wanted);
+    plan_objects(world, cluster, &plan, draining_from, &mut steps);
+    let replicated_rolling = match (existing, &cluster.groups) {
+        (Some(sts), Some(groups)) => {
+            let pods = pods_after(cluster.pods.as_ref(), deleted.as_deref(), world.now_ms);
+            plan_group_rollout(broker, sts, groups, pods.as_ref(), &mut steps)
+        }
+        _ => false,
+    };
+    let (expansion, to_grow) = match existing {
+        Some(_) => expansion::plan(
+            broker,
+            &plan,
+            &cluster.claims,
+            cluster.storage_classes.as_ref(),
+        ),
+        None => Default::default(),
+    };
+    if !to_grow.is_empty() {
+        let size = broker.spec.storage.size.clone();
+        steps.push(Step::ResizeClaims {
+            claims: to_grow,
+            size,
+        });
+    }
+    let creations = topic_creations(broker, &plan, cluster);
+    if !creations.is_empty() {
+        steps.push(Step::CreateTopics(creations));
+    }
+    let draft = Draft {
+        statefulset_exists: existing.is_some(),
+        sts_status: existing
+            .and_then(|sts| sts.status.clone())
+            .unwrap_or_default(),
+        plan,
+        scale,
+        expansion,
+        disk: disk::disk_pressure(
+            &cluster.disks,
+            default_high_water(broker),
+            &broker.spec.storage.size,
+        ),
+        now: now(world),
+        replication: cluster.groups.as_ref().map(|groups| {
+            groups
+                .iter()
+                .map(|group| replication::group_status(broker, group))
+                .collect()
+        }),
+        replicated_rolling,
+    };
+    Plan {
+        steps,
+        status: StatusPlan::Running(Box::new(draft)),
+    }
+}
+
+/// The ordinals a scale-down removes (from spec.replicas' pods up to the StatefulSet's), None
+/// when nothing leaves.
+pub fn leaving_ordinals(
+    broker: &Broker,
+    existing: Option<&StatefulSet>,
+) -> Option<std::ops::Range<i32>> {
+    let wanted = wanted_pods(broker);
+    let running = existing?.spec.replicas.unwrap_or(0);
+    (wanted < running).then_some(wanted..running)
+}
+
+/// Pods of spec.replicas' broker groups (at least one group).
+fn wanted_pods(broker: &Broker) -> i32 {
+    desired::pods_of_groups(broker, broker.spec.replicas.max(1))
+}
+
+/// Whether the drain holds the leaving brokers: they still hold unread messages (or did not
+/// answer) and the scale-down is not forced.
+fn drain_holds(broker: &Broker, leaving: &[LeavingBroker]) -> bool {
+    !leaving.is_empty() && !drain::is_drained(leaving) && !broker.force_scale_down()
+}
+
+/// Pods this pass runs: the StatefulSet's while the drain holds, else spec.replicas'.
+pub fn pods_to_run(
+    broker: &Broker,
+    existing: Option<&StatefulSet>,
+    leaving: &[LeavingBroker],
+) -> i32 {
+    match leaving_ordinals(broker, existing) {
+        Some(range) if drain_holds(broker, leaving) => range.end,
+        _ => wanted_pods(broker),
+    }
+}
+
+/// Restores the kept brokers of a cancelled scale-down, then holds the leaving ones until
+/// they are drained (or the scale-down is forced), with an event for each turn.
+fn plan_scale(
+    broker: &Broker,
+    existing: Option<&StatefulSet>,
+    previous: &BrokerStatus,
+    leaving: &[LeavingBroker],
+    steps: &mut Vec<Step>,
+) -> Scale {
+    let wanted = wanted_pods(broker);
+    let kept = drain::kept_read_only(broker, previous, wanted);
+    if !kept.is_empty() {
+        steps.push(Step::RestoreWritable(kept));
+    }
+    let settled = Scale {
+        wanted,
+        replicas: wanted,
+        drain: None,
+        read_only: ReadOnly::failed_restores(),
+    };
+    let Some(range) = leaving_ordinals(broker, existing) else {
+        return settled;
+    };
+    let status = drain::drain_status(leaving);
+    let names = status.brokers.join(", ");
+    if drain::is_drained(leaving) {
+        let note = format!("{names} consumed to the end; scaling to {wanted}");
+        steps.push(Step::Publish(Note::normal("Drained", "ScaleDown", note)));
+        return Scale {
+            read_only: ReadOnly::none(),
+            ..settled
+        };
+    }
+    if broker.force_scale_down() {
+        let note = format!(
+            "quiver.io/force-scale-down: scaling to {wanted} without waiting; dropped with \
+             {names}: {}",
+            drain::describe(&status)
+        );
+        steps.push(Step::Publish(Note::warning(
+            "ForcedScaleDown",
+            "ScaleDown",
+            note,
+        )));
+        return Scale {
+            read_only: ReadOnly::none(),
+            ..settled
+        };
+    }
+    if previous.drain.is_none() {
+        let note = format!("{names} read-only until what they hold is read");
+        steps.push(Step::Publish(Note::normal(
+            "DrainStarted",
+            "ScaleDown",
+            note,
+        )));
+    }
+    for unanswered in leaving {
+        if let Err(error) = &unanswered.backlog {
+            let message = format!("leaving broker {} did not answer: {error}", unanswered.name);
+            steps.push(Step::Problem(Problem::new(
+                REASON_LEAVING_UNREACHABLE,
+                message,
+            )));
+        }
+    }
+    Scale {
+        replicas: range.end,
+        read_only: ReadOnly::failed_restores_and(status.brokers.clone()),
+        drain: Some(status),
+        ..settled
+    }
+}
+
+/// The event of a rollout that starts or moves on.
+fn announce_rollout(
+    broker: &Broker,
+    phase: &RolloutPhase,
+    plan: &RolloutPlan,
+    statefulset_exists: bool,
+) -> Option<Step> {
+    let (reason, note) = match phase {
+        RolloutPhase::Started if statefulset_exists && broker.is_replicated() => (
+            "RolloutStarted",
+            "template changed; each broker group restarts its replicas first, then switches \
+             mastership over and restarts the old master"
+                .to_string(),
+        ),
+        RolloutPhase::Started if statefulset_exists => (
+            "RolloutStarted",
+            format!(
+                "template changed; updating {} first",
+                desired::pod_name(broker, plan.partition)
+            ),
+        ),
+        RolloutPhase::Stepped => (
+            "RolloutStep",
+            format!("updating {}", desired::pod_name(broker, plan.partition)),
+        ),
+        _ => return None,
+    };
+    Some(Step::Publish(Note::normal(reason, "Rollout", note)))
+}
+
+/// Deletes a pod stuck not Ready at an outdated revision, so the StatefulSet recreates it at
+/// the update revision instead of waiting for it forever. Returns the pod deleted.
+fn plan_stuck_pod(
+    broker: &Broker,
+    sts: &StatefulSet,
+    cluster: &Cluster,
+    steps: &mut Vec<Step>,
+) -> Option<String> {
+    if !rollout::may_have_stuck_pod(sts) {
+        return None;
+    }
+    let pods = match cluster.pods.as_ref()? {
+        Ok(pods) => pods,
+        Err(error) => {
+            let message = format!("cannot list the broker pods: {error}");
+            steps.push(Step::Problem(Problem::new(REASON_STUCK_POD, message)));
+            return None;
+        }
+    };
+    let stuck = rollout::stuck_pod(broker, sts, pods)?;
+    steps.push(Step::DeletePod {
+        pod: stuck.clone(),
+        done: Note::warning(
+            "StuckPodDeleted",
+            "Rollout",
+            format!(
+                "{stuck} was not Ready at an outdated revision; deleted so the StatefulSet \
+                 recreates it at the current template"
+            ),
+        ),
+        failed: (REASON_STUCK_POD, format!("cannot delete stuck pod {stuck}")),
+    });
+    Some(stuck)
+}
+
+/// The pods as the rest of the pass sees them: one deleted this pass is terminating.
+fn pods_after(
+    pods: Option<&Result<Vec<Pod>, String>>,
+    deleted: Option<&str>,
+    now_ms: i64,
+) -> Option<Result<Vec<Pod>, String>> {
+    let mut pods = pods?.clone();
+    if let (Ok(pods), Some(deleted)) = (&mut pods, deleted) {
+        let now = Timestamp::from_millisecond(now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+        for pod in pods.iter_mut().filter(|pod| pod.name_any() == deleted) {
+            pod.metadata.deletion_timestamp.get_or_insert(Time(now));
+        }
+    }
+    Some(pods)
+}
+
+/// The objects of this pass: config, Services, budgets (and those of groups scaled away),
+/// the NetworkPolicy (or the deletion of the one the spec dropped), then the StatefulSet.
+fn plan_objects(
+    world: &World,
+    cluster: &Cluster,
+    plan: &RolloutPlan,
+    draining_from: Option<i32>,
+    steps: &mut Vec<Step>,
+) {
+    let broker = &world.broker;
+    let config = desired::config_map(broker, plan.replicas, draining_from);
+    steps.push(Step::Apply(Object::ConfigMap(Box::new(config))));
+    let headless_service = desired::headless_service(broker);
+    steps.push(Step::Apply(Object::Service(Box::new(headless_service))));
+    let client_service = desired::client_service(broker);
+    steps.push(Step::Apply(Object::Service(Box::new(client_service))));
+    let budgets = desired::pod_disruption_budgets(broker, plan.replicas);
+    // Group budgets are listed for replicated Brokers only: those of groups scaled away go.
+    let stale: Vec<Step> = cluster
+        .group_budgets
+        .iter()
+        .filter(|budget| {
+            owned_by(broker, *budget)
+                && !budgets
+                    .iter()
+                    .any(|wanted| wanted.metadata.name == budget.metadata.name)
+        })
+        .map(|budget| Step::Delete(Object::Budget(Box::new(budget.clone()))))
+        .collect();
+    steps.extend(
+        budgets
+            .into_iter()
+            .map(|b| Step::Apply(Object::Budget(Box::new(b)))),
+    );
+    steps.extend(stale);
+    match desired::network_policy(broker, &world.operator) {
+        Some(policy) => steps.push(Step::Apply(Object::NetworkPolicy(Box::new(policy)))),
+        None => {
+            let owned = cluster.network_policy.iter().find(|p| owned_by(broker, *p));
+            if let Some(policy) = owned {
+                steps.push(Step::Delete(Object::NetworkPolicy(Box::new(
+                    policy.clone(),
+                ))));
+            }
+        }
+    }
+    let statefulset = desired::stateful_set(broker, plan);
+    steps.push(Step::Apply(Object::StatefulSet(Box::new(statefulset))));
+}
+
+fn owned_by<K: Resource>(broker: &Broker, object: &K) -> bool {
+    object
+        .owner_references()
+        .iter()
+        .any(|owner| Some(&owner.uid) == broker.metadata.uid.as_ref())
+}
+
+/// Whether a replicated Broker's StatefulSet lets the group rollout step: it has an update
+/// revision and a status about the current template.
+pub fn steps_groups(broker: &Broker, sts: &StatefulSet) -> bool {
+    let status = sts.status.as_ref();
+    broker.is_replicated()
+        && status.is_some_and(|s| s.update_revision.is_some())
+        && status.and_then(|s| s.observed_generation) >= sts.metadata.generation
+}
+
+/// The rollout of a replicated Broker: the first group (by index) not yet at the update
+/// revision takes its next step. Returns whether a rollout is in progress.
+fn plan_group_rollout(
+    broker: &Broker,
+    sts: &StatefulSet,
+    groups: &[GroupObservation],
+    pods: Option<&Result<Vec<Pod>, String>>,
+    steps: &mut Vec<Step>,
+) -> bool {
+    let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
+    let (Some(update_revision), Some(pods)) = (update_revision, pods) else {
+        return false;
+    };
+    if !steps_groups(broker, sts) {
+        return false;
+    }
+    let pods = match pods {
+        Ok(pods) => pods,
+        Err(error) => {
+            let message = format!("cannot list the broker pods: {error}");
+            steps.push(Step::Problem(Problem::new(REASON_ROLLOUT_STEP, message)));
+            return true;
+        }
+    };
+    let size = usize::try_from(broker.group_size()).unwrap_or(1);
+    for group in groups {
+        let members = rollout::member_pods(broker, group.group, pods, &update_revision);
+        match rollout::next_group_step(size, &members, group.status.as_ref()) {
+            GroupStep::Done => continue,
+            GroupStep::Wait(reason) => {
+                tracing::debug!(group = %group.name, %reason, "rollout waits");
+            }
+            GroupStep::DeletePod(pod) => steps.push(Step::DeletePod {
+                done: Note::normal(
+                    "RolloutStep",
+                    "Rollout",
+                    format!("restarting {pod} of {} at the current template", group.name),
+                ),
+                failed: (
+                    REASON_ROLLOUT_STEP,
+                    format!("cannot delete {pod} of {}", group.name),
+                ),
+                pod,
+            }),
+            GroupStep::Switchover { master, target } => {
+                steps.push(replication::switchover_step(broker, group, master, target));
+            }
+        }
+        return true;
+    }
+    false
+}
+
+/// The high water the brokers run with, for a broker that does not report its own.
+fn default_high_water(broker: &Broker) -> f64 {
+    let percent = broker
+        .spec
+        .retention
+        .as_ref()
+        .and_then(|retention| retention.disk_high_water_percent)
+        .filter(|percent| (1..=100).contains(percent))
+        .unwrap_or(BROKER_DISK_HIGH_WATER_PERCENT);
+    f64::from(percent) / 100.0
+}
+
+/// Where the spec's topics are created: every broker; of a replicated group only its master
+/// (its replicas follow it), none while the group has no master.
+pub fn topic_targets(
+    broker: &Broker,
+    replicas: i32,
+    groups: Option<&[GroupObservation]>,
+) -> Vec<BrokerAddr> {
+    match groups {
+        Some(groups) if broker.is_replicated() => groups
+            .iter()
+            .filter_map(|group| group.status.as_ref()?.master_address.clone())
+            .map(BrokerAddr)
+            .collect(),
+        _ => (0..replicas)
+            .map(|ordinal| BrokerAddr(desired::broker_address(broker, ordinal)))
+            .collect(),
+    }
+}
+
+/// The spec topics to create once every broker is Ready: on each target, those not already
+/// there with the spec's queues (creating persists the broker's topic table).
+fn topic_creations(
+    broker: &Broker,
+    plan: &RolloutPlan,
+    cluster: &Cluster,
+) -> Vec<(BrokerAddr, TopicConfig)> {
+    let ready = cluster
+        .statefulset
+        .as_ref()
+        .and_then(|sts| sts.status.as_ref())
+        .and_then(|status| status.ready_replicas)
+        .unwrap_or(0);
+    if broker.spec.topics.is_empty() || ready < plan.replicas {
+        return Vec::new();
+    }
+    let mut creations = Vec::new();
+    for addr in topic_targets(broker, plan.replicas, cluster.groups.as_deref()) {
+        for topic in &broker.spec.topics {
+            let queues = cluster
+                .topic_queues
+                .get(&(addr.clone(), topic.name.clone()));
+            if queues.is_some_and(|queues| usize::try_from(topic.queues) == Ok(*queues)) {
+                continue;
+            }
+            let config = TopicConfig {
+                name: topic.name.clone(),
+                queues: topic.queues,
+            };
+            creations.push((addr.clone(), config));
+        }
+    }
+    creations
+}
