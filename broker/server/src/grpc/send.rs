@@ -15,7 +15,7 @@ use super::convert::{incoming, Incoming};
 use super::status::{self, ok, status};
 use super::transaction::TransactionHandle;
 use crate::broker::Broker;
-use crate::processor::{
+use crate::service::produce::{
     check_broker_writable, half_message, park_if_delayed, store_message_async, topic_for_send,
     StoreTarget,
 };
@@ -67,7 +67,7 @@ fn failed(refused: v2::Status) -> SendResultEntry {
 async fn store(broker: &Broker, prepared: Prepared) -> SendResultEntry {
     let results = match store_message_async(broker, std::slice::from_ref(&prepared.target)).await {
         Ok(results) => results,
-        Err(error) => return failed(status::of_send(error)),
+        Err(error) => return failed(status::of_service(error)),
     };
     let stored = &results[0];
     let transaction_id = if prepared.is_half {
@@ -97,9 +97,8 @@ fn prepare(
 ) -> Result<Prepared, v2::Status> {
     let checked = incoming(message, now)?;
     check_body(broker, &message.body)?;
-    check_broker_writable(broker).map_err(|refusal| status::of_refusal(&refusal))?;
-    let topic =
-        topic_for_send(broker, &checked.topic).map_err(|refusal| status::of_refusal(&refusal))?;
+    check_broker_writable(broker).map_err(status::of_service)?;
+    let topic = topic_for_send(broker, &checked.topic).map_err(status::of_service)?;
     if topic.perm & perm::WRITE == 0 || topic.write_queue_nums == 0 {
         return Err(status(
             Code::Forbidden,
@@ -133,8 +132,7 @@ fn prepare(
             with_property(&half.properties, msg::PROPERTY_TRANSACTION_PREPARED, "true");
         half
     } else {
-        park_if_delayed(broker, target, now)
-            .map_err(|refusal| status::of_delivery_time(&refusal))?
+        park_if_delayed(broker, target, now).map_err(status::of_delivery_time)?
     };
     Ok(Prepared {
         target,

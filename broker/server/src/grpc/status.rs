@@ -1,13 +1,14 @@
 //! The edge where what went wrong becomes a 5.x status: every refusal the gRPC calls answer
-//! (the ACL's, the shared send and transaction paths', the POP service's) is mapped to its
+//! (the ACL's, the produce and transaction services', the POP service's) is mapped to its
 //! `Code` here and nowhere else.
 
 use quiver_grpc_proto::v2::{Code, Status};
-use quiver_protocol::code::response;
+use quiver_store::StoreError;
 
 use crate::acl::RefusedBecause;
 use crate::pop::PopError;
-use crate::processor::{Refusal, SendError};
+use crate::replication::ConfirmError;
+use crate::service::ServiceError;
 
 /// A status line of a response.
 pub(crate) fn status(code: Code, message: impl Into<String>) -> Status {
@@ -30,42 +31,53 @@ pub(crate) fn of_acl(because: RefusedBecause, reason: String) -> Status {
     status(code, reason)
 }
 
-/// A refusal of the send and transaction paths the gRPC calls share with the remoting port.
-pub(crate) fn of_refusal(refusal: &Refusal) -> Status {
-    let code = match refusal.code {
-        response::TOPIC_NOT_EXIST => Code::TopicNotFound,
-        response::NO_PERMISSION => Code::Forbidden,
-        response::MESSAGE_ILLEGAL => Code::BadRequest,
-        response::SYSTEM_BUSY => Code::TooManyRequests,
-        response::SUBSCRIPTION_GROUP_NOT_EXIST => Code::ConsumerGroupNotFound,
-        response::SUBSCRIPTION_PARSE_FAILED => Code::IllegalFilterExpression,
+/// A service's refusal or failure (produce, transaction).
+pub(crate) fn of_service(error: ServiceError) -> Status {
+    let code = match &error {
+        ServiceError::Forbidden(_) => Code::Forbidden,
+        ServiceError::TopicNotFound(_) => Code::TopicNotFound,
+        ServiceError::IllegalMessage(_) | ServiceError::BadRequest(_) => Code::BadRequest,
+        ServiceError::NotFound(_) => Code::NotFound,
+        ServiceError::Busy(_) => Code::TooManyRequests,
+        ServiceError::InvalidTransaction(_) => Code::InvalidTransactionId,
         // A sync send the in-sync replicas did not confirm in time.
-        response::FLUSH_SLAVE_TIMEOUT => Code::SlavePersistenceTimeout,
-        _ => Code::InternalServerError,
+        ServiceError::Replication(ConfirmError::Timeout(_) | ConfirmError::Deposed) => {
+            Code::SlavePersistenceTimeout
+        }
+        ServiceError::Replication(ConfirmError::TooFewCopies { .. })
+        | ServiceError::Store(_)
+        | ServiceError::Broker(_) => Code::InternalServerError,
     };
-    status(code, refusal.remark.clone())
-}
-
-/// A send the store or the replicas did not acknowledge.
-pub(crate) fn of_send(error: SendError) -> Status {
-    of_refusal(&Refusal::from(error))
+    let message = match &error {
+        // A full disk, or not the master: the producer retries elsewhere.
+        ServiceError::Store(StoreError::WritesRefused(refusal)) => {
+            format!("service not available now: {}", refusal.message)
+        }
+        error => crate::error::chain(error),
+    };
+    status(code, message)
 }
 
 /// A delivery time the broker does not take (beyond the timer's reach, or malformed).
-pub(crate) fn of_delivery_time(refusal: &Refusal) -> Status {
+pub(crate) fn of_delivery_time(error: ServiceError) -> Status {
     Status {
         code: Code::IllegalDeliveryTime as i32,
-        ..of_refusal(refusal)
+        ..of_service(error)
     }
 }
 
-/// A transaction's end refused: a transaction id naming no half message of its topic is
-/// INVALID_TRANSACTION_ID.
-pub(crate) fn of_ending(refusal: Refusal) -> Status {
-    if refusal.code == response::SYSTEM_ERROR {
-        return status(Code::InvalidTransactionId, refusal.remark);
+/// A transaction's end refused: INVALID_TRANSACTION_ID for a transaction id naming no half
+/// message of its topic and, as the remoting port's SYSTEM_ERROR always read here, for a
+/// store or broker failure while ending.
+pub(crate) fn of_ending(error: ServiceError) -> Status {
+    match error {
+        ServiceError::Store(StoreError::WritesRefused(_)) => of_service(error),
+        ServiceError::Store(_) | ServiceError::Broker(_) => Status {
+            code: Code::InvalidTransactionId as i32,
+            ..of_service(error)
+        },
+        error => of_service(error),
     }
-    of_refusal(&refusal)
 }
 
 /// A failure of the broker itself (a blocking task that did not finish).

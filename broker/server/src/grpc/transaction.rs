@@ -11,7 +11,7 @@ use super::call::name;
 use super::convert::outgoing;
 use super::status::{self, ok, status};
 use crate::broker::Broker;
-use crate::processor::{end_transaction, Ending};
+use crate::service::transaction::{end_transaction, Ending};
 
 /// Where a half message is: its CommitLog offset and its queue offset in the half topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
