@@ -330,6 +330,14 @@ impl CommitLog {
         self.segment_size_bytes
     }
 
+    /// The segments, the oldest offset and the published end, read in that order.
+    fn published(&self) -> (SegmentList, u64, u64) {
+        let segments = self.snapshot();
+        let committed = self.committed();
+        let min = segments.first().map_or(0, |s| s.base());
+        (segments, min, committed)
+    }
+
     /// Published bytes from the record boundary `from`, for a replica: whole records up to
     /// `max_bytes` (at least one), never past the end of `from`'s segment; at the blank
     /// filler that closes a segment, the filler alone (to the segment end). Returns the
@@ -339,14 +347,8 @@ impl CommitLog {
         from: u64,
         max_bytes: usize,
     ) -> Result<(Bytes, u64), StoreError> {
-        let segments = self.snapshot();
-        let committed = self.committed();
-        let min = segments.first().map_or(0, |s| s.base());
-        let out_of_range = || StoreError::OffsetOutOfRange {
-            offset: CommitLogOffset(from),
-            min: CommitLogOffset(min),
-            max: CommitLogOffset(committed),
-        };
+        let (segments, min, committed) = self.published();
+        let out_of_range = || out_of_range(from, min, committed);
         if from < min || from > committed {
             return Err(out_of_range());
         }
@@ -560,14 +562,8 @@ impl CommitLog {
 
     /// The published record starting at `offset`, sized by its TOTALSIZE field.
     pub(crate) fn record_at(&self, offset: u64) -> Result<Bytes, StoreError> {
-        let segments = self.snapshot();
-        let committed = self.committed();
-        let min = segments.first().map_or(0, |s| s.base());
-        let out_of_range = || StoreError::OffsetOutOfRange {
-            offset: CommitLogOffset(offset),
-            min: CommitLogOffset(min),
-            max: CommitLogOffset(committed),
-        };
+        let (segments, min, committed) = self.published();
+        let out_of_range = || out_of_range(offset, min, committed);
         if offset < min || offset.saturating_add(4) > committed {
             return Err(out_of_range());
         }
@@ -605,6 +601,15 @@ impl CommitLog {
 impl Drop for CommitLog {
     fn drop(&mut self) {
         self.stop_background();
+    }
+}
+
+/// The error for `offset` outside the readable `[min, max]`.
+fn out_of_range(offset: u64, min: u64, max: u64) -> StoreError {
+    StoreError::OffsetOutOfRange {
+        offset: CommitLogOffset(offset),
+        min: CommitLogOffset(min),
+        max: CommitLogOffset(max),
     }
 }
 

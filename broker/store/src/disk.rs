@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use crate::error::StoreError;
+use crate::tally::Tally;
 
 /// Why the store refuses writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -213,8 +214,8 @@ pub(crate) struct WriteGate {
     used: AtomicU64,
     total: AtomicU64,
     available: AtomicU64,
-    /// Writes refused since open, by `RefusalReason::ALL` index.
-    refused: [AtomicU64; RefusalReason::ALL.len()],
+    /// Writes refused since open, by reason.
+    refused: Tally<RefusalReason, { RefusalReason::ALL.len() }>,
 }
 
 impl WriteGate {
@@ -225,7 +226,7 @@ impl WriteGate {
             used: AtomicU64::new(0),
             total: AtomicU64::new(0),
             available: AtomicU64::new(0),
-            refused: Default::default(),
+            refused: Tally::new(&RefusalReason::ALL),
         };
         gate.record_usage(&usage);
         gate
@@ -259,25 +260,13 @@ impl WriteGate {
 
     /// Counts a refused write and gives the error its writer sees.
     pub(crate) fn refuse(&self, refusal: WriteRefusal) -> StoreError {
-        self.count(refusal.reason);
+        self.refused.add(refusal.reason);
         StoreError::WritesRefused(refusal)
-    }
-
-    fn count(&self, reason: RefusalReason) {
-        let index = RefusalReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .expect("every reason is listed");
-        self.refused[index].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Writes refused since open, per reason.
     pub(crate) fn refused_counts(&self) -> Vec<(RefusalReason, u64)> {
-        RefusalReason::ALL
-            .iter()
-            .zip(&self.refused)
-            .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
-            .collect()
+        self.refused.read()
     }
 
     pub(crate) fn refusal(&self) -> Option<WriteRefusal> {

@@ -25,6 +25,7 @@ mod recovery;
 mod retention;
 mod store;
 mod tail_fill;
+mod tally;
 mod timer;
 mod warm;
 

@@ -507,14 +507,18 @@ pub(crate) fn find_segment(
     segment.contains(offset).then_some(segment)
 }
 
+/// The paths of the entries of `dir`.
+pub(crate) fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    std::fs::read_dir(dir)
+        .and_then(|entries| entries.map(|entry| entry.map(|e| e.path())).collect())
+        .map_err(|e| StoreError::io("list directory", dir, e))
+}
+
 /// Maps every segment file in `dir` (created if missing), sorted, checking they are contiguous.
 pub(crate) fn load_segments(dir: &Path) -> Result<Vec<Arc<MappedSegment>>, StoreError> {
     std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create directory", dir, e))?;
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("list directory", dir, e))? {
-        let path = entry
-            .map_err(|e| StoreError::io("list directory", dir, e))?
-            .path();
+    for path in list_dir(dir)? {
         match parse_segment_name(&path) {
             Some(base) => found.push((base, path)),
             // A prepared next CommitLog segment: the writer adopts or removes it.

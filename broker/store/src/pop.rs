@@ -337,6 +337,19 @@ impl PopState {
         self.queues.lock().get(key).cloned()
     }
 
+    /// [`PopState::existing`], or `NotInFlight` for `offset` when `key` was never read.
+    fn existing_with(
+        &self,
+        key: &PopKey,
+        offset: u64,
+    ) -> Result<Arc<Mutex<QueueState>>, PopStateError> {
+        self.existing(key)
+            .ok_or_else(|| PopStateError::NotInFlight {
+                key: key.clone(),
+                offset,
+            })
+    }
+
     /// Appends one record (a write, no fsync); the file to sync once the caller's locks are released.
     fn append(&self, record: &LogRecord) -> Result<Arc<File>, StoreError> {
         let payload = serde_json::to_vec(record).map_err(|source| StoreError::Json {
@@ -505,12 +518,7 @@ impl PopState {
         offset: u64,
         revision: u64,
     ) -> Result<(u64, u64), PopStateError> {
-        let queue_arc = self
-            .existing(key)
-            .ok_or_else(|| PopStateError::NotInFlight {
-                key: key.clone(),
-                offset,
-            })?;
+        let queue_arc = self.existing_with(key, offset)?;
         let queue = queue_arc.lock();
         Self::check(key, &queue, offset, revision)?;
         let before = queue.acked_prefix();
@@ -536,12 +544,7 @@ impl PopState {
         revision: u64,
         invisible_until_ms: i64,
     ) -> Result<Inflight, PopStateError> {
-        let queue_arc = self
-            .existing(key)
-            .ok_or_else(|| PopStateError::NotInFlight {
-                key: key.clone(),
-                offset,
-            })?;
+        let queue_arc = self.existing_with(key, offset)?;
         let queue = queue_arc.lock();
         let entry = Self::check(key, &queue, offset, revision)?;
         let renewed = Inflight {

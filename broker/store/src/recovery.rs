@@ -16,7 +16,7 @@ use crate::consume_queue::ConsumeQueue;
 use crate::dispatch::{Dispatcher, QueueRegistry, Redispatch};
 use crate::error::StoreError;
 use crate::index::{self, IndexWriter, MessageIndex};
-use crate::mapped_file::{data_ranges, load_segments, sync_dir, MappedSegment};
+use crate::mapped_file::{data_ranges, list_dir, load_segments, sync_dir, MappedSegment};
 use crate::record::{self, BodyCrc, RecordError, RecordHeader, Scanned};
 use crate::CommitLogOffset;
 
@@ -225,13 +225,7 @@ fn segment_start(segments: &[Arc<MappedSegment>], offset: u64) -> u64 {
 fn load_queues(root: &Path, units_per_file: u64) -> Result<Vec<Arc<ConsumeQueue>>, StoreError> {
     std::fs::create_dir_all(root).map_err(|e| StoreError::io("create directory", root, e))?;
     let mut queues = Vec::new();
-    let list = |dir: &Path| -> Result<Vec<std::fs::DirEntry>, StoreError> {
-        std::fs::read_dir(dir)
-            .and_then(|entries| entries.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| StoreError::io("list directory", dir, e))
-    };
-    for topic_entry in list(root)? {
-        let topic_dir = topic_entry.path();
+    for topic_dir in list_dir(root)? {
         let Some(topic) = topic_dir
             .file_name()
             .and_then(|n| n.to_str())
@@ -239,10 +233,10 @@ fn load_queues(root: &Path, units_per_file: u64) -> Result<Vec<Arc<ConsumeQueue>
         else {
             continue;
         };
-        for queue_entry in list(&topic_dir)? {
-            let name = queue_entry.file_name();
-            match name.to_str().and_then(|n| n.parse::<u32>().ok()) {
-                Some(queue_id) if queue_entry.path().is_dir() => {
+        for queue_dir in list_dir(&topic_dir)? {
+            let name = queue_dir.file_name().and_then(|n| n.to_str());
+            match name.and_then(|n| n.parse::<u32>().ok()) {
+                Some(queue_id) if queue_dir.is_dir() => {
                     queues.push(Arc::new(ConsumeQueue::open(
                         root,
                         topic,
@@ -251,7 +245,7 @@ fn load_queues(root: &Path, units_per_file: u64) -> Result<Vec<Arc<ConsumeQueue>
                     )?));
                 }
                 _ => {
-                    tracing::warn!(path = %queue_entry.path().display(), "ignoring a non-queue entry")
+                    tracing::warn!(path = %queue_dir.display(), "ignoring a non-queue entry")
                 }
             }
         }

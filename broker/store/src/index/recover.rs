@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 
 use super::{IndexFile, IndexWriter, Layout, MessageIndex, ENTRY_BYTES, HEADER_BYTES};
 use crate::error::StoreError;
-use crate::mapped_file::{data_ranges, parse_segment_name, sync_dir, MappedSegment};
+use crate::mapped_file::{data_ranges, list_dir, parse_segment_name, sync_dir, MappedSegment};
 
 /// What index recovery found and did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,10 +70,7 @@ pub(crate) fn recover(
 /// The index files in `dir`, sorted by the CommitLog offset in their names.
 pub(super) fn list_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io("list directory", dir, e))? {
-        let path = entry
-            .map_err(|e| StoreError::io("list directory", dir, e))?
-            .path();
+    for path in list_dir(dir)? {
         match parse_segment_name(&path) {
             Some(base) => found.push((base, path)),
             None => {

@@ -176,8 +176,11 @@ impl MessageStore {
         max_bytes: u64,
         filter: &GetFilter<'_>,
     ) -> Result<GetResult, StoreError> {
-        let reader = self.shared.reader();
-        Ok(reader.get_filtered(topic, queue_id, offset, max_msgs, max_bytes, filter))
+        let limits = (max_msgs, max_bytes);
+        Ok(self
+            .shared
+            .reader()
+            .get((topic, queue_id), offset.0, limits, filter))
     }
 
     /// Units written to the queue; 0 when it does not exist.
@@ -427,7 +430,7 @@ impl MessageStore {
 
     /// CommitLog files deleted since open, by reason.
     pub fn deleted_segments(&self) -> Vec<(DeleteReason, u64)> {
-        self.shared.deleted_segment_counts()
+        self.shared.deleted_segments.read()
     }
 
     /// The data file system as last read, and whether writes are refused and why.

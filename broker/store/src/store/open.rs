@@ -18,6 +18,8 @@ use crate::flush::{self, FlushControl};
 use crate::mapped_file::sync_dir;
 use crate::record;
 use crate::recovery;
+use crate::retention::DeleteReason;
+use crate::tally::Tally;
 
 /// Opens the store under `config.data_dir`, running recovery first; returns it with its
 /// threads started.
@@ -53,7 +55,7 @@ pub(super) fn open(config: StoreConfig) -> Result<(Arc<Shared>, Vec<JoinHandle<(
         data_dir_identity: disk::dir_identity(&config.data_dir).ok(),
         dirty_checkpoint_pending: AtomicBool::new(pending.is_some()),
         opened_read_only,
-        deleted_segments: Default::default(),
+        deleted_segments: Tally::new(&DeleteReason::ALL),
         flush: FlushControl::new(recovered.log_end),
         commit_log: recovered.commit_log,
         registry: recovered.registry,

@@ -55,21 +55,20 @@ impl Reader<'_> {
         set.into_iter().collect()
     }
 
-    /// `MessageStore::get_filtered`.
-    pub(super) fn get_filtered(
+    /// `MessageStore::get_filtered` from `offset` of `queue` (topic, id), within `limits`
+    /// (messages, bytes).
+    pub(super) fn get(
         &self,
-        topic: &str,
-        queue_id: u32,
-        offset: QueueOffset,
-        max_msgs: u32,
-        max_bytes: u64,
+        (topic, queue_id): (&str, u32),
+        offset: u64,
+        limits: (u32, u64),
         filter: &GetFilter<'_>,
     ) -> GetResult {
         let Some(queue) = self.queue(topic, queue_id) else {
             return empty(GetStatus::NoMessageInQueue, 0, 0, 0);
         };
-        match self.position(&queue, offset.0) {
-            Ok(bounds) => self.scan(&queue, bounds, offset.0, (max_msgs, max_bytes), filter),
+        match self.position(&queue, offset) {
+            Ok(bounds) => self.scan(&queue, bounds, offset, limits, filter),
             Err(answer) => answer,
         }
     }

@@ -20,6 +20,7 @@ use crate::flush::{FlushControl, FlushTarget};
 use crate::index::{IndexWriter, MessageIndex};
 use crate::recovery::RecoveryReport;
 use crate::retention::DeleteReason;
+use crate::tally::Tally;
 use crate::QueueOffset;
 
 /// What the one write lock guards: the CommitLog's writer, the queues' and the index's.
@@ -52,8 +53,8 @@ pub(super) struct Shared {
     pub report: RecoveryReport,
     /// One retention run at a time, so no file is chosen twice.
     pub retention: Mutex<()>,
-    /// CommitLog files deleted since open, by `DeleteReason::ALL` index.
-    pub deleted_segments: [AtomicU64; DeleteReason::ALL.len()],
+    /// CommitLog files deleted since open, by reason.
+    pub deleted_segments: Tally<DeleteReason, { DeleteReason::ALL.len() }>,
     /// Whether writes are taken, and the last reading of the data file system.
     pub gate: WriteGate,
     /// The data directory's device and inode at open: a deleted one no longer matches.

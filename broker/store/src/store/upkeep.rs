@@ -126,9 +126,7 @@ impl Shared {
             } else {
                 tracing::info!(%path, reason = reason.as_str(), "deleted commitlog file");
             }
-            let index = DeleteReason::ALL.iter().position(|r| r == reason);
-            self.deleted_segments[index.expect("every reason is listed")]
-                .fetch_add(1, Ordering::Relaxed);
+            self.deleted_segments.add(*reason);
             report
                 .deleted_segments
                 .push((segment.path().to_path_buf(), *reason));
@@ -156,15 +154,6 @@ impl Shared {
         }
         // The deletion must survive a crash, or recovery would bring the queues back.
         sync_dir(&root)
-    }
-
-    /// CommitLog files deleted since open, by reason.
-    pub(super) fn deleted_segment_counts(&self) -> Vec<(DeleteReason, u64)> {
-        DeleteReason::ALL
-            .iter()
-            .zip(&self.deleted_segments)
-            .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
-            .collect()
     }
 
     /// The data file system as last read, and whether writes are refused and why.
