@@ -64,7 +64,7 @@ impl Caller {
     /// Whether ACL is off or the caller may do `needs`; a no is not counted as a refusal.
     pub fn may(&self, broker: &Broker, needs: &[(Resource<'_>, Perm)]) -> bool {
         broker
-            .acl
+            .acl()
             .as_ref()
             .is_none_or(|acl| acl.allows_grpc(self.credentials(), self.remote.ip(), needs))
     }
@@ -72,7 +72,7 @@ impl Caller {
     /// Refuses the call unless ACL is off or the caller may do `needs` (UNAUTHORIZED for who
     /// it is, FORBIDDEN for what it asks).
     pub fn authorize(&self, broker: &Broker, needs: &[(Resource<'_>, Perm)]) -> Result<(), Status> {
-        let Some(acl) = &broker.acl else {
+        let Some(acl) = broker.acl() else {
             return Ok(());
         };
         acl.check_grpc(self.credentials(), self.remote.ip(), needs)

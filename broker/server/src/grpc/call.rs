@@ -55,7 +55,7 @@ where
     };
     let answer = served.unwrap_or_else(R::Answer::refused);
     if let Some(code) = answer.code() {
-        broker.grpc.count(R::NAME, code);
+        broker.grpc().count(R::NAME, code);
     }
     answer
 }

@@ -100,7 +100,7 @@ pub(crate) async fn receive(
     let max_messages = usize::try_from(request.batch_size.max(1))
         .unwrap_or(1)
         .min(MAX_MESSAGES_PER_RECEIVE);
-    let receiving = broker.pop.receive(
+    let receiving = broker.pop().receive(
         broker,
         ReceiveRequest {
             group,
@@ -128,10 +128,10 @@ pub(crate) async fn receive(
                 invisible_ms: i64::try_from(invisible.as_millis()).unwrap_or(i64::MAX / 4),
                 invisible_until_ms: message.invisible_until_ms,
             };
-            broker.grpc.renewals.track(received, now_ms);
+            broker.grpc().renewals.track(received, now_ms);
         }
     }
-    let store_host = broker.grpc.advertised.get().cloned().unwrap_or_default();
+    let store_host = broker.grpc().advertised.get().cloned().unwrap_or_default();
     Ok(answer(&popped, invisible, &store_host))
 }
 
@@ -187,7 +187,7 @@ async fn pop_work<T: Send + 'static>(
     stores: bool,
     work: impl FnOnce(&Broker) -> Result<T, PopError> + Send + 'static,
 ) -> Result<T, v2::Status> {
-    if !stores && broker.config.flush_mode == FlushMode::Async {
+    if !stores && broker.config().flush_mode == FlushMode::Async {
         return work(broker).map_err(|error| status::of_pop(&error));
     }
     match blocking(broker, work).await {
@@ -228,7 +228,7 @@ impl Held {
                 handle,
             } = self;
             broker
-                .grpc
+                .grpc()
                 .renewals
                 .settle(&handle, |handle| act(broker, &group, &topic, handle))
         })
@@ -245,7 +245,7 @@ pub(crate) async fn ack(
     for entry in request.entries {
         let acked = Held::new(group, topic, &entry.receipt_handle)
             .settle(broker, false, |broker, group, topic, handle| {
-                broker.pop.ack(broker, group, topic, handle)
+                broker.pop().ack(broker, group, topic, handle)
             })
             .await;
         entries.push(v2::AckMessageResultEntry {
@@ -292,7 +292,7 @@ pub(crate) async fn change_invisible(
     let receipt_handle = held
         .settle(broker, false, move |broker, group, topic, handle| {
             broker
-                .pop
+                .pop()
                 .change_invisible(broker, group, topic, handle, invisible)
         })
         .await?;
@@ -313,7 +313,7 @@ pub(crate) async fn forward_to_dead_letter(
     );
     held.settle(broker, true, |broker, group, topic, handle| {
         broker
-            .pop
+            .pop()
             .forward_to_dead_letter(broker, group, topic, handle)
     })
     .await?;

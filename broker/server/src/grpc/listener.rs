@@ -108,7 +108,7 @@ pub async fn serve(
 ) {
     let (accepted_tx, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
     let renewing = tokio::spawn(super::renew::run(broker.clone(), stop.clone()));
-    let tls_mode = broker.config.tls_mode;
+    let tls_mode = broker.config().tls_mode;
     let accepting = tokio::spawn(accept_loop(
         broker.clone(),
         listener,
@@ -118,14 +118,14 @@ pub async fn serve(
         stop.clone(),
     ));
     // A message body up to max-message-size, plus its properties and the request's framing.
-    let max_request = broker.config.max_message_size as usize + 1024 * 1024;
+    let max_request = broker.config().max_message_size as usize + 1024 * 1024;
     let service = MessagingServiceServer::new(Messaging::new(broker.clone(), stop.clone()))
         .max_decoding_message_size(max_request);
     let mut stopping = stop.clone();
     let sessions_broker = broker.clone();
     let shutdown = async move {
         let _ = stopping.wait_for(|stopped| *stopped).await;
-        sessions_broker.grpc.sessions.close_all();
+        sessions_broker.grpc().sessions.close_all();
     };
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))

@@ -33,7 +33,7 @@ impl Messaging {
     /// Calls of the newer `apache.rocketmq.v2` API that Quiver does not serve: refused at once
     /// (gRPC UNIMPLEMENTED), counted as NOT_IMPLEMENTED.
     fn not_served(&self, call: &'static str, instead: &str) -> Status {
-        self.broker.grpc.count(call, Code::NotImplemented as i32);
+        self.broker.grpc().count(call, Code::NotImplemented as i32);
         Status::unimplemented(format!("{call} is not supported by Quiver; {instead}"))
     }
 
@@ -86,7 +86,7 @@ impl MessagingService for Messaging {
             for message in &request.messages {
                 let topic = name(message.topic.as_ref());
                 broker
-                    .grpc
+                    .grpc()
                     .sessions
                     .note_published(&caller.client_id, topic);
             }
@@ -132,7 +132,7 @@ impl MessagingService for Messaging {
         request: Request<v2::NotifyClientTerminationRequest>,
     ) -> Result<Response<v2::NotifyClientTerminationResponse>, Status> {
         self.unary(request, |caller, _| async move {
-            self.broker.grpc.sessions.terminate(&caller.client_id);
+            self.broker.grpc().sessions.terminate(&caller.client_id);
             Ok(v2::NotifyClientTerminationResponse { status: Some(ok()) })
         })
         .await

@@ -92,12 +92,12 @@ impl Renewals {
             if renewal.invisible_until_ms - now_ms > renewal.invisible_ms / 3 {
                 return true;
             }
-            let connected = broker.grpc.sessions.contains(&renewal.client_id);
+            let connected = broker.grpc().sessions.contains(&renewal.client_id);
             if !connected || now_ms - renewal.received_ms >= MAX_RENEWING_MS {
                 return false;
             }
             let invisible = Duration::from_millis(renewal.invisible_ms.max(0) as u64);
-            let renewed = broker.pop.change_invisible(
+            let renewed = broker.pop().change_invisible(
                 broker,
                 &renewal.group,
                 &renewal.topic,
@@ -130,13 +130,13 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             _ = stop.wait_for(|stopped| *stopped) => return,
             _ = tick.tick() => {}
         }
-        if broker.grpc.renewals.is_empty() {
+        if broker.grpc().renewals.is_empty() {
             continue;
         }
-        if broker.config.flush_mode == FlushMode::Async {
-            broker.grpc.renewals.renew_due(&broker, crate::now_ms());
+        if broker.config().flush_mode == FlushMode::Async {
+            broker.grpc().renewals.renew_due(&broker, crate::now_ms());
         } else if let Err(error) = blocking(&broker, |broker| {
-            broker.grpc.renewals.renew_due(broker, crate::now_ms())
+            broker.grpc().renewals.renew_due(broker, crate::now_ms())
         })
         .await
         {

@@ -28,11 +28,11 @@ struct Member {
 
 fn members(broker: &Broker, topic: &str) -> Vec<Member> {
     let own = broker
-        .grpc
+        .grpc()
         .advertised
         .get()
         .map(|endpoint| own_member(broker, endpoint, topic));
-    let peers = broker.peers.snapshot().into_iter().filter_map(|peer| {
+    let peers = broker.peers().snapshot().into_iter().filter_map(|peer| {
         Some(Member {
             endpoint: peer.grpc_endpoint?,
             topic: peer.topics.get(topic).cloned(),
@@ -46,7 +46,7 @@ fn members(broker: &Broker, topic: &str) -> Vec<Member> {
 /// This broker as routes name it: itself, or, as a replica of a group, its master; with no
 /// master known, itself read-only (consumers may read from replicas).
 fn own_member(broker: &Broker, endpoint: &str, topic: &str) -> Member {
-    let routed = match &broker.replication {
+    let routed = match broker.replication() {
         Some(replication) => replication.grpc_route_endpoint(endpoint),
         None => Some(endpoint.to_owned()),
     };
@@ -55,10 +55,10 @@ fn own_member(broker: &Broker, endpoint: &str, topic: &str) -> Member {
         None => (endpoint.to_owned(), broker.permission() & perm::READ),
     };
     Member {
-        name: broker.config.broker_name.clone(),
+        name: broker.config().broker_name.clone(),
         endpoint,
         permission,
-        topic: broker.topics.get(topic),
+        topic: broker.topics().get(topic),
     }
 }
 
@@ -72,7 +72,7 @@ fn members_with_topic(
     let mut cluster = members(broker, topic);
     if cluster.iter().all(|member| member.topic.is_none()) {
         let creatable =
-            broker.config.auto_create_topics && validate_topic_name(topic).is_ok() && may_create;
+            broker.config().auto_create_topics && validate_topic_name(topic).is_ok() && may_create;
         if !creatable || cluster.is_empty() {
             return Err(status(
                 Code::TopicNotFound,
@@ -80,8 +80,8 @@ fn members_with_topic(
             ));
         }
         let (config, _) = broker
-            .topics
-            .get_or_create(topic, broker.config.default_queue_nums);
+            .topics()
+            .get_or_create(topic, broker.config().default_queue_nums);
         tracing::info!(topic, "topic auto-created on a gRPC route query");
         cluster[0].topic = Some(config);
     }

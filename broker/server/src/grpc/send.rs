@@ -151,7 +151,7 @@ fn check_body(broker: &Broker, body: &[u8]) -> Result<(), v2::Status> {
     if body.is_empty() {
         return Err(status(Code::BadRequest, "the message body is empty"));
     }
-    let max = broker.config.max_message_size as usize;
+    let max = broker.config().max_message_size as usize;
     if body.len() > max {
         return Err(status(
             Code::MessageBodyTooLarge,
@@ -169,6 +169,6 @@ fn check_body(broker: &Broker, body: &[u8]) -> Result<(), v2::Status> {
 fn queue_for(broker: &Broker, message: &Incoming, queues: u32) -> u32 {
     match &message.group {
         Some(group) => crc32fast::hash(group.as_bytes()) % queues,
-        None => broker.grpc.send_sequence.fetch_add(1, Ordering::Relaxed) % queues,
+        None => broker.grpc().send_sequence.fetch_add(1, Ordering::Relaxed) % queues,
     }
 }

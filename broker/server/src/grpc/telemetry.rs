@@ -205,7 +205,7 @@ async fn serve_stream(
     mut stop: watch::Receiver<bool>,
 ) {
     let generation = broker
-        .grpc
+        .grpc()
         .sessions
         .open(&client_id, remote, outbound.clone());
     loop {
@@ -223,7 +223,7 @@ async fn serve_stream(
         };
         match command.command {
             Some(v2::telemetry_command::Command::Settings(settings)) => {
-                broker.grpc.sessions.apply_settings(&client_id, &settings);
+                broker.grpc().sessions.apply_settings(&client_id, &settings);
                 let answer = TelemetryCommand {
                     status: Some(super::status::ok()),
                     command: Some(v2::telemetry_command::Command::Settings(answer_settings(
@@ -241,7 +241,7 @@ async fn serve_stream(
             None => {}
         }
     }
-    broker.grpc.sessions.close(&client_id, generation);
+    broker.grpc().sessions.close(&client_id, generation);
 }
 
 /// The client's settings with what the server decides filled in.
@@ -249,7 +249,7 @@ pub(crate) fn answer_settings(broker: &Broker, mut settings: v2::Settings) -> v2
     match &mut settings.pub_sub {
         Some(settings::PubSub::Publishing(publishing)) => {
             publishing.max_body_size =
-                i32::try_from(broker.config.max_message_size).unwrap_or(i32::MAX);
+                i32::try_from(broker.config().max_message_size).unwrap_or(i32::MAX);
             let max_attempts = settings
                 .backoff_policy
                 .as_ref()
@@ -262,7 +262,7 @@ pub(crate) fn answer_settings(broker: &Broker, mut settings: v2::Settings) -> v2
                 .as_ref()
                 .map(|g| g.name.clone())
                 .unwrap_or_default();
-            let config = broker.groups.get_or_create(&group);
+            let config = broker.groups().get_or_create(&group);
             subscription.fifo = Some(config.consume_message_orderly);
             subscription.receive_batch_size = Some(RECEIVE_BATCH_SIZE);
             subscription.long_polling_timeout = Some(duration(LONG_POLLING_TIMEOUT));

@@ -96,7 +96,7 @@ pub fn check_back(broker: &Broker, producer_group: &str, check: &RemotingCommand
     if topic != producer_group {
         return false;
     }
-    let store_host = broker.grpc.advertised.get().cloned().unwrap_or_default();
+    let store_host = broker.grpc().advertised.get().cloned().unwrap_or_default();
     let command = v2::TelemetryCommand {
         status: Some(ok()),
         command: Some(
@@ -108,7 +108,7 @@ pub fn check_back(broker: &Broker, producer_group: &str, check: &RemotingCommand
             ),
         ),
     };
-    broker.grpc.sessions.push_to_producer_of(&topic, command)
+    broker.grpc().sessions.push_to_producer_of(&topic, command)
 }
 
 #[cfg(test)]
