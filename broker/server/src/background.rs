@@ -134,7 +134,7 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 /// member's replication.
 pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broker>) {
     background.opened(broker.clone());
-    let config = &broker.config();
+    let config = broker.config();
     let persist_every = Duration::from_millis(config.persist_interval_ms);
     let check_every = Duration::from_millis(config.transaction_check_interval_ms);
     // On a full disk the offsets stay in memory and are written once there is room.
@@ -166,7 +166,7 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
             move || {
                 let (broker, credentials, tls) = (broker.clone(), credentials.clone(), tls.clone());
                 async move {
-                    let own = &broker.advertised();
+                    let own = broker.advertised();
                     broker
                         .peers()
                         .poll_all(own, credentials.as_ref(), tls.as_ref())

@@ -46,7 +46,7 @@ pub async fn serve(
     tls: Option<Arc<TlsServer>>,
     serve_tls: bool,
 ) {
-    let registry = Arc::new(crate::metrics::registry(
+    let registry = Arc::new(crate::exposition::registry(
         &cluster,
         broker.clone(),
         tls.clone(),
@@ -133,8 +133,8 @@ async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response
 
 /// Encodes the registry on a blocking thread: the collector reads the store.
 async fn scrape(registry: Arc<Registry>) -> Response<Full<Bytes>> {
-    match tokio::task::spawn_blocking(move || crate::metrics::encode(&registry)).await {
-        Ok(exposition) => response(StatusCode::OK, crate::metrics::CONTENT_TYPE, exposition),
+    match tokio::task::spawn_blocking(move || crate::exposition::encode(&registry)).await {
+        Ok(exposition) => response(StatusCode::OK, crate::exposition::CONTENT_TYPE, exposition),
         Err(error) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
     }
 }

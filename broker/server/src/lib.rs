@@ -18,6 +18,7 @@ pub mod grpc;
 pub mod http;
 pub mod locks;
 pub mod long_poll;
+pub mod exposition;
 pub mod metrics;
 pub mod peers;
 pub(crate) mod persist;

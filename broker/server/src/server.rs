@@ -251,7 +251,7 @@ pub(crate) fn take_slot(broker: &Broker, remote: SocketAddr) -> Option<Connectio
     match broker.connection_slots().take(remote.ip()) {
         Ok(slot) => Some(slot),
         Err(refused) => {
-            let config = &broker.config();
+            let config = broker.config();
             let (limit, max) = match refused {
                 ClosedBecause::AddressLimit => (
                     "max-connections-per-address",
@@ -278,7 +278,7 @@ struct Served {
 /// in permissive mode and closed in enforcing mode. Other connections are unaffected; a
 /// handshake still going on at shutdown is dropped.
 async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
-    let metrics = &served.broker.metrics();
+    let metrics = served.broker.metrics();
     let mut stop = served.stop.clone();
     let peeked = tokio::select! {
         _ = stop.changed() => return,
@@ -440,7 +440,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
 }
 
 async fn answer(ctx: &Ctx, request: RemotingCommand, read_at: Option<Instant>) {
-    let stages = &ctx.broker.stages();
+    let stages = ctx.broker.stages();
     let mut trace = stages.start(request.code, read_at);
     let Some(response) = processor::dispatch(ctx, request, &mut trace).await else {
         return;

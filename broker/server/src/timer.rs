@@ -275,7 +275,7 @@ impl<'a> Service<'a> {
     /// Appends newly parked messages to the timer log and checkpoints the queue offset; those
     /// of a second already loaded go to the heap as well. False while a backlog is left.
     fn enqueue(&mut self) -> Result<bool, StoreError> {
-        let store = &self.broker.store();
+        let store = self.broker.store();
         for _ in 0..ENQUEUE_ROUNDS {
             let next = self
                 .progress
@@ -405,7 +405,7 @@ impl<'a> Service<'a> {
     /// Re-stores one batch to the real queues and records it fired at once (a kill -9 keeps
     /// the page cache, so the checkpoint outlives the process even unsynced).
     fn fire_batch(&mut self, batch: &[Due]) -> Result<(), StoreError> {
-        let store = &self.broker.store();
+        let store = self.broker.store();
         let mut targets = Vec::with_capacity(batch.len());
         let mut latest_out = 0;
         for due in batch {
@@ -443,7 +443,7 @@ impl<'a> Service<'a> {
         self.progress.fired_ms = last.deliver_ms;
         self.progress.fired_index = last.index;
         self.checkpoint(crate::now_ms())?;
-        let timers = &self.broker.timers();
+        let timers = self.broker.timers();
         timers
             .fired_total
             .fetch_add(batch.len() as u64, Ordering::Relaxed);

@@ -404,7 +404,7 @@ async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
 /// One walk of the half queue from the settled progress: the checks to send, and the error
 /// that cut the walk short, if any. Blocking.
 fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError>) {
-    let transactions = &broker.transactions();
+    let transactions = broker.transactions();
     let mut walk = Walk {
         broker,
         now,
@@ -426,7 +426,7 @@ fn check_round(broker: &Broker, now: i64) -> (Vec<CheckBack>, Option<BrokerError
 /// first op record of a half message at or past it. They are persisted with the others: a
 /// restart from older ones reads more op records (every done half message has one), no more.
 fn record_progress(broker: &Broker, progress: u64) -> Result<(), BrokerError> {
-    let offsets = &broker.offsets();
+    let offsets = broker.offsets();
     offsets.commit(SYSTEM_GROUP, HALF_TOPIC, HALF_QUEUE, QueueOffset(progress));
     let op_from = offsets
         .query(SYSTEM_GROUP, OP_TOPIC, HALF_QUEUE)
@@ -462,8 +462,8 @@ enum Visited {
 
 impl Walk<'_> {
     fn run(&mut self) -> Result<(), BrokerError> {
-        let store = &self.broker.store();
-        let transactions = &self.broker.transactions();
+        let store = self.broker.store();
+        let transactions = self.broker.transactions();
         let max = store.max_offset(HALF_TOPIC, HALF_QUEUE).0;
         transactions.advance(store.min_offset(HALF_TOPIC, HALF_QUEUE).0);
         let mut next = transactions.next_open(0);
@@ -490,7 +490,7 @@ impl Walk<'_> {
 
     /// Deals with one half message (expected at queue offset `expected`).
     fn visit(&mut self, raw: &[u8], expected: u64) -> Result<Visited, BrokerError> {
-        let transactions = &self.broker.transactions();
+        let transactions = self.broker.transactions();
         let half = match decode(raw) {
             Ok((record, _)) => record,
             Err(error) => {
@@ -505,7 +505,7 @@ impl Walk<'_> {
             Claim::Busy => return Ok(Visited::Stop),
             Claim::Granted(claim) => claim,
         };
-        let config = &self.broker.config();
+        let config = self.broker.config();
         let timeout_ms = i64::try_from(config.transaction_timeout_ms).unwrap_or(i64::MAX);
         // A checked copy waits the timeout again from when it was re-put.
         if self.now.saturating_sub(half.store_timestamp_ms) < timeout_ms {

@@ -49,7 +49,7 @@ pub async fn round(broker: Arc<Broker>) -> ControlFlow<(), Option<String>> {
 /// One round: moves (or, in order, wakes) what expired by `now_ms`, then snapshots the state
 /// when its log has grown enough. Blocking.
 pub fn revive_due(broker: &Broker, now_ms: i64) -> Result<(), PopError> {
-    let pop = &broker.pop();
+    let pop = broker.pop();
     for (key, delivery) in pop.state.expired(now_ms, REVIVE_BATCH) {
         let Some(group) = broker.groups().get(&key.group) else {
             continue;

@@ -107,7 +107,7 @@ fn replication_properties(broker: &crate::broker::Broker) -> Vec<String> {
 
 fn config_properties(ctx: &Ctx) -> String {
     let broker = &ctx.broker;
-    let c = &broker.config();
+    let c = broker.config();
     let mut lines = vec![
         format!("brokerName={}", c.broker_name),
         format!("brokerClusterName={}", c.cluster),
@@ -154,7 +154,7 @@ pub fn broker_config(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 /// GET_BROKER_RUNTIME_INFO (28): Apache's keys for the store and its disk, as `mqadmin
 /// brokerStatus` and the operator read them, and Quiver's write gate.
 pub fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let store = &ctx.broker.store();
+    let store = ctx.broker.store();
     let stats = store.stats();
     let disk = store.disk_status();
     let refusal = disk.refusal.as_ref();

@@ -182,7 +182,7 @@ fn past_its_epoch(broker: &Broker, pull: &PullRequest) -> Option<GetResult> {
         .state()
         .truncation_point(pull.epoch?, u64::MAX)
         .filter(|end| *end != u64::MAX && *end <= broker.store().confirmed().0)?;
-    let store = &broker.store();
+    let store = broker.store();
     let back_to = store.queue_offset_at(&pull.topic, pull.queue_id, CommitLogOffset(epoch_end));
     (pull.offset > back_to).then(|| GetResult {
         status: GetStatus::OffsetOverflowBadly,

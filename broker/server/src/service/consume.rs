@@ -59,7 +59,7 @@ pub fn query_offset(
 /// Apache's test for answering 0 to a group with no offset: the queue still starts at 0 and
 /// its first message (if any) is within the CommitLog's last 40% of physical memory.
 fn queue_start_is_hot(broker: &Broker, topic: &str, queue: u32) -> bool {
-    let store = &broker.store();
+    let store = broker.store();
     if store.min_offset(topic, queue).0 > 0 {
         return false;
     }
