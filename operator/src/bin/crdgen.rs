@@ -1,5 +1,7 @@
 //! Writes the CRD YAML files into `crds/` (or the directory given as the first argument).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {

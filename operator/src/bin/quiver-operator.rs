@@ -1,6 +1,8 @@
 //! quiver-operator: parses flags, starts tracing, the HTTP port and leader election, then runs
 //! the controllers while leading.
 
+#![forbid(unsafe_code)]
+
 use anyhow::Context as _;
 use clap::Parser;
 use kube::Client;

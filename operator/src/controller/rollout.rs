@@ -45,18 +45,7 @@ pub fn plan_rollout(
             RolloutPhase::Creating,
         );
     };
-    let spec = &existing.spec;
-    // volumeClaimTemplates are immutable: keep what the StatefulSet was created with.
-    let claim_size = spec
-        .volume_claim_templates
-        .as_ref()
-        .and_then(|claims| claims.first())
-        .and_then(|claim| claim.spec.as_ref())
-        .and_then(|claim| claim.resources.as_ref())
-        .and_then(|resources| resources.requests.as_ref())
-        .and_then(|requests| requests.get("storage"))
-        .map(|quantity| quantity.0.clone())
-        .unwrap_or_else(|| broker.spec.storage.size.clone());
+    let claim_size = claim_size(broker, existing);
     let current_partition = current_partition(existing);
     let provisional = RolloutPlan {
         replicas,
@@ -110,6 +99,22 @@ pub fn plan_rollout(
             RolloutPhase::Waiting,
         )
     }
+}
+
+/// The size in the StatefulSet's volume claim template: volumeClaimTemplates are immutable, so
+/// the plan keeps what the StatefulSet was created with.
+fn claim_size(broker: &Broker, existing: &StatefulSet) -> String {
+    existing
+        .spec
+        .volume_claim_templates
+        .as_ref()
+        .and_then(|claims| claims.first())
+        .and_then(|claim| claim.spec.as_ref())
+        .and_then(|claim| claim.resources.as_ref())
+        .and_then(|resources| resources.requests.as_ref())
+        .and_then(|requests| requests.get("storage"))
+        .map(|quantity| quantity.0.clone())
+        .unwrap_or_else(|| broker.spec.storage.size.clone())
 }
 
 pub fn template_hash(statefulset: &StatefulSet) -> Option<String> {
