@@ -254,7 +254,7 @@ def check_run(acks, sent, served, final, final_master, deliveries, commits, loss
 def loss_windows(faults, lag_max_s, master_timeout_s, slack_s=0.2):
     """Async mode: the intervals in which an acknowledged message may be lost, one per fault
     that took the master away: what it acknowledged within --replica-lag-max-ms before the
-    fault began (the README's bound). For a partition the cut-off master lives on and may
+    fault began (the bound docs/REPLICATION.md states). For a partition the cut-off master lives on and may
     still acknowledge until it finds it cannot reach a quorum, --master-timeout-ms after the
     cut: the window runs until then. `slack_s` covers an answer already on its way when the
     fault began (the client's ack time is when it read the answer). faults: [(start, kind)]
