@@ -2,9 +2,9 @@
 never dies, and a group with committed offsets is protected up to --disk-force-clean-ratio.
 
 Documented behaviour (docs/OPERATIONS.md, docs/CONFIGURATION.md, docs/METRICS.md): above
---disk-clean-ratio (0.75) retention deletes, every 10 s, the CommitLog files every group with committed offsets has read (all of
-them while there is no such group); above --disk-force-clean-ratio (0.85) the oldest file goes
-even if a group has not read it. So with the defaults acknowledged messages nobody consumed
+--disk-clean-ratio (0.75) retention deletes, every 10 s, the CommitLog files every group with
+committed offsets has read (all of them while there is no such group); above
+--disk-force-clean-ratio (0.85) the oldest file goes even if a group has not read it. So with the defaults acknowledged messages nobody consumed
 ARE deleted: these tests pin that down rather than the no-loss promise of test_full_disk.py.
 """
 
