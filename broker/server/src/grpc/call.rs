@@ -88,7 +88,8 @@ macro_rules! needs_an_account {
 }
 
 needs_an_account! {
-    v2::NotifyClientTerminationRequest => "NotifyClientTermination", v2::NotifyClientTerminationResponse;
+    v2::NotifyClientTerminationRequest => "NotifyClientTermination",
+        v2::NotifyClientTerminationResponse;
     tonic::Streaming<v2::TelemetryCommand> => "Telemetry", Opened;
 }
 

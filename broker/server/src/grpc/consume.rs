@@ -205,10 +205,9 @@ struct Held {
 
 impl Held {
     fn new(group: Option<&v2::Resource>, topic: Option<&v2::Resource>, handle: &str) -> Held {
-        let name = |resource: Option<&v2::Resource>| resource.map(|r| r.name.clone());
         Held {
-            group: name(group).unwrap_or_default(),
-            topic: name(topic).unwrap_or_default(),
+            group: name(group).to_owned(),
+            topic: name(topic).to_owned(),
             handle: handle.to_owned(),
         }
     }
