@@ -424,6 +424,13 @@ fn frame(buf: &[u8]) -> Result<usize, RecordError> {
     Ok(size)
 }
 
+/// A length field's value as a length; a negative one is a bad size.
+#[inline]
+fn length(field: impl Into<i64>) -> Result<usize, RecordError> {
+    let field: i64 = field.into();
+    usize::try_from(field).map_err(|_| RecordError::BadSize { size: field })
+}
+
 struct Parsed<'b> {
     header: RecordHeader<'b>,
     flag: i32,
@@ -456,24 +463,12 @@ fn parse(buf: &[u8], crc: BodyCrc) -> Result<Parsed<'_>, RecordError> {
     let store_host = r.host(sys_flag & STORE_HOST_V6_FLAG != 0)?;
     let reconsume_times = r.i32()?;
     let prepared_transaction_offset = r.i64()?;
-    let body_len = r.i32()?;
-    let body = r.take(usize::try_from(body_len).map_err(|_| RecordError::BadSize {
-        size: body_len as i64,
-    })?)?;
-    let topic_len = r.i8()?;
-    let topic = r.str(
-        usize::try_from(topic_len).map_err(|_| RecordError::BadSize {
-            size: topic_len as i64,
-        })?,
-        "topic",
-    )?;
-    let properties_len = r.i16()?;
-    let properties = r.str(
-        usize::try_from(properties_len).map_err(|_| RecordError::BadSize {
-            size: properties_len as i64,
-        })?,
-        "properties",
-    )?;
+    let body_len = length(r.i32()?)?;
+    let body = r.take(body_len)?;
+    let topic_len = length(r.i8()?)?;
+    let topic = r.str(topic_len, "topic")?;
+    let properties_len = length(r.i16()?)?;
+    let properties = r.str(properties_len, "properties")?;
     if r.at != size {
         return Err(RecordError::InconsistentLength {
             declared: size,
