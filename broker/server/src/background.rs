@@ -144,19 +144,22 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
     background.spawn_periodic("expiring clients", CLIENT_SCAN_INTERVAL, false, expiry);
     let retention = with(broker, run_retention);
     background.spawn_periodic("retention", RETENTION_INTERVAL, false, retention);
-    let delays = crate::schedule::DelayDelivery::new(broker.clone());
+    let delays = crate::delivery::delays::DelayDelivery::new(broker.clone());
     let delivering = "delivering scheduled messages";
     background.spawn_periodic(
         delivering,
-        crate::schedule::DelayDelivery::EVERY,
+        crate::delivery::delays::DelayDelivery::EVERY,
         true,
         delays,
     );
-    background.spawn(crate::timer::run(broker.clone(), background.stop()));
+    background.spawn(crate::delivery::timers::run(
+        broker.clone(),
+        background.stop(),
+    ));
     let revive = with(broker, crate::pop::revive_round);
     let reviving = "reviving POP messages";
     background.spawn_periodic(reviving, crate::pop::REVIVE_EVERY, true, revive);
-    let check_back = with(broker, crate::transaction::check_back_round);
+    let check_back = with(broker, crate::delivery::check_back::check_back_round);
     background.spawn_periodic("checking back half messages", check_every, true, check_back);
     if broker.peers().has_peers() {
         background.spawn_periodic("polling peers", crate::peers::POLL_INTERVAL, false, {

@@ -2,13 +2,10 @@
 //! a topic that exists or is auto-created, parked for a delay level or a timer, or kept as a
 //! transaction's half message.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-
-use bytes::Bytes;
 use quiver_protocol::message as msg;
 use quiver_store::record::{encode_properties, parse_properties, property, Record};
 use quiver_store::{NewMessage, PutResult, StoreError};
+use std::collections::BTreeMap;
 
 use super::ServiceError;
 use crate::broker::Broker;
@@ -17,21 +14,7 @@ use crate::timer;
 use crate::topics::{validate_topic_name, TopicConfig, DLQ_PREFIX, RETRY_PREFIX};
 use crate::transaction;
 
-/// One message to append, owned so it can cross into a blocking task.
-#[derive(Clone, Debug)]
-pub(crate) struct StoreTarget {
-    pub topic: String,
-    pub queue_id: u32,
-    pub flag: i32,
-    pub body: Bytes,
-    pub properties: String,
-    pub sys_flag: i32,
-    pub born_timestamp_ms: i64,
-    pub born_host: SocketAddr,
-    pub reconsume_times: i32,
-    /// A committed transactional message: where its half message is in the CommitLog.
-    pub prepared_transaction_offset: i64,
-}
+pub(crate) use crate::target::StoreTarget;
 
 fn new_messages<'a>(broker: &Broker, targets: &'a [StoreTarget]) -> Vec<NewMessage<'a>> {
     targets

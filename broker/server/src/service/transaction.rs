@@ -6,10 +6,13 @@ use quiver_protocol::message as msg;
 use quiver_protocol::record::{property, Record};
 use quiver_protocol::CommitLogOffset;
 
-use super::produce::{park_if_delayed, store_message_async, topic_for_send};
+use bytes::Bytes;
+use quiver_protocol::record::encode_properties;
+
+use super::produce::{park_if_delayed, store_message_async, topic_for_send, StoreTarget};
 use super::ServiceError;
 use crate::broker::Broker;
-use crate::transaction::{self, committed_target, op_target, Claim};
+use crate::transaction::{self, committed_target, Claim, HALF_QUEUE, OP_REMOVE_TAG, OP_TOPIC};
 
 /// A transaction's outcome, as END_TRANSACTION or a 5.x client's EndTransaction gives it.
 pub(crate) struct Ending<'a> {
@@ -84,4 +87,24 @@ fn prepared_message(broker: &Broker, ending: &Ending<'_>) -> Result<Record, Serv
         return Err(refuse("The transaction state table offset wrong"));
     }
     Ok(half)
+}
+
+/// The op record that settles the half message at `half_offset`.
+pub(crate) fn op_target(broker: &Broker, half_offset: u64) -> StoreTarget {
+    broker.topics().get_or_create(OP_TOPIC, 1);
+    StoreTarget {
+        topic: OP_TOPIC.to_owned(),
+        queue_id: HALF_QUEUE,
+        flag: 0,
+        body: Bytes::from(half_offset.to_string()),
+        properties: encode_properties([
+            (msg::PROPERTY_TAGS, OP_REMOVE_TAG),
+            (msg::PROPERTY_WAIT, "false"),
+        ]),
+        sys_flag: 0,
+        born_timestamp_ms: crate::now_ms(),
+        born_host: broker.store_host(),
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
 }
