@@ -38,6 +38,30 @@ async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
         ]
     );
 
+    assert_group_budgets(&scenario);
+    assert_member_configs(&scenario);
+    assert_group_status(&scenario);
+
+    // Spec topics go to each group's master; its replicas follow it.
+    scenario.edit_broker(|broker| {
+        broker["spec"]["topics"] = serde_json::json!([{"name": "orders", "queues": 4}]);
+    });
+    let has_orders = |ordinal: i32| {
+        scenario
+            .admin
+            .topics(&addr(ordinal))
+            .iter()
+            .any(|topic| topic.name == "orders")
+    };
+    eventually(Duration::from_secs(120), || has_orders(0) && has_orders(3)).await;
+    for replica in [1, 2, 4, 5] {
+        assert!(!has_orders(replica), "qb-{replica} is a replica");
+    }
+    scenario.stop().await;
+}
+
+/// One budget per group (none for the Broker), each letting one of its pods go.
+fn assert_group_budgets(scenario: &Scenario) {
     let budgets = scenario.server.list::<PodDisruptionBudget>("ns");
     let mut names: Vec<String> = budgets
         .iter()
@@ -62,7 +86,10 @@ async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
         .unwrap()
         .remove(0);
     assert_eq!(expression.values.unwrap(), ["qb-3", "qb-4", "qb-5"]);
+}
 
+/// Each member's config file names its group, replica id, the settings and the members.
+fn assert_member_configs(scenario: &Scenario) {
     let config: ConfigMap = scenario
         .server
         .object("ns", "qb-config")
@@ -86,7 +113,10 @@ async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
     );
     assert_eq!(file("qb-0")["replica-id"], 0);
     assert_eq!(file("qb-2")["broker-name"], "qb-g0");
+}
 
+/// Each group's master, epoch and in-sync set in the status, and ReplicationDegraded False.
+fn assert_group_status(scenario: &Scenario) {
     let status = scenario.status();
     let groups = status.replication.expect("replication status").groups;
     let summary: Vec<String> = groups
@@ -114,23 +144,6 @@ async fn a_replicated_broker_renders_groups_budgets_spread_and_flags() {
         condition(&scenario.status().conditions, "ReplicationDegraded"),
         ("False".into(), "InSync".into())
     );
-
-    // Spec topics go to each group's master; its replicas follow it.
-    scenario.edit_broker(|broker| {
-        broker["spec"]["topics"] = serde_json::json!([{"name": "orders", "queues": 4}]);
-    });
-    let has_orders = |ordinal: i32| {
-        scenario
-            .admin
-            .topics(&addr(ordinal))
-            .iter()
-            .any(|topic| topic.name == "orders")
-    };
-    eventually(Duration::from_secs(120), || has_orders(0) && has_orders(3)).await;
-    for replica in [1, 2, 4, 5] {
-        assert!(!has_orders(replica), "qb-{replica} is a replica");
-    }
-    scenario.stop().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -14,6 +14,53 @@ use tokio::time::Instant;
 async fn lag_lands_in_status_and_metrics() {
     let scenario = GroupScenario::start().await;
     let admin = &scenario.admin;
+    let stored_at = seed_lagging_group(&scenario);
+
+    let first_poll = Instant::now();
+    eventually(FIRST_POLL, || scenario.polled()).await;
+    let age_now = assert_first_poll(&scenario, stored_at);
+    assert_lag_metrics(&scenario, age_now);
+
+    // No commit for the whole 60 s window while lagging: Stalled, not before.
+    eventually(Duration::from_secs(150), || {
+        scenario.condition("Stalled").0 == "True"
+    })
+    .await;
+    let took = first_poll.elapsed();
+    assert!(
+        (Duration::from_secs(60)..Duration::from_secs(60) + 3 * LAG_INTERVAL).contains(&took),
+        "Stalled after {took:?}"
+    );
+    assert_eq!(
+        scenario.condition("Stalled"),
+        ("True".into(), "CommitsNotMoving".into())
+    );
+    assert_eq!(
+        scenario.condition("Consuming"),
+        ("False".into(), "Stalled".into())
+    );
+    assert!(scenario.metrics().contains(
+        r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 1"#
+    ));
+    scenario.event("Stalled", "Warning");
+
+    // The group commits: within an interval no longer stalled, last commit time recorded.
+    admin.consume_all(&addr(0), "billing");
+    eventually(NEXT_POLL, || scenario.status().total_lag == Some(0)).await;
+    assert_eq!(scenario.condition("Stalled").0, "False");
+    assert_eq!(scenario.condition("Lagging").0, "False");
+    assert_eq!(
+        scenario.condition("Consuming"),
+        ("True".into(), "CaughtUp".into())
+    );
+    assert!(scenario.status().last_commit_time.is_some());
+    scenario.stop().await;
+}
+
+/// Queues of two brokers, one member, a topic outside the spec, and the group (threshold 5
+/// messages, 60 s window); returns when the lagging message was stored.
+fn seed_lagging_group(scenario: &GroupScenario) -> i64 {
+    let admin = &scenario.admin;
     let stored_at = sim_clock() - 5_000;
     admin.set_queue(
         &addr(0),
@@ -36,9 +83,13 @@ async fn lag_lands_in_status_and_metrics() {
             ..LagThresholds::default()
         });
     });
+    stored_at
+}
 
-    let first_poll = Instant::now();
-    eventually(FIRST_POLL, || scenario.polled()).await;
+/// The first poll's status: the group on every broker, lag of spec topics only, latency, top
+/// queues, members once, the conditions; returns the message's age now, in seconds.
+fn assert_first_poll(scenario: &GroupScenario, stored_at: i64) -> f64 {
+    let admin = &scenario.admin;
     let group = scenario.group();
     assert_eq!(group.metadata.finalizers, Some(vec![FINALIZER.to_string()]));
     for ordinal in 0..2 {
@@ -86,6 +137,11 @@ async fn lag_lands_in_status_and_metrics() {
     for (type_, status, reason) in pairs {
         assert_eq!(scenario.condition(type_), (status.into(), reason.into()));
     }
+    age_now
+}
+
+/// The first poll's series: lag, queue lag, stalled, status, poll success and latency.
+fn assert_lag_metrics(scenario: &GroupScenario, age_now: f64) {
     let metrics = scenario.metrics();
     for expected in [
         r#"rocketmq_consumer_lag_messages{namespace="ns",cluster="qb",consumer_group="billing",topic="orders"} 10"#,
@@ -113,41 +169,6 @@ async fn lag_lands_in_status_and_metrics() {
         !metrics.contains(r#"queue_id="1""#),
         "uncommitted queue has no series"
     );
-
-    // No commit for the whole 60 s window while lagging: Stalled, not before.
-    eventually(Duration::from_secs(150), || {
-        scenario.condition("Stalled").0 == "True"
-    })
-    .await;
-    let took = first_poll.elapsed();
-    assert!(
-        (Duration::from_secs(60)..Duration::from_secs(60) + 3 * LAG_INTERVAL).contains(&took),
-        "Stalled after {took:?}"
-    );
-    assert_eq!(
-        scenario.condition("Stalled"),
-        ("True".into(), "CommitsNotMoving".into())
-    );
-    assert_eq!(
-        scenario.condition("Consuming"),
-        ("False".into(), "Stalled".into())
-    );
-    assert!(scenario.metrics().contains(
-        r#"quiver_consumer_group_stalled{namespace="ns",cluster="qb",consumer_group="billing"} 1"#
-    ));
-    scenario.event("Stalled", "Warning");
-
-    // The group commits: within an interval no longer stalled, last commit time recorded.
-    admin.consume_all(&addr(0), "billing");
-    eventually(NEXT_POLL, || scenario.status().total_lag == Some(0)).await;
-    assert_eq!(scenario.condition("Stalled").0, "False");
-    assert_eq!(scenario.condition("Lagging").0, "False");
-    assert_eq!(
-        scenario.condition("Consuming"),
-        ("True".into(), "CaughtUp".into())
-    );
-    assert!(scenario.status().last_commit_time.is_some());
-    scenario.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
