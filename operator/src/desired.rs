@@ -553,6 +553,27 @@ mod tests {
     use super::*;
     use crate::fixtures::BrokerFixture;
 
+    /// The file the pods read, to the byte: pretty JSON with sorted keys, as it was rendered
+    /// before the settings were typed (a different text would roll every pod on upgrade).
+    #[test]
+    fn the_config_file_is_pretty_json_with_sorted_keys() {
+        let config = config_map(&Broker::test(), 1, None);
+        let text = &config.data.expect("data")["qb-0.json"];
+        let expected = r#"{
+  "advertise": "qb-0.qb-headless.ns.svc:10911",
+  "broker-name": "qb-0",
+  "cluster": "qb",
+  "data-dir": "/data",
+  "flush-mode": "async",
+  "grpc-advertise": "qb-0.qb-headless.ns.svc:8081",
+  "grpc-listen": "0.0.0.0:8081",
+  "http-listen": "0.0.0.0:8080",
+  "listen": "0.0.0.0:10911",
+  "peers": []
+}"#;
+        assert_eq!(text, expected);
+    }
+
     /// (peers as JSON, ports) of each ingress rule.
     fn ingress_rules(policy: &NetworkPolicy) -> Vec<(serde_json::Value, Vec<i32>)> {
         let spec = policy.spec.as_ref().unwrap();

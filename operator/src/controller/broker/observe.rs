@@ -213,13 +213,7 @@ async fn observe_brokers(broker: &Broker, replicas: i32, cluster: &mut Cluster, 
     if broker.is_replicated() {
         cluster.groups = Some(replication::observe(broker, replicas, ctx).await);
     }
-    let ready = cluster
-        .statefulset
-        .as_ref()
-        .and_then(|sts| sts.status.as_ref())
-        .and_then(|status| status.ready_replicas)
-        .unwrap_or(0);
-    if !broker.spec.topics.is_empty() && ready >= replicas {
+    if plan::creates_topics(broker, cluster.statefulset.as_ref(), replicas) {
         for addr in plan::topic_targets(broker, replicas, cluster.groups.as_deref()) {
             for topic in &broker.spec.topics {
                 if let Ok(stats) = ctx.admin.topic_stats(&addr, &topic.name).await {

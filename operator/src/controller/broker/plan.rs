@@ -570,6 +570,16 @@ pub fn topic_targets(
     }
 }
 
+/// Whether the spec's topics are created this pass: there are some, and every one of
+/// `replicas` brokers is Ready.
+pub fn creates_topics(broker: &Broker, existing: Option<&StatefulSet>, replicas: i32) -> bool {
+    let ready = existing
+        .and_then(|sts| sts.status.as_ref())
+        .and_then(|status| status.ready_replicas)
+        .unwrap_or(0);
+    !broker.spec.topics.is_empty() && ready >= replicas
+}
+
 /// The spec topics to create once every broker is Ready: on each target, those not already
 /// there with the spec's queues (creating persists the broker's topic table).
 fn topic_creations(
@@ -577,13 +587,7 @@ fn topic_creations(
     plan: &RolloutPlan,
     cluster: &Cluster,
 ) -> Vec<(BrokerAddr, TopicConfig)> {
-    let ready = cluster
-        .statefulset
-        .as_ref()
-        .and_then(|sts| sts.status.as_ref())
-        .and_then(|status| status.ready_replicas)
-        .unwrap_or(0);
-    if broker.spec.topics.is_empty() || ready < plan.replicas {
+    if !creates_topics(broker, cluster.statefulset.as_ref(), plan.replicas) {
         return Vec::new();
     }
     let mut creations = Vec::new();
