@@ -388,6 +388,32 @@ impl Broker {
     }
 }
 
+impl crate::replication::Member for Broker {
+    fn store(&self) -> &Arc<MessageStore> {
+        &self.store
+    }
+
+    fn offsets(&self) -> &Arc<ConsumerOffsets> {
+        &self.offsets
+    }
+
+    fn topics(&self) -> &TopicManager {
+        &self.topics
+    }
+
+    fn groups(&self) -> &GroupManager {
+        &self.groups
+    }
+
+    fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    fn transactions(&self) -> &Transactions {
+        &self.transactions
+    }
+}
+
 /// Wakes, at every dispatch, the pulls parked on the queue, the POP receives waiting on the
 /// topic, and the timer service when the dispatch is to the timer topic.
 fn hook_dispatch(

@@ -22,6 +22,7 @@ pub mod long_poll;
 pub mod exposition;
 pub mod metrics;
 pub mod peers;
+pub(crate) mod periodic;
 pub(crate) mod persist;
 pub mod pop;
 pub mod processor;

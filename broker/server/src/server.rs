@@ -14,12 +14,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::background::Background;
 use crate::broker::{blocking, Broker};
 use crate::config::{BrokerConfig, TlsMode};
 use crate::consumers::ConnectionHandle;
 use crate::error::BrokerError;
 use crate::metrics::ClosedBecause;
+use crate::periodic::Background;
 use crate::processor::{self, Ctx};
 use crate::slots::ConnectionSlot;
 use crate::tls::{classify, peek_first_byte, FirstByte, HandshakeFailure, Port, TlsServer};

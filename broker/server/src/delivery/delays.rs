@@ -13,9 +13,9 @@ use quiver_store::record::decode;
 use quiver_store::{GetStatus, QueueOffset};
 use serde::{Deserialize, Serialize};
 
-use crate::background::{Flow, Round};
 use crate::broker::{blocking, Broker};
 use crate::error::{chain, BrokerError};
+use crate::periodic::{Flow, Round};
 use crate::schedule::{released, DELAY_LEVELS_MS};
 use crate::service::produce::{ensure_topic, store_message, StoreTarget};
 use crate::topics::SCHEDULE_TOPIC;

@@ -86,7 +86,7 @@ pub async fn switchover(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
 
 /// GET_ALL_CONSUMER_OFFSET (43): every committed offset, as Apache's consumerOffset.json.
 pub fn all_consumer_offsets(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let table = crate::replication::offset_table(&ctx.broker);
+    let table = crate::replication::offset_table(ctx.broker.as_ref());
     let body = serde_json::to_vec(&table).map_err(|error| {
         Refusal::new(
             response::SYSTEM_ERROR,

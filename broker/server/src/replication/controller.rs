@@ -19,8 +19,8 @@ use quiver_protocol::RemotingCommand;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::Member;
 use super::Replication;
-use crate::broker::Broker;
 
 /// How often members report and the leader judges.
 const TICK: Duration = Duration::from_millis(200);
@@ -178,7 +178,7 @@ pub fn decide(
 
 /// Reports to the leader and, on the leader, elects when needed.
 pub(super) async fn run(
-    broker: Arc<Broker>,
+    broker: Arc<dyn Member>,
     replication: Arc<Replication>,
     mut stop: watch::Receiver<bool>,
 ) {

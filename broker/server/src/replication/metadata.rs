@@ -13,8 +13,8 @@ use quiver_store::QueueOffset;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::Member;
 use super::{Replication, Role};
-use crate::broker::Broker;
 
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
@@ -27,7 +27,7 @@ pub struct ConsumerOffsetTable {
 }
 
 /// Every committed offset of `broker`, keyed `topic@group` as Apache's file is.
-pub fn offset_table(broker: &Broker) -> ConsumerOffsetTable {
+pub fn offset_table(broker: &dyn Member) -> ConsumerOffsetTable {
     let mut table = BTreeMap::new();
     for group in broker.offsets().groups() {
         for topic in broker.offsets().topics_of(&group) {
@@ -56,7 +56,7 @@ enum SyncError {
 }
 
 pub(super) async fn run(
-    broker: Arc<Broker>,
+    broker: Arc<dyn Member>,
     replication: Arc<Replication>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -74,7 +74,7 @@ pub(super) async fn run(
         if let Err(error) = learn_master_grpc(&replication, master, &address).await {
             tracing::debug!(error = %crate::error::chain(&error), "cannot learn the master's gRPC endpoint now");
         }
-        if let Err(error) = sync_once(&broker, &replication, &address).await {
+        if let Err(error) = sync_once(&*broker, &replication, &address).await {
             tracing::debug!(error = %crate::error::chain(&error), "cannot copy the master's topics, groups and offsets now");
         }
     }
@@ -117,7 +117,7 @@ async fn learn_master_grpc(
 }
 
 async fn sync_once(
-    broker: &Broker,
+    broker: &dyn Member,
     replication: &Replication,
     address: &str,
 ) -> Result<(), SyncError> {
@@ -145,7 +145,7 @@ async fn sync_once(
 
 /// Makes this member's topics, groups and offsets the master's.
 fn apply(
-    broker: &Broker,
+    broker: &dyn Member,
     topics: TopicConfigSerializeWrapper,
     groups: SubscriptionGroupWrapper,
     offsets: ConsumerOffsetTable,
@@ -186,7 +186,7 @@ fn apply(
 /// its queue. An offset copied past it (async mode's lag, a tail the old master had alone)
 /// would make consumers skip what this master writes there; clamped, they are redelivered
 /// what they may have read, never skip. Returns how many offsets moved.
-pub(super) fn clamp_offsets_to_log(broker: &Broker) -> usize {
+pub(super) fn clamp_offsets_to_log(broker: &dyn Member) -> usize {
     let mut moved = 0;
     for group in broker.offsets().groups() {
         for topic in broker.offsets().topics_of(&group) {

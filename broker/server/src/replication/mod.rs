@@ -95,6 +95,18 @@ pub enum ConfirmError {
     TooFewCopies { holders: usize, min: u32 },
 }
 
+/// What a member's replication reads and writes of its broker: the store, the committed
+/// offsets, the topics and groups it copies from the master, the settled half messages it
+/// reloads when it becomes the master, and the config.
+pub trait Member: Send + Sync + 'static {
+    fn store(&self) -> &Arc<quiver_store::MessageStore>;
+    fn offsets(&self) -> &Arc<quiver_store::ConsumerOffsets>;
+    fn topics(&self) -> &crate::topics::TopicManager;
+    fn groups(&self) -> &crate::groups::GroupManager;
+    fn config(&self) -> &crate::config::BrokerConfig;
+    fn transactions(&self) -> &crate::transaction::Transactions;
+}
+
 /// A group member's replication: its role, the master's view of its replicas, the read fence.
 pub struct Replication {
     pub id: u64,
@@ -394,7 +406,7 @@ impl Replication {
 /// Starts the group's consensus and the loops of this member: role changes, elections,
 /// reports, and (by role) serving or following the log. Returns when `stop` flips.
 pub async fn run(
-    broker: Arc<crate::broker::Broker>,
+    broker: Arc<dyn Member>,
     replication: Arc<Replication>,
     stop: watch::Receiver<bool>,
 ) {

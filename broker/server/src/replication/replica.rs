@@ -12,8 +12,8 @@ use quiver_protocol::RemotingCommand;
 use quiver_store::CommitLogOffset;
 use tokio::sync::watch;
 
+use super::Member;
 use super::Replication;
-use crate::broker::Broker;
 
 /// Bytes asked for per fetch.
 const FETCH_BYTES: u32 = 4 * 1024 * 1024;
@@ -42,13 +42,13 @@ enum FollowError {
 /// Follows `master` of `epoch` until `stop` flips (the caller drops this future when the
 /// group's state changes).
 pub(super) async fn follow(
-    broker: &Arc<Broker>,
+    broker: &Arc<dyn Member>,
     replication: &Replication,
     epoch: u64,
     master: u64,
     stop: &mut watch::Receiver<bool>,
 ) {
-    if let Err(error) = truncate_unacknowledged(broker, replication, epoch) {
+    if let Err(error) = truncate_unacknowledged(&**broker, replication, epoch) {
         tracing::error!(error = %crate::error::chain(&*error), "cannot truncate the tail the group did not acknowledge; not following");
         let _ = stop.changed().await;
         return;
@@ -61,7 +61,7 @@ pub(super) async fn follow(
     loop {
         let fetched = tokio::select! {
             _ = stop.changed() => return,
-            fetched = fetch_once(broker, replication, epoch, &address) => fetched,
+            fetched = fetch_once(&**broker, replication, epoch, &address) => fetched,
         };
         let failure = fetched
             .as_ref()
@@ -80,7 +80,7 @@ pub(super) async fn follow(
 /// Cuts this member's log back to where the group's history says its data stops being the
 /// group's, then records that the log now follows `epoch`.
 fn truncate_unacknowledged(
-    broker: &Broker,
+    broker: &dyn Member,
     replication: &Replication,
     epoch: u64,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -108,7 +108,7 @@ fn truncate_unacknowledged(
 }
 
 async fn fetch_once(
-    broker: &Broker,
+    broker: &dyn Member,
     replication: &Replication,
     epoch: u64,
     address: &str,

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use quiver_consensus::{Command, CommandOutcome, GroupState};
 use tokio::sync::watch;
 
+use super::Member;
 use super::{replica, Replication, Role};
-use crate::broker::Broker;
 
 /// How often the master re-checks its in-sync set and its lease.
 const MASTER_TICK: Duration = Duration::from_millis(100);
@@ -52,7 +52,7 @@ pub(super) fn duty(state: &GroupState, me: u64) -> Duty {
 }
 
 pub(super) async fn run(
-    broker: Arc<Broker>,
+    broker: Arc<dyn Member>,
     replication: Arc<Replication>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -71,7 +71,7 @@ pub(super) async fn run(
             }
             Duty::StartEpoch { epoch } => {
                 replication.role.send_replace(Role::Unknown);
-                start_epoch(&broker, &replication, epoch).await;
+                start_epoch(&*broker, &replication, epoch).await;
             }
             Duty::Master { epoch } if !holds_epoch(&replication, epoch) => {
                 // The agreed master, but its log no longer reaches where its epoch started
@@ -89,7 +89,7 @@ pub(super) async fn run(
                         Duty::Follow { master, .. } => {
                             follow(&broker, &replication, epoch, master, &mut acting_stop).await
                         }
-                        _ => serve_as_master(&broker, &replication, epoch, &mut acting_stop).await,
+                        _ => serve_as_master(&*broker, &replication, epoch, &mut acting_stop).await,
                     }
                 };
                 tokio::select! {
@@ -138,7 +138,7 @@ async fn wait_for_other_duty(state: &mut watch::Receiver<GroupState>, me: u64, c
 
 /// Records this member's log end as where `epoch` starts: nothing of an older epoch can
 /// arrive any more (the fetcher stopped), so every member can truncate against it.
-async fn start_epoch(broker: &Broker, replication: &Replication, epoch: u64) {
+async fn start_epoch(broker: &dyn Member, replication: &Replication, epoch: u64) {
     let Some(consensus) = replication.consensus() else {
         return;
     };
@@ -170,7 +170,7 @@ async fn start_epoch(broker: &Broker, replication: &Replication, epoch: u64) {
 /// Serves as master of `epoch` until the state says otherwise: fences the store at the
 /// confirmed offset, keeps the in-sync set and the lease.
 async fn serve_as_master(
-    broker: &Broker,
+    broker: &dyn Member,
     replication: &Replication,
     epoch: u64,
     stop: &mut watch::Receiver<bool>,
@@ -266,7 +266,7 @@ async fn renew_lease(replication: &Replication, epoch: u64) -> bool {
 }
 
 async fn follow(
-    broker: &Arc<Broker>,
+    broker: &Arc<dyn Member>,
     replication: &Replication,
     epoch: u64,
     master: u64,
