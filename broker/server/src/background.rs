@@ -43,9 +43,9 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
         broker.clone(),
         background.stop(),
     ));
-    let revive = with(broker, crate::pop::revive_round);
+    let revive = with(broker, crate::delivery::revive::round);
     let reviving = "reviving POP messages";
-    background.spawn_periodic(reviving, crate::pop::REVIVE_EVERY, true, revive);
+    background.spawn_periodic(reviving, crate::delivery::revive::EVERY, true, revive);
     let check_back = with(broker, crate::delivery::check_back::check_back_round);
     background.spawn_periodic("checking back half messages", check_every, true, check_back);
     if broker.peers().has_peers() {

@@ -6,4 +6,5 @@
 
 pub(crate) mod check_back;
 pub(crate) mod delays;
+pub(crate) mod revive;
 pub(crate) mod timers;

@@ -19,6 +19,7 @@
 
 pub mod admin;
 pub mod consume;
+pub mod pop;
 pub mod produce;
 pub mod transaction;
 
