@@ -10,12 +10,14 @@
 //! and the status, purely; this module reads the Broker, writes status, events and metrics.
 
 mod judge;
+mod plan;
 mod poll;
 #[cfg(test)]
 mod tests;
 
 pub use judge::judgement_window;
 use judge::*;
+use plan::*;
 use poll::*;
 
 use super::conditions::{self, Desired, Status};
@@ -123,11 +125,27 @@ fn timestamp(ms: i64) -> Timestamp {
     Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
+/// A pass over a live group: observe, plan, execute.
 #[instrument(skip(group, ctx), fields(group = %group.name_any()))]
 async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<Action, Error> {
     let now_ms = (ctx.clock)();
+    let found = observe(group, namespace, ctx, now_ms).await;
+    let (steps, then) = plan(group, &found, ctx.lag_interval, now_ms);
+    for step in steps {
+        execute(group, namespace, &found, step, ctx, now_ms).await?;
+    }
+    match (then, found) {
+        (Then::Requeue(wait), _) => Ok(Action::requeue(wait)),
+        (Then::Fail, Found::Failed(error)) => Err(error),
+        (Then::Fail, _) => unreachable!("only a failed pass fails"),
+    }
+}
+
+/// Reads the Broker and polls its brokers (the poll also upserts the group where it is
+/// missing and applies a pending offset reset: its later reads depend on them).
+async fn observe(group: &ConsumerGroup, namespace: &str, ctx: &Context, now_ms: i64) -> Found {
     if let Some(wait) = poll_not_due(ctx, group, now_ms) {
-        return Ok(Action::requeue(wait));
+        return Found::NotDue(wait);
     }
     let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), namespace);
     let broker_ref = &group.spec.broker_ref;
@@ -136,18 +154,15 @@ async fn apply(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Result<
             Ok(()) => poll(group, &broker, ctx, now_ms).await,
             Err(error) => Err(error),
         },
-        Ok(None) => return broker_missing(group, namespace, ctx, now_ms).await,
+        Ok(None) => return Found::BrokerMissing,
         Err(source) => Err(Error::Kube {
             action: format!("reading Broker {broker_ref}"),
             source,
         }),
     };
     match polled {
-        Ok(poll) => record_poll(group, namespace, ctx, poll, now_ms).await,
-        Err(error) => {
-            record_failure(group, namespace, ctx, &error, now_ms).await;
-            Err(error)
-        }
+        Ok(poll) => Found::Polled(poll),
+        Err(error) => Found::Failed(error),
     }
 }
 
@@ -164,115 +179,57 @@ fn poll_not_due(ctx: &Context, group: &ConsumerGroup, now_ms: i64) -> Option<Dur
         .filter(|wait| !wait.is_zero())
 }
 
-/// Writes what a successful poll found (status only if changed), its metrics and events.
-async fn record_poll(
+/// Takes one step of the plan.
+async fn execute(
     group: &ConsumerGroup,
     namespace: &str,
+    found: &Found,
+    step: GroupStep,
     ctx: &Context,
-    poll: Poll,
     now_ms: i64,
-) -> Result<Action, Error> {
-    let polled = polled(group, &poll, ctx.lag_interval, now_ms);
-    ctx.metrics.set_group_lag(
-        &series_of(group, namespace),
-        &poll.lag,
-        polled.judged.progress,
-        polled.judged.stalled(),
-    );
-    if let Some((reason, message)) = &polled.alarm {
-        publish(ctx, group, EventType::Warning, reason, reason, message).await;
-    }
-    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    write_status_if_changed(
-        &groups,
-        &group.name_any(),
-        group.status.as_ref(),
-        &polled.status,
-        ctx,
-    )
-    .await?;
-    ctx.lag_polls
-        .lock()
-        .expect("lag polls lock poisoned")
-        .insert(
-            object_key(group),
-            LastPoll {
+) -> Result<(), Error> {
+    let series = series_of(group, namespace);
+    match step {
+        GroupStep::LagMetrics { progress, stalled } => {
+            if let Found::Polled(poll) = found {
+                ctx.metrics
+                    .set_group_lag(&series, &poll.lag, progress, stalled);
+            }
+        }
+        GroupStep::LagUnknown => ctx.metrics.lag_unknown(&series),
+        GroupStep::ForgetPoll => forget_last_poll(ctx, group),
+        GroupStep::RememberPoll => {
+            let last = LastPoll {
                 polled_at_ms: now_ms,
                 generation: group.metadata.generation,
-            },
-        );
-    Ok(Action::requeue(ctx.lag_interval))
-}
-
-/// The Broker does not exist: nothing to poll. Said in status, as a Warning event and by the
-/// metrics, then retried later (not an error: the user has to create the Broker).
-async fn broker_missing(
-    group: &ConsumerGroup,
-    namespace: &str,
-    ctx: &Context,
-    now_ms: i64,
-) -> Result<Action, Error> {
-    let message = format!("Broker {} does not exist", group.spec.broker_ref);
-    let status = lag_unknown(group, namespace, ctx, "BrokerNotFound", &message, now_ms).await;
-    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    write_status_if_changed(
-        &groups,
-        &group.name_any(),
-        group.status.as_ref(),
-        &status,
-        ctx,
-    )
-    .await?;
-    Ok(Action::requeue(MISSING_BROKER_REQUEUE))
-}
-
-/// A failed poll, made visible: conditions with the cause, a Warning event, lag series dropped
-/// and `quiver_lag_poll_success` 0. Best effort: the poll's error is what the caller returns.
-async fn record_failure(
-    group: &ConsumerGroup,
-    namespace: &str,
-    ctx: &Context,
-    error: &Error,
-    now_ms: i64,
-) {
-    let message = format!("lag poll failed: {}", error_chain(error));
-    let status = lag_unknown(group, namespace, ctx, "PollFailed", &message, now_ms).await;
-    let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    if let Err(write_error) = write_status_if_changed(
-        &groups,
-        &group.name_any(),
-        group.status.as_ref(),
-        &status,
-        ctx,
-    )
-    .await
-    {
-        tracing::warn!(error = %write_error, "could not write the poll failure to status");
+            };
+            let mut polls = ctx.lag_polls.lock().expect("lag polls lock poisoned");
+            polls.insert(object_key(group), last);
+        }
+        GroupStep::Warn {
+            reason,
+            action,
+            message,
+        } => publish(ctx, group, EventType::Warning, reason, action, &message).await,
+        GroupStep::WriteStatus {
+            status,
+            best_effort,
+        } => {
+            let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
+            let name = group.name_any();
+            let written =
+                write_status_if_changed(&groups, &name, group.status.as_ref(), &*status, ctx).await;
+            match written {
+                Err(error) if best_effort => {
+                    tracing::warn!(%error, "could not write the poll failure to status");
+                }
+                other => {
+                    other?;
+                }
+            }
+        }
     }
-}
-
-/// The steps shared when the lag cannot be known: the next try polls rather than waiting for
-/// the interval, the lag series are dropped, a Warning event says why; returns the status.
-async fn lag_unknown(
-    group: &ConsumerGroup,
-    namespace: &str,
-    ctx: &Context,
-    reason: &'static str,
-    message: &str,
-    now_ms: i64,
-) -> ConsumerGroupStatus {
-    forget_last_poll(ctx, group);
-    ctx.metrics.lag_unknown(&series_of(group, namespace));
-    publish(
-        ctx,
-        group,
-        EventType::Warning,
-        reason,
-        "PollingLag",
-        message,
-    )
-    .await;
-    lag_unknown_status(group, reason, message, now_ms)
+    Ok(())
 }
 
 /// Deletion of the group: removed from its brokers when asked, then its series and memory. A

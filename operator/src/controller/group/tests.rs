@@ -251,3 +251,81 @@ fn the_window_round_trips_through_status() {
     };
     assert_eq!(window_from_status(&unreadable), None);
 }
+
+/// The steps of a plan, one word each.
+fn step_names(steps: &[GroupStep]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|step| match step {
+            GroupStep::LagMetrics { .. } => "metrics".to_string(),
+            GroupStep::LagUnknown => "metrics unknown".to_string(),
+            GroupStep::ForgetPoll => "forget".to_string(),
+            GroupStep::RememberPoll => "remember".to_string(),
+            GroupStep::Warn { reason, .. } => format!("warn {reason}"),
+            GroupStep::WriteStatus { best_effort, .. } => {
+                format!("write{}", if *best_effort { " (best effort)" } else { "" })
+            }
+        })
+        .collect()
+}
+
+fn written_ready(steps: &[GroupStep]) -> (String, String) {
+    let status = steps.iter().find_map(|step| match step {
+        GroupStep::WriteStatus { status, .. } => Some(status),
+        _ => None,
+    });
+    let ready = conditions::find(&status.expect("a status").conditions, "Ready").expect("Ready");
+    (ready.status.clone(), ready.reason.clone())
+}
+
+/// Each outcome of a pass's reads: the steps, how the pass ends, and Ready.
+#[test]
+fn the_plan_of_each_pass() {
+    use crate::fixtures::GroupFixture;
+    let group = ConsumerGroup::test();
+    let interval = Duration::from_secs(30);
+    let failed = Error::MissingField {
+        kind: "Broker",
+        name: "qb".into(),
+        field: "uid",
+    };
+    let cases = [
+        (
+            Found::NotDue(Duration::from_secs(7)),
+            vec![],
+            Then::Requeue(Duration::from_secs(7)),
+            None,
+        ),
+        (
+            Found::BrokerMissing,
+            vec!["forget", "metrics unknown", "warn BrokerNotFound", "write"],
+            Then::Requeue(MISSING_BROKER_REQUEUE),
+            Some(("False", "BrokerNotFound")),
+        ),
+        (
+            Found::Failed(failed),
+            vec![
+                "forget",
+                "metrics unknown",
+                "warn PollFailed",
+                "write (best effort)",
+            ],
+            Then::Fail,
+            Some(("False", "PollFailed")),
+        ),
+        (
+            Found::Polled(poll_of(5, 1_000)),
+            vec!["metrics", "write", "remember"],
+            Then::Requeue(interval),
+            Some(("True", "GroupConfigured")),
+        ),
+    ];
+    for (found, steps, then, ready) in cases {
+        let (planned, ends) = plan(&group, &found, interval, 10_000);
+        assert_eq!(step_names(&planned), steps);
+        assert_eq!(ends, then);
+        if let Some((status, reason)) = ready {
+            assert_eq!(written_ready(&planned), (status.into(), reason.into()));
+        }
+    }
+}
