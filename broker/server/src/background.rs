@@ -20,7 +20,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 /// delivery, POP revive, transaction check-back, peer polling, ACL file reloads and a group
 /// member's replication.
 pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broker>) {
-    background.opened(broker.clone());
+    let master = broker.clone();
+    background.gate_master_only(Arc::new(move || master.takes_writes()));
     let config = broker.config();
     let persist_every = Duration::from_millis(config.persist_interval_ms);
     let check_every = Duration::from_millis(config.transaction_check_interval_ms);

@@ -10,7 +10,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::broker::Broker;
 use crate::error::FailureLog;
 
 /// How a round went: `Continue(None)` worked, `Continue(Some(error))` failed and is logged
@@ -33,12 +32,16 @@ where
     }
 }
 
+/// Whether a round may run now (a master-only loop's: whether this broker takes writes).
+pub(crate) type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// The background tasks and the stop signal they share.
 pub(crate) struct Background {
     tasks: JoinSet<()>,
     stop: watch::Receiver<bool>,
-    /// Asked before each round of a master-only loop; set once the broker has opened.
-    broker: Option<Arc<Broker>>,
+    /// Asked before each round of a master-only loop (whether this broker takes writes);
+    /// set once the broker has opened.
+    takes_writes: Option<Gate>,
 }
 
 impl Background {
@@ -46,13 +49,13 @@ impl Background {
         Background {
             tasks: JoinSet::new(),
             stop,
-            broker: None,
+            takes_writes: None,
         }
     }
 
-    /// The broker master-only loops ask whether it takes writes.
-    pub(crate) fn opened(&mut self, broker: Arc<Broker>) {
-        self.broker = Some(broker);
+    /// What master-only loops ask before each round: whether this broker takes writes.
+    pub(crate) fn gate_master_only(&mut self, takes_writes: Gate) {
+        self.takes_writes = Some(takes_writes);
     }
 
     pub(crate) fn stop(&self) -> watch::Receiver<bool> {
@@ -75,12 +78,12 @@ impl Background {
         round: impl Round,
     ) {
         let gate = if master_only {
-            let broker = self.broker.clone();
+            let gate = self.takes_writes.clone();
             assert!(
-                broker.is_some(),
+                gate.is_some(),
                 "master-only loop {name} before the broker opened"
             );
-            broker
+            gate
         } else {
             None
         };
@@ -98,7 +101,7 @@ impl Background {
 pub(crate) async fn periodic(
     name: &'static str,
     every: Duration,
-    gate: Option<Arc<Broker>>,
+    gate: Option<Gate>,
     mut stop: watch::Receiver<bool>,
     mut round: impl Round,
 ) {
@@ -110,7 +113,7 @@ pub(crate) async fn periodic(
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        if gate.as_ref().is_some_and(|broker| !broker.takes_writes()) {
+        if gate.as_ref().is_some_and(|takes_writes| !takes_writes()) {
             continue;
         }
         match round.round().await {

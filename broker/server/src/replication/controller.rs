@@ -21,6 +21,8 @@ use tokio::sync::watch;
 
 use super::Member;
 use super::Replication;
+use crate::periodic::{periodic, Flow};
+use std::ops::ControlFlow;
 
 /// How often members report and the leader judges.
 const TICK: Duration = Duration::from_millis(200);
@@ -176,35 +178,35 @@ pub fn decide(
     Some(state.elect(chosen, candidates, &reported))
 }
 
-/// Reports to the leader and, on the leader, elects when needed.
+/// Every [`TICK`]: reports to the leader and, on the leader, elects when needed.
 pub(super) async fn run(
     broker: Arc<dyn Member>,
     replication: Arc<Replication>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
+    let round = move || report_round(broker.clone(), replication.clone());
+    // A task of its own: there the compiler proves the loop's future Send.
+    let reporting = periodic("reporting to the group's leader", TICK, None, stop, round);
+    let _ = tokio::spawn(reporting).await;
+}
+
+async fn report_round(broker: Arc<dyn Member>, replication: Arc<Replication>) -> Flow {
+    let Some(consensus) = replication.consensus() else {
+        return ControlFlow::Continue(None);
+    };
+    let report = replication.own_report(broker.store().log_end().0);
+    match consensus.leader() {
+        Some(leader) if leader == replication.id => {
+            replication.record_report(report);
+            elect_if_needed(&replication).await;
         }
-        let Some(consensus) = replication.consensus() else {
-            continue;
-        };
-        let report = replication.own_report(broker.store().log_end().0);
-        match consensus.leader() {
-            Some(leader) if leader == replication.id => {
-                replication.record_report(report);
-                elect_if_needed(&replication).await;
-            }
-            Some(leader) => {
-                replication.reports.lock().lost_leadership();
-                send_report(&replication, leader, report).await;
-            }
-            None => replication.reports.lock().lost_leadership(),
+        Some(leader) => {
+            replication.reports.lock().lost_leadership();
+            send_report(&replication, leader, report).await;
         }
+        None => replication.reports.lock().lost_leadership(),
     }
+    ControlFlow::Continue(None)
 }
 
 /// On the leader: confirms it still leads (and brings its state up to date), then elects

@@ -15,6 +15,8 @@ use tokio::sync::watch;
 
 use super::Member;
 use super::{Replication, Role};
+use crate::periodic::{periodic, Flow};
+use std::ops::ControlFlow;
 
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 const SYNC_TIMEOUT: Duration = Duration::from_secs(3);
@@ -55,29 +57,37 @@ enum SyncError {
     Body { what: &'static str, reason: String },
 }
 
+/// Every [`SYNC_INTERVAL`] on a replica: learns the master's gRPC endpoint and copies its
+/// topics, groups and offsets.
 pub(super) async fn run(
     broker: Arc<dyn Member>,
     replication: Arc<Replication>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(SYNC_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let Role::Replica { master, .. } = replication.role() else {
-            continue;
-        };
-        let address = replication.address_of(master);
-        if let Err(error) = learn_master_grpc(&replication, master, &address).await {
-            tracing::debug!(error = %crate::error::chain(&error), "cannot learn the master's gRPC endpoint now");
-        }
-        if let Err(error) = sync_once(&*broker, &replication, &address).await {
-            tracing::debug!(error = %crate::error::chain(&error), "cannot copy the master's topics, groups and offsets now");
-        }
+    let round = move || sync_round(broker.clone(), replication.clone());
+    // A task of its own: there the compiler proves the loop's future Send.
+    let copying = periodic(
+        "copying the master's metadata",
+        SYNC_INTERVAL,
+        None,
+        stop,
+        round,
+    );
+    let _ = tokio::spawn(copying).await;
+}
+
+async fn sync_round(broker: Arc<dyn Member>, replication: Arc<Replication>) -> Flow {
+    let Role::Replica { master, .. } = replication.role() else {
+        return ControlFlow::Continue(None);
+    };
+    let address = replication.address_of(master);
+    if let Err(error) = learn_master_grpc(&replication, master, &address).await {
+        tracing::debug!(error = %crate::error::chain(&error), "cannot learn the master's gRPC endpoint now");
     }
+    if let Err(error) = sync_once(&*broker, &replication, &address).await {
+        tracing::debug!(error = %crate::error::chain(&error), "cannot copy the master's topics, groups and offsets now");
+    }
+    ControlFlow::Continue(None)
 }
 
 async fn ask(
