@@ -50,16 +50,9 @@ pub(crate) fn released(record: &Record, parking: &[&str]) -> Option<StoreTarget>
     for name in parking {
         properties.remove(*name);
     }
+    let properties = encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     Some(StoreTarget {
-        topic: real_topic?,
-        queue_id: real_queue,
-        flag: record.flag,
-        body: record.body.clone(),
-        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-        sys_flag: record.sys_flag,
-        born_timestamp_ms: record.born_timestamp_ms,
-        born_host: record.born_host,
-        reconsume_times: record.reconsume_times,
         prepared_transaction_offset: record.prepared_transaction_offset,
+        ..StoreTarget::copy_of(record, real_topic?, real_queue, properties)
     })
 }

@@ -272,17 +272,11 @@ pub(crate) fn committed_target(half: &Record) -> Option<StoreTarget> {
         .remove(msg::PROPERTY_REAL_QID)
         .and_then(|q| q.parse::<u32>().ok())?;
     properties.remove(msg::PROPERTY_TRANSACTION_PREPARED);
+    let properties = encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     Some(StoreTarget {
-        topic,
-        queue_id,
-        flag: half.flag,
-        body: half.body.clone(),
-        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
         sys_flag: sys_flag::with_transaction_type(half.sys_flag, sys_flag::TRANSACTION_COMMIT),
-        born_timestamp_ms: half.born_timestamp_ms,
-        born_host: half.born_host,
-        reconsume_times: half.reconsume_times,
         prepared_transaction_offset: i64::try_from(half.physical_offset.0).unwrap_or(i64::MAX),
+        ..StoreTarget::copy_of(half, topic, queue_id, properties)
     })
 }
 

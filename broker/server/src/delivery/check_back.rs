@@ -25,20 +25,9 @@ use crate::transaction::*;
 /// How long a check may wait for room in a producer connection's outbound queue.
 const CHECK_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The same half message in `topic`, with `properties`.
+/// The same half message in `topic`'s queue 0, with `properties`.
 fn copy_of(half: &Record, topic: &str, properties: String) -> StoreTarget {
-    StoreTarget {
-        topic: topic.to_owned(),
-        queue_id: HALF_QUEUE,
-        flag: half.flag,
-        body: half.body.clone(),
-        properties,
-        sys_flag: half.sys_flag,
-        born_timestamp_ms: half.born_timestamp_ms,
-        born_host: half.born_host,
-        reconsume_times: half.reconsume_times,
-        prepared_transaction_offset: 0,
-    }
+    StoreTarget::copy_of(half, topic.to_owned(), HALF_QUEUE, properties)
 }
 
 /// A CHECK_TRANSACTION_STATE to send to a producer group.

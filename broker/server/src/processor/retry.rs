@@ -87,16 +87,8 @@ pub async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     }
     let (topic, queue_id, properties) = destination(broker, &group, physical, target, &properties)?;
     let target = vec![StoreTarget {
-        topic,
-        queue_id,
-        flag: record.flag,
-        body: record.body.clone(),
-        properties,
-        sys_flag: record.sys_flag,
-        born_timestamp_ms: record.born_timestamp_ms,
-        born_host: record.born_host,
         reconsume_times: record.reconsume_times + 1,
-        prepared_transaction_offset: 0,
+        ..StoreTarget::copy_of(&record, topic, queue_id, properties)
     }];
     store_message_async(broker, &target).await?;
     Ok(success(req, &[]))

@@ -49,30 +49,27 @@ fn cluster_topics(broker: &Broker) -> Vec<(String, BTreeSet<String>)> {
 
 /// GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206): every topic of the cluster.
 pub fn all_topic_list(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
-    let topics: BTreeSet<String> = cluster_topics(&ctx.broker)
-        .into_iter()
-        .flat_map(|(_, topics)| topics)
-        .collect();
-    let list = TopicList {
-        topic_list: topics.into_iter().collect(),
-        broker_addr: None,
-    };
-    Ok(with_body(req, list.encode()))
+    Ok(topic_list(ctx, req, |_| true))
 }
 
 /// GET_TOPICS_BY_CLUSTER (224): the topics of the cluster's brokers (none for an unknown one).
 pub fn topics_by_cluster(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let cluster = GetTopicsByClusterRequestHeader::from_command(req)?.cluster;
+    Ok(topic_list(ctx, req, |name| *name == cluster))
+}
+
+/// The topics of the cluster's brokers whose name `keep` accepts, as a TopicList body.
+fn topic_list(ctx: &Ctx, req: &RemotingCommand, keep: impl Fn(&String) -> bool) -> RemotingCommand {
     let topics: BTreeSet<String> = cluster_topics(&ctx.broker)
         .into_iter()
-        .filter(|(name, _)| *name == cluster)
+        .filter(|(name, _)| keep(name))
         .flat_map(|(_, topics)| topics)
         .collect();
     let list = TopicList {
         topic_list: topics.into_iter().collect(),
         broker_addr: None,
     };
-    Ok(with_body(req, list.encode()))
+    with_body(req, list.encode())
 }
 
 /// GET_SYSTEM_TOPIC_LIST_FROM_NS (304): as Apache's name server, the cluster names and broker

@@ -444,17 +444,11 @@ pub(crate) fn move_message(
         .get(&topic)
         .map_or(1, |t| t.write_queue_nums.max(1));
     let properties = retry_properties(&record, None);
+    let queue_id = u32::try_from(delivery.offset % u64::from(queues)).unwrap_or(0);
+    let properties = encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let target = StoreTarget {
-        queue_id: u32::try_from(delivery.offset % u64::from(queues)).unwrap_or(0),
-        topic,
-        flag: record.flag,
-        body: record.body.clone(),
-        properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-        sys_flag: record.sys_flag,
-        born_timestamp_ms: record.born_timestamp_ms,
-        born_host: record.born_host,
         reconsume_times: record.reconsume_times + 1,
-        prepared_transaction_offset: 0,
+        ..StoreTarget::copy_of(&record, topic, queue_id, properties)
     };
     store_message(broker, &[target])?;
     let removed = pop

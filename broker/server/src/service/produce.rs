@@ -4,7 +4,7 @@
 
 use quiver_protocol::message as msg;
 use quiver_store::record::{encode_properties, parse_properties, property, Record};
-use quiver_store::{NewMessage, PutResult, StoreError};
+use quiver_store::{MessageStore, NewMessage, PutResult, StoreError};
 use std::collections::BTreeMap;
 
 use super::ServiceError;
@@ -54,13 +54,7 @@ pub(crate) fn store_message(
     broker: &Broker,
     targets: &[StoreTarget],
 ) -> Result<Vec<PutResult>, StoreError> {
-    let results = {
-        let _admitted = admit_write(broker)?;
-        broker
-            .store()
-            .put_batch(&new_messages(broker, targets), crate::now_ms())?
-    };
-    appended(broker);
+    let results = append_admitted(broker, targets, MessageStore::put_batch)?;
     record_in(broker, targets);
     Ok(results)
 }
@@ -72,19 +66,32 @@ pub(crate) async fn store_message_async(
     broker: &Broker,
     targets: &[StoreTarget],
 ) -> Result<Vec<PutResult>, ServiceError> {
-    let appended_batch = {
-        let _admitted = admit_write(broker)?;
-        broker
-            .store()
-            .append(&new_messages(broker, targets), crate::now_ms())?
-    };
-    appended(broker);
+    let appended_batch = append_admitted(broker, targets, MessageStore::append)?;
     broker.wait_durable(appended_batch.end).await?;
     if let Some(replication) = &broker.replication() {
         replication.wait_confirmed(appended_batch.end).await?;
     }
     record_in(broker, targets);
     Ok(appended_batch.results)
+}
+
+/// Appends the targets with `append` once the write is admitted, then lets a group's
+/// replication know the log grew.
+fn append_admitted<R>(
+    broker: &Broker,
+    targets: &[StoreTarget],
+    append: impl FnOnce(&MessageStore, &[NewMessage<'_>], i64) -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
+    let appended_now = {
+        let _admitted = admit_write(broker)?;
+        append(
+            broker.store(),
+            &new_messages(broker, targets),
+            crate::now_ms(),
+        )?
+    };
+    appended(broker);
+    Ok(appended_now)
 }
 
 /// On a group member, whether it may append now (the guard holds off a switchover until
