@@ -24,7 +24,6 @@ use crate::broker::Broker;
 use crate::consumers::ConnectionHandle;
 use crate::error::{chain, BrokerError};
 
-
 /// What a processor sees: the broker and the connection the request came on.
 #[derive(Clone)]
 pub struct Ctx {
