@@ -33,22 +33,22 @@ pub type BrokerSlot = Arc<std::sync::OnceLock<Arc<Broker>>>;
 
 /// Everything a request processor may touch.
 pub struct Broker {
-    pub(crate) config: BrokerConfig,
+    config: BrokerConfig,
     /// host:port clients and peers reach this broker at.
     advertised: String,
     /// STOREHOST of records and the address inside message ids.
     store_host: SocketAddr,
     store: Arc<MessageStore>,
     offsets: Arc<ConsumerOffsets>,
-    pub(crate) topics: TopicManager,
-    pub(crate) groups: GroupManager,
+    topics: TopicManager,
+    groups: GroupManager,
     consumers: ConsumerManager,
     producers: ProducerManager,
     long_poll: Arc<LongPollRegistry>,
     /// Per-stage times of sampled sends and parked-pull wake-ups (`--stage-sample-every`).
     stages: Arc<crate::stages::StageRecorder>,
     locks: QueueLocks,
-    pub(crate) peers: PeerView,
+    peers: PeerView,
     metrics: Metrics,
     /// Client connections of both ports: `max-connections`, `max-connections-per-address`.
     connection_slots: crate::slots::ConnectionSlots,
@@ -57,11 +57,11 @@ pub struct Broker {
     /// Which half messages are settled (transactional messages).
     transactions: Transactions,
     /// POP consumption (5.x clients' receive / ack): state, waiting receives, revive counts.
-    pub(crate) pop: crate::pop::PopService,
+    pop: crate::pop::PopService,
     /// The accounts every request is checked against; None: ACL off.
-    pub(crate) acl: Option<Acl>,
+    acl: Option<Acl>,
     /// The gRPC port's address and its clients' Telemetry sessions.
-    pub(crate) grpc: crate::grpc::GrpcState,
+    grpc: crate::grpc::GrpcState,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -76,7 +76,7 @@ pub struct Broker {
     /// When the broker opened (ms since the epoch): GET_BROKER_RUNTIME_INFO's bootTimestamp.
     started_ms: i64,
     /// This member's replication when it is one of a group (`--group-members`).
-    pub(crate) replication: Option<Arc<crate::replication::Replication>>,
+    replication: Option<Arc<crate::replication::Replication>>,
 }
 
 impl Broker {
