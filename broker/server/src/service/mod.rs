@@ -1,18 +1,23 @@
 //! The broker's services: what a request may ask of the broker, whatever protocol carried it.
 //! The remoting processors (`processor/`) and the gRPC handlers (`grpc/`) decode a request,
 //! call a service and map its [`ServiceError`] at their own edge (a remoting response code, a
-//! gRPC status); the background deliveries (delay levels, timers, POP revive, transaction
-//! check-back) call the same services. A service call is a plain function call on `&Broker`.
+//! gRPC status); the background deliveries (`crate::delivery`: delay levels, timers, POP
+//! revive, transaction check-back) call the same services. A service call is a plain
+//! function call on `&Broker`; the state it works on (the store, offsets, topics, groups,
+//! POP and transaction state) is composed by `Broker` and imports no service.
 //!
-//! - [`produce`]: appending messages. [`produce::store_message_async`] (a send: durable and,
-//!   in a sync group, confirmed by the replicas) and [`produce::store_message`] (a blocking
-//!   delivery), [`produce::check_broker_writable`], [`produce::topic_for_send`] (the topic,
-//!   auto-created when allowed), [`produce::park_if_delayed`] (a delay level or timer parks
-//!   the message), [`produce::half_message`] (a transaction's half message),
-//!   [`produce::check_body`], [`produce::retry_properties`], [`produce::ensure_topic`].
-//! - [`transaction`]: [`transaction::end_transaction`] commits or rolls back a half message.
+//! - [`produce`]: appending messages. `produce::store_message_async` (a send: durable and,
+//!   in a sync group, confirmed by the replicas) and `produce::store_message` (a blocking
+//!   delivery), `produce::check_broker_writable`, `produce::topic_for_send` (the topic,
+//!   auto-created when allowed), `produce::park_if_delayed` (a delay level or timer parks
+//!   the message), `produce::half_message` (a transaction's half message),
+//!   `produce::check_body`, `produce::retry_properties`, `produce::ensure_topic`.
+//! - [`transaction`]: `transaction::end_transaction` commits or rolls back a half message.
 //! - [`consume`]: consumer offsets ([`consume::commit_offset`], [`consume::query_offset`])
 //!   and the checks a pull passes ([`consume::check_broker_readable`], [`consume::pull_topic`]).
+//! - [`pop`]: POP consumption over the broker, as methods of `crate::pop::PopService`
+//!   (`receive`, `ack`, `change_invisible`, `forward_to_dead_letter`) and
+//!   `pop::move_message`, which the revive loop (`crate::delivery::revive`) uses too.
 //! - [`admin`]: topics, subscription groups and the broker permission, changed and persisted
 //!   ([`admin::upsert_topic`], [`admin::delete_topic`], [`admin::upsert_group`],
 //!   [`admin::delete_group`], [`admin::set_permissions`]).
