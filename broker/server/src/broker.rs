@@ -61,7 +61,7 @@ pub struct Broker {
     /// The accounts every request is checked against; None: ACL off.
     acl: Option<Acl>,
     /// The gRPC port's address and its clients' Telemetry sessions.
-    grpc: crate::grpc::GrpcState,
+    grpc: crate::grpc_state::GrpcState,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
     flushed: Arc<tokio::sync::Notify>,
@@ -178,7 +178,7 @@ impl Broker {
     }
 
     /// The gRPC port's shared state.
-    pub fn grpc(&self) -> &crate::grpc::GrpcState {
+    pub fn grpc(&self) -> &crate::grpc_state::GrpcState {
         &self.grpc
     }
 
@@ -260,7 +260,7 @@ impl Broker {
             transactions,
             pop,
             acl,
-            grpc: crate::grpc::GrpcState::default(),
+            grpc: crate::grpc_state::GrpcState::default(),
             ready: AtomicBool::new(false),
             started_ms: crate::now_ms(),
             replication,

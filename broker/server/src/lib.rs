@@ -17,6 +17,7 @@ pub mod exposition;
 pub mod filter;
 pub mod groups;
 pub mod grpc;
+pub mod grpc_state;
 pub mod http;
 pub mod locks;
 pub mod long_poll;

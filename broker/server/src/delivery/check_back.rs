@@ -52,10 +52,12 @@ pub async fn check_back_round(broker: Arc<Broker>) -> ControlFlow<(), Option<Str
     }
 }
 
-/// Sends each check over a live connection of its producer group (the newest heartbeat).
+/// Sends each check to a 5.x producer through the gRPC port's sessions when one takes it
+/// (`GrpcState::check_back`), else over a live connection of its producer group (the newest
+/// heartbeat).
 async fn send_checks(broker: &Broker, checks: Vec<CheckBack>) {
     for check in checks {
-        if crate::grpc::check_back(broker, &check.group, &check.request) {
+        if broker.grpc().check_back(&check.group, &check.request) {
             broker
                 .transactions()
                 .checks_sent

@@ -11,11 +11,11 @@ use tokio::sync::watch;
 use super::auth::Caller;
 use super::call::name;
 use super::convert::{outgoing, std_duration, timestamp, Delivery};
-use super::renew::Received;
 use super::status::{self, ok, status};
 use crate::broker::{blocking, Broker};
 use crate::config::FlushMode;
 use crate::filter::ConsumerFilter;
+use crate::grpc_state::Received;
 use crate::pop::{PopError, Popped, ReceiveRequest, MAX_MESSAGES_PER_RECEIVE};
 
 /// What a receive's messages stay invisible for when the request names no time (push

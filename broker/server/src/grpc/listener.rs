@@ -106,6 +106,9 @@ pub async fn serve(
     tls: Option<Arc<TlsServer>>,
     stop: watch::Receiver<bool>,
 ) {
+    broker
+        .grpc()
+        .serve_check_backs(super::transaction::check_back);
     let (accepted_tx, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
     let renewing = tokio::spawn(super::renew::run(broker.clone(), stop.clone()));
     let tls_mode = broker.config().tls_mode;

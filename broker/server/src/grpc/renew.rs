@@ -1,125 +1,17 @@
-//! `auto_renew` receives (what the 5.x PushConsumer sends): as Apache's Proxy does, the broker
-//! keeps such a message invisible while its client's Telemetry stream is open, renewing it a
-//! third of its invisible time before it would come back, for at most 12 hours. The
-//! client keeps the handle it received; its ack, change or forward is applied to the latest
-//! renewed handle and ends the renewing. A client gone lets its messages come back in time.
+//! The loop that keeps `auto_renew` receives invisible while their client is connected: what
+//! it renews is kept in `crate::grpc_state` (`Renewals`), renewed here through the POP
+//! service.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::broker::{blocking, Broker};
 use crate::config::FlushMode;
-use crate::pop::PopError;
 
 /// How often messages due for renewal are looked for.
 const TICK: Duration = Duration::from_millis(200);
-/// How long a message is kept invisible for a client that holds it (Apache's 12 h bound on
-/// any invisible time).
-const MAX_RENEWING_MS: i64 = 12 * 3600 * 1000;
-
-/// One message renewed for its client.
-#[derive(Clone)]
-struct Renewal {
-    client_id: String,
-    group: String,
-    topic: String,
-    /// The handle that works now (the received one until the first renewal).
-    current: String,
-    invisible_ms: i64,
-    invisible_until_ms: i64,
-    received_ms: i64,
-}
-
-/// The messages kept invisible for their clients, by the handle the client received.
-#[derive(Default)]
-pub struct Renewals {
-    by_handle: Mutex<HashMap<String, Renewal>>,
-}
-
-/// A received message to renew.
-pub(crate) struct Received<'a> {
-    pub client_id: &'a str,
-    pub group: &'a str,
-    pub topic: &'a str,
-    pub handle: &'a str,
-    pub invisible_ms: i64,
-    pub invisible_until_ms: i64,
-}
-
-impl Renewals {
-    pub(crate) fn track(&self, received: Received<'_>, now_ms: i64) {
-        let renewal = Renewal {
-            client_id: received.client_id.to_owned(),
-            group: received.group.to_owned(),
-            topic: received.topic.to_owned(),
-            current: received.handle.to_owned(),
-            invisible_ms: received.invisible_ms,
-            invisible_until_ms: received.invisible_until_ms,
-            received_ms: now_ms,
-        };
-        self.by_handle
-            .lock()
-            .insert(received.handle.to_owned(), renewal);
-    }
-
-    /// Runs `act` on the handle that works for the client's `handle` (itself when it is not
-    /// renewed) and stops renewing it. Once removed (a renewal pass holds the lock throughout,
-    /// so the removal sees its result) nothing replaces the handle: `act` runs unlocked, and
-    /// acks do not queue behind one another. Blocking when `act` is.
-    pub(crate) fn settle<T>(&self, handle: &str, act: impl FnOnce(&str) -> T) -> T {
-        let renewed = self.by_handle.lock().remove(handle).map(|r| r.current);
-        act(renewed.as_deref().unwrap_or(handle))
-    }
-
-    /// Messages renewed for their clients now.
-    pub fn len(&self) -> usize {
-        self.by_handle.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Renews what is due at `now_ms` for clients still connected; forgets the others.
-    /// Blocking in sync flush mode (each renewal is fsynced).
-    fn renew_due(&self, broker: &Broker, now_ms: i64) {
-        let mut renewals = self.by_handle.lock();
-        renewals.retain(|_, renewal| {
-            if renewal.invisible_until_ms - now_ms > renewal.invisible_ms / 3 {
-                return true;
-            }
-            let connected = broker.grpc().sessions.contains(&renewal.client_id);
-            if !connected || now_ms - renewal.received_ms >= MAX_RENEWING_MS {
-                return false;
-            }
-            let invisible = Duration::from_millis(renewal.invisible_ms.max(0) as u64);
-            let renewed = broker.pop().change_invisible(
-                broker,
-                &renewal.group,
-                &renewal.topic,
-                &renewal.current,
-                invisible,
-            );
-            match renewed {
-                Ok(handle) => {
-                    renewal.current = handle;
-                    renewal.invisible_until_ms = now_ms + renewal.invisible_ms;
-                    true
-                }
-                // Acked, dead-lettered or revived meanwhile: nothing left to renew.
-                Err(PopError::HandleExpired | PopError::InvalidHandle) => false,
-                Err(error) => {
-                    tracing::warn!(error = %crate::error::chain(&error), "renewing a received message failed; retried");
-                    true
-                }
-            }
-        });
-    }
-}
 
 /// Renews due messages every [`TICK`] until `stop` flips.
 pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
@@ -134,13 +26,23 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         if broker.config().flush_mode == FlushMode::Async {
-            broker.grpc().renewals.renew_due(&broker, crate::now_ms());
-        } else if let Err(error) = blocking(&broker, |broker| {
-            broker.grpc().renewals.renew_due(broker, crate::now_ms())
-        })
-        .await
+            renew_due(&broker, crate::now_ms());
+        } else if let Err(error) =
+            blocking(&broker, |broker| renew_due(broker, crate::now_ms())).await
         {
             tracing::error!(error = %crate::error::chain(&error), "renewing received messages failed");
         }
     }
+}
+
+/// Renews what is due at `now_ms` for clients still connected; forgets the others.
+/// Blocking in sync flush mode (each renewal is fsynced).
+fn renew_due(broker: &Broker, now_ms: i64) {
+    let grpc = broker.grpc();
+    grpc.renewals
+        .renew_due(&grpc.sessions, now_ms, |group, topic, handle, invisible| {
+            broker
+                .pop()
+                .change_invisible(broker, group, topic, handle, invisible)
+        });
 }

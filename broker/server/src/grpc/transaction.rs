@@ -11,6 +11,7 @@ use super::call::name;
 use super::convert::outgoing;
 use super::status::{self, ok, status};
 use crate::broker::Broker;
+use crate::grpc_state::GrpcState;
 use crate::service::transaction::{end_transaction, Ending};
 
 /// Where a half message is: its CommitLog offset and its queue offset in the half topic.
@@ -80,8 +81,9 @@ fn ended() -> v2::EndTransactionResponse {
 /// Sends a CHECK_TRANSACTION_STATE of the check-back loop to a 5.x producer of the half
 /// message's topic as a `RecoverOrphanedTransactionCommand`; false when no such producer
 /// has a Telemetry stream open here, or the half message came from a 4.x producer group
-/// (a 5.x half message's producer group is its topic).
-pub fn check_back(broker: &Broker, producer_group: &str, check: &RemotingCommand) -> bool {
+/// (a 5.x half message's producer group is its topic). The port registers it with
+/// [`GrpcState::serve_check_backs`] as it starts serving.
+pub(crate) fn check_back(grpc: &GrpcState, producer_group: &str, check: &RemotingCommand) -> bool {
     let Ok(header) = CheckTransactionStateRequestHeader::from_command(check) else {
         return false;
     };
@@ -96,7 +98,7 @@ pub fn check_back(broker: &Broker, producer_group: &str, check: &RemotingCommand
     if topic != producer_group {
         return false;
     }
-    let store_host = broker.grpc().advertised.get().cloned().unwrap_or_default();
+    let store_host = grpc.advertised.get().cloned().unwrap_or_default();
     let command = v2::TelemetryCommand {
         status: Some(ok()),
         command: Some(
@@ -108,7 +110,7 @@ pub fn check_back(broker: &Broker, producer_group: &str, check: &RemotingCommand
             ),
         ),
     };
-    broker.grpc().sessions.push_to_producer_of(&topic, command)
+    grpc.sessions.push_to_producer_of(&topic, command)
 }
 
 #[cfg(test)]
