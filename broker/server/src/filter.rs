@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use quiver_protocol::code::response;
 use quiver_protocol::record::{properties_of, property, tags_code};
 use quiver_protocol::sql92::{expression_type, Selector, SelectorError};
 
@@ -33,16 +32,6 @@ pub enum FilterError {
          or SQL92"
     )]
     Unsupported { kind: String },
-}
-
-impl FilterError {
-    /// Apache's answer when the pull carries the expression (or CHECK_CLIENT_CONFIG asks).
-    pub fn code(&self) -> i32 {
-        match self {
-            FilterError::Parse { .. } => response::SUBSCRIPTION_PARSE_FAILED,
-            FilterError::Unsupported { .. } => response::SYSTEM_ERROR,
-        }
-    }
 }
 
 /// A subscription's filter as compiled when it was registered or pulled with.
@@ -137,14 +126,12 @@ mod tests {
         assert!(filter.accepts_tags_code(0));
         assert!(filter.selector().is_some());
         let error = ConsumerFilter::compile(Some("SQL92"), "a >").unwrap_err();
-        assert_eq!(error.code(), response::SUBSCRIPTION_PARSE_FAILED);
         let remark = crate::error::chain(&error);
         assert!(
             remark.contains("\"a >\"") && remark.contains("column"),
             "{remark}"
         );
         let error = ConsumerFilter::compile(Some("XPATH"), "//a").unwrap_err();
-        assert_eq!(error.code(), response::SYSTEM_ERROR);
         assert!(error.to_string().contains("XPATH"));
     }
 }

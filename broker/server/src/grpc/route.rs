@@ -6,9 +6,9 @@ use quiver_grpc_proto::v2::{
 };
 use quiver_protocol::body::{perm, TopicConfig};
 
-use super::status::{ok, status};
+use super::status::{self, ok, status};
 use crate::broker::Broker;
-use crate::topics::validate_topic_name;
+use crate::service::route::create_on_lookup;
 
 /// Quiver's topics take every message type (they carry no `message.type` attribute).
 const ACCEPTED_TYPES: [MessageType; 4] = [
@@ -62,8 +62,8 @@ fn own_member(broker: &Broker, endpoint: &str, topic: &str) -> Member {
     }
 }
 
-/// The members holding `topic`, creating it here when no one does and auto-creation is on
-/// (`may_create`: the caller may send to it); TOPIC_NOT_FOUND otherwise.
+/// The members holding `topic`, creating it here when no one does and the route service
+/// allows it (`may_create`: the caller may send to it); TOPIC_NOT_FOUND otherwise.
 fn members_with_topic(
     broker: &Broker,
     topic: &str,
@@ -71,18 +71,13 @@ fn members_with_topic(
 ) -> Result<Vec<Member>, v2::Status> {
     let mut cluster = members(broker, topic);
     if cluster.iter().all(|member| member.topic.is_none()) {
-        let creatable =
-            broker.config().auto_create_topics && validate_topic_name(topic).is_ok() && may_create;
-        if !creatable || cluster.is_empty() {
+        if cluster.is_empty() {
             return Err(status(
                 Code::TopicNotFound,
                 format!("no route for topic {topic}"),
             ));
         }
-        let (config, _) = broker
-            .topics()
-            .get_or_create(topic, broker.config().default_queue_nums);
-        tracing::info!(topic, "topic auto-created on a gRPC route query");
+        let config = create_on_lookup(broker, topic, || may_create).map_err(status::of_service)?;
         cluster[0].topic = Some(config);
     }
     Ok(cluster

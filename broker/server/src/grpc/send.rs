@@ -16,8 +16,8 @@ use super::status::{self, ok, status};
 use super::transaction::TransactionHandle;
 use crate::broker::Broker;
 use crate::service::produce::{
-    check_broker_writable, half_message, park_if_delayed, store_message_async, topic_for_send,
-    StoreTarget,
+    check_body, check_broker_writable, half_message, park_if_delayed, store_message_async,
+    topic_for_send, StoreTarget,
 };
 
 /// One message on its way to the store, and what its answer needs.
@@ -96,7 +96,11 @@ fn prepare(
     now: i64,
 ) -> Result<Prepared, v2::Status> {
     let checked = incoming(message, now)?;
-    check_body(broker, &message.body)?;
+    check_body(
+        message.body.len(),
+        broker.config().max_message_size as usize,
+    )
+    .map_err(status::of_service)?;
     check_broker_writable(broker).map_err(status::of_service)?;
     let topic = topic_for_send(broker, &checked.topic).map_err(status::of_service)?;
     if topic.perm & perm::WRITE == 0 || topic.write_queue_nums == 0 {
@@ -145,23 +149,6 @@ fn with_property(properties: &str, key: &str, value: &str) -> String {
     let mut map = quiver_protocol::record::parse_properties(properties);
     map.insert(key.to_owned(), value.to_owned());
     encode_properties(map.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-}
-
-fn check_body(broker: &Broker, body: &[u8]) -> Result<(), v2::Status> {
-    if body.is_empty() {
-        return Err(status(Code::BadRequest, "the message body is empty"));
-    }
-    let max = broker.config().max_message_size as usize;
-    if body.len() > max {
-        return Err(status(
-            Code::MessageBodyTooLarge,
-            format!(
-                "message body of {} bytes exceeds max-message-size {max}",
-                body.len()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A message group's messages all go to one queue (its hash), so they are stored and

@@ -37,6 +37,7 @@ pub(crate) fn of_service(error: ServiceError) -> Status {
         ServiceError::Forbidden(_) => Code::Forbidden,
         ServiceError::TopicNotFound(_) => Code::TopicNotFound,
         ServiceError::IllegalMessage(_) | ServiceError::BadRequest(_) => Code::BadRequest,
+        ServiceError::BodyTooLarge(_) => Code::MessageBodyTooLarge,
         ServiceError::NotFound(_) => Code::NotFound,
         ServiceError::Busy(_) => Code::TooManyRequests,
         ServiceError::InvalidTransaction(_) => Code::InvalidTransactionId,
@@ -97,4 +98,24 @@ pub(crate) fn of_pop(error: &PopError) -> Status {
         }
     };
     status(code, crate::error::chain(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::produce::check_body;
+
+    #[test]
+    fn bodies_refused_answer_their_own_codes() {
+        let too_large = of_service(check_body(5, 4).unwrap_err());
+        assert_eq!(too_large.code, Code::MessageBodyTooLarge as i32);
+        assert_eq!(
+            too_large.message,
+            "message body of 5 bytes exceeds max-message-size 4"
+        );
+        assert_eq!(
+            of_service(check_body(0, 4).unwrap_err()).code,
+            Code::BadRequest as i32
+        );
+    }
 }

@@ -9,12 +9,13 @@ use quiver_protocol::code::response;
 use quiver_protocol::header::{GetConsumerListByGroupRequestHeader, UnregisterClientRequestHeader};
 use quiver_protocol::RemotingCommand;
 
-use super::{success, Ctx, Outcome, Refusal};
+use super::{filter_code, success, Ctx, Outcome, Refusal};
 use crate::consumers::{ConsumerClient, Registration};
 use crate::error::chain;
 use crate::filter::{ConsumerFilter, FilterError};
 use crate::locks::LockKey;
 use crate::producers::ProducerClient;
+use crate::service::route::retry_queues;
 use crate::topics::RETRY_PREFIX;
 
 fn bad_body(what: &'static str) -> impl FnOnce(quiver_protocol::BodyError) -> Refusal {
@@ -50,7 +51,7 @@ pub fn heartbeat(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         let retry_topic = format!("{RETRY_PREFIX}{group}");
         broker
             .topics()
-            .get_or_create(&retry_topic, super::route::retry_queues(&group_config));
+            .get_or_create(&retry_topic, retry_queues(&group_config));
         let registered = broker.consumers().register(Registration {
             group: group.clone(),
             client: ConsumerClient {
@@ -93,7 +94,7 @@ fn refuse_subscriptions(refused: &[(String, String, FilterError)]) -> Result<(),
         .map(|(group, topic, error)| format!("group {group}, topic {topic}: {}", chain(error)))
         .collect();
     Err(Refusal::new(
-        first.code(),
+        filter_code(first),
         format!(
             "heartbeat registered, but these subscriptions cannot be served and their pulls are \
              refused: {}",
@@ -114,7 +115,7 @@ pub fn check_client_config(_ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         subscription.expression_type.as_deref(),
         &subscription.sub_string,
     )
-    .map_err(|error| Refusal::new(error.code(), chain(&error)))?;
+    .map_err(|error| Refusal::new(filter_code(&error), chain(&error)))?;
     Ok(success(req, &[]))
 }
 

@@ -81,7 +81,7 @@ impl From<crate::service::ServiceError> for Refusal {
             E::Store(_) | E::Broker(_) => response::SYSTEM_ERROR,
             E::Forbidden(_) => response::NO_PERMISSION,
             E::TopicNotFound(_) => response::TOPIC_NOT_EXIST,
-            E::IllegalMessage(_) => response::MESSAGE_ILLEGAL,
+            E::IllegalMessage(_) | E::BodyTooLarge(_) => response::MESSAGE_ILLEGAL,
             E::NotFound(_) => response::QUERY_NOT_FOUND,
             E::Busy(_) => response::SYSTEM_BUSY,
             E::BadRequest(_) | E::InvalidTransaction(_) => response::SYSTEM_ERROR,
@@ -96,6 +96,16 @@ impl From<crate::service::ServiceError> for Refusal {
             E::Broker(error) => Refusal::from(error),
             error => Refusal::new(code, error.to_string()),
         }
+    }
+}
+
+/// Apache's answer to a subscription that cannot be served, when the pull carries the
+/// expression (or CHECK_CLIENT_CONFIG asks).
+pub(crate) fn filter_code(error: &crate::filter::FilterError) -> i32 {
+    use crate::filter::FilterError as E;
+    match error {
+        E::Parse { .. } => response::SUBSCRIPTION_PARSE_FAILED,
+        E::Unsupported { .. } => response::SYSTEM_ERROR,
     }
 }
 
@@ -270,4 +280,24 @@ pub fn queue_offset(field: &'static str, value: i64) -> Result<quiver_store::Que
                 value: value.to_string(),
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::ConsumerFilter;
+
+    #[test]
+    fn filter_errors_answer_apache_codes() {
+        let error = ConsumerFilter::compile(Some("SQL92"), "a >").unwrap_err();
+        assert_eq!(filter_code(&error), response::SUBSCRIPTION_PARSE_FAILED);
+        let error = ConsumerFilter::compile(Some("XPATH"), "//a").unwrap_err();
+        assert_eq!(filter_code(&error), response::SYSTEM_ERROR);
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_an_illegal_message() {
+        let error = crate::service::produce::check_body(5, 4).unwrap_err();
+        assert_eq!(Refusal::from(error).code, response::MESSAGE_ILLEGAL);
+    }
 }

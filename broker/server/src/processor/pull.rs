@@ -12,7 +12,7 @@ use quiver_protocol::sql92::expression_type;
 use quiver_protocol::{HeaderError, RemotingCommand};
 use quiver_store::{CommitLogOffset, GetFilter, GetResult, GetStatus, QueueOffset};
 
-use super::{Ctx, Refusal};
+use super::{filter_code, Ctx, Refusal};
 use crate::broker::Broker;
 use crate::error::chain;
 use crate::filter::{record_matches, ConsumerFilter, FilterError};
@@ -70,7 +70,7 @@ fn pull_filter(
             .map(Arc::new)
             .map_err(|error| {
                 Refusal::new(
-                    error.code(),
+                    filter_code(&error),
                     format!(
                         "the pull's subscription cannot be served: {}",
                         chain(&error)

@@ -8,9 +8,10 @@ use quiver_protocol::code::response;
 use quiver_protocol::header::GetRouteInfoRequestHeader;
 use quiver_protocol::RemotingCommand;
 
-use super::{Ctx, Outcome, Refusal};
+use super::{Ctx, Outcome};
 use crate::broker::Broker;
-use crate::topics::{validate_topic_name, TopicConfig, RETRY_PREFIX};
+use crate::service::route::create_on_lookup;
+use crate::topics::TopicConfig;
 
 /// One broker of the cluster as a route sees it.
 struct Member {
@@ -58,22 +59,7 @@ pub fn route(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let topic = GetRouteInfoRequestHeader::from_command(req)?.topic;
     let mut cluster = members(broker, &topic);
     if cluster.iter().all(|member| member.topic.is_none()) {
-        let creatable = broker.config().auto_create_topics
-            && validate_topic_name(&topic).is_ok()
-            && may_create(ctx, req, &topic);
-        if !creatable {
-            return Err(Refusal::new(
-                response::TOPIC_NOT_EXIST,
-                format!("no route for topic {topic}"),
-            ));
-        }
-        // Auto-create on lookup: the quick start's producer and consumer need a route first.
-        let queues = match topic.strip_prefix(RETRY_PREFIX) {
-            Some(group) => retry_queues(&broker.groups().get_or_create(group)),
-            None => broker.config().default_queue_nums,
-        };
-        let (config, _) = broker.topics().get_or_create(&topic, queues);
-        tracing::info!(topic, "topic auto-created on route lookup");
+        let config = create_on_lookup(broker, &topic, || may_create(ctx, req, &topic))?;
         cluster[0].topic = Some(config);
     }
     let mut route = TopicRouteData::default();
@@ -132,9 +118,4 @@ pub fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(req
         .response_to(response::SUCCESS, None)
         .with_body(info.encode()))
-}
-
-/// Queues of a group's `%RETRY%` topic: its `retryQueueNums`, at least 1.
-pub(crate) fn retry_queues(group: &crate::groups::SubscriptionGroupConfig) -> u32 {
-    u32::try_from(group.retry_queue_nums).unwrap_or(1).max(1)
 }

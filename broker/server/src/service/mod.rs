@@ -18,6 +18,8 @@
 //! - [`pop`]: POP consumption over the broker, as methods of `crate::pop::PopService`
 //!   (`receive`, `ack`, `change_invisible`, `forward_to_dead_letter`) and
 //!   `pop::move_message`, which the revive loop (`crate::delivery::revive`) uses too.
+//! - [`route`]: `route::create_on_lookup`, the topic a route lookup (either port's) found
+//!   nowhere, created when auto-creation allows it; `route::retry_queues`.
 //! - [`admin`]: topics, subscription groups and the broker permission, changed and persisted
 //!   ([`admin::upsert_topic`], [`admin::delete_topic`], [`admin::upsert_group`],
 //!   [`admin::delete_group`], [`admin::set_permissions`]).
@@ -26,6 +28,7 @@ pub mod admin;
 pub mod consume;
 pub mod pop;
 pub mod produce;
+pub mod route;
 pub mod transaction;
 
 use crate::error::BrokerError;
@@ -42,6 +45,9 @@ pub enum ServiceError {
     /// The message cannot be stored as it is: bad topic name, body, batch, delay or timer.
     #[error("{0}")]
     IllegalMessage(String),
+    /// The message body is larger than `max-message-size`.
+    #[error("{0}")]
+    BodyTooLarge(String),
     /// An argument the request names is out of range or malformed.
     #[error("{0}")]
     BadRequest(String),

@@ -280,7 +280,7 @@ pub(crate) fn check_body(len: usize, max: usize) -> Result<(), ServiceError> {
         return Err(ServiceError::IllegalMessage("message body is empty".into()));
     }
     if len > max {
-        return Err(ServiceError::IllegalMessage(format!(
+        return Err(ServiceError::BodyTooLarge(format!(
             "message body of {len} bytes exceeds max-message-size {max}"
         )));
     }
