@@ -31,7 +31,8 @@ pub struct ReadBudgets {
 /// The broker once it has opened; empty while the store recovers.
 pub type BrokerSlot = Arc<std::sync::OnceLock<Arc<Broker>>>;
 
-/// Everything a request processor may touch.
+/// One broker's state managers, composed once at open and reached through accessors by the
+/// services, the deliveries and the two front doors.
 pub struct Broker {
     config: BrokerConfig,
     /// host:port clients and peers reach this broker at.
@@ -60,7 +61,7 @@ pub struct Broker {
     pop: crate::pop::PopService,
     /// The accounts every request is checked against; None: ACL off.
     acl: Option<Acl>,
-    /// The gRPC port's address and its clients' Telemetry sessions.
+    /// The gRPC port's state: its endpoint, Telemetry sessions, auto-renewed receives, counters.
     grpc: crate::grpc_state::GrpcState,
     permission: AtomicI32,
     /// Woken by the store's flusher after every flush: Sync-mode senders re-check durability.
