@@ -116,6 +116,11 @@ impl LogWriter {
         self.tail.end() - self.write_pos
     }
 
+    /// Whether a record of `size` bytes fits the tail segment; if not, appending it rolls.
+    pub(crate) fn fits(&self, size: usize) -> bool {
+        (size + BLANK_FILLER_BYTES) as u64 <= self.tail_remaining()
+    }
+
     fn staged_from(&self) -> u64 {
         self.write_pos - self.staged.len() as u64
     }
@@ -272,7 +277,7 @@ impl CommitLog {
     where
         E: From<StoreError>,
     {
-        if (size + BLANK_FILLER_BYTES) as u64 > writer.tail_remaining() {
+        if !writer.fits(size) {
             self.close_tail(writer)?;
         }
         let offset = CommitLogOffset(writer.write_pos);

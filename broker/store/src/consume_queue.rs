@@ -183,6 +183,14 @@ impl ConsumeQueue {
         }))
     }
 
+    /// Whether `prepare` for unit `index` would have to look for its file, or create it.
+    pub(crate) fn needs_file(&self, tail: &QueueTail, index: u64) -> bool {
+        !tail
+            .segment
+            .as_ref()
+            .is_some_and(|s| s.contains(index * UNIT_BYTES))
+    }
+
     /// Makes sure a file for unit `index` exists and is cached in `tail` (writer only).
     pub(crate) fn prepare(&self, tail: &mut QueueTail, index: u64) -> Result<(), StoreError> {
         let byte = index * UNIT_BYTES;

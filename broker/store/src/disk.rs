@@ -4,7 +4,12 @@
 //! The disk watcher (`run_disk_watcher`) reads the data file system every
 //! `disk_check_interval_ms`, closes the gate above `disk_high_water_ratio` and reopens it
 //! once usage drops. Write paths close it themselves on ENOSPC, EROFS or EIO, so the next
-//! send is refused before any byte is copied instead of failing half-way.
+//! send is refused before any byte is copied instead of failing half-way. The writer also
+//! reads the disk itself, synchronously, where disk use grows in steps (a new CommitLog
+//! segment, ConsumeQueue file or index file), and refuses above the mark: between two such
+//! readings the store only fills files it already has, however late the watcher's next
+//! reading comes (`Shared::ensure_room`). Readings and their verdicts are applied under
+//! the gate's lock (`WriteGate::apply_reading`), so an older one never undoes a newer one.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -232,7 +237,7 @@ impl WriteGate {
         gate
     }
 
-    pub(crate) fn record_usage(&self, usage: &Usage) {
+    fn record_usage(&self, usage: &Usage) {
         self.used.store(usage.used, Ordering::Relaxed);
         self.total.store(usage.total, Ordering::Relaxed);
         self.available.store(usage.available, Ordering::Relaxed);
@@ -275,7 +280,31 @@ impl WriteGate {
 
     /// Closes the gate (a refusal that needs a restart is never replaced); logs changes.
     pub(crate) fn close(&self, refusal: WriteRefusal) {
+        self.close_held(&mut self.refusal.lock(), refusal);
+    }
+
+    /// Reads the disk with `read` and applies `decide`'s verdict on the reading and the
+    /// refusal held, all under the gate's lock: no other change of the gate falls between a
+    /// reading and its verdict, so an older reading never undoes a newer one (the watcher's,
+    /// below the mark, reopening a gate that a writer's check above it had just closed).
+    /// Returns the refusal held afterwards.
+    pub(crate) fn apply_reading(
+        &self,
+        read: impl FnOnce() -> std::io::Result<Usage>,
+        decide: impl FnOnce(&Usage, Option<RefusalReason>) -> Verdict,
+    ) -> std::io::Result<Option<WriteRefusal>> {
         let mut current = self.refusal.lock();
+        let usage = read()?;
+        self.record_usage(&usage);
+        match decide(&usage, current.as_ref().map(|r| r.reason)) {
+            Verdict::Refuse(refusal) => self.close_held(&mut current, refusal),
+            Verdict::Accept => self.open_held(&mut current),
+            Verdict::Keep => {}
+        }
+        Ok(current.clone())
+    }
+
+    fn close_held(&self, current: &mut Option<WriteRefusal>, refusal: WriteRefusal) {
         if current.as_ref().is_some_and(|c| c.reason.needs_restart()) {
             return;
         }
@@ -290,22 +319,27 @@ impl WriteGate {
         self.refusing.store(true, Ordering::Release);
     }
 
-    /// Reopens the gate unless its refusal needs a restart; `true` if it was closed.
-    pub(crate) fn open(&self) -> bool {
-        let mut current = self.refusal.lock();
-        match current.as_ref() {
-            Some(refusal) if !refusal.reason.needs_restart() => {
-                tracing::info!(
-                    was = refusal.reason.as_str(),
-                    "writes accepted again: the disk has room"
-                );
-                *current = None;
-                self.refusing.store(false, Ordering::Release);
-                true
-            }
-            _ => false,
+    /// Reopens the gate unless its refusal needs a restart.
+    fn open_held(&self, current: &mut Option<WriteRefusal>) {
+        if let Some(refusal) = current.as_ref().filter(|r| !r.reason.needs_restart()) {
+            tracing::info!(
+                was = refusal.reason.as_str(),
+                "writes accepted again: the disk has room"
+            );
+            *current = None;
+            self.refusing.store(false, Ordering::Release);
         }
     }
+}
+
+/// What one reading of the disk does to the gate.
+pub(crate) enum Verdict {
+    /// Close it with this refusal.
+    Refuse(WriteRefusal),
+    /// Open it (unless its refusal needs a restart).
+    Accept,
+    /// Leave it as it is.
+    Keep,
 }
 
 /// What the watcher decides from one reading: the refusal to hold, or none.
@@ -394,7 +428,14 @@ mod tests {
         );
         gate.close(refusal(RefusalReason::FsyncFailed));
         gate.close(refusal(RefusalReason::DiskHighWater));
-        assert!(!gate.open(), "an fsync failure needs a restart");
+        let held = gate
+            .apply_reading(|| Ok(usage(10, false)), |_, _| Verdict::Accept)
+            .unwrap();
+        assert_eq!(
+            held.map(|r| r.reason),
+            Some(RefusalReason::FsyncFailed),
+            "an fsync failure needs a restart"
+        );
         assert_eq!(gate.refusal().unwrap().reason, RefusalReason::FsyncFailed);
         let counts = gate.refused_counts();
         assert!(counts.contains(&(RefusalReason::NoSpace, 1)));

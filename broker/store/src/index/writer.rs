@@ -61,6 +61,17 @@ impl IndexWriter {
         self.layout.capacity
     }
 
+    /// Whether `prepare` for `entries` entries would start a new file.
+    pub(crate) fn needs_file(&self, entries: u32) -> bool {
+        entries > 0 && !self.fits(entries)
+    }
+
+    fn fits(&self, entries: u32) -> bool {
+        self.active.as_ref().is_some_and(|file| {
+            u64::from(self.next_entry) + u64::from(entries) <= u64::from(file.layout.capacity)
+        })
+    }
+
     /// Makes room for `entries` entries of the next record, appended at or after
     /// `write_pos`: a new file (named `write_pos`) when they do not fit, zeros written ahead
     /// with pwrite (a full disk fails here, never as a fault on an unbacked page of the
@@ -74,10 +85,7 @@ impl IndexWriter {
         if entries == 0 {
             return Ok(());
         }
-        let fits = self.active.as_ref().is_some_and(|file| {
-            u64::from(self.next_entry) + u64::from(entries) <= u64::from(file.layout.capacity)
-        });
-        if !fits {
+        if !self.fits(entries) {
             self.roll(index, write_pos)?;
         }
         let file = self.active.as_ref().expect("rolled above");

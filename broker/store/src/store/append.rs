@@ -170,6 +170,7 @@ impl Shared {
             if rest.len() != size as usize {
                 return Err(bad("a blank filler must end the chunk, whole"));
             }
+            self.ensure_room()?;
             self.commit_log.close_tail(&mut writer.log)?;
             return Ok(Replicated::Filler(size as usize));
         }
@@ -241,10 +242,18 @@ impl Shared {
                 found: found.0,
             });
         }
-        queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
         let keys = index::index_keys(incoming.properties)
             .take(index_writer.max_entries_per_record() as usize);
-        index_writer.prepare(&self.index, log.write_pos(), keys.clone().count() as u32)?;
+        let entries = keys.clone().count() as u32;
+        // Where disk use grows in steps, the disk is read first (no syscall otherwise).
+        if !log.fits(incoming.size)
+            || queue.cq.needs_file(&queue.tail, queue_offset.0)
+            || index_writer.needs_file(entries)
+        {
+            self.ensure_room()?;
+        }
+        queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+        index_writer.prepare(&self.index, log.write_pos(), entries)?;
         let store_timestamp_ms = incoming.store_timestamp_ms;
         let physical_offset =
             self.commit_log

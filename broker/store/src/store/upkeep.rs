@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::shared::Shared;
 use super::types::StoreStats;
-use crate::disk::{self, DiskStatus, RefusalReason, WriteRefusal};
+use crate::disk::{self, DiskStatus, RefusalReason, Verdict, WriteRefusal};
 use crate::dispatch::is_safe_topic_dir;
 use crate::error::StoreError;
 use crate::flush::FlushTarget;
@@ -29,44 +29,94 @@ impl Shared {
                 .close(self.refusal(RefusalReason::DataDirGone, ""));
             return;
         }
-        let usage = match disk::read_usage(&self.config.data_dir) {
-            Ok(usage) => usage,
-            Err(error) => {
-                tracing::warn!(%error, data_dir = %self.config.data_dir.display(), "cannot read the data disk's usage");
-                return;
-            }
-        };
-        self.gate.record_usage(&usage);
         if let Some(error) = self.flush.failure() {
             self.gate
                 .close(self.refusal(RefusalReason::FsyncFailed, &format!(" ({error})")));
         }
-        let current = self.gate.refusal().map(|r| r.reason);
+        let data_dir = &self.config.data_dir;
         let high_water = self.config.disk_high_water_ratio;
-        let mut verdict = disk::judge(&usage, current, high_water);
-        if verdict.is_none() && self.dirty_checkpoint_pending.load(Ordering::Acquire) {
-            match self.housekeeping() {
-                Ok(()) => self
-                    .dirty_checkpoint_pending
-                    .store(false, Ordering::Release),
-                Err(error) => {
-                    verdict = Some(
-                        error
-                            .io_source()
-                            .and_then(RefusalReason::of_io_error)
-                            .unwrap_or(RefusalReason::NoSpace),
-                    )
+        // The dirty checkpoint is written once a first reading finds room, outside the gate's
+        // lock (writing it takes the write lock, which a writer holds while it reads the disk).
+        let mut checkpoint_failed = None;
+        if self.dirty_checkpoint_pending.load(Ordering::Acquire) {
+            let current = self.gate.refusal().map(|r| r.reason);
+            let room = disk::read_usage(data_dir)
+                .is_ok_and(|usage| disk::judge(&usage, current, high_water).is_none());
+            if room {
+                match self.housekeeping() {
+                    Ok(()) => self
+                        .dirty_checkpoint_pending
+                        .store(false, Ordering::Release),
+                    Err(error) => {
+                        checkpoint_failed = Some(
+                            error
+                                .io_source()
+                                .and_then(RefusalReason::of_io_error)
+                                .unwrap_or(RefusalReason::NoSpace),
+                        )
+                    }
                 }
             }
         }
-        match verdict {
-            Some(reason) => self.gate.close(WriteRefusal {
-                reason,
-                message: disk::describe(reason, &self.config.data_dir, &usage, high_water, ""),
-            }),
-            None => {
-                self.gate.open();
-            }
+        // Until it is written, writes stay refused.
+        let pending = self.dirty_checkpoint_pending.load(Ordering::Acquire);
+        let applied = self.gate.apply_reading(
+            || disk::read_usage(data_dir),
+            |usage, current| {
+                let verdict = disk::judge(usage, current, high_water).or_else(|| {
+                    pending.then(|| {
+                        checkpoint_failed
+                            .or(current)
+                            .unwrap_or(RefusalReason::NoSpace)
+                    })
+                });
+                match verdict {
+                    Some(reason) => Verdict::Refuse(WriteRefusal {
+                        reason,
+                        message: disk::describe(reason, data_dir, usage, high_water, ""),
+                    }),
+                    None => Verdict::Accept,
+                }
+            },
+        );
+        if let Err(error) = applied {
+            tracing::warn!(%error, data_dir = %data_dir.display(), "cannot read the data disk's usage");
+        }
+    }
+
+    /// The writer's own look at the disk where disk use grows in steps: it is about to create
+    /// a CommitLog segment, a ConsumeQueue file or an index file (the caller holds the write
+    /// lock). Above `disk_high_water_ratio` the gate closes and the write is refused. Between
+    /// two such looks the store only fills files it already has (at most a segment, a queue
+    /// file and an index file; with `warm_segments`, also the next segment prepared), so with
+    /// that much room above the mark writes are refused before the disk fills, however late
+    /// the watcher's next reading comes. A disk whose usage cannot be read is left to the
+    /// write itself.
+    pub(super) fn ensure_room(&self) -> Result<(), StoreError> {
+        let data_dir = &self.config.data_dir;
+        let high_water = self.config.disk_high_water_ratio;
+        if high_water >= 1.0 {
+            // Never above: ENOSPC closes the gate.
+            return Ok(());
+        }
+        let mut above = false;
+        let held = self.gate.apply_reading(
+            || disk::read_usage(data_dir),
+            |usage, _| {
+                if usage.ratio() <= high_water {
+                    return Verdict::Keep;
+                }
+                above = true;
+                let reason = RefusalReason::DiskHighWater;
+                Verdict::Refuse(WriteRefusal {
+                    reason,
+                    message: disk::describe(reason, data_dir, usage, high_water, ""),
+                })
+            },
+        );
+        match held {
+            Ok(Some(refusal)) if above => Err(self.gate.refuse(refusal)),
+            _ => Ok(()),
         }
     }
 
