@@ -1,37 +1,28 @@
 //! Controller scenarios, one behaviour per file (the controller-rs fixtures pattern). They
 //! run the real `controller::run` against the test API server ([`crate::testapi`]) and the
 //! in-memory brokers ([`FakeAdmin`]) in simulated time: [`Scenario`] sets that up.
+//!
+//! They cover what a table cannot: the executor's calls, the watches, server-side apply,
+//! generations and admission, and whole paths end to end. What a pass decides (the objects,
+//! the steps, the status, the events) is asserted by the table tests of `plan` in
+//! `controller::broker::tests` and `controller::group::tests`.
 
 mod api_errors;
 mod broker_create;
-mod broker_disk_pressure;
-mod broker_drain_delayed;
-mod broker_drain_forced;
 mod broker_drain_partial_revert;
-mod broker_expansion_refused;
-mod broker_grpc_port;
 mod broker_lagging_watch;
-mod broker_network_policy;
-mod broker_pause;
 mod broker_rbac;
-mod broker_replicated_create;
 mod broker_replicated_rollout;
-mod broker_replication_degraded;
-mod broker_rollout;
-mod broker_rollout_stuck;
 mod broker_scale_down;
 mod broker_security;
 mod broker_storm;
 mod broker_two_operators;
-mod broker_volume_expansion;
-mod group_failover;
 mod group_finalizer;
 mod group_lag_partial;
 mod group_lag_status;
 mod group_no_storm;
 mod group_offset_reset;
 mod group_poll_failure;
-mod group_progress;
 mod group_storm;
 mod group_support;
 
@@ -233,11 +224,6 @@ impl Scenario {
     /// spec.replicas of the StatefulSet.
     pub fn sts_replicas(&self) -> i32 {
         self.statefulset().spec.replicas.unwrap_or_default()
-    }
-
-    /// The rollout partition of the StatefulSet.
-    pub fn partition(&self) -> i32 {
-        controller::rollout::current_partition(&self.statefulset())
     }
 
     /// Each pod: name, image, Ready.

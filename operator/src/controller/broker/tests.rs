@@ -603,3 +603,203 @@ fn volumes_grow_only_where_the_class_allows() {
     let (status, _) = draft(&plan).finish(&world.broker, &BrokerStatus::default(), &refused);
     assert_eq!(status.storage.map(|s| s.total_claims), Some(2));
 }
+
+// The rows below were scenarios on the test API server (src/scenarios) whose assertions are
+// decisions: a world in, the steps, the status and the events out.
+mod conditions;
+mod drain_rows;
+mod objects;
+mod rollouts;
+
+/// The cluster of a running world, to change between passes.
+fn cluster_mut(world: &mut World) -> &mut Cluster {
+    match &mut world.state {
+        State::Running(cluster) => cluster,
+        other => panic!("not running: {other:?}"),
+    }
+}
+
+/// One pass with every step succeeding: the plan, the status written, what it says about the
+/// next pass, and the events published ("Normal Drained", "Warning DiskPressure"): the steps'
+/// own, then those of the conditions that changed, as the executor and the status writer
+/// publish them.
+struct Pass {
+    plan: Plan,
+    status: BrokerStatus,
+    outlook: Outlook,
+    events: Vec<String>,
+}
+
+fn pass(world: &World) -> Pass {
+    let plan = decide(world);
+    let mut events: Vec<String> = plan
+        .steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Publish(note)
+            | Step::DeletePod { done: note, .. }
+            | Step::Switchover { done: note, .. } => {
+                Some(format!("{:?} {}", note.type_, note.reason))
+            }
+            _ => None,
+        })
+        .collect();
+    let previous = world.broker.status.clone().unwrap_or_default();
+    let (status, outlook) = draft(&plan).finish(&world.broker, &previous, &Outcome::default());
+    for (type_, reason, _) in transition_events(&previous.conditions, &status.conditions, &[]) {
+        events.push(format!("{type_:?} {reason}"));
+    }
+    Pass {
+        plan,
+        status,
+        outlook,
+        events,
+    }
+}
+
+/// The next pass sees the status this one wrote.
+fn next(world: &mut World, done: &Pass) {
+    world.broker.status = Some(done.status.clone());
+}
+
+/// The text of the event `reason` the plan publishes (a step's own, or a deleted pod's).
+fn note_of(plan: &Plan, reason: &str) -> String {
+    plan.steps
+        .iter()
+        .find_map(|step| match step {
+            Step::Publish(note)
+            | Step::DeletePod { done: note, .. }
+            | Step::Switchover { done: note, .. }
+                if note.reason == reason =>
+            {
+                Some(note.note.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {reason} event in {:?}", actions(plan)))
+}
+
+fn message(status: &BrokerStatus, type_: &str) -> String {
+    find(&status.conditions, type_)
+        .expect("condition set")
+        .message
+        .clone()
+}
+
+/// The object named "Kind/name" as the plan applies it, as JSON.
+fn applied(plan: &Plan, name: &str) -> serde_json::Value {
+    let object = plan
+        .steps
+        .iter()
+        .find_map(|step| match step {
+            Step::Apply(object) if object_name(object) == name => Some(object),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{name} not applied: {:?}", applied_names(plan)));
+    let json = match object {
+        Object::ConfigMap(o) => serde_json::to_value(o),
+        Object::Service(o) => serde_json::to_value(o),
+        Object::Budget(o) => serde_json::to_value(o),
+        Object::NetworkPolicy(o) => serde_json::to_value(o),
+        Object::StatefulSet(o) => serde_json::to_value(o),
+    };
+    json.expect("serializable")
+}
+
+/// "Kind/name" of each object applied, in order.
+fn applied_names(plan: &Plan) -> Vec<String> {
+    plan.steps
+        .iter()
+        .filter_map(|step| match step {
+            Step::Apply(object) => Some(object_name(object)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The StatefulSet the plan applies.
+fn sts_of(plan: &Plan) -> &StatefulSet {
+    plan.steps
+        .iter()
+        .find_map(|step| match step {
+            Step::Apply(Object::StatefulSet(sts)) => Some(sts.as_ref()),
+            _ => None,
+        })
+        .expect("a StatefulSet applied")
+}
+
+/// The StatefulSet of `broker`'s template with `replicas` pods at `partition`, its status (about
+/// that template) saying `updated` pods run the update revision rev-2 and `ready` are Ready.
+fn rolling(
+    broker: &Broker,
+    replicas: i32,
+    partition: i32,
+    updated: i32,
+    ready: i32,
+) -> StatefulSet {
+    let plan = RolloutPlan {
+        replicas,
+        partition,
+        ..RolloutPlan::initial(broker)
+    };
+    let mut sts = desired::stateful_set(broker, &plan);
+    sts.metadata.generation = Some(1);
+    sts.status = Some(StatefulSetStatus {
+        observed_generation: Some(1),
+        replicas,
+        ready_replicas: Some(ready),
+        updated_replicas: Some(updated),
+        update_revision: Some("rev-2".to_string()),
+        current_revision: Some("rev-1".to_string()),
+        ..StatefulSetStatus::default()
+    });
+    sts
+}
+
+/// `sts` with these update and current revisions.
+fn revisions(mut sts: StatefulSet, update: &str, current: &str) -> StatefulSet {
+    let status = sts.status.get_or_insert_default();
+    status.update_revision = Some(update.to_string());
+    status.current_revision = Some(current.to_string());
+    sts
+}
+
+/// Pods qb-0, qb-1, ... at these revisions, Ready or not.
+fn pods(each: &[(&str, bool)]) -> Vec<Pod> {
+    each.iter()
+        .enumerate()
+        .map(|(ordinal, (revision, ready))| pod(&format!("qb-{ordinal}"), revision, *ready))
+        .collect()
+}
+
+/// Group `group` of three as its members answer (as the in-memory brokers do): at `epoch`,
+/// replica `master` its master (None: no master), `in_sync` in sync, the others 3072 bytes
+/// behind.
+fn members(group: i32, epoch: u64, master: Option<u64>, in_sync: &[u64]) -> GroupObservation {
+    let address = |id: u64| format!("qb-{}.qb-headless.ns.svc:10911", group * 3 + id as i32);
+    let mut status = standalone_status(&format!("qb-g{group}"), &address(0));
+    status.master_id = master;
+    status.master_address = master.map(address);
+    status.epoch = epoch;
+    status.in_sync_replicas = in_sync.to_vec();
+    status.replicas = (0..3)
+        .map(|id| ReplicaStatus {
+            replica_id: id,
+            address: address(id),
+            role: match master {
+                Some(master) if master == id => ReplicaRole::Master,
+                Some(_) => ReplicaRole::Replica,
+                None => ReplicaRole::Unknown,
+            },
+            in_sync: in_sync.contains(&id),
+            log_end: if in_sync.contains(&id) { 4096 } else { 1024 },
+            lag_bytes: if in_sync.contains(&id) { 0 } else { 3072 },
+            lag_ms: 0,
+        })
+        .collect();
+    GroupObservation {
+        group,
+        name: format!("qb-g{group}"),
+        status: Some(status),
+    }
+}

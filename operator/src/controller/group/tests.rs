@@ -329,3 +329,6 @@ fn the_plan_of_each_pass() {
         }
     }
 }
+
+// Pass-by-pass rows: were the scenarios group_progress and group_failover.
+mod passes;
