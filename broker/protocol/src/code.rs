@@ -104,6 +104,9 @@ pub mod request {
     pub const QUIVER_REPLICATION_STATUS: i32 = 30003;
     /// Admin -> the master: hand mastership to a named in-sync replica.
     pub const QUIVER_SWITCHOVER: i32 = 30004;
+    /// Admin -> any group member: add, remove or replace a member of the group's consensus
+    /// membership (forwarded to the consensus leader); answers the new membership (JSON).
+    pub const QUIVER_REPLICATION_MEMBERS: i32 = 30005;
 
     /// The Java constant name of a request code, for logs and "not supported" remarks.
     pub fn name(code: i32) -> Option<&'static str> {
@@ -245,6 +248,7 @@ pub const ALL_REQUESTS: &[(i32, &str)] = named![
     QUIVER_CONSENSUS,
     QUIVER_REPLICATION_STATUS,
     QUIVER_SWITCHOVER,
+    QUIVER_REPLICATION_MEMBERS,
 ];
 
 #[cfg(test)]

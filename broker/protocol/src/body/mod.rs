@@ -10,7 +10,7 @@ pub mod lenient;
 mod replication;
 mod running_info;
 
-pub use replication::{ReplicaRole, ReplicaStatus, ReplicationStatus};
+pub use replication::{ReplicaRole, ReplicaStatus, ReplicationMembers, ReplicationStatus};
 pub use running_info::{prop as running_info_prop, ConsumerRunningInfo, ProcessQueueInfo};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

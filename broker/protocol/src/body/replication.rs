@@ -50,3 +50,11 @@ pub struct ReplicationStatus {
     pub writable: bool,
     pub replicas: Vec<ReplicaStatus>,
 }
+
+/// QUIVER_REPLICATION_MEMBERS' answer: the group's membership after the change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationMembers {
+    /// Member id -> its remoting address.
+    pub members: std::collections::BTreeMap<u64, String>,
+}

@@ -1,4 +1,4 @@
-//! Headers of Quiver's replicated broker groups (request codes 30001-30004).
+//! Headers of Quiver's replicated broker groups (request codes 30001-30005).
 
 use super::{CommandHeader, FieldKind, Optional, Required};
 use crate::error::HeaderError;
@@ -54,6 +54,21 @@ header! {
     pub struct SwitchoverRequestHeader {
         req target_replica_id: u64 = "targetReplicaId",
         /// How long the master may pause sends waiting for the target to catch up.
+        opt timeout_ms: Option<u64> = "timeoutMs",
+    }
+}
+
+header! {
+    /// QUIVER_REPLICATION_MEMBERS (30005), admin -> any member: change the group's membership.
+    /// `action` is `add` (`memberId` at `address`), `remove` (`memberId`) or `replace`
+    /// (`memberId` by a new member `newMemberId` at `address`). The answer's body is the
+    /// membership after the change, JSON `{"members":{"id":"address",...}}`.
+    pub struct ReplicationMembersRequestHeader {
+        req action: String = "action",
+        req member_id: u64 = "memberId",
+        opt address: Option<String> = "address",
+        opt new_member_id: Option<u64> = "newMemberId",
+        /// How long the change may take (catching a new member up included).
         opt timeout_ms: Option<u64> = "timeoutMs",
     }
 }
