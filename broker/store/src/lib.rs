@@ -45,7 +45,7 @@ pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, RetentionReport};
 pub use store::{
     Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, LogChunk, MessageStore,
-    PutResult, QueryResult, RecordFilter, StoreStats, TruncateReport,
+    PutResult, QueryResult, RecordFilter, RestartReport, StoreStats, TruncateReport,
 };
 pub use timer::{TimerProgress, TimerRecord, TimerStore};
 

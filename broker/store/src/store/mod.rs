@@ -7,6 +7,7 @@
 //!   by offset, log chunks for replicas.
 //! - `fence.rs`: the confirm fence of `publish_on_confirm`.
 //! - `truncate.rs`: cutting the log back to a record boundary.
+//! - `restart.rs`: restarting an emptied log at a later segment (a replica's rebuild).
 //! - `upkeep.rs`: the disk watch, retention, topic deletion, readings.
 //! - `open.rs`: open (recovery, the dirty checkpoint, threads) and the clean shutdown.
 //! - `shared.rs`: what the parts share, and the flusher's and housekeeper's view of it.
@@ -17,6 +18,7 @@ mod append;
 mod fence;
 mod open;
 mod reader;
+mod restart;
 mod shared;
 mod truncate;
 mod types;
@@ -41,6 +43,7 @@ use crate::recovery::RecoveryReport;
 use crate::retention::{DeleteReason, RetentionReport};
 use crate::{CommitLogOffset, QueueOffset};
 use append::Batch;
+pub use restart::RestartReport;
 use shared::Shared;
 pub use types::{
     Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, LogChunk, PutResult,
@@ -342,6 +345,16 @@ impl MessageStore {
     /// `publish_on_confirm`, one never confirmed).
     pub fn truncate_to(&self, offset: CommitLogOffset) -> Result<TruncateReport, StoreError> {
         self.shared.truncate_to(offset)
+    }
+
+    /// Drops every segment, ConsumeQueue and index file and starts the log, empty, at
+    /// `offset`: a replica whose next byte its master's retention deleted is rebuilt from the
+    /// master's oldest segment (RocketMQ's syncFromLastFile). `offset` must be a segment base
+    /// at or past the log end. Each queue then starts at the queue offset of its first
+    /// replicated record. The confirmed offset drops to 0 until the group confirms again. A
+    /// marker file makes the restart finish at the next open if a crash interrupts it.
+    pub fn restart_at(&self, offset: CommitLogOffset) -> Result<RestartReport, StoreError> {
+        self.shared.restart_at(offset)
     }
 
     /// Raises the confirmed offset to `offset` (lower values are ignored): with

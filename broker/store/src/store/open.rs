@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use super::fence::{ConfirmFence, PendingUnit};
+use super::restart;
 use super::shared::{Shared, WriterState};
 use crate::checkpoint::{self, Checkpoint};
 use crate::config::StoreConfig;
@@ -31,6 +32,9 @@ pub(super) fn open(config: StoreConfig) -> Result<(Arc<Shared>, Vec<JoinHandle<(
     // it is restarted on a writable one.
     let opened_read_only = disk::read_usage(&config.data_dir).is_ok_and(|u| u.read_only);
     let lock = lock_data_dir(&config.data_dir, opened_read_only)?;
+    if !opened_read_only {
+        restart::finish_interrupted(&config.data_dir, config.segment_size_bytes)?;
+    }
     let recovered = recovery::recover(&config)?;
     tracing::info!(data_dir = %config.data_dir.display(), "store recovered: {}", recovered.report);
     let log = recovered.commit_log.writer(recovered.log_end)?;
