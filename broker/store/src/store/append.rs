@@ -1,11 +1,9 @@
-//! The one append pipeline. Local sends and replicated records both become [`Incoming`]
+//! The one append pipeline. Local sends and replicated chunks both become [`Incoming`]
 //! records: a local message is encoded straight into the log's destination (no copy of its
-//! own); a replica's chunk is copied into the log with framing checks only, and its records
-//! are dispatched behind it (`reput.rs`) through the same [`Shared::append_one`]. Every
-//! record takes the same path under the one write lock: its queue, room for its unit and
-//! index entries, the CommitLog append (unless already there), the unit and entries staged;
-//! [`Shared::publish_appended`] writes the staged records, publishes them and then their
-//! units (or leaves those to the fence).
+//! own), a replica's record is its bytes passed through. Every record then takes the same
+//! path under the one write lock: its queue, room for its unit and index entries, the
+//! CommitLog append, the unit and entries staged; [`Shared::publish_appended`] writes the
+//! staged records, publishes them and then their units (or leaves those to the fence).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,21 +22,27 @@ use crate::{CommitLogOffset, QueueOffset};
 enum Source<'a> {
     /// Encoded in place, at the offsets the append assigns.
     Encode(&'a NewMessage<'a>),
-    /// A replicated record already in the log at this offset: dispatch only.
-    Appended(u64),
+    /// A replicated record, copied as it is.
+    Verbatim(&'a [u8]),
 }
 
 /// A record on its way into the log: what dispatch needs, and its bytes.
-pub(super) struct Incoming<'a> {
-    pub topic: &'a str,
-    pub queue_id: u32,
-    pub properties: &'a str,
-    pub size: usize,
-    pub store_timestamp_ms: i64,
+struct Incoming<'a> {
+    topic: &'a str,
+    queue_id: u32,
+    properties: &'a str,
+    size: usize,
+    store_timestamp_ms: i64,
     /// A replicated record's own queue offset: it must be its queue's next.
-    pub queue_offset: Option<QueueOffset>,
-    pub tags_code: i64,
-    pub source: Source<'a>,
+    queue_offset: Option<QueueOffset>,
+    tags_code: i64,
+    source: Source<'a>,
+}
+
+/// What one replicated record or filler became.
+pub(super) enum Replicated {
+    Message(PutResult, Arc<ConsumeQueue>),
+    Filler(usize),
 }
 
 /// The records of one append, `queues[i]` holding `results[i]`.
@@ -46,8 +50,6 @@ pub(super) struct Incoming<'a> {
 pub(super) struct Batch {
     pub results: Vec<PutResult>,
     pub queues: Vec<Arc<ConsumeQueue>>,
-    /// Replicated records a local append dispatched first (published already, to announce).
-    pub caught_up: Option<Box<Batch>>,
 }
 
 impl Batch {
@@ -55,17 +57,12 @@ impl Batch {
         Batch {
             results: Vec::with_capacity(n),
             queues: Vec::with_capacity(n),
-            caught_up: None,
         }
     }
 
-    pub(super) fn push(&mut self, (result, queue): (PutResult, Arc<ConsumeQueue>)) {
+    fn push(&mut self, (result, queue): (PutResult, Arc<ConsumeQueue>)) {
         self.results.push(result);
         self.queues.push(queue);
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.results.is_empty()
     }
 }
 
@@ -105,16 +102,6 @@ impl Shared {
         msgs: &[NewMessage<'_>],
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        // A replica becoming master: its queues must hold every replicated record before a
-        // local one takes the next queue offset.
-        if writer.dispatcher.behind_from().is_some() {
-            let mut caught_up = Batch::default();
-            let dispatched = self.dispatch_behind(writer, &mut caught_up, u64::MAX);
-            let published = self.publish_appended(writer, &caught_up);
-            batch.caught_up = Some(Box::new(caught_up));
-            dispatched?;
-            published?;
-        }
         for msg in msgs {
             let incoming = Incoming {
                 topic: msg.topic,
@@ -132,11 +119,107 @@ impl Shared {
         Ok(())
     }
 
-    /// Dispatch, the one place for local and replicated records: appends one record (unless
-    /// it is there already) and writes its unit and index entries, all unpublished until
+    /// Appends a chunk read from the master into `batch`, record by record.
+    pub(super) fn append_chunk(
+        &self,
+        writer: &mut WriterState,
+        batch: &mut Batch,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let mut pos = 0;
+        while pos < bytes.len() {
+            match self.append_replicated_one(writer, &bytes[pos..])? {
+                Replicated::Message(result, queue) => {
+                    pos += result.size as usize;
+                    batch.push((result, queue));
+                }
+                Replicated::Filler(size) => pos += size,
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one record of a chunk read from the master (`rest` starts with it), or the
+    /// blank filler that ends the chunk; the caller holds the write lock and publishes.
+    fn append_replicated_one(
+        &self,
+        writer: &mut WriterState,
+        rest: &[u8],
+    ) -> Result<Replicated, StoreError> {
+        let offset = CommitLogOffset(writer.log.write_pos());
+        let bad = |reason: &str| StoreError::ReplicaBadChunk {
+            offset,
+            reason: reason.to_owned(),
+        };
+        let segment_mismatch = |reason: String| StoreError::ReplicaSegmentMismatch {
+            offset,
+            segment_size: self.commit_log.segment_size(),
+            reason,
+        };
+        let Some(head) = record::head(rest) else {
+            return Err(bad("shorter than a record header"));
+        };
+        let remaining = writer.log.tail_remaining();
+        if head.is_blank() {
+            let size = head.size;
+            if i64::from(size) != remaining as i64 {
+                return Err(segment_mismatch(format!(
+                    "the master's blank filler is {size} bytes, the replica's segment has {remaining} left"
+                )));
+            }
+            if rest.len() != size as usize {
+                return Err(bad("a blank filler must end the chunk, whole"));
+            }
+            self.ensure_room()?;
+            self.commit_log.close_tail(&mut writer.log)?;
+            return Ok(Replicated::Filler(size as usize));
+        }
+        let size = usize::try_from(head.size)
+            .ok()
+            .filter(|s| *s > BLANK_FILLER_BYTES && *s <= rest.len())
+            .ok_or_else(|| bad("record size out of range"))?;
+        let bytes = &rest[..size];
+        let header = match record::scan_with(bytes, record::BodyCrc::Verify) {
+            record::Scanned::Message(header) => header,
+            record::Scanned::Damaged(source) => {
+                return Err(StoreError::BadRecord { offset, source })
+            }
+            _ => return Err(bad("not a message record")),
+        };
+        if header.physical_offset != offset {
+            return Err(StoreError::ReplicaOffsetMismatch {
+                expected: offset,
+                found: header.physical_offset,
+            });
+        }
+        if remaining > 0 && (size + BLANK_FILLER_BYTES) as u64 > remaining {
+            return Err(segment_mismatch(format!(
+                "a record of {size} bytes does not fit the {remaining} bytes left in the replica's segment"
+            )));
+        }
+        let incoming = Incoming {
+            topic: header.topic,
+            queue_id: header.queue_id,
+            properties: header.properties,
+            size,
+            store_timestamp_ms: header.store_timestamp_ms,
+            queue_offset: Some(header.queue_offset),
+            tags_code: header.tags_code(),
+            source: Source::Verbatim(bytes),
+        };
+        // The same segment size makes the same fill-or-roll decision as on the master.
+        let (result, queue) = self.append_one(writer, &incoming, true)?;
+        assert_eq!(
+            result.physical_offset, offset,
+            "replicated record placed elsewhere than checked"
+        );
+        Ok(Replicated::Message(result, queue))
+    }
+
+    /// Appends one record and writes its unit and index entries, all unpublished until
     /// `publish_appended`; the caller holds the write lock. Returns the queue for
     /// `publish_appended`.
-    pub(super) fn append_one(
+    fn append_one(
         &self,
         writer: &mut WriterState,
         incoming: &Incoming<'_>,
@@ -166,37 +249,39 @@ impl Shared {
         let keys = index::index_keys(incoming.properties)
             .take(index_writer.max_entries_per_record() as usize);
         let entries = keys.clone().count() as u32;
-        let appends = !matches!(incoming.source, Source::Appended(_));
         // Where disk use grows in steps, the disk is read first (no syscall otherwise).
-        if appends && !log.fits(incoming.size)
+        if !log.fits(incoming.size)
             || queue.cq.needs_file(&queue.tail, queue_offset.0)
             || index_writer.needs_file(entries)
         {
             self.ensure_room()?;
         }
+        queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+        index_writer.prepare(&self.index, log.write_pos(), entries)?;
         let store_timestamp_ms = incoming.store_timestamp_ms;
-        let physical_offset = match incoming.source {
-            Source::Encode(msg) => {
-                queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
-                index_writer.prepare(&self.index, log.write_pos(), entries)?;
-                self.commit_log
-                    .append(log, incoming.size, in_batch, |dst, physical_offset| {
-                        let placement = Placement {
-                            queue_offset,
-                            physical_offset,
-                            store_timestamp_ms,
-                        };
-                        record::encode_into(dst, msg, placement)
-                            .map(drop)
-                            .map_err(StoreError::InvalidMessage)
-                    })?
-            }
-            Source::Appended(at) => {
-                queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
-                index_writer.prepare(&self.index, at, entries)?;
-                CommitLogOffset(at)
-            }
-        };
+        let physical_offset =
+            self.commit_log
+                .append(
+                    log,
+                    incoming.size,
+                    in_batch,
+                    |dst, physical_offset| match incoming.source {
+                        Source::Encode(msg) => {
+                            let placement = Placement {
+                                queue_offset,
+                                physical_offset,
+                                store_timestamp_ms,
+                            };
+                            record::encode_into(dst, msg, placement)
+                                .map(drop)
+                                .map_err(StoreError::InvalidMessage)
+                        }
+                        Source::Verbatim(bytes) => {
+                            dst.copy_from_slice(bytes);
+                            Ok(())
+                        }
+                    },
+                )?;
         queue.stage(Unit {
             physical_offset: physical_offset.0,
             size: incoming.size as u32,
@@ -217,7 +302,7 @@ impl Shared {
     /// Writes the staged records, then publishes them, then their units: a reader who sees a
     /// unit sees its record. Records a failed write left out are not published, and their
     /// queues hand out the same offsets again.
-    pub(super) fn publish_appended(&self, writer: &mut WriterState, batch: &Batch) -> Result<(), StoreError> {
+    fn publish_appended(&self, writer: &mut WriterState, batch: &Batch) -> Result<(), StoreError> {
         let written = self.commit_log.write_staged(&mut writer.log);
         let log_end = writer.log.write_pos();
         let appended = || batch.results.iter().zip(&batch.queues);
@@ -252,9 +337,6 @@ impl Shared {
 
     /// Tells the hook about the queues `batch` grew (with the fence: those it released).
     pub(super) fn notify_appended(&self, batch: &Batch) {
-        if let Some(caught_up) = &batch.caught_up {
-            self.notify_appended(caught_up);
-        }
         if self.fence.enabled() {
             self.release_confirmed();
             return;
