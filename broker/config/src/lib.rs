@@ -54,6 +54,9 @@ pub mod defaults {
     pub const REPLICA_LAG_MAX_MS: u64 = 3_000;
     pub const MASTER_TIMEOUT_MS: u64 = 1_500;
     pub const REPLICATION_TIMEOUT_MS: u64 = 5_000;
+    /// A master's handover on SIGTERM: well inside Kubernetes' default 30 s grace period,
+    /// with `SHUTDOWN_TIMEOUT_MS` after it.
+    pub const SHUTDOWN_SWITCHOVER_TIMEOUT_MS: u64 = 5_000;
 }
 
 /// How sends wait for replicas (`--replication`).
@@ -150,6 +153,9 @@ pub struct BrokerSettings {
     /// 6 read-write, 4 read-only, 2 write-only (RocketMQ's permission bits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_permission: Option<i32>,
+    /// How long a master's handover on SIGTERM may take, in ms (0: none, a plain stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_switchover_timeout_ms: Option<u64>,
 }
 
 #[cfg(test)]

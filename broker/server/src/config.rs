@@ -305,6 +305,12 @@ pub struct BrokerConfig {
     /// FLUSH_SLAVE_TIMEOUT (stored on the master, not yet confirmed).
     #[arg(long, env = "QUIVER_REPLICATION_TIMEOUT_MS", default_value_t = defaults::REPLICATION_TIMEOUT_MS)]
     pub replication_timeout_ms: u64,
+
+    /// On SIGTERM or SIGINT a master hands mastership to its most caught-up in-sync replica
+    /// before it stops, within this many ms; past it (or on failure) it stops plainly and the
+    /// group elects. 0: no handover. Otherwise >= 100.
+    #[arg(long, env = "QUIVER_SHUTDOWN_SWITCHOVER_TIMEOUT_MS", default_value_t = defaults::SHUTDOWN_SWITCHOVER_TIMEOUT_MS)]
+    pub shutdown_switchover_timeout_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -361,6 +367,7 @@ impl Default for BrokerConfig {
             replica_lag_max_ms: defaults::REPLICA_LAG_MAX_MS,
             master_timeout_ms: defaults::MASTER_TIMEOUT_MS,
             replication_timeout_ms: defaults::REPLICATION_TIMEOUT_MS,
+            shutdown_switchover_timeout_ms: defaults::SHUTDOWN_SWITCHOVER_TIMEOUT_MS,
             tls_cert_file: None,
             tls_key_file: None,
             tls_ca_file: None,
@@ -536,6 +543,7 @@ impl BrokerConfig {
             disk_clean_ratio,
             disk_force_clean_ratio,
             broker_permission,
+            shutdown_switchover_timeout_ms,
         } = settings;
         BrokerConfig {
             broker_name,
@@ -560,6 +568,8 @@ impl BrokerConfig {
             disk_clean_ratio: disk_clean_ratio.unwrap_or(self.disk_clean_ratio),
             disk_force_clean_ratio: disk_force_clean_ratio.unwrap_or(self.disk_force_clean_ratio),
             broker_permission: broker_permission.unwrap_or(self.broker_permission),
+            shutdown_switchover_timeout_ms: shutdown_switchover_timeout_ms
+                .unwrap_or(self.shutdown_switchover_timeout_ms),
             ..self
         }
     }
@@ -680,6 +690,20 @@ mod tests {
             let err = config.validate().unwrap_err().to_string();
             assert!(err.contains("disk-high-water-ratio"), "{ratio}: {err}");
         }
+    }
+
+    #[test]
+    fn shutdown_switchover_timeout_is_off_at_zero_and_refused_below_100_ms() {
+        let cli = Cli::try_parse_from(["quiver-broker", "--shutdown-switchover-timeout-ms", "0"])
+            .expect("parses");
+        assert_eq!(cli.broker.shutdown_switchover_timeout_ms, 0);
+        cli.broker.validate().expect("0 turns the handover off");
+        let config = BrokerConfig {
+            shutdown_switchover_timeout_ms: 50,
+            ..BrokerConfig::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("shutdown-switchover-timeout-ms"), "{err}");
     }
 
     #[test]
@@ -883,6 +907,7 @@ mod tests {
             disk_clean_ratio: Some(0.55),
             disk_force_clean_ratio: Some(0.65),
             broker_permission: Some(perm::READ_ONLY),
+            shutdown_switchover_timeout_ms: Some(12_000),
         };
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("broker.json");

@@ -145,6 +145,18 @@ impl Collector for BrokerCollector {
                 "1 while this member leads its group's consensus (and so decides elections).",
                 u64::from(replication.leads_consensus()),
             )?;
+            counter_family(
+                &mut encoder,
+                "quiver_replication_switchovers_total",
+                "Mastership changes this member had the group agree, by cause: planned \
+                 (QUIVER_SWITCHOVER) and shutdown (SIGTERM) on the old master, failover (an \
+                 election replacing a master that did not hand over) on the consensus leader; \
+                 sum over the group's members.",
+                replication
+                    .switchovers()
+                    .into_iter()
+                    .map(|(cause, count)| ([("cause", cause)], count)),
+            )?;
         }
         match &broker.acl() {
             Some(acl) => encode_acl(&mut encoder, acl),

@@ -123,6 +123,7 @@ async fn serve(
     );
 
     let remoting_tls = tls.filter(|_| broker.config().tls_mode != TlsMode::Disabled);
+    let shutdown = hand_over_after(broker.clone(), shutdown);
     let connections = accept_loop(&broker, listener, remoting_tls, stop_rx, shutdown).await;
 
     tracing::info!("shutting down: answering parked pulls and closing connections");
@@ -144,6 +145,19 @@ async fn serve(
     blocking(&broker, persist_and_stop).await??;
     tracing::info!("quiver-broker stopped cleanly");
     Ok(())
+}
+
+/// Resolves once `shutdown` has and, on the master of a group, mastership was handed over
+/// or the handover given up (`--shutdown-switchover-timeout-ms`). The ports serve on
+/// meanwhile: the successor still fetches, the group still agrees.
+async fn hand_over_after(broker: Arc<Broker>, shutdown: impl Future<Output = ()>) {
+    shutdown.await;
+    if let Some(replication) = broker.replication() {
+        let timeout = Duration::from_millis(broker.config().shutdown_switchover_timeout_ms);
+        replication
+            .hand_over_for_shutdown(broker.store(), timeout)
+            .await;
+    }
 }
 
 /// Opens the broker (the store's recovery) off the async workers.

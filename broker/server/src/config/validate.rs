@@ -275,6 +275,12 @@ impl BrokerConfig {
         if self.replication_timeout_ms < 100 {
             return Err(invalid("replication-timeout-ms", "must be at least 100"));
         }
+        if (1..100).contains(&self.shutdown_switchover_timeout_ms) {
+            return Err(invalid(
+                "shutdown-switchover-timeout-ms",
+                "must be 0 (no handover) or at least 100",
+            ));
+        }
         Ok(())
     }
 }

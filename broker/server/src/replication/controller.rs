@@ -73,6 +73,8 @@ pub(super) struct Reports {
     electing: bool,
     /// The group as the leader last answered this member's report, and when.
     leader_view: Option<(ReportAnswer, Instant)>,
+    /// Switchovers this member had agreed, by cause (kept here, beside the elections).
+    pub(super) switchovers: super::switchover::Switchovers,
 }
 
 impl Reports {
@@ -246,9 +248,15 @@ async fn elect_if_needed(replication: &Replication) {
     // come back meanwhile and would take writes the next epoch drops).
     replication.reports.lock().electing = true;
     let proposed = consensus.propose(election).await;
-    replication.reports.lock().electing = false;
-    if let Err(error) = proposed {
-        tracing::warn!(error = %error, "election not agreed yet");
+    let mut reports = replication.reports.lock();
+    reports.electing = false;
+    match proposed {
+        // Replacing a master that did not hand over (not the group's first election).
+        Ok(quiver_consensus::CommandOutcome::Applied(_)) if state.master.is_some() => reports
+            .switchovers
+            .count(super::switchover::SwitchoverCause::Failover),
+        Ok(_) => {}
+        Err(error) => tracing::warn!(error = %error, "election not agreed yet"),
     }
 }
 

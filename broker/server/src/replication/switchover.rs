@@ -1,13 +1,63 @@
-//! Planned switchover: the master stops taking sends, waits until the named in-sync replica
-//! holds its whole log, and hands mastership to it through consensus.
+//! Switchovers: the master stops taking sends, waits until an in-sync replica holds its whole
+//! log, and hands mastership to it through consensus. Planned (QUIVER_SWITCHOVER names the
+//! replica) or on shutdown (SIGTERM: the replica that has acknowledged the most).
+//!
+//! Switchovers are counted by cause on the member that had the change agreed, once the group
+//! agreed it: the old master for planned and shutdown handovers, the consensus leader for a
+//! failover (an election replacing a master that did not hand over). A group's total is the
+//! sum over its members.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use quiver_consensus::CommandOutcome;
+use quiver_protocol::body::ReplicationStatus;
+use quiver_protocol::code::{request, response};
+use quiver_protocol::RemotingCommand;
 use quiver_store::MessageStore;
 
 use super::{Replication, Role};
+
+/// Why mastership moved (the `cause` label of `quiver_replication_switchovers_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchoverCause {
+    /// QUIVER_SWITCHOVER (`quiver replication switchover`).
+    Planned,
+    /// The master handed over as it stopped (SIGTERM, SIGINT).
+    Shutdown,
+    /// The group elected a new master after the old one went silent or lost its log.
+    Failover,
+}
+
+impl SwitchoverCause {
+    pub const ALL: [SwitchoverCause; 3] = [
+        SwitchoverCause::Planned,
+        SwitchoverCause::Shutdown,
+        SwitchoverCause::Failover,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SwitchoverCause::Planned => "planned",
+            SwitchoverCause::Shutdown => "shutdown",
+            SwitchoverCause::Failover => "failover",
+        }
+    }
+}
+
+/// Switchovers this member had agreed, by [`SwitchoverCause`].
+#[derive(Debug, Default)]
+pub(super) struct Switchovers([u64; SwitchoverCause::ALL.len()]);
+
+impl Switchovers {
+    pub(super) fn count(&mut self, cause: SwitchoverCause) {
+        self.0[cause as usize] += 1;
+    }
+}
+
+/// How often a stopping master asks its successor whether it takes sends yet.
+const WRITABLE_POLL: Duration = Duration::from_millis(20);
 
 /// Why a switchover did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -35,12 +85,33 @@ pub(crate) enum SwitchoverError {
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Replication {
-    /// Hands mastership to `target`; returns how long sends were paused.
+    /// (cause label, switchovers this member had agreed) for every cause.
+    pub fn switchovers(&self) -> Vec<(&'static str, u64)> {
+        let counted = self.reports.lock().switchovers.0;
+        SwitchoverCause::ALL
+            .iter()
+            .map(|cause| (cause.label(), counted[*cause as usize]))
+            .collect()
+    }
+
+    /// Hands mastership to `target` (a planned switchover); returns how long sends were
+    /// paused.
     pub(crate) async fn switchover(
         &self,
         store: &MessageStore,
         target: u64,
         timeout: Duration,
+    ) -> Result<Duration, SwitchoverError> {
+        self.switchover_for(store, target, timeout, SwitchoverCause::Planned)
+            .await
+    }
+
+    async fn switchover_for(
+        &self,
+        store: &MessageStore,
+        target: u64,
+        timeout: Duration,
+        cause: SwitchoverCause,
     ) -> Result<Duration, SwitchoverError> {
         let role = self.role();
         let Role::Master { epoch } = role else {
@@ -55,7 +126,9 @@ impl Replication {
         }
         let paused = Instant::now();
         self.switching.store(true, Ordering::Release);
-        let handed = self.hand_over(store, epoch, target, timeout, paused).await;
+        let handed = self
+            .hand_over(store, epoch, target, timeout, paused, cause)
+            .await;
         // After a handover sends stay refused here: this member is no longer the master,
         // even before its role follows the new state.
         if handed.is_err() {
@@ -71,13 +144,15 @@ impl Replication {
         target: u64,
         timeout: Duration,
         paused: Instant,
+        cause: SwitchoverCause,
     ) -> Result<(), SwitchoverError> {
         // Appends already admitted finish first; none start after.
         drop(self.appends.write());
         let end = store.log_end().0;
         self.log_grew.notify_waiters();
         self.await_caught_up(target, end, timeout, paused).await?;
-        self.elect_target(epoch, target).await?;
+        self.elect_target(epoch, target, cause).await?;
+        self.reports.lock().switchovers.count(cause);
         self.await_epoch_started(epoch, target, timeout).await
     }
 
@@ -116,8 +191,14 @@ impl Replication {
         }
     }
 
-    /// Proposes `target` as the master of the epoch after `epoch`.
-    async fn elect_target(&self, epoch: u64, target: u64) -> Result<(), SwitchoverError> {
+    /// Proposes `target` as the master of the epoch after `epoch`. A master that hands over
+    /// as it stops leaves the new epoch's in-sync set: sends do not wait for it.
+    async fn elect_target(
+        &self,
+        epoch: u64,
+        target: u64,
+        cause: SwitchoverCause,
+    ) -> Result<(), SwitchoverError> {
         let consensus = self
             .consensus()
             .ok_or_else(|| SwitchoverError::Consensus("consensus not started".into()))?;
@@ -131,7 +212,11 @@ impl Replication {
                     state.epoch, state.in_sync
                 )));
             }
-            let election = state.elect(target, state.in_sync.clone(), &Default::default());
+            let mut in_sync = state.in_sync.clone();
+            if cause == SwitchoverCause::Shutdown {
+                in_sync.remove(&self.id);
+            }
+            let election = state.elect(target, in_sync, &Default::default());
             match consensus.propose(election).await {
                 Ok(CommandOutcome::Applied(_)) => break,
                 Ok(CommandOutcome::Rejected(current)) if attempt < 3 => state = current,
@@ -172,5 +257,119 @@ impl Replication {
             Ok(true) => Ok(()),
             _ => Err(SwitchoverError::NotTaken(target)),
         }
+    }
+}
+
+impl Replication {
+    /// On SIGTERM: a master hands mastership to the in-sync replica that has acknowledged the
+    /// most, and waits until it takes sends, all within `timeout`. A replica, or a master
+    /// whose handover fails or runs late (logged), returns at once and stops plainly: the
+    /// group then elects.
+    pub async fn hand_over_for_shutdown(&self, store: &MessageStore, timeout: Duration) {
+        if timeout.is_zero() || !matches!(self.role(), Role::Master { .. }) {
+            return;
+        }
+        let Some(target) = self.most_caught_up_replica() else {
+            tracing::warn!("no in-sync replica to hand mastership to; stopping without a switchover (the group elects after the master timeout)");
+            return;
+        };
+        tracing::info!(target, ?timeout, "stopping: handing mastership over first");
+        let started = Instant::now();
+        let handed = tokio::time::timeout(timeout, async {
+            self.switchover_for(store, target, timeout, SwitchoverCause::Shutdown)
+                .await?;
+            self.await_writable(target).await;
+            Ok::<(), SwitchoverError>(())
+        })
+        .await;
+        match handed {
+            Ok(Ok(())) => tracing::info!(
+                target,
+                took = ?started.elapsed(),
+                "mastership handed over; stopping"
+            ),
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                "no switchover before stopping; stopping plainly (the group elects after the master timeout)"
+            ),
+            Err(_) => tracing::warn!(
+                target,
+                ?timeout,
+                "the switchover did not finish within --shutdown-switchover-timeout-ms; stopping plainly"
+            ),
+        }
+    }
+
+    /// The in-sync replica holding the most of this master's log.
+    fn most_caught_up_replica(&self) -> Option<u64> {
+        let in_sync = self.state.borrow().in_sync.clone();
+        let progress = self.progress.lock();
+        most_caught_up(self.id, &in_sync, |id| {
+            progress.followers.get(&id).map_or(0, |f| f.acked)
+        })
+    }
+
+    /// Until `target` says it takes sends: it has renewed its lease through the group while
+    /// this member still answers consensus and fetches. Bounded by the caller.
+    async fn await_writable(&self, target: u64) {
+        let address = self.address_of(target);
+        loop {
+            let ask =
+                RemotingCommand::request(request::QUIVER_REPLICATION_STATUS, Default::default());
+            let answer = self.links.request(&address, ask, WRITABLE_POLL * 10).await;
+            let writable = answer
+                .ok()
+                .filter(|a| a.code == response::SUCCESS)
+                .is_some_and(|a| {
+                    serde_json::from_slice::<ReplicationStatus>(&a.body)
+                        .is_ok_and(|status| status.writable && status.replica_id == target)
+                });
+            if writable {
+                return;
+            }
+            tokio::time::sleep(WRITABLE_POLL).await;
+        }
+    }
+}
+
+/// The member of `in_sync` but `me` that acknowledged the most (ties to the lowest id).
+fn most_caught_up(me: u64, in_sync: &BTreeSet<u64>, acked: impl Fn(u64) -> u64) -> Option<u64> {
+    in_sync
+        .iter()
+        .copied()
+        .filter(|id| *id != me)
+        .max_by_key(|id| (acked(*id), std::cmp::Reverse(*id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shutdown_target_is_the_in_sync_replica_that_acknowledged_the_most() {
+        let acked = |id: u64| [900, 300, 700, 800][id as usize];
+        let in_sync = BTreeSet::from([0, 1, 2]);
+        // Member 3 acknowledged more but is not in sync; the master (0) is never its own target.
+        assert_eq!(most_caught_up(0, &in_sync, acked), Some(2));
+        assert_eq!(most_caught_up(0, &BTreeSet::from([0]), acked), None);
+        let level = |_: u64| 500;
+        assert_eq!(
+            most_caught_up(2, &in_sync, level),
+            Some(0),
+            "ties go to the lowest id"
+        );
+    }
+
+    #[test]
+    fn switchovers_are_counted_by_cause() {
+        let mut counted = Switchovers::default();
+        counted.count(SwitchoverCause::Shutdown);
+        counted.count(SwitchoverCause::Shutdown);
+        counted.count(SwitchoverCause::Failover);
+        let labelled: Vec<_> = SwitchoverCause::ALL
+            .iter()
+            .map(|cause| (cause.label(), counted.0[*cause as usize]))
+            .collect();
+        assert_eq!(labelled, [("planned", 0), ("shutdown", 2), ("failover", 1)]);
     }
 }
