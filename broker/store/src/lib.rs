@@ -42,7 +42,7 @@ pub use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
 pub use quiver_protocol::record;
 pub use quiver_protocol::record::{NewMessage, RecordError};
 pub use recovery::RecoveryReport;
-pub use retention::{DeleteReason, RetentionReport};
+pub use retention::{DeleteReason, ReplicaHold, ReplicaHoldStats, RetentionReport};
 pub use store::{
     Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, LogChunk, MessageStore,
     PutResult, QueryResult, RecordFilter, RestartReport, StoreStats, TruncateReport,

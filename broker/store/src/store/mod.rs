@@ -40,7 +40,7 @@ use crate::flush::FlushedHook;
 use crate::index::KeyMatch;
 use crate::record::{NewMessage, Record};
 use crate::recovery::RecoveryReport;
-use crate::retention::{DeleteReason, RetentionReport};
+use crate::retention::{DeleteReason, ReplicaHold, ReplicaHoldStats, RetentionReport};
 use crate::{CommitLogOffset, QueueOffset};
 use append::Batch;
 pub use restart::RestartReport;
@@ -404,6 +404,18 @@ impl MessageStore {
         needed_from: Option<CommitLogOffset>,
     ) -> Result<RetentionReport, StoreError> {
         self.shared.run_retention(now_ms, needed_from)
+    }
+
+    /// On a group's master: retention keeps the files in-sync replicas still need (bytes at
+    /// or above `hold.from`), up to `hold.cap_bytes` of them, except above the force-clean
+    /// ratio. `None` lifts the hold.
+    pub fn set_replica_hold(&self, hold: Option<ReplicaHold>) {
+        self.shared.replica_hold.set(hold);
+    }
+
+    /// What the replica hold kept at the last retention run, and where it gave way.
+    pub fn replica_hold_stats(&self) -> ReplicaHoldStats {
+        self.shared.replica_hold.stats()
     }
 
     /// The end of everything written to `topic`/`queue_id`, units still waiting for

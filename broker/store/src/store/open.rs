@@ -60,6 +60,7 @@ pub(super) fn open(config: StoreConfig) -> Result<(Arc<Shared>, Vec<JoinHandle<(
         dirty_checkpoint_pending: AtomicBool::new(pending.is_some()),
         opened_read_only,
         deleted_segments: Tally::new(&DeleteReason::ALL),
+        replica_hold: Default::default(),
         flush: FlushControl::new(recovered.log_end),
         commit_log: recovered.commit_log,
         registry: recovered.registry,

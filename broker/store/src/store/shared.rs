@@ -55,6 +55,8 @@ pub(super) struct Shared {
     pub retention: Mutex<()>,
     /// CommitLog files deleted since open, by reason.
     pub deleted_segments: Tally<DeleteReason, { DeleteReason::ALL.len() }>,
+    /// What retention keeps for a group's in-sync replicas (set by the master).
+    pub replica_hold: crate::retention::HoldState,
     /// Whether writes are taken, and the last reading of the data file system.
     pub gate: WriteGate,
     /// The data directory's device and inode at open: a deleted one no longer matches.

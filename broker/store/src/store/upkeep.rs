@@ -138,14 +138,20 @@ impl Shared {
             clean_ratio: config.disk_clean_ratio,
             force_clean_ratio: config.disk_force_clean_ratio,
             needed_from: needed_from.map(|offset| offset.0),
+            hold: self.replica_hold.get(),
         };
-        let chosen = retention::choose(&self.commit_log.snapshot(), &pressure)?;
+        let choice = retention::choose(&self.commit_log.snapshot(), &pressure)?;
+        self.replica_hold.record(&choice);
         let mut report = RetentionReport {
             disk_used_ratio: usage.ratio(),
+            held_for_replicas_bytes: choice.held_bytes,
+            past_hold_cap: choice.past_cap,
+            past_hold_forced: choice.past_forced,
             ..RetentionReport::default()
         };
-        if !chosen.is_empty() {
-            self.delete_segments(&chosen, &mut report)?;
+        log_hold_give_way(&choice, pressure.hold, &report);
+        if !choice.delete.is_empty() {
+            self.delete_segments(&choice.delete, &mut report)?;
         }
         let log_min = self.commit_log.min_offset();
         for queue in self.all_queues() {
@@ -156,7 +162,8 @@ impl Shared {
         Ok(report)
     }
 
-    /// Deletes the CommitLog files retention chose, logging and counting each.
+    /// Deletes the CommitLog files retention chose, logging and counting each (the replica
+    /// hold's give-way is logged by `log_hold_give_way`).
     fn delete_segments(
         &self,
         chosen: &[(Arc<crate::mapped_file::MappedSegment>, DeleteReason)],
@@ -233,6 +240,35 @@ impl Shared {
             disk_used_bytes: usage.used,
             disk_total_bytes: usage.total,
         }
+    }
+}
+
+/// Says when retention deletes files in-sync replicas still need: the hold's cap, or a disk
+/// above the force-clean ratio.
+fn log_hold_give_way(
+    choice: &retention::Choice,
+    hold: Option<retention::ReplicaHold>,
+    report: &RetentionReport,
+) {
+    let Some(hold) = hold else {
+        return;
+    };
+    if choice.past_cap > 0 {
+        tracing::warn!(
+            files = choice.past_cap,
+            replicas_need_from = hold.from.0,
+            cap_bytes = hold.cap_bytes,
+            still_held_bytes = choice.held_bytes,
+            "deleting commitlog files in-sync replicas still need: what they need is past the replica retention cap"
+        );
+    }
+    if choice.past_forced > 0 {
+        tracing::warn!(
+            files = choice.past_forced,
+            replicas_need_from = hold.from.0,
+            disk_used_ratio = report.disk_used_ratio,
+            "deleting commitlog files in-sync replicas still need: the disk is above disk-force-clean-ratio"
+        );
     }
 }
 
