@@ -47,7 +47,7 @@ impl Inner {
         })
         .expect("a probe serializes");
         let mut calls = tokio::task::JoinSet::new();
-        for (member, address) in self.members.iter().filter(|(m, _)| **m != self.member) {
+        for (member, address) in self.configured.iter().filter(|(m, _)| **m != self.member) {
             let call = self
                 .transport
                 .call(*member, address, KIND_PROBE, body.clone());
@@ -97,7 +97,7 @@ impl Inner {
                 leader,
             };
         }
-        let needed = self.members.len() / 2 + 1;
+        let needed = self.configured.len() / 2 + 1;
         if fresh.len() >= needed {
             return Decision::Create {
                 founders: fresh,
@@ -108,7 +108,7 @@ impl Inner {
             "{} of {} members known to have no consensus state ({:?}), {} needed to create the group, \
              and none answered that it exists; no answer from [{}]",
             fresh.len(),
-            self.members.len(),
+            self.configured.len(),
             fresh.keys().collect::<Vec<_>>(),
             needed,
             silent.join("; ")

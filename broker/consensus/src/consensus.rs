@@ -64,7 +64,7 @@ const LEADER_POLL: Duration = Duration::from_millis(25);
 
 /// One member's consensus: an embedded openraft node with durable storage.
 pub struct Consensus {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl Consensus {
@@ -84,10 +84,21 @@ impl Consensus {
         check_members(&config)?;
         let raft_config = config::raft_config(&config)?;
         let opened = Opened::read(config.dir.clone()).await?;
+        if let Some(stored) = opened.stored_members.clone() {
+            if stored != config.members {
+                return Err(ConsensusError::MembersMismatch {
+                    configured: config.members.clone(),
+                    stored,
+                    dir: config.dir.display().to_string(),
+                });
+            }
+        }
         let identity = trusted_identity(&config, opened.identity, opened.has_state).await?;
         let inner = Arc::new(Inner {
             member: config.id,
-            members: Arc::new(config.members.clone()),
+            configured: config.members.clone(),
+            members: watch::channel(config.members.clone()).0,
+            admitted: Mutex::new(BTreeMap::new()),
             dir: config.dir.clone(),
             raft_config: Arc::new(raft_config),
             transport,
@@ -231,7 +242,7 @@ impl Consensus {
                 }
                 Some((_, l)) => {
                     let member = member_of(l);
-                    let address = inner.members.get(&member).cloned().unwrap_or_default();
+                    let address = inner.address(member).unwrap_or_default();
                     let body = serde_json::to_vec(&command).map_err(|e| ConsensusError::Codec {
                         kind: KIND_PROPOSE.into(),
                         error: e.to_string(),
@@ -400,6 +411,8 @@ struct Opened {
     state: watch::Receiver<GroupState>,
     identity: Option<Identity>,
     has_state: bool,
+    /// The membership its Raft state holds, if any.
+    stored_members: Option<BTreeMap<u64, String>>,
 }
 
 impl Opened {
@@ -409,6 +422,7 @@ impl Opened {
             std::fs::create_dir_all(&dir)?;
             let identity = Identity::read(&dir)?;
             let has_state = store::has_raft_state(&dir);
+            let stored_members = store::stored_members(&dir)?;
             let log_store = store::LogStore::open(&dir)?;
             let (state_machine, state) = store::StateMachine::open(&dir)?;
             Ok::<_, std::io::Error>(Opened {
@@ -417,6 +431,7 @@ impl Opened {
                 state,
                 identity,
                 has_state,
+                stored_members,
             })
         })
         .await

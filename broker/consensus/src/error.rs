@@ -33,4 +33,15 @@ pub enum ConsensusError {
     /// rather than its log reverted.
     #[error("consensus message for raft node {to}; this member is raft node {node}")]
     WrongNode { to: u64, node: u64 },
+    /// A membership change that was refused, or did not finish (the reason says which).
+    #[error("membership change: {0}")]
+    Membership(String),
+    /// The directory's stored membership is not the configured one (see
+    /// [`stored_members`](crate::stored_members)).
+    #[error("the configured members {configured:?} are not the group's membership {stored:?} stored in {dir}")]
+    MembersMismatch {
+        configured: std::collections::BTreeMap<u64, String>,
+        stored: std::collections::BTreeMap<u64, String>,
+        dir: String,
+    },
 }

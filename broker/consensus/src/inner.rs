@@ -41,7 +41,15 @@ impl Node {
 
 pub(crate) struct Inner {
     pub(crate) member: u64,
-    pub(crate) members: Arc<BTreeMap<u64, String>>,
+    /// The members this member was started with (`ConsensusConfig::members`): whom it
+    /// probes, and the membership of a brand-new group.
+    pub(crate) configured: BTreeMap<u64, String>,
+    /// The members and addresses of the group's membership as this member's node knows
+    /// it (`configured` until it knows one).
+    pub(crate) members: watch::Sender<BTreeMap<u64, String>>,
+    /// On the leader: members an `add_member` waits for, and their addresses; their
+    /// rejoin requests are taken as those of members.
+    pub(crate) admitted: Mutex<BTreeMap<u64, String>>,
     pub(crate) dir: PathBuf,
     pub(crate) raft_config: Arc<openraft::Config>,
     pub(crate) transport: Arc<dyn Transport>,
@@ -100,7 +108,6 @@ impl Inner {
             self.raft_config.clone(),
             network::NetworkFactory {
                 transport: self.transport.clone(),
-                members: self.members.clone(),
             },
             log_store,
             state_machine,
@@ -112,10 +119,35 @@ impl Inner {
             metrics: raft.metrics(),
             raft,
         };
+        let metrics = node.metrics.clone();
         if self.node.set(node).is_err() {
             return Err(ConsensusError::Raft("the Raft node exists already".into()));
         }
+        let task = tokio::spawn(follow_membership(metrics, self.members.clone()));
+        self.track(task);
         Ok(self.node.get().expect("just set"))
+    }
+
+    /// The address of `member`: the group's membership's, else the configured one, else
+    /// the one an `add_member` admitted it with.
+    pub(crate) fn address(&self, member: u64) -> Option<String> {
+        let agreed = self.members.borrow().get(&member).cloned();
+        agreed
+            .or_else(|| self.configured.get(&member).cloned())
+            .or_else(|| lock(&self.admitted).get(&member).cloned())
+    }
+
+    /// The other members: of the group's membership as known, and configured.
+    pub(crate) fn others(&self) -> Vec<u64> {
+        let known: std::collections::BTreeSet<u64> = self
+            .members
+            .borrow()
+            .keys()
+            .chain(self.configured.keys())
+            .copied()
+            .filter(|m| *m != self.member)
+            .collect();
+        known.into_iter().collect()
     }
 
     /// Initializes a brand-new group (every member at incarnation 0) on this
@@ -132,7 +164,7 @@ impl Inner {
             return Ok(());
         }
         let nodes: BTreeMap<u64, BasicNode> = self
-            .members
+            .configured
             .iter()
             .map(|(id, addr)| (node_id(*id, 0), BasicNode::new(addr)))
             .collect();
@@ -183,6 +215,40 @@ impl Inner {
                 }
             }
             Err(e) => ProposeReply::Failed(e.to_string()),
+        }
+    }
+}
+
+/// The members (and addresses) of a Raft membership: every node, voter or learner, of
+/// every configuration in it, by the member it belongs to.
+pub(crate) fn members_of(
+    membership: &openraft::Membership<u64, BasicNode>,
+) -> BTreeMap<u64, String> {
+    membership
+        .nodes()
+        .map(|(node, n)| (member_of(*node), n.addr.clone()))
+        .collect()
+}
+
+/// Publishes the node's membership as members and addresses whenever it changes (a node
+/// that knows none yet, e.g. rejoining, keeps what was there).
+async fn follow_membership(
+    mut metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
+    members: watch::Sender<BTreeMap<u64, String>>,
+) {
+    loop {
+        let known = members_of(metrics.borrow_and_update().membership_config.membership());
+        if !known.is_empty() {
+            members.send_if_modified(|current| {
+                let changed = *current != known;
+                if changed {
+                    *current = known;
+                }
+                changed
+            });
+        }
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }

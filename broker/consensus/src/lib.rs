@@ -33,6 +33,7 @@ mod config;
 mod consensus;
 mod error;
 mod inner;
+mod membership;
 mod messages;
 mod network;
 mod rejoin;
@@ -50,6 +51,7 @@ pub use config::ConsensusConfig;
 pub use consensus::{Consensus, Phase, Status};
 pub use error::ConsensusError;
 pub use state::{Command, CommandOutcome, EpochStart, GroupState};
+pub use store::stored_members;
 
 openraft::declare_raft_types!(
     /// openraft's type configuration of a broker group.

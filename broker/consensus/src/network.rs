@@ -5,7 +5,6 @@
 //! yet) that node refuses (see `Consensus::handle`). The answer is the receiving
 //! member's `Result<response, RaftError>`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,8 +58,6 @@ const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 
 pub(crate) struct NetworkFactory {
     pub(crate) transport: Arc<dyn Transport>,
-    /// The members' addresses (`ConsensusConfig::members`).
-    pub(crate) members: Arc<BTreeMap<u64, String>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -72,13 +69,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             transport: self.transport.clone(),
             target,
             member,
-            // The configured address; the one in the membership if the member is not
-            // configured (it was when it joined).
-            address: self
-                .members
-                .get(&member)
-                .cloned()
-                .unwrap_or_else(|| node.addr.clone()),
+            // The address the group agreed with the node's membership.
+            address: node.addr.clone(),
         }
     }
 }

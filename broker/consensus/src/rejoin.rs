@@ -31,8 +31,17 @@ impl Inner {
         if !leads {
             return RejoinReply::NotLeader { leader };
         }
-        if !self.members.contains_key(&req.member)
-            || member_of(req.node) != req.member
+        let known = self.members.borrow().contains_key(&req.member)
+            || lock(&self.admitted).contains_key(&req.member);
+        if !known {
+            return RejoinReply::Refused(format!(
+                "member {} is not a member of the group (members: {:?}); add it to the \
+                 membership first (quiver replication members add)",
+                req.member,
+                self.members.borrow().keys().collect::<Vec<_>>()
+            ));
+        }
+        if member_of(req.node) != req.member
             || incarnation_of(req.node) == 0
             || req.member == self.member
         {
@@ -67,7 +76,7 @@ impl Inner {
     /// then makes it a voter in place of `member`'s other nodes.
     async fn add_and_promote(&self, member: u64, node: u64) -> Result<(), String> {
         let raft = &self.node.get().expect("the leader's node").raft;
-        let address = self.members.get(&member).cloned().unwrap_or_default();
+        let address = self.address(member).unwrap_or_default();
         let added = raft
             .add_learner(node, BasicNode::new(address), false)
             .await
@@ -117,7 +126,7 @@ impl Inner {
     /// Asks member `target` (the leader, as far as this member knows) to make
     /// `node` a voter.
     async fn ask_rejoin(&self, target: u64, node: u64) -> Result<RejoinReply, String> {
-        let address = self.members.get(&target).cloned().unwrap_or_default();
+        let address = self.address(target).unwrap_or_default();
         let body = serde_json::to_vec(&RejoinRequest {
             member: self.member,
             node,
@@ -136,12 +145,7 @@ impl Inner {
 /// A rejoining member: asks the leader until its node is a voter.
 pub(crate) async fn rejoin(inner: Arc<Inner>, mut hint: Option<u64>) {
     let node = inner.node.get().expect("the rejoining node");
-    let others: Vec<u64> = inner
-        .members
-        .keys()
-        .copied()
-        .filter(|m| *m != inner.member)
-        .collect();
+    let others = inner.others();
     let mut next_other = 0usize;
     let mut backoff = RETRY_MIN;
     loop {

@@ -95,6 +95,31 @@ pub(crate) fn has_raft_state(dir: &Path) -> bool {
         .any(|name| dir.join(name).exists())
 }
 
+/// The group's membership (members and addresses) as the Raft state under `dir` holds
+/// it: its log's last membership entry, else the applied state machine's, else the
+/// snapshot's. None for a directory without one (new, wiped, or never initialized).
+pub fn stored_members(dir: &Path) -> std::io::Result<Option<BTreeMap<u64, String>>> {
+    let log: LogFile = read_json(dir, LOG)?.unwrap_or_default();
+    let logged = log.entries.iter().rev().find_map(|e| match &e.payload {
+        EntryPayload::Membership(m) => Some(m.clone()),
+        _ => None,
+    });
+    let membership = match logged {
+        Some(m) => Some(m),
+        None => {
+            let sm: Option<SmFile> = read_json(dir, SM)?;
+            let snapshot: Option<SnapshotFile> = read_json(dir, SNAPSHOT)?;
+            sm.map(|sm| sm.membership)
+                .filter(|m| m.log_id().is_some())
+                .or_else(|| snapshot.map(|s| s.meta.last_membership))
+                .map(|m| m.membership().clone())
+        }
+    };
+    Ok(membership
+        .map(|m| crate::inner::members_of(&m))
+        .filter(|members| !members.is_empty()))
+}
+
 /// Who this member is in the group's Raft, kept in `member.json` beside Raft's state
 /// (written before the Raft node first runs, so a directory that has Raft state under
 /// a node id also names it).
