@@ -54,6 +54,8 @@ pub mod defaults {
     pub const REPLICA_LAG_MAX_MS: u64 = 3_000;
     pub const MASTER_TIMEOUT_MS: u64 = 1_500;
     pub const REPLICATION_TIMEOUT_MS: u64 = 5_000;
+    /// What a master's retention keeps at most for in-sync replicas behind it: 10 GiB.
+    pub const REPLICA_RETENTION_CAP_BYTES: u64 = 10 << 30;
     /// A master's handover on SIGTERM: well inside Kubernetes' default 30 s grace period,
     /// with `SHUTDOWN_TIMEOUT_MS` after it.
     pub const SHUTDOWN_SWITCHOVER_TIMEOUT_MS: u64 = 5_000;
@@ -150,6 +152,9 @@ pub struct BrokerSettings {
     pub disk_clean_ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_force_clean_ratio: Option<f64>,
+    /// What a master's retention keeps at most for in-sync replicas behind it, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_retention_cap_bytes: Option<u64>,
     /// 6 read-write, 4 read-only, 2 write-only (RocketMQ's permission bits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_permission: Option<i32>,

@@ -306,6 +306,14 @@ pub struct BrokerConfig {
     #[arg(long, env = "QUIVER_REPLICATION_TIMEOUT_MS", default_value_t = defaults::REPLICATION_TIMEOUT_MS)]
     pub replication_timeout_ms: u64,
 
+    /// A master's retention keeps the CommitLog files its in-sync replicas have not copied
+    /// yet (however old, and under disk-clean pressure), up to this many bytes of them: past
+    /// it the oldest go (logged, `quiver_replication_retention_cap_hits_total`) and a replica
+    /// that needed them rebuilds from the oldest file left. Above disk-force-clean-ratio
+    /// retention deletes them anyway. 0: keep nothing for replicas.
+    #[arg(long, env = "QUIVER_REPLICA_RETENTION_CAP_BYTES", default_value_t = defaults::REPLICA_RETENTION_CAP_BYTES)]
+    pub replica_retention_cap_bytes: u64,
+
     /// On SIGTERM or SIGINT a master hands mastership to its most caught-up in-sync replica
     /// before it stops, within this many ms; past it (or on failure) it stops plainly and the
     /// group elects. 0: no handover. Otherwise >= 100.
@@ -367,6 +375,7 @@ impl Default for BrokerConfig {
             replica_lag_max_ms: defaults::REPLICA_LAG_MAX_MS,
             master_timeout_ms: defaults::MASTER_TIMEOUT_MS,
             replication_timeout_ms: defaults::REPLICATION_TIMEOUT_MS,
+            replica_retention_cap_bytes: defaults::REPLICA_RETENTION_CAP_BYTES,
             shutdown_switchover_timeout_ms: defaults::SHUTDOWN_SWITCHOVER_TIMEOUT_MS,
             tls_cert_file: None,
             tls_key_file: None,
@@ -542,6 +551,7 @@ impl BrokerConfig {
             disk_high_water_ratio,
             disk_clean_ratio,
             disk_force_clean_ratio,
+            replica_retention_cap_bytes,
             broker_permission,
             shutdown_switchover_timeout_ms,
         } = settings;
@@ -567,6 +577,8 @@ impl BrokerConfig {
             disk_high_water_ratio: disk_high_water_ratio.unwrap_or(self.disk_high_water_ratio),
             disk_clean_ratio: disk_clean_ratio.unwrap_or(self.disk_clean_ratio),
             disk_force_clean_ratio: disk_force_clean_ratio.unwrap_or(self.disk_force_clean_ratio),
+            replica_retention_cap_bytes: replica_retention_cap_bytes
+                .unwrap_or(self.replica_retention_cap_bytes),
             broker_permission: broker_permission.unwrap_or(self.broker_permission),
             shutdown_switchover_timeout_ms: shutdown_switchover_timeout_ms
                 .unwrap_or(self.shutdown_switchover_timeout_ms),
@@ -906,6 +918,7 @@ mod tests {
             disk_high_water_ratio: Some(0.7),
             disk_clean_ratio: Some(0.55),
             disk_force_clean_ratio: Some(0.65),
+            replica_retention_cap_bytes: Some(1 << 30),
             broker_permission: Some(perm::READ_ONLY),
             shutdown_switchover_timeout_ms: Some(12_000),
         };

@@ -139,6 +139,7 @@ impl Collector for BrokerCollector {
         encode_grpc(&mut encoder, broker)?;
         if let Some(replication) = &broker.replication() {
             encode_replication(&mut encoder, &replication.status(broker.store()))?;
+            encode_rebuilds(&mut encoder, replication, broker.store())?;
             gauge(
                 &mut encoder,
                 "quiver_replication_consensus_leader",
@@ -424,6 +425,46 @@ fn encode_replication(
         return Ok(());
     }
     encode_replica_lags(encoder, status)
+}
+
+/// Rebuilds past the master's retention on this member, and what its retention keeps for
+/// in-sync replicas (as master).
+fn encode_rebuilds(
+    encoder: &mut DescriptorEncoder<'_>,
+    replication: &crate::replication::Replication,
+    store: &quiver_store::MessageStore,
+) -> fmt::Result {
+    let rebuilds = replication.rebuild_stats();
+    let hold = store.replica_hold_stats();
+    gauge(
+        encoder,
+        "quiver_replication_rebuilding",
+        "1 while this member rebuilds from its master's oldest retained segment (its own next \
+         bytes were deleted by the master's retention) and has not caught up.",
+        u64::from(rebuilds.rebuilding),
+    )?;
+    counter_family(
+        encoder,
+        "quiver_replication_rebuilds_total",
+        "Times this member dropped its log to rebuild from its master's oldest segment.",
+        [(Vec::<(&str, &str)>::new(), rebuilds.rebuilds)],
+    )?;
+    gauge(
+        encoder,
+        "quiver_replication_retention_held_bytes",
+        "CommitLog bytes the master's last retention run kept only because in-sync replicas \
+         had not copied them yet (at most --replica-retention-cap-bytes).",
+        hold.held_bytes,
+    )?;
+    counter_family(
+        encoder,
+        "quiver_replication_retention_cap_hits_total",
+        "CommitLog files the master's retention deleted although in-sync replicas still \
+         needed them, by cause: cap (past --replica-retention-cap-bytes), force-clean (the \
+         disk above --disk-force-clean-ratio).",
+        [("cap", hold.cap_hits), ("force-clean", hold.forced)]
+            .map(|(cause, count)| ([("cause", cause)], count)),
+    )
 }
 
 /// On the master: how far behind each replica is, in bytes and in time.

@@ -36,6 +36,10 @@ header! {
         req confirmed: u64 = "confirmed",
         /// The master's segment size: a replica's must match to mirror the log.
         req segment_size: u64 = "segmentSize",
+        /// The master's oldest retained CommitLog offset (its oldest segment's base). Past
+        /// `offset` (the bytes asked for were deleted by retention), the body is empty and
+        /// the replica rebuilds from here.
+        opt oldest: Option<u64> = "oldestOffset",
     }
 }
 

@@ -281,6 +281,11 @@ impl Replication {
             .on_fetch(fetcher, request.offset, end, Instant::now());
         self.fetch_recorded.notify_waiters();
         self.advance_confirmed(store);
+        self.hold_for_replicas(store);
+        let oldest = store.log_min().0;
+        if request.offset < oldest {
+            return Ok(self.answer_below_oldest(store, request, oldest));
+        }
         if request.offset == end {
             let wait = Duration::from_millis(request.max_wait_ms).min(MAX_FETCH_WAIT);
             let grew = self.log_grew.notified();
@@ -304,6 +309,7 @@ impl Replication {
                 master_end: store.log_end().0,
                 confirmed: self.confirmed(),
                 segment_size: store.segment_size(),
+                oldest: Some(oldest),
             },
             body: chunk.bytes,
         })

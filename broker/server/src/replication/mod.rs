@@ -13,6 +13,7 @@ mod epoch_file;
 mod links;
 mod master;
 mod metadata;
+mod rebuild;
 mod replica;
 mod roles;
 mod switchover;
@@ -149,6 +150,8 @@ pub struct Replication {
     links: links::Links,
     /// The master's gRPC endpoint as a replica last learned it (GET_BROKER_CONFIG).
     master_grpc: Mutex<Option<(u64, String)>>,
+    /// Rebuilds past the master's retention, and the cap of what it keeps for replicas.
+    rebuilds: rebuild::Rebuilds,
 }
 
 impl Replication {
@@ -185,6 +188,7 @@ impl Replication {
             lease: Mutex::new(None),
             links: links::Links::new(config.peer_credentials(), config.peer_tls()),
             master_grpc: Mutex::new(None),
+            rebuilds: rebuild::Rebuilds::new(config),
         })))
     }
 

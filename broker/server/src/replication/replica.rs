@@ -53,6 +53,8 @@ pub(super) async fn follow(
         let _ = stop.changed().await;
         return;
     }
+    // Only a master keeps files for replicas.
+    replication.hold_for_replicas(broker.store());
     let address = replication.address_of(master);
     tracing::info!(epoch, master, %address, end = broker.store().log_end().0, "following the group's master");
     // A master that is restarting fails every fetch for a moment: logged when it starts,
@@ -143,6 +145,10 @@ async fn fetch_once(
             mine,
         });
     }
+    if let Some(oldest) = served.oldest.filter(|oldest| *oldest > offset) {
+        replication.rebuild_from(broker, offset, oldest).await?;
+        return Ok(());
+    }
     let end = if answer.body.is_empty() {
         offset
     } else {
@@ -163,6 +169,7 @@ async fn fetch_once(
     if end >= served.master_end {
         // Caught up with a master: whatever an unclean stop cost, it holds the log again.
         replication.unclean.store(false, Ordering::Release);
+        replication.rebuild_caught_up(end);
     }
     Ok(())
 }
