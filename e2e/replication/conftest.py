@@ -39,6 +39,8 @@ class Member:
         self.proc = None
         self.paused = False
         self.members_arg = None  # set by Group
+        # {flag: value} replacing the value of a flag the suite passes (or added).
+        self.overrides = {}
 
     @property
     def addr(self):
@@ -71,6 +73,11 @@ class Member:
             # At most half a segment (the default 4 MiB is refused with 1 MiB segments).
             "--max-message-size", str(SEGMENT_SIZE // 4),
         ] + list(extra)
+        for flag, value in self.overrides.items():
+            if flag in args:
+                args[args.index(flag) + 1] = str(value)
+            else:
+                args += [flag, str(value)]
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== start {time.strftime('%H:%M:%S')} wipe={wipe} ====\n".encode())
             log.flush()

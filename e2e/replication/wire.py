@@ -12,6 +12,7 @@ SEND_MESSAGE = 10
 PULL_MESSAGE = 11
 UPDATE_CONSUMER_OFFSET = 15
 GET_MAX_OFFSET = 30
+GET_MIN_OFFSET = 31
 QUIVER_REPLICATION_STATUS = 30003
 QUIVER_SWITCHOVER = 30004
 
@@ -64,6 +65,12 @@ def commit_offsets(addr, group, topic, queues, offset=0):
 def max_offset(addr, topic, queue):
     code, remark, ext, _ = remoting.call(addr, GET_MAX_OFFSET, {"topic": topic, "queueId": queue})
     assert code == 0, f"max offset of {topic}:{queue} on {addr}: code {code} {remark}"
+    return int(ext["offset"])
+
+
+def min_offset(addr, topic, queue):
+    code, remark, ext, _ = remoting.call(addr, GET_MIN_OFFSET, {"topic": topic, "queueId": queue})
+    assert code == 0, f"min offset of {topic}:{queue} on {addr}: code {code} {remark}"
     return int(ext["offset"])
 
 
@@ -120,11 +127,13 @@ def decode_records(data):
     return out
 
 
-def read_queue(addr, topic, queue, group="quiver-replication-checker", batch=256, timeout=10):
-    """Every message the member at `addr` serves from `topic`:`queue`, from offset 0 to the end
-    (raw PULL_MESSAGE, no group state involved: the checker's own read)."""
+def read_queue(addr, topic, queue, group="quiver-replication-checker", batch=256, timeout=10,
+               start=0):
+    """Every message the member at `addr` serves from `topic`:`queue`, from offset `start` (0
+    unless said) to the end (raw PULL_MESSAGE, no group state involved: the checker's own
+    read)."""
     out = []
-    offset = 0
+    offset = start
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         code, remark, ext, body = remoting.call(addr, PULL_MESSAGE, {
