@@ -118,24 +118,57 @@ def switchovers(members, cause):
                for m in members if m.alive())
 
 
+def consensus_leader(group):
+    return next((m for m in group.members
+                 if m.metric("quiver_replication_consensus_leader") == 1), None)
+
+
+def place_master(group, leads_consensus):
+    """Moves mastership (a planned switchover) so that the master does, or does not, lead
+    the group's consensus: a leader that stops leaves the others to elect another one."""
+    def placed():
+        master, leader = group.master(), consensus_leader(group)
+        if master is None or leader is None:
+            return None
+        if (master is leader) == leads_consensus:
+            return master
+        target = leader if leads_consensus else next(
+            m for m in group.members if m is not master and m is not leader)
+        code, remark = wire.switchover(master.addr, target.id, timeout_ms=3000)
+        log(f"switchover {master} -> {target} to place the master: code {code} {remark}")
+        return None
+    return group.wait(placed, 60, f"a master that {'leads' if leads_consensus else 'does not lead'} "
+                                  f"the consensus")
+
+
 @pytest.mark.timeout(240)
-def test_sigterm_on_the_master_hands_over_before_it_stops(group):
+@pytest.mark.parametrize("leads_consensus", [False, True], ids=["follower", "consensus-leader"])
+def test_sigterm_on_the_master_hands_over_before_it_stops(group, leads_consensus):
     producer = start_group_with_producer(group)
     try:
-        old = group.master()
+        old = place_master(group, leads_consensus)
+        # Steady again after any placing switchover: the master takes the producer's sends.
+        assert group.wait_writable(timeout=30) is old, f"the master moved: {group.views()}"
+        acked = producer.acked(old.addr)
+        wait_until(lambda: producer.acked(old.addr) >= acked + 100, 60,
+                   f"100 sends acknowledged by {old} before the SIGTERM")
+        steady_from = time.monotonic()
         _, epoch, _ = old.view()
         others = [m for m in group.members if m is not old]
         failovers_before = switchovers(others, "failover")
+        led_consensus = consensus_leader(group) is old
         term_at = time.monotonic()
         exit_code = old.stop(timeout=60)
         stopped_at = time.monotonic()
         new = group.wait_writable(exclude=(old.id,), min_epoch=epoch + 1, timeout=30)
-        wait_until(lambda: producer.acked(new.addr) >= 200, 60,
+        acked = producer.acked(new.addr)
+        wait_until(lambda: producer.acked(new.addr) >= acked + 200, 60,
                    f"200 sends acknowledged by the new master {new}")
     finally:
         sends = producer.stop()
-    log(f"SIGTERM of {old}: exit code {exit_code} after {stopped_at - term_at:.3f} s; "
-        f"new master {new}; sends {len(sends)}, acknowledged {sum(s.ok for s in sends)}")
+    log(f"SIGTERM of {old} (consensus leader: {led_consensus}): exit code {exit_code} after "
+        f"{stopped_at - term_at:.3f} s; new master {new}; sends {len(sends)}, "
+        f"acknowledged {sum(s.ok for s in sends)}")
 
     assert exit_code == 0, f"{old} exited with {exit_code} after SIGTERM:\n{old.log_tail()}"
     text = old.log_text()
@@ -144,8 +177,8 @@ def test_sigterm_on_the_master_hands_over_before_it_stops(group):
     assert switchovers(others, "failover") == failovers_before, (
         f"the group elected after the SIGTERM instead of taking the handover: {group.views()}")
 
-    first_new = min(s.done for s in sends if s.ok and s.addr == new.addr)
-    failed = [s for s in sends if not s.ok]
+    first_new = min(s.done for s in sends if s.ok and s.addr == new.addr and s.tried >= term_at)
+    failed = [s for s in sends if not s.ok and s.done >= steady_from]
     log(f"failed sends: {len(failed)}, all within the handover: SIGTERM at {term_at:.3f}, "
         f"first SEND_OK on the new master at {first_new:.3f} "
         f"({(first_new - term_at) * 1000:.0f} ms later)")

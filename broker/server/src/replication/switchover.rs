@@ -12,9 +12,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use quiver_consensus::CommandOutcome;
-use quiver_protocol::body::ReplicationStatus;
-use quiver_protocol::code::{request, response};
-use quiver_protocol::RemotingCommand;
 use quiver_store::MessageStore;
 
 use super::{Replication, Role};
@@ -55,9 +52,6 @@ impl Switchovers {
         self.0[cause as usize] += 1;
     }
 }
-
-/// How often a stopping master asks its successor whether it takes sends yet.
-const WRITABLE_POLL: Duration = Duration::from_millis(20);
 
 /// Why a switchover did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -153,7 +147,22 @@ impl Replication {
         self.await_caught_up(target, end, timeout, paused).await?;
         self.elect_target(epoch, target, cause).await?;
         self.reports.lock().switchovers.count(cause);
+        if cause == SwitchoverCause::Shutdown && self.leads_consensus() {
+            self.resign_consensus().await;
+            return Ok(());
+        }
         self.await_epoch_started(epoch, target, timeout).await
+    }
+
+    /// A stopping member that leads the group's consensus stops its node as soon as its
+    /// successor is agreed. The others need about an election timeout to elect a new leader,
+    /// and the new master's lease needs one: this way the new master starts its epoch after
+    /// that, rather than starting on this member's word and losing its lease when it goes.
+    async fn resign_consensus(&self) {
+        if let Some(consensus) = self.consensus() {
+            tracing::info!("this member leads the group's consensus: stopping its node so that the others elect a leader");
+            consensus.shutdown().await;
+        }
     }
 
     /// Waits until `target` has acknowledged the log up to `end`, within what is left of
@@ -262,9 +271,10 @@ impl Replication {
 
 impl Replication {
     /// On SIGTERM: a master hands mastership to the in-sync replica that has acknowledged the
-    /// most, and waits until it takes sends, all within `timeout`. A replica, or a master
-    /// whose handover fails or runs late (logged), returns at once and stops plainly: the
-    /// group then elects.
+    /// most, within `timeout`. It returns once the successor's epoch start is agreed, so the
+    /// stopping member does not follow the successor (and rejoin its in-sync set) before it
+    /// goes. A replica, or a master whose handover fails or runs late (logged), returns at
+    /// once and stops plainly: the group then elects.
     pub async fn hand_over_for_shutdown(&self, store: &MessageStore, timeout: Duration) {
         if timeout.is_zero() || !matches!(self.role(), Role::Master { .. }) {
             return;
@@ -275,15 +285,14 @@ impl Replication {
         };
         tracing::info!(target, ?timeout, "stopping: handing mastership over first");
         let started = Instant::now();
-        let handed = tokio::time::timeout(timeout, async {
-            self.switchover_for(store, target, timeout, SwitchoverCause::Shutdown)
-                .await?;
-            self.await_writable(target).await;
-            Ok::<(), SwitchoverError>(())
-        })
+        let shutdown = SwitchoverCause::Shutdown;
+        let handed = tokio::time::timeout(
+            timeout,
+            self.switchover_for(store, target, timeout, shutdown),
+        )
         .await;
         match handed {
-            Ok(Ok(())) => tracing::info!(
+            Ok(Ok(_)) => tracing::info!(
                 target,
                 took = ?started.elapsed(),
                 "mastership handed over; stopping"
@@ -307,28 +316,6 @@ impl Replication {
         most_caught_up(self.id, &in_sync, |id| {
             progress.followers.get(&id).map_or(0, |f| f.acked)
         })
-    }
-
-    /// Until `target` says it takes sends: it has renewed its lease through the group while
-    /// this member still answers consensus and fetches. Bounded by the caller.
-    async fn await_writable(&self, target: u64) {
-        let address = self.address_of(target);
-        loop {
-            let ask =
-                RemotingCommand::request(request::QUIVER_REPLICATION_STATUS, Default::default());
-            let answer = self.links.request(&address, ask, WRITABLE_POLL * 10).await;
-            let writable = answer
-                .ok()
-                .filter(|a| a.code == response::SUCCESS)
-                .is_some_and(|a| {
-                    serde_json::from_slice::<ReplicationStatus>(&a.body)
-                        .is_ok_and(|status| status.writable && status.replica_id == target)
-                });
-            if writable {
-                return;
-            }
-            tokio::time::sleep(WRITABLE_POLL).await;
-        }
     }
 }
 
