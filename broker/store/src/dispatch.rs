@@ -1,6 +1,7 @@
 //! Dispatch (RocketMQ's ReputMessageService): every appended record becomes a 20-byte unit
-//! in the ConsumeQueue of its (topic, queueId). Runs under the store's write lock, so a put
-//! is visible to pulls as soon as it returns; recovery re-dispatches what the queues lack.
+//! in the ConsumeQueue of its (topic, queueId). Runs under the store's write lock: for a put
+//! as it appends, so it is visible to pulls as soon as it returns; for a replica's chunks
+//! behind the append (`store/reput.rs`); recovery re-dispatches what the queues lack.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,8 @@ pub(crate) struct Dispatcher {
     root: PathBuf,
     units_per_file: u64,
     queues: HashMap<String, HashMap<u32, QueueWriter>>,
+    /// Replicated records from here to the log end are appended but not dispatched yet.
+    behind_from: Option<u64>,
 }
 
 impl Dispatcher {
@@ -73,7 +76,23 @@ impl Dispatcher {
             root: root.to_path_buf(),
             units_per_file,
             queues: HashMap::new(),
+            behind_from: None,
         }
+    }
+
+    /// Where the appended records still to dispatch start, if any are.
+    pub(crate) fn behind_from(&self) -> Option<u64> {
+        self.behind_from
+    }
+
+    /// Records appended from `at` on wait for dispatch (an earlier start stays).
+    pub(crate) fn mark_behind(&mut self, at: u64) {
+        self.behind_from.get_or_insert(at);
+    }
+
+    /// Records up to `at` are dispatched; `log_end`: where the appended ones end.
+    pub(crate) fn dispatched_to(&mut self, at: u64, log_end: u64) {
+        self.behind_from = (at < log_end).then_some(at);
     }
 
     /// Adopts a queue loaded by recovery.
@@ -134,6 +153,7 @@ impl Dispatcher {
         log_end: u64,
     ) -> Result<Vec<(String, u32, u64)>, StoreError> {
         let mut dropped = Vec::new();
+        self.behind_from = self.behind_from.filter(|from| *from < log_end);
         for (topic, queues) in &mut self.queues {
             for (queue_id, writer) in queues.iter_mut() {
                 let kept = writer.cq.truncate_past(log_end, writer.next_offset)?;

@@ -45,7 +45,8 @@ pub use recovery::RecoveryReport;
 pub use retention::{DeleteReason, ReplicaHold, ReplicaHoldStats, RetentionReport};
 pub use store::{
     Appended, DispatchEvent, DispatchHook, GetFilter, GetResult, GetStatus, LogChunk, MessageStore,
-    PutResult, QueryResult, RecordFilter, RestartReport, StoreStats, TruncateReport,
+    PutResult, QueryResult, RecordFilter, ReplicaDispatch, RestartReport, StoreStats,
+    TruncateReport,
 };
 pub use timer::{TimerProgress, TimerRecord, TimerStore};
 

@@ -72,6 +72,7 @@ fn replicate(master: &MessageStore, replica: &MessageStore, sizes: &[usize]) -> 
             return chunks;
         }
         let end = replica.append_replicated(from, &chunk.bytes).unwrap();
+        assert!(replica.dispatch_replicated(u64::MAX).unwrap().caught_up());
         assert_eq!(end, chunk.next, "replica end after chunk {chunks}");
         assert_eq!(replica.log_end(), chunk.next);
         chunks += 1;
@@ -289,7 +290,11 @@ fn mismatches_are_refused() {
         )
         .unwrap()
     };
-    let wrong_queue = replica.append_replicated(CommitLogOffset(0), &encoded(5, 0));
+    // Framing holds: appended, then refused by dispatch and cut back.
+    let appended = replica.append_replicated(CommitLogOffset(0), &encoded(5, 0));
+    assert!(appended.is_ok(), "{appended:?}");
+    let wrong_queue = replica.dispatch_replicated(u64::MAX);
+    replica.truncate_to(CommitLogOffset(0)).unwrap();
     assert!(
         matches!(
             wrong_queue,
@@ -314,10 +319,16 @@ fn mismatches_are_refused() {
     let mut damaged = encoded(0, 0);
     let last = damaged.len() - 30;
     damaged[last] ^= 0xff;
-    assert!(replica
+    replica
         .append_replicated(CommitLogOffset(0), &damaged)
-        .is_err());
-    assert_eq!(replica.log_end(), CommitLogOffset(0), "nothing written");
+        .unwrap();
+    let bad_crc = replica.dispatch_replicated(u64::MAX);
+    assert!(
+        matches!(bad_crc, Err(StoreError::BadRecord { offset, .. }) if offset.0 == 0),
+        "{bad_crc:?}"
+    );
+    replica.truncate_to(CommitLogOffset(0)).unwrap();
+    assert_eq!(replica.log_end(), CommitLogOffset(0), "cut back");
     assert_eq!(replica.max_offset("T", 0), QueueOffset(0));
     // The right chunk still goes in.
     assert_eq!(
@@ -746,6 +757,7 @@ fn replication_keeps_up_with_concurrent_writes() {
             continue;
         }
         let end = replica.append_replicated(from, &chunk.bytes).unwrap();
+        replica.dispatch_replicated(u64::MAX).unwrap();
         // The replica's consumers see what the group confirmed.
         replica.confirm(end);
     }

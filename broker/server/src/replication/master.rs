@@ -32,6 +32,9 @@ pub(super) struct Follower {
     pub incarnation: u64,
     /// It said it recovered from an unclean stop and has not caught up since.
     pub unclean: bool,
+    /// The confirmed offset its last answer carried: a fetch is not held while it lacks a
+    /// newer one, so its readers learn it without waiting for new bytes.
+    confirmed_sent: u64,
 }
 
 /// Who is fetching: the replica's id, its incarnation, and whether it stopped uncleanly.
@@ -67,6 +70,7 @@ impl Progress {
             caught_up_at: None,
             incarnation: fetcher.incarnation,
             unclean: fetcher.unclean,
+            confirmed_sent: 0,
         });
         let replaced = follower.incarnation != fetcher.incarnation;
         follower.incarnation = fetcher.incarnation;
@@ -286,7 +290,7 @@ impl Replication {
         if request.offset < oldest {
             return Ok(self.answer_below_oldest(store, request, oldest));
         }
-        if request.offset == end {
+        if request.offset == end && !self.has_news_for(fetcher.id) {
             let wait = Duration::from_millis(request.max_wait_ms).min(MAX_FETCH_WAIT);
             let grew = self.log_grew.notified();
             tokio::pin!(grew);
@@ -307,12 +311,32 @@ impl Replication {
                 epoch: request.epoch,
                 offset: request.offset,
                 master_end: store.log_end().0,
-                confirmed: self.confirmed(),
+                confirmed: self.confirmed_sent_to(fetcher.id),
                 segment_size: store.segment_size(),
                 oldest: Some(oldest),
             },
             body: chunk.bytes,
         })
+    }
+
+    /// Whether the confirmed offset moved past what `replica` last heard.
+    fn has_news_for(&self, replica: u64) -> bool {
+        let sent = self
+            .progress
+            .lock()
+            .followers
+            .get(&replica)
+            .map(|f| f.confirmed_sent);
+        sent.is_some_and(|sent| self.confirmed() > sent)
+    }
+
+    /// The confirmed offset, recorded as the last `replica` heard.
+    fn confirmed_sent_to(&self, replica: u64) -> u64 {
+        let confirmed = self.confirmed();
+        if let Some(follower) = self.progress.lock().followers.get_mut(&replica) {
+            follower.confirmed_sent = follower.confirmed_sent.max(confirmed);
+        }
+        confirmed
     }
 
     /// On the master: the confirmed offset becomes the least log end among the in-sync
@@ -347,6 +371,10 @@ impl Replication {
             // Parked replica fetches carry the new fence to their readers now, not when
             // their wait ends.
             self.log_grew.notify_waiters();
+        } else if store.confirmed().0 < offset.min(self.confirmed()) {
+            // A replica that cut its log back (and its fence with it) shows again what the
+            // group confirmed as it copies it.
+            store.confirm(CommitLogOffset(offset.min(self.confirmed())));
         }
     }
 

@@ -1,15 +1,18 @@
 //! The replica's side: truncating what the group's new epoch never acknowledged, then
 //! mirroring the master's CommitLog and moving the read fence to the master's confirmed
-//! offset.
+//! offset. A fetched chunk is appended with framing checks only and acknowledged by the
+//! next fetch at once; its records are dispatched (body CRC, queues, index) behind it on the
+//! replica's own thread, and a record dispatch refuses cuts the log back to it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::{Condvar, Mutex};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::header::{ReplicaFetchRequestHeader, ReplicaFetchResponseHeader};
 use quiver_protocol::RemotingCommand;
-use quiver_store::CommitLogOffset;
+use quiver_store::{CommitLogOffset, MessageStore, StoreError};
 use tokio::sync::watch;
 
 use super::Member;
@@ -23,6 +26,13 @@ const FETCH_WAIT_MS: u64 = 500;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 /// Pause after a failed fetch.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
+/// Chunks up to this size are appended on the fetching task (a copy into mapped memory);
+/// larger ones on a blocking thread.
+const APPEND_INLINE_BYTES: usize = 512 * 1024;
+/// Bytes dispatched per hold of the store's write lock, so appends interleave.
+const DISPATCH_STEP_BYTES: u64 = 256 * 1024;
+/// How long the dispatch thread sleeps when nothing wakes it (it retries a failing disk).
+const DISPATCH_IDLE: Duration = Duration::from_millis(500);
 
 /// Why following stopped for a moment.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +47,8 @@ enum FollowError {
     SegmentSize { master: u64, mine: u64 },
     #[error("cannot store the master's bytes")]
     Store(#[from] quiver_store::StoreError),
+    #[error("dispatch refused the record at {offset} ({reason}); cut the log back to it and fetching it again, acknowledging nothing past it meanwhile")]
+    Dispatch { offset: u64, reason: String },
 }
 
 /// Follows `master` of `epoch` until `stop` flips (the caller drops this future when the
@@ -57,13 +69,21 @@ pub(super) async fn follow(
     replication.hold_for_replicas(broker.store());
     let address = replication.address_of(master);
     tracing::info!(epoch, master, %address, end = broker.store().log_end().0, "following the group's master");
+    let dispatch = match Dispatch::start(broker.store()) {
+        Ok(dispatch) => dispatch,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the replica's dispatch thread; not following");
+            let _ = stop.changed().await;
+            return;
+        }
+    };
     // A master that is restarting fails every fetch for a moment: logged when it starts,
     // changes and ends, not every round.
     let mut failures = crate::error::FailureLog::default();
     loop {
         let fetched = tokio::select! {
             _ = stop.changed() => return,
-            fetched = fetch_once(&**broker, replication, epoch, &address) => fetched,
+            fetched = fetch_once(&**broker, replication, epoch, &address, &dispatch) => fetched,
         };
         let failure = fetched
             .as_ref()
@@ -114,7 +134,15 @@ async fn fetch_once(
     replication: &Replication,
     epoch: u64,
     address: &str,
+    dispatch: &Dispatch,
 ) -> Result<(), FollowError> {
+    if let Some(refused) = dispatch.take_refusal() {
+        cut_back_to(broker.store(), &refused).await?;
+        return Err(FollowError::Dispatch {
+            offset: refused.offset,
+            reason: refused.reason,
+        });
+    }
     let offset = broker.store().log_end().0;
     let header = ReplicaFetchRequestHeader {
         broker_name: broker.config().broker_name.clone(),
@@ -152,17 +180,9 @@ async fn fetch_once(
     let end = if answer.body.is_empty() {
         offset
     } else {
-        let store = broker.store().clone();
-        let body = answer.body.clone();
-        let appended = tokio::task::spawn_blocking(move || {
-            store.append_replicated(CommitLogOffset(offset), &body)
-        })
-        .await
-        .map_err(|_| FollowError::Refused {
-            code: response::SYSTEM_ERROR,
-            remark: "the append task stopped".into(),
-        })??;
-        appended.0
+        let appended = append(broker.store(), offset, answer.body.clone()).await?;
+        dispatch.wake();
+        appended
     };
     // Readable here once the master says every in-sync member holds it.
     replication.confirm(broker.store(), served.confirmed.min(end));
@@ -172,4 +192,165 @@ async fn fetch_once(
         replication.rebuild_caught_up(end);
     }
     Ok(())
+}
+
+/// Appends a fetched chunk at `offset` (framing checks only); returns the new log end.
+async fn append(
+    store: &Arc<MessageStore>,
+    offset: u64,
+    body: bytes::Bytes,
+) -> Result<u64, FollowError> {
+    if body.len() <= APPEND_INLINE_BYTES {
+        return Ok(store.append_replicated(CommitLogOffset(offset), &body)?.0);
+    }
+    let store = store.clone();
+    let appended = tokio::task::spawn_blocking(move || {
+        store.append_replicated(CommitLogOffset(offset), &body)
+    })
+    .await
+    .map_err(|_| FollowError::Refused {
+        code: response::SYSTEM_ERROR,
+        remark: "the append task stopped".into(),
+    })??;
+    Ok(appended.0)
+}
+
+/// Cuts the log back to the record dispatch refused, so the next fetch asks for it again
+/// (the master sees this replica hold less, and it leaves the in-sync set until it has
+/// caught up again).
+async fn cut_back_to(store: &Arc<MessageStore>, refused: &Refused) -> Result<(), FollowError> {
+    tracing::error!(
+        offset = refused.offset,
+        reason = %refused.reason,
+        end = store.log_end().0,
+        "dispatch refused a replicated record: cutting the log back to it"
+    );
+    let store = store.clone();
+    let at = CommitLogOffset(refused.offset);
+    tokio::task::spawn_blocking(move || store.truncate_to(at))
+        .await
+        .map_err(|_| FollowError::Refused {
+            code: response::SYSTEM_ERROR,
+            remark: "the truncation task stopped".into(),
+        })??;
+    Ok(())
+}
+
+/// A record dispatch refused: where, and why.
+#[derive(Clone, Debug)]
+struct Refused {
+    offset: u64,
+    reason: String,
+}
+
+/// What the fetching task and the dispatch thread share.
+#[derive(Default)]
+struct DispatchState {
+    /// Chunks were appended since the thread last looked.
+    appended: bool,
+    /// The follower stopped: the thread dispatches what is appended, then ends.
+    stopping: bool,
+    /// A record dispatch refused; the thread waits until the fetching task took it.
+    refused: Option<Refused>,
+}
+
+/// The replica's dispatch thread (RocketMQ's ReputMessageService): dispatches what fetches
+/// appended, behind the acknowledgements. Dropping it lets the thread finish what is
+/// appended and end.
+struct Dispatch {
+    shared: Arc<(Mutex<DispatchState>, Condvar)>,
+}
+
+impl Dispatch {
+    fn start(store: &Arc<MessageStore>) -> std::io::Result<Dispatch> {
+        let shared = Arc::new((Mutex::new(DispatchState::default()), Condvar::new()));
+        let for_thread = (Arc::clone(&shared), Arc::clone(store));
+        std::thread::Builder::new()
+            .name("quiver-replica-dispatch".into())
+            .spawn(move || run_dispatch(&for_thread.0, &for_thread.1))?;
+        Ok(Dispatch { shared })
+    }
+
+    /// A chunk was appended: dispatch it.
+    fn wake(&self) {
+        self.shared.0.lock().appended = true;
+        self.shared.1.notify_one();
+    }
+
+    /// The record dispatch refused, if any; the thread goes on once the log is cut back.
+    fn take_refusal(&self) -> Option<Refused> {
+        let refused = self.shared.0.lock().refused.take();
+        if refused.is_some() {
+            self.wake();
+        }
+        refused
+    }
+}
+
+impl Drop for Dispatch {
+    fn drop(&mut self) {
+        self.shared.0.lock().stopping = true;
+        self.shared.1.notify_one();
+    }
+}
+
+/// The dispatch thread's loop: dispatches in steps until caught up, then waits to be woken.
+fn run_dispatch(shared: &(Mutex<DispatchState>, Condvar), store: &MessageStore) {
+    let (state, wake) = shared;
+    let mut failures = crate::error::FailureLog::default();
+    loop {
+        let stopping = {
+            let mut state = state.lock();
+            while !state.appended && !state.stopping || state.refused.is_some() {
+                if state.refused.is_some() && state.stopping {
+                    return;
+                }
+                if wake.wait_for(&mut state, DISPATCH_IDLE).timed_out() {
+                    break;
+                }
+            }
+            state.appended = false;
+            state.stopping
+        };
+        match dispatch_all(store) {
+            Ok(()) => failures.record("dispatching replicated records", None),
+            Err(StoreError::ShutDown) => return,
+            Err(error) => match refusal(store, &error) {
+                Some(refused) => state.lock().refused = Some(refused),
+                // A failing disk: tried again when woken or idle.
+                None => failures.record(
+                    "dispatching replicated records",
+                    Some(crate::error::chain(&error)),
+                ),
+            },
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// Dispatches everything appended, a step per hold of the write lock.
+fn dispatch_all(store: &MessageStore) -> Result<(), StoreError> {
+    while !store.dispatch_replicated(DISPATCH_STEP_BYTES)?.caught_up() {}
+    Ok(())
+}
+
+/// The record dispatch refused, when `error` says the record itself is wrong (damaged, or
+/// the logs diverged), not the disk: then the replica must not keep it. Dispatch stopped
+/// before it, so it starts where dispatch stands.
+fn refusal(store: &MessageStore, error: &StoreError) -> Option<Refused> {
+    let wrong_record = matches!(
+        error,
+        StoreError::BadRecord { .. }
+            | StoreError::ReplicaBadChunk { .. }
+            | StoreError::ReplicaQueueOffsetMismatch { .. }
+            | StoreError::ReplicaOffsetMismatch { .. }
+            | StoreError::ImpossibleQueueOffset { .. }
+            | StoreError::InvalidTopic { .. }
+    );
+    wrong_record.then(|| Refused {
+        offset: store.dispatched_to().0,
+        reason: crate::error::chain(error),
+    })
 }

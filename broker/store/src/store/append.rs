@@ -1,9 +1,11 @@
-//! The one append pipeline. Local sends and replicated chunks both become [`Incoming`]
+//! The one append pipeline. Local sends and replicated records both become [`Incoming`]
 //! records: a local message is encoded straight into the log's destination (no copy of its
-//! own), a replica's record is its bytes passed through. Every record then takes the same
-//! path under the one write lock: its queue, room for its unit and index entries, the
-//! CommitLog append, the unit and entries staged; [`Shared::publish_appended`] writes the
-//! staged records, publishes them and then their units (or leaves those to the fence).
+//! own); a replica's chunk is copied into the log with framing checks only, and its records
+//! are dispatched behind it (`reput.rs`) through the same [`Shared::append_one`]. Every
+//! record takes the same path under the one write lock: its queue, room for its unit and
+//! index entries, the CommitLog append (unless already there), the unit and entries staged;
+//! [`Shared::publish_appended`] writes the staged records, publishes them and then their
+//! units (or leaves those to the fence).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,35 +16,29 @@ use super::types::PutResult;
 use crate::consume_queue::{ConsumeQueue, Unit};
 use crate::error::StoreError;
 use crate::index;
-use crate::record::{self, NewMessage, Placement, BLANK_FILLER_BYTES};
+use crate::record::{self, NewMessage, Placement};
 use crate::{CommitLogOffset, QueueOffset};
 
 /// How a record's bytes reach the log.
 #[derive(Clone, Copy)]
-enum Source<'a> {
+pub(super) enum Source<'a> {
     /// Encoded in place, at the offsets the append assigns.
     Encode(&'a NewMessage<'a>),
-    /// A replicated record, copied as it is.
-    Verbatim(&'a [u8]),
+    /// A replicated record already in the log at this offset: dispatch only.
+    Appended(u64),
 }
 
 /// A record on its way into the log: what dispatch needs, and its bytes.
-struct Incoming<'a> {
-    topic: &'a str,
-    queue_id: u32,
-    properties: &'a str,
-    size: usize,
-    store_timestamp_ms: i64,
+pub(super) struct Incoming<'a> {
+    pub topic: &'a str,
+    pub queue_id: u32,
+    pub properties: &'a str,
+    pub size: usize,
+    pub store_timestamp_ms: i64,
     /// A replicated record's own queue offset: it must be its queue's next.
-    queue_offset: Option<QueueOffset>,
-    tags_code: i64,
-    source: Source<'a>,
-}
-
-/// What one replicated record or filler became.
-pub(super) enum Replicated {
-    Message(PutResult, Arc<ConsumeQueue>),
-    Filler(usize),
+    pub queue_offset: Option<QueueOffset>,
+    pub tags_code: i64,
+    pub source: Source<'a>,
 }
 
 /// The records of one append, `queues[i]` holding `results[i]`.
@@ -50,6 +46,8 @@ pub(super) enum Replicated {
 pub(super) struct Batch {
     pub results: Vec<PutResult>,
     pub queues: Vec<Arc<ConsumeQueue>>,
+    /// Replicated records a local append dispatched first (published already, to announce).
+    pub caught_up: Option<Box<Batch>>,
 }
 
 impl Batch {
@@ -57,12 +55,17 @@ impl Batch {
         Batch {
             results: Vec::with_capacity(n),
             queues: Vec::with_capacity(n),
+            caught_up: None,
         }
     }
 
-    fn push(&mut self, (result, queue): (PutResult, Arc<ConsumeQueue>)) {
+    pub(super) fn push(&mut self, (result, queue): (PutResult, Arc<ConsumeQueue>)) {
         self.results.push(result);
         self.queues.push(queue);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.results.is_empty()
     }
 }
 
@@ -102,6 +105,16 @@ impl Shared {
         msgs: &[NewMessage<'_>],
         now_ms: i64,
     ) -> Result<(), StoreError> {
+        // A replica becoming master: its queues must hold every replicated record before a
+        // local one takes the next queue offset.
+        if writer.dispatcher.behind_from().is_some() {
+            let mut caught_up = Batch::default();
+            let dispatched = self.dispatch_behind(writer, &mut caught_up, u64::MAX);
+            let published = self.publish_appended(writer, &caught_up);
+            batch.caught_up = Some(Box::new(caught_up));
+            dispatched?;
+            published?;
+        }
         for msg in msgs {
             let incoming = Incoming {
                 topic: msg.topic,
@@ -119,107 +132,11 @@ impl Shared {
         Ok(())
     }
 
-    /// Appends a chunk read from the master into `batch`, record by record.
-    pub(super) fn append_chunk(
-        &self,
-        writer: &mut WriterState,
-        batch: &mut Batch,
-        bytes: &[u8],
-    ) -> Result<(), StoreError> {
-        let mut pos = 0;
-        while pos < bytes.len() {
-            match self.append_replicated_one(writer, &bytes[pos..])? {
-                Replicated::Message(result, queue) => {
-                    pos += result.size as usize;
-                    batch.push((result, queue));
-                }
-                Replicated::Filler(size) => pos += size,
-            }
-        }
-        Ok(())
-    }
-
-    /// Appends one record of a chunk read from the master (`rest` starts with it), or the
-    /// blank filler that ends the chunk; the caller holds the write lock and publishes.
-    fn append_replicated_one(
-        &self,
-        writer: &mut WriterState,
-        rest: &[u8],
-    ) -> Result<Replicated, StoreError> {
-        let offset = CommitLogOffset(writer.log.write_pos());
-        let bad = |reason: &str| StoreError::ReplicaBadChunk {
-            offset,
-            reason: reason.to_owned(),
-        };
-        let segment_mismatch = |reason: String| StoreError::ReplicaSegmentMismatch {
-            offset,
-            segment_size: self.commit_log.segment_size(),
-            reason,
-        };
-        let Some(head) = record::head(rest) else {
-            return Err(bad("shorter than a record header"));
-        };
-        let remaining = writer.log.tail_remaining();
-        if head.is_blank() {
-            let size = head.size;
-            if i64::from(size) != remaining as i64 {
-                return Err(segment_mismatch(format!(
-                    "the master's blank filler is {size} bytes, the replica's segment has {remaining} left"
-                )));
-            }
-            if rest.len() != size as usize {
-                return Err(bad("a blank filler must end the chunk, whole"));
-            }
-            self.ensure_room()?;
-            self.commit_log.close_tail(&mut writer.log)?;
-            return Ok(Replicated::Filler(size as usize));
-        }
-        let size = usize::try_from(head.size)
-            .ok()
-            .filter(|s| *s > BLANK_FILLER_BYTES && *s <= rest.len())
-            .ok_or_else(|| bad("record size out of range"))?;
-        let bytes = &rest[..size];
-        let header = match record::scan_with(bytes, record::BodyCrc::Verify) {
-            record::Scanned::Message(header) => header,
-            record::Scanned::Damaged(source) => {
-                return Err(StoreError::BadRecord { offset, source })
-            }
-            _ => return Err(bad("not a message record")),
-        };
-        if header.physical_offset != offset {
-            return Err(StoreError::ReplicaOffsetMismatch {
-                expected: offset,
-                found: header.physical_offset,
-            });
-        }
-        if remaining > 0 && (size + BLANK_FILLER_BYTES) as u64 > remaining {
-            return Err(segment_mismatch(format!(
-                "a record of {size} bytes does not fit the {remaining} bytes left in the replica's segment"
-            )));
-        }
-        let incoming = Incoming {
-            topic: header.topic,
-            queue_id: header.queue_id,
-            properties: header.properties,
-            size,
-            store_timestamp_ms: header.store_timestamp_ms,
-            queue_offset: Some(header.queue_offset),
-            tags_code: header.tags_code(),
-            source: Source::Verbatim(bytes),
-        };
-        // The same segment size makes the same fill-or-roll decision as on the master.
-        let (result, queue) = self.append_one(writer, &incoming, true)?;
-        assert_eq!(
-            result.physical_offset, offset,
-            "replicated record placed elsewhere than checked"
-        );
-        Ok(Replicated::Message(result, queue))
-    }
-
-    /// Appends one record and writes its unit and index entries, all unpublished until
+    /// Dispatch, the one place for local and replicated records: appends one record (unless
+    /// it is there already) and writes its unit and index entries, all unpublished until
     /// `publish_appended`; the caller holds the write lock. Returns the queue for
     /// `publish_appended`.
-    fn append_one(
+    pub(super) fn append_one(
         &self,
         writer: &mut WriterState,
         incoming: &Incoming<'_>,
@@ -249,39 +166,37 @@ impl Shared {
         let keys = index::index_keys(incoming.properties)
             .take(index_writer.max_entries_per_record() as usize);
         let entries = keys.clone().count() as u32;
+        let appends = !matches!(incoming.source, Source::Appended(_));
         // Where disk use grows in steps, the disk is read first (no syscall otherwise).
-        if !log.fits(incoming.size)
+        if appends && !log.fits(incoming.size)
             || queue.cq.needs_file(&queue.tail, queue_offset.0)
             || index_writer.needs_file(entries)
         {
             self.ensure_room()?;
         }
-        queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
-        index_writer.prepare(&self.index, log.write_pos(), entries)?;
         let store_timestamp_ms = incoming.store_timestamp_ms;
-        let physical_offset =
-            self.commit_log
-                .append(
-                    log,
-                    incoming.size,
-                    in_batch,
-                    |dst, physical_offset| match incoming.source {
-                        Source::Encode(msg) => {
-                            let placement = Placement {
-                                queue_offset,
-                                physical_offset,
-                                store_timestamp_ms,
-                            };
-                            record::encode_into(dst, msg, placement)
-                                .map(drop)
-                                .map_err(StoreError::InvalidMessage)
-                        }
-                        Source::Verbatim(bytes) => {
-                            dst.copy_from_slice(bytes);
-                            Ok(())
-                        }
-                    },
-                )?;
+        let physical_offset = match incoming.source {
+            Source::Encode(msg) => {
+                queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+                index_writer.prepare(&self.index, log.write_pos(), entries)?;
+                self.commit_log
+                    .append(log, incoming.size, in_batch, |dst, physical_offset| {
+                        let placement = Placement {
+                            queue_offset,
+                            physical_offset,
+                            store_timestamp_ms,
+                        };
+                        record::encode_into(dst, msg, placement)
+                            .map(drop)
+                            .map_err(StoreError::InvalidMessage)
+                    })?
+            }
+            Source::Appended(at) => {
+                queue.cq.prepare(&mut queue.tail, queue_offset.0)?;
+                index_writer.prepare(&self.index, at, entries)?;
+                CommitLogOffset(at)
+            }
+        };
         queue.stage(Unit {
             physical_offset: physical_offset.0,
             size: incoming.size as u32,
@@ -302,7 +217,11 @@ impl Shared {
     /// Writes the staged records, then publishes them, then their units: a reader who sees a
     /// unit sees its record. Records a failed write left out are not published, and their
     /// queues hand out the same offsets again.
-    fn publish_appended(&self, writer: &mut WriterState, batch: &Batch) -> Result<(), StoreError> {
+    pub(super) fn publish_appended(
+        &self,
+        writer: &mut WriterState,
+        batch: &Batch,
+    ) -> Result<(), StoreError> {
         let written = self.commit_log.write_staged(&mut writer.log);
         let log_end = writer.log.write_pos();
         let appended = || batch.results.iter().zip(&batch.queues);
@@ -337,6 +256,9 @@ impl Shared {
 
     /// Tells the hook about the queues `batch` grew (with the fence: those it released).
     pub(super) fn notify_appended(&self, batch: &Batch) {
+        if let Some(caught_up) = &batch.caught_up {
+            self.notify_appended(caught_up);
+        }
         if self.fence.enabled() {
             self.release_confirmed();
             return;
@@ -443,9 +365,13 @@ mod tests {
         let second = stored_at(2, b"two", 1, end);
         let end = store.append_replicated(end, &second).unwrap();
         assert_eq!(end, store.log_end());
+        // Appended, not dispatched yet: dispatch runs behind.
+        assert_eq!(store.max_offset(TOPIC, 2), QueueOffset(0));
+        assert!(store.dispatch_replicated(u64::MAX).unwrap().caught_up());
         let got = read(&store, 2, 0);
         assert_eq!(got.messages, [first.clone(), second]);
-        assert_eq!(*events.lock(), [(2, 1), (2, 2)]);
+        // One announcement for the queue's run of records dispatched together.
+        assert_eq!(*events.lock(), [(2, 2)]);
         // Index entries carry the record's own store time.
         let found = store.query_by_key(TOPIC, "k", crate::KeyMatch::AnyKey, 10, 77, 77);
         assert_eq!(found.messages.len(), 2);
@@ -453,7 +379,7 @@ mod tests {
     }
 
     #[test]
-    fn a_replicated_record_that_does_not_fit_is_refused_and_those_before_it_stay() {
+    fn a_replicated_chunk_that_does_not_frame_is_refused_and_those_before_it_stay() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path(), false);
         let start = store.log_end();
@@ -462,29 +388,27 @@ mod tests {
         // Not where the log ends.
         let wrong_at = store.append_replicated(next, &good).unwrap_err();
         assert!(matches!(wrong_at, StoreError::ReplicaOffsetMismatch { .. }));
-        // Not its queue's next offset: nothing of it is written.
+        // A record stamped with another position: nothing of it is written.
         let mut chunk = good.clone();
-        chunk.extend(stored_at(0, b"skips", 3, next));
+        chunk.extend(stored_at(0, b"elsewhere", 1, CommitLogOffset(next.0 + 64)));
         let error = store.append_replicated(start, &chunk).unwrap_err();
-        assert!(matches!(
-            error,
-            StoreError::ReplicaQueueOffsetMismatch {
-                expected: 1,
-                found: 3,
-                ..
-            }
-        ));
+        assert!(
+            matches!(error, StoreError::ReplicaOffsetMismatch { found, .. } if found.0 == next.0 + 64),
+            "{error}"
+        );
         assert_eq!(store.log_end(), next);
+        store.dispatch_replicated(u64::MAX).unwrap();
         assert_eq!(read(&store, 0, 0).messages, [good]);
-        // Damaged, or too short for a head.
-        let mut damaged = stored_at(0, b"body", 1, next);
-        // Inside the body (then topic and properties, 10 bytes): the CRC fails.
-        let in_body = damaged.len() - 12;
-        damaged[in_body] ^= 1;
-        let error = store.append_replicated(next, &damaged).unwrap_err();
-        assert!(matches!(error, StoreError::BadRecord { .. }), "{error}");
+        // Too short for a head, or a bad magic.
         let error = store.append_replicated(next, &[0; 7]).unwrap_err();
         assert!(matches!(error, StoreError::ReplicaBadChunk { .. }));
+        let mut bad_magic = stored_at(0, b"body", 1, next);
+        bad_magic[4] ^= 1;
+        let error = store.append_replicated(next, &bad_magic).unwrap_err();
+        assert!(
+            matches!(error, StoreError::ReplicaBadChunk { .. }),
+            "{error}"
+        );
         assert_eq!(store.log_end(), next);
         store.shutdown().unwrap();
     }

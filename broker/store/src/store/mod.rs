@@ -3,6 +3,7 @@
 //!
 //! - `append.rs`: the one append pipeline (local sends encoded in place, replicated records
 //!   passed through), under the one write lock; publish-before-units; the dispatch hook.
+//! - `reput.rs`: a replica's chunks appended with framing checks, dispatched behind.
 //! - `reader.rs`: gets (tags code, then record filters), timestamps, key queries, records
 //!   by offset, log chunks for replicas.
 //! - `fence.rs`: the confirm fence of `publish_on_confirm`.
@@ -18,6 +19,7 @@ mod append;
 mod fence;
 mod open;
 mod reader;
+mod reput;
 mod restart;
 mod shared;
 mod truncate;
@@ -43,6 +45,7 @@ use crate::recovery::RecoveryReport;
 use crate::retention::{DeleteReason, ReplicaHold, ReplicaHoldStats, RetentionReport};
 use crate::{CommitLogOffset, QueueOffset};
 use append::Batch;
+pub use reput::ReplicaDispatch;
 pub use restart::RestartReport;
 use shared::Shared;
 pub use types::{
@@ -297,13 +300,13 @@ impl MessageStore {
     }
 
     /// The replica side of [`MessageStore::read_log`]: appends a chunk the master read at
-    /// `at`, which must be this log's end, byte for byte, and dispatches it as a put would
-    /// (ConsumeQueue units, index keys with each record's own store time, the dispatch hook),
-    /// so the replica serves the same offsets. Each record must sit where it is written and
-    /// carry its queue's next offset, or the logs diverged (an error, nothing of that record
-    /// written); a blank filler must end the chunk and close the segment exactly (the same
-    /// segment size). Records before a failure stay appended. Returns the new log end. Does
-    /// not wait for durability: ask `request_durable` / `durable_status` as after `append`.
+    /// `at`, which must be this log's end, byte for byte, with framing checks only: each
+    /// record's size and magic, and its physical offset where it is written; a blank filler
+    /// must end the chunk and close the segment exactly (the same segment size). Records
+    /// before a failure stay appended. Its records are dispatched later, by
+    /// [`MessageStore::dispatch_replicated`] (or before the next local append). Returns the
+    /// new log end. Does not wait for durability: ask `request_durable` / `durable_status` as
+    /// after `append`.
     pub fn append_replicated(
         &self,
         at: CommitLogOffset,
@@ -322,11 +325,9 @@ impl MessageStore {
                 }),
             }
         };
-        let (end, failure) =
-            shared.append_locked(&mut batch, at_end, |shared, writer, batch| {
-                shared.append_chunk(writer, batch, bytes)
-            })?;
-        shared.notify_appended(&batch);
+        let (end, failure) = shared.append_locked(&mut batch, at_end, |shared, writer, _| {
+            shared.append_chunk(writer, bytes)
+        })?;
         match failure {
             Some(error) => Err(error),
             None => Ok(CommitLogOffset(end)),

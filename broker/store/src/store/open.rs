@@ -155,13 +155,15 @@ impl Shared {
             return Ok(());
         }
         let end = self.commit_log.committed();
+        // A replica's records not dispatched yet are dispatched by the next start.
+        let dispatched = self.writer.lock().dispatched_to().min(end);
         let saved = checkpoint::save(
             &self.config.data_dir,
             &Checkpoint {
                 clean_shutdown: true,
                 commit_log_durable_offset: end,
-                consume_queue_durable_offset: self.fence.durable_to(end),
-                index_durable_offset: Some(indexed_to.unwrap_or(end)),
+                consume_queue_durable_offset: self.fence.durable_to(dispatched),
+                index_durable_offset: Some(indexed_to.unwrap_or(end).min(dispatched)),
                 confirmed_offset: self.fence.checkpointed(end),
             },
         );

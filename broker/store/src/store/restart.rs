@@ -218,6 +218,7 @@ mod tests {
         let end = store
             .append_replicated(CommitLogOffset(segment), &chunk.bytes)
             .unwrap();
+        store.dispatch_replicated(u64::MAX).unwrap();
         assert_eq!(end, master.log_end());
         assert_eq!(store.min_offset(TOPIC, 1), QueueOffset(first));
         assert_eq!(store.max_offset(TOPIC, 1), master.max_offset(TOPIC, 1));

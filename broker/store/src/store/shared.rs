@@ -38,6 +38,15 @@ impl WriterState {
     pub(super) fn indexed_to(&self) -> u64 {
         self.index_behind
             .map_or(self.log.write_pos(), |(from, _)| from)
+            .min(self.dispatched_to())
+    }
+
+    /// Queue units (and index entries) exist for every record below this: a replica's
+    /// appended records wait for dispatch.
+    pub(super) fn dispatched_to(&self) -> u64 {
+        self.dispatcher
+            .behind_from()
+            .unwrap_or(self.log.write_pos())
     }
 }
 
@@ -92,12 +101,13 @@ impl FlushTarget for Shared {
             return Ok(());
         }
         let truncations = self.truncations.load(Ordering::Acquire);
-        // Under the write lock every record below the write position has its unit written,
-        // so all of them are covered once the queues are flushed (pending units aside).
+        // Under the write lock every record below the dispatched position has its unit
+        // written, so all of them are covered once the queues are flushed (pending units
+        // aside).
         let (dispatched, indexed) = {
             let writer = self.writer.lock();
             (
-                self.fence.durable_to(writer.log.write_pos()),
+                self.fence.durable_to(writer.dispatched_to()),
                 writer.indexed_to(),
             )
         };

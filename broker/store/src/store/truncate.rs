@@ -37,7 +37,8 @@ impl Shared {
         if offset.0 == end {
             return Ok(report);
         }
-        if !self.reader().is_record_boundary(offset.0) {
+        // Dispatch stands at a record boundary even when the record there is damaged.
+        if offset.0 != writer.dispatched_to() && !self.reader().is_record_boundary(offset.0) {
             return Err(StoreError::NotARecordBoundary {
                 offset,
                 end: CommitLogOffset(end),
@@ -70,7 +71,7 @@ impl Shared {
                     commit_log_durable_offset: self.flush.flushed().min(offset),
                     consume_queue_durable_offset: self
                         .fence
-                        .durable_to(writer.log.write_pos())
+                        .durable_to(writer.dispatched_to())
                         .min(offset),
                     index_durable_offset: Some(writer.indexed_to().min(offset)),
                     confirmed_offset: self.fence.checkpointed(offset),
