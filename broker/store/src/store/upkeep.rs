@@ -300,4 +300,55 @@ mod tests {
         assert!(retention.deleted_segments.is_empty());
         store.shutdown().unwrap();
     }
+
+    #[test]
+    fn retention_keeps_what_the_replica_hold_covers_up_to_its_cap() {
+        use crate::retention::ReplicaHold;
+        use crate::CommitLogOffset;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let segment = store.segment_size();
+        let body = vec![1u8; 4096];
+        while store.log_end().0 < 5 * segment {
+            store.put(&message(0, &body, ""), 1).unwrap();
+        }
+        // Everything is expired a year from now; a replica holds up to inside the third file.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let later = now_ms + 365 * 24 * 3_600_000;
+        let needed = 2 * segment + 100;
+        store.set_replica_hold(Some(ReplicaHold {
+            from: CommitLogOffset(needed),
+            cap_bytes: u64::MAX,
+        }));
+        let report = store.run_retention(later, None).unwrap();
+        assert_eq!(report.deleted_segments.len(), 2);
+        assert_eq!(store.log_min(), CommitLogOffset(2 * segment));
+        assert_eq!(report.held_for_replicas_bytes, 3 * segment);
+        assert_eq!(store.replica_hold_stats().held_bytes, 3 * segment);
+
+        // A cap of one file: two more go, counted, and one stays held.
+        store.set_replica_hold(Some(ReplicaHold {
+            from: CommitLogOffset(needed),
+            cap_bytes: segment,
+        }));
+        let report = store.run_retention(later, None).unwrap();
+        assert_eq!(
+            (report.deleted_segments.len(), report.past_hold_cap),
+            (2, 2)
+        );
+        let stats = store.replica_hold_stats();
+        assert_eq!((stats.held_bytes, stats.cap_hits), (segment, 2));
+        assert!(store.min_offset(TOPIC, 0).0 > 0, "queue min offsets follow");
+
+        // Lifted: everything but the active file goes.
+        store.set_replica_hold(None);
+        let report = store.run_retention(later, None).unwrap();
+        assert_eq!(report.deleted_segments.len(), 1);
+        assert_eq!(store.replica_hold_stats().held_bytes, 0);
+        store.shutdown().unwrap();
+    }
 }
