@@ -417,6 +417,26 @@ fn encode_replication(
     )?;
     gauge(
         encoder,
+        "quiver_replication_members",
+        "Members of the group's agreed membership (consensus voters and learners), this one \
+         included; follows `quiver replication members` changes.",
+        status.replicas.len() as u64,
+    )?;
+    let members: Vec<(String, &str)> = status
+        .replicas
+        .iter()
+        .map(|r| (r.replica_id.to_string(), r.address.as_str()))
+        .collect();
+    gauge_family(
+        encoder,
+        "quiver_replication_member",
+        "1 for each member of the group's agreed membership, with its remoting address.",
+        members
+            .iter()
+            .map(|(id, address)| ([("replica_id", id.as_str()), ("address", *address)], 1u64)),
+    )?;
+    gauge(
+        encoder,
         "quiver_replication_confirmed_offset",
         "CommitLog bytes below this are held by every in-sync member (readable).",
         status.confirmed_offset,

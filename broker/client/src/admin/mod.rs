@@ -7,7 +7,7 @@ mod replication;
 mod tools;
 
 pub use query::KeyQuery;
-pub use replication::standalone_status;
+pub use replication::{standalone_status, MembershipChange};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

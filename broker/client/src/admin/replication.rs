@@ -1,9 +1,11 @@
 //! The calls of replicated broker groups, addressed to one member: the group's status as that
-//! member sees it (QUIVER_REPLICATION_STATUS) and a switchover of mastership (QUIVER_SWITCHOVER).
+//! member sees it (QUIVER_REPLICATION_STATUS), a switchover of mastership (QUIVER_SWITCHOVER)
+//! and a membership change (QUIVER_REPLICATION_MEMBERS).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use quiver_protocol::body::{ReplicaRole, ReplicaStatus, ReplicationStatus};
+use quiver_protocol::body::{ReplicaRole, ReplicaStatus, ReplicationMembers, ReplicationStatus};
 use quiver_protocol::header as h;
 use quiver_protocol::{code, ExtFields, RemotingCommand};
 
@@ -14,7 +16,66 @@ use crate::error::Result;
 /// Time the switchover's answer may take beyond what the master may wait for the target.
 const SWITCHOVER_ANSWER_SLACK: Duration = Duration::from_secs(5);
 
+/// A change of a group's membership (QUIVER_REPLICATION_MEMBERS).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// Add member `id` at `address` (started with an empty data directory and a
+    /// `--group-members` list naming it); answered once it is a voter of the consensus.
+    Add { id: u64, address: String },
+    /// Remove member `id` (mastership is moved away from it first).
+    Remove { id: u64 },
+    /// Add `new` at `address`, then remove `old`.
+    Replace { old: u64, new: u64, address: String },
+}
+
+impl MembershipChange {
+    fn header(&self, timeout: Duration) -> h::ReplicationMembersRequestHeader {
+        let (action, member_id, address, new_member_id) = match self {
+            MembershipChange::Add { id, address } => ("add", *id, Some(address.clone()), None),
+            MembershipChange::Remove { id } => ("remove", *id, None, None),
+            MembershipChange::Replace { old, new, address } => {
+                ("replace", *old, Some(address.clone()), Some(*new))
+            }
+        };
+        h::ReplicationMembersRequestHeader {
+            action: action.to_owned(),
+            member_id,
+            address,
+            new_member_id,
+            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
 impl Admin {
+    /// Asks the member at `addr` (any member: it forwards to the group's consensus leader)
+    /// to make `change`, taking at most `timeout`; returns the membership after it, member
+    /// id -> remoting address. A refusal (too few members left, not a member, the new member
+    /// never asked to join) is [`crate::ClientError::Broker`] with the broker's remark.
+    pub async fn replication_members_at(
+        &self,
+        addr: &str,
+        change: &MembershipChange,
+        timeout: Duration,
+    ) -> Result<BTreeMap<u64, String>> {
+        let request_code = code::request::QUIVER_REPLICATION_MEMBERS;
+        let request = RemotingCommand::request(request_code, change.header(timeout).to_ext());
+        // Answered once the change is agreed (a new member caught up): wait for that, plus
+        // a forward to the leader.
+        let wait = timeout + SWITCHOVER_ANSWER_SLACK * 2;
+        let response = self.core.remoting.invoke(addr, request, wait).await?;
+        let response = crate::remoting::expect_success(addr, request_code, response)?;
+        let decode = |body: &[u8]| {
+            serde_json::from_slice::<ReplicationMembers>(body).map_err(|source| {
+                quiver_protocol::BodyError::Json {
+                    what: "ReplicationMembers",
+                    source,
+                }
+            })
+        };
+        Ok(decoded(addr, request_code, decode, &response)?.members)
+    }
+
     /// The broker group of `addr` as that member sees it. A broker from before replicated
     /// groups refuses with REQUEST_CODE_NOT_SUPPORTED ([`crate::ClientError::is_unsupported`]);
     /// [`standalone_status`] is what such a broker is.
@@ -165,5 +226,55 @@ mod tests {
             .switchover_at(&addr, 1, Duration::from_secs(3))
             .await
             .expect("switched");
+    }
+
+    #[tokio::test]
+    async fn a_membership_change_sends_the_header_and_returns_the_new_members() {
+        let addr = one_answer(|command| {
+            assert_eq!(command.code, request::QUIVER_REPLICATION_MEMBERS);
+            let header =
+                h::ReplicationMembersRequestHeader::from_ext(&command.ext_fields).expect("header");
+            assert_eq!(header.action, "replace");
+            assert_eq!(header.member_id, 2);
+            assert_eq!(header.new_member_id, Some(4));
+            assert_eq!(header.address.as_deref(), Some("h:4"));
+            assert_eq!(header.timeout_ms, Some(7000));
+            command
+                .response_to(response::SUCCESS, None)
+                .with_body(r#"{"members":{"0":"h:0","4":"h:4"}}"#.as_bytes().to_vec().into())
+        })
+        .await;
+        let change = MembershipChange::Replace {
+            old: 2,
+            new: 4,
+            address: "h:4".into(),
+        };
+        let members = admin()
+            .replication_members_at(&addr, &change, Duration::from_secs(7))
+            .await
+            .expect("changed");
+        assert_eq!(
+            members,
+            BTreeMap::from([(0, "h:0".to_owned()), (4, "h:4".to_owned())])
+        );
+        let addr = one_answer(|command| {
+            command.response_to(
+                response::SYSTEM_ERROR,
+                Some("removing member 1 would leave 1 member(s)".into()),
+            )
+        })
+        .await;
+        let error = admin()
+            .replication_members_at(
+                &addr,
+                &MembershipChange::Remove { id: 1 },
+                Duration::from_secs(1),
+            )
+            .await
+            .expect_err("refused");
+        assert!(
+            error.to_string().contains("would leave 1 member"),
+            "{error}"
+        );
     }
 }

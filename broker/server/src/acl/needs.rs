@@ -37,6 +37,7 @@ const ADMIN_CODES: &[i32] = &[
     request::QUIVER_REPLICA_FETCH,
     request::QUIVER_CONSENSUS,
     request::QUIVER_SWITCHOVER,
+    request::QUIVER_REPLICATION_MEMBERS,
 ];
 
 /// Name-server lookups, answered without a signature as Apache's name server (which has no

@@ -234,6 +234,7 @@ async fn process(
         request::QUIVER_CONSENSUS => replication::consensus(ctx, req).await,
         request::QUIVER_REPLICATION_STATUS => replication::status(ctx, req),
         request::QUIVER_SWITCHOVER => replication::switchover(ctx, req).await,
+        request::QUIVER_REPLICATION_MEMBERS => replication::members(ctx, req).await,
         request::GET_ALL_CONSUMER_OFFSET => replication::all_consumer_offsets(ctx, req),
         other => Err(unsupported::refusal(other)),
     })

@@ -1,16 +1,19 @@
 //! The requests of replicated broker groups: replica fetches, consensus messages, the
-//! group's status and planned switchover; and GET_ALL_CONSUMER_OFFSET, which replicas copy.
+//! group's status, planned switchover and membership changes; and GET_ALL_CONSUMER_OFFSET,
+//! which replicas copy.
 
 use std::time::Duration;
 
+use quiver_protocol::body::ReplicationMembers;
 use quiver_protocol::code::response;
 use quiver_protocol::header::{
-    ConsensusRequestHeader, ReplicaFetchRequestHeader, SwitchoverRequestHeader,
+    ConsensusRequestHeader, ReplicaFetchRequestHeader, ReplicationMembersRequestHeader,
+    SwitchoverRequestHeader,
 };
 use quiver_protocol::RemotingCommand;
 
 use super::{Ctx, Outcome, Refusal};
-use crate::replication::Replication;
+use crate::replication::{MembersChange, MembersError, Replication};
 
 fn replication(ctx: &Ctx) -> Result<&std::sync::Arc<Replication>, Refusal> {
     ctx.broker.replication().as_ref().ok_or_else(|| {
@@ -82,6 +85,38 @@ pub async fn switchover(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             Some(format!("sends paused {} ms", paused.as_millis())),
         )
         .with_body(status.encode()))
+}
+
+/// QUIVER_REPLICATION_MEMBERS (30005): a membership change, made on the consensus leader
+/// (forwarded there from any other member); answers the membership after it.
+pub async fn members(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+    let header = ReplicationMembersRequestHeader::from_command(req)?;
+    let replication = replication(ctx)?;
+    let refuse =
+        |error: MembersError| Refusal::new(response::SYSTEM_ERROR, crate::error::chain(&error));
+    let change = MembersChange::parse(&header).map_err(refuse)?;
+    let forwarded = replication
+        .forward_members_change(req, header.timeout_ms)
+        .await
+        .map_err(refuse)?;
+    if let Some(answer) = forwarded {
+        return Ok(req
+            .response_to(answer.code, answer.remark)
+            .with_body(answer.body));
+    }
+    let members = replication
+        .change_members(ctx.broker.store(), change, header.timeout_ms)
+        .await
+        .map_err(refuse)?;
+    let body = serde_json::to_vec(&ReplicationMembers { members }).map_err(|error| {
+        Refusal::new(
+            response::SYSTEM_ERROR,
+            format!("cannot encode the membership: {error}"),
+        )
+    })?;
+    Ok(req
+        .response_to(response::SUCCESS, None)
+        .with_body(body.into()))
 }
 
 /// GET_ALL_CONSUMER_OFFSET (43): every committed offset, as Apache's consumerOffset.json.

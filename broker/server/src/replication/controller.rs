@@ -78,6 +78,15 @@ pub(super) struct Reports {
 }
 
 impl Reports {
+    /// The members whose reports this leader heard within `timeout` of `now`.
+    pub(super) fn heard_within(&self, now: Instant, timeout: Duration) -> BTreeSet<u64> {
+        self.heard
+            .iter()
+            .filter(|(_, r)| now.saturating_duration_since(r.at) < timeout)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Whether a quorum confirmed this member leads recently enough to answer reports, and
     /// no election of its is in flight.
     pub(super) fn leads_now(&self) -> bool {
@@ -125,7 +134,8 @@ pub struct ReportAnswer {
 /// The election the leader should propose now, if any (a pure function of what it knows).
 /// `leading_for`: how long this member has led; reports older than `timeout` count as gone.
 /// Candidates are the live members of the agreed in-sync set still in the incarnation the
-/// set agreed; ones that recovered from an unclean stop only when no clean one is alive.
+/// set agreed and still members (a removed one may linger in the set until the master
+/// drops it); ones that recovered from an unclean stop only when no clean one is alive.
 pub fn decide(
     state: &GroupState,
     members: &BTreeSet<u64>,
@@ -162,7 +172,9 @@ pub fn decide(
     let candidates: BTreeSet<u64> = eligible
         .iter()
         .copied()
-        .filter(|id| Some(*id) != state.master && alive(id) && same_incarnation(id))
+        .filter(|id| {
+            Some(*id) != state.master && members.contains(id) && alive(id) && same_incarnation(id)
+        })
         .collect();
     if first && candidates.len() < members.len() && leading_for < FIRST_ELECTION_WAIT {
         return None;
@@ -402,6 +414,26 @@ mod tests {
                 // None agreed yet (a group from before incarnations): the reported ones.
                 incarnations: BTreeMap::from([(1, 101), (2, 102)]),
             })
+        );
+    }
+
+    #[test]
+    fn a_removed_member_still_in_the_in_sync_set_is_not_elected() {
+        let now = Instant::now();
+        // Member 2 has the longest log but was removed from the membership before the
+        // master dropped it from the set.
+        let reports = heard(now, &[(0, 30, 5000), (1, 20, 100), (2, 25, 100)]);
+        let decided = decide(
+            &state(0, &[0, 1, 2]),
+            &BTreeSet::from([0, 1]),
+            &reports,
+            now,
+            TIMEOUT * 2,
+            TIMEOUT,
+        );
+        assert!(
+            matches!(decided, Some(Command::ElectMaster { master: 1, ref in_sync, .. }) if *in_sync == BTreeSet::from([1])),
+            "{decided:?}"
         );
     }
 

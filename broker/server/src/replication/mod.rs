@@ -12,6 +12,7 @@ mod controller;
 mod epoch_file;
 mod links;
 mod master;
+mod membership;
 mod metadata;
 mod rebuild;
 mod replica;
@@ -34,6 +35,8 @@ use crate::config::{BrokerConfig, ReplicationMode};
 use crate::error::BrokerError;
 
 pub use controller::{decide, Report};
+pub use membership::{check_stored_members, flag_list, Members};
+pub(crate) use membership::{Change as MembersChange, MembersError};
 pub use metadata::{offset_table, ConsumerOffsetTable};
 pub(crate) use switchover::DEFAULT_TIMEOUT as DEFAULT_SWITCHOVER_TIMEOUT;
 
@@ -111,7 +114,9 @@ pub trait Member: Send + Sync + 'static {
 /// A group member's replication: its role, the master's view of its replicas, the read fence.
 pub struct Replication {
     pub id: u64,
-    pub members: BTreeMap<u64, String>,
+    /// The group's members and addresses: `--group-members` until the consensus knows the
+    /// agreed membership, then that (it follows membership changes).
+    pub members: Members,
     pub mode: ReplicationMode,
     pub min_in_sync: u32,
     broker_name: String,
@@ -161,10 +166,16 @@ impl Replication {
             return Ok(None);
         }
         let members = config.members().map_err(BrokerError::Config)?;
+        check_stored_members(&consensus_dir(config), &members).map_err(|reason| {
+            BrokerError::Config(crate::config::ConfigError::Invalid {
+                field: "group-members",
+                reason,
+            })
+        })?;
         let epoch_file = epoch_file::EpochFile::open(&config.data_dir)?;
         Ok(Some(Arc::new(Replication {
             id: config.replica_id,
-            members,
+            members: Members::new(members),
             mode: config.replication,
             min_in_sync: config.min_in_sync_replicas,
             broker_name: config.broker_name.clone(),
@@ -204,7 +215,8 @@ impl Replication {
         *self.confirmed.borrow()
     }
 
-    fn address_of(&self, id: u64) -> String {
+    /// The remoting address of member `id` (empty for one the group does not have).
+    pub(crate) fn address_of(&self, id: u64) -> String {
         self.members.get(&id).cloned().unwrap_or_default()
     }
 
@@ -398,7 +410,7 @@ impl Replication {
     }
 
     /// The members' ids.
-    fn member_ids(&self) -> BTreeSet<u64> {
+    pub(crate) fn member_ids(&self) -> BTreeSet<u64> {
         self.members.keys().copied().collect()
     }
 
@@ -423,7 +435,7 @@ pub async fn run(
     replication
         .confirmed
         .send_replace(broker.store().confirmed().0);
-    let dir = broker.config().data_dir.join("consensus");
+    let dir = consensus_dir(broker.config());
     let started = transport::start_consensus(&replication, dir).await;
     let consensus = match started {
         Ok(consensus) => consensus,
@@ -433,6 +445,7 @@ pub async fn run(
         }
     };
     let mut applied = consensus.state();
+    let agreed_members = consensus.members();
     let _ = replication.consensus.set(consensus);
     let forward = {
         let replication = replication.clone();
@@ -450,11 +463,36 @@ pub async fn run(
     };
     tokio::join!(
         forward,
+        follow_members(&replication, agreed_members, stop.clone()),
         roles::run(broker.clone(), replication.clone(), stop.clone()),
         controller::run(broker.clone(), replication.clone(), stop.clone()),
         metadata::run(broker.clone(), replication.clone(), stop.clone()),
     );
     if let Some(consensus) = replication.consensus() {
         consensus.shutdown().await;
+    }
+}
+
+/// Where a member keeps its consensus state.
+fn consensus_dir(config: &BrokerConfig) -> std::path::PathBuf {
+    config.data_dir.join("consensus")
+}
+
+/// Keeps the member map on the membership the consensus agrees: routes, statuses, links,
+/// elections and the in-sync set follow it.
+async fn follow_members(
+    replication: &Replication,
+    mut agreed: watch::Receiver<BTreeMap<u64, String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let members = agreed.borrow_and_update().clone();
+        if replication.members.replace(&members) {
+            tracing::info!(members = %flag_list(&members), "the group's membership changed");
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            changed = agreed.changed() => if changed.is_err() { return },
+        }
     }
 }

@@ -68,7 +68,7 @@ pub(super) async fn start_consensus(
     let transport = Arc::new(RemotingTransport {
         replication: Arc::downgrade(replication),
     });
-    let config = ConsensusConfig::new(replication.id, replication.members.clone(), dir);
+    let config = ConsensusConfig::new(replication.id, (*replication.members).clone(), dir);
     Consensus::start(config, transport).await
 }
 

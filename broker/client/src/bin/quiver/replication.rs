@@ -1,11 +1,12 @@
-//! `quiver replication`: the broker group of a broker (roles, epoch, in-sync set, lag) and a
-//! switchover of its mastership.
+//! `quiver replication`: the broker group of a broker (roles, epoch, in-sync set, lag), a
+//! switchover of its mastership, and changes of its membership.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
-use quiver_client::admin::standalone_status;
+use quiver_client::admin::{standalone_status, MembershipChange};
 use quiver_client::{Admin, ClientConfig};
 use quiver_protocol::body::{ReplicaRole, ReplicationStatus};
 
@@ -27,6 +28,66 @@ pub enum ReplicationCommand {
         #[arg(long, default_value_t = 10_000)]
         wait_ms: u64,
     },
+    /// Change the members of the group of the broker at --server (any member: it forwards
+    /// to the group's consensus leader), then print the membership after the change.
+    Members {
+        #[command(subcommand)]
+        change: MembersCommand,
+        /// How long the change may take (a new member catching up included), in
+        /// milliseconds.
+        #[arg(long, global = true, default_value_t = 60_000)]
+        wait_ms: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MembersCommand {
+    /// Add a member. Start it first with an empty data directory and --group-members
+    /// listing the group's members and itself; it joins once added, then catches up.
+    Add {
+        /// Replica id of the new member.
+        #[arg(long)]
+        id: u64,
+        /// Its remoting address (host:port), as the other members reach it.
+        #[arg(long)]
+        address: String,
+    },
+    /// Remove a member (mastership is switched to another in-sync member first).
+    Remove {
+        /// Replica id of the member to remove.
+        #[arg(long)]
+        id: u64,
+    },
+    /// Add a new member, then remove an old one.
+    Replace {
+        /// Replica id of the member to remove.
+        #[arg(long)]
+        id: u64,
+        /// Replica id of the member that takes its place.
+        #[arg(long)]
+        new_id: u64,
+        /// The new member's remoting address (host:port).
+        #[arg(long)]
+        address: String,
+    },
+}
+
+impl MembersCommand {
+    fn change(self) -> MembershipChange {
+        match self {
+            MembersCommand::Add { id, address } => MembershipChange::Add { id, address },
+            MembersCommand::Remove { id } => MembershipChange::Remove { id },
+            MembersCommand::Replace {
+                id,
+                new_id,
+                address,
+            } => MembershipChange::Replace {
+                old: id,
+                new: new_id,
+                address,
+            },
+        }
+    }
 }
 
 pub async fn run(
@@ -42,6 +103,15 @@ pub async fn run(
         ReplicationCommand::Status => status(&admin, &addr).await,
         ReplicationCommand::Switchover { to, wait_ms } => {
             switchover(&admin, &addr, to, Duration::from_millis(wait_ms)).await
+        }
+        ReplicationCommand::Members { change, wait_ms } => {
+            let change = change.change();
+            let changed = admin
+                .replication_members_at(&addr, &change, Duration::from_millis(wait_ms))
+                .await
+                .with_context(|| format!("{change:?} through {addr}"));
+            admin.shutdown().await;
+            return print_members(&changed?, output);
         }
     };
     admin.shutdown().await;
@@ -127,6 +197,24 @@ fn print(status: &ReplicationStatus, output: Output) -> anyhow::Result<()> {
         Output::Json => print_json(status),
         Output::Table => {
             print!("{}", render(status));
+            Ok(())
+        }
+    }
+}
+
+/// The membership after a change: JSON `{"members":{"id":"address"}}`, or one row per
+/// member.
+fn print_members(members: &BTreeMap<u64, String>, output: Output) -> anyhow::Result<()> {
+    match output {
+        Output::Json => print_json(&quiver_protocol::body::ReplicationMembers {
+            members: members.clone(),
+        }),
+        Output::Table => {
+            let mut table = Table::new(&["MEMBER", "ADDRESS"]);
+            for (id, address) in members {
+                table.row(vec![id.to_string(), address.clone()]);
+            }
+            print!("{}", table.render());
             Ok(())
         }
     }
@@ -317,5 +405,51 @@ mod tests {
         ));
         assert_eq!(cli.output, Output::Json);
         assert!(crate::Cli::try_parse_from(["quiver", "replication", "switchover"]).is_err());
+    }
+
+    #[test]
+    fn the_members_commands_parse_into_changes() {
+        let parse = |args: &[&str]| {
+            let cli =
+                crate::Cli::try_parse_from(["quiver", "replication", "members"].iter().chain(args))
+                    .expect("parses");
+            match cli.command {
+                crate::Command::Replication(ReplicationCommand::Members { change, wait_ms }) => {
+                    (change.change(), wait_ms)
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            parse(&["add", "--id", "3", "--address", "h:3"]),
+            (
+                MembershipChange::Add {
+                    id: 3,
+                    address: "h:3".into()
+                },
+                60_000
+            )
+        );
+        assert_eq!(
+            parse(&["remove", "--id", "3", "--wait-ms", "5000"]),
+            (MembershipChange::Remove { id: 3 }, 5000)
+        );
+        assert_eq!(
+            parse(&["replace", "--id", "2", "--new-id", "4", "--address", "h:4"]).0,
+            MembershipChange::Replace {
+                old: 2,
+                new: 4,
+                address: "h:4".into()
+            }
+        );
+        assert!(crate::Cli::try_parse_from([
+            "quiver",
+            "replication",
+            "members",
+            "add",
+            "--id",
+            "3"
+        ])
+        .is_err());
     }
 }
