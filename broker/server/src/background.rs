@@ -16,10 +16,14 @@ const CLIENT_SCAN_INTERVAL: Duration = Duration::from_secs(10);
 /// early under disk pressure (Apache cleans every 10 s too).
 const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How often a member that takes no writes applies what its state log gained.
+const STATE_LOG_INTERVAL: Duration = Duration::from_millis(100);
+
 /// The loops of an opened broker: persistence, client expiry, retention, delayed and timed
 /// delivery, POP revive, transaction check-back, peer polling, ACL file reloads and a group
 /// member's replication.
 pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broker>) {
+    replay_state_log(broker);
     let master = broker.clone();
     background.gate_master_only(Arc::new(move || master.takes_writes()));
     let config = broker.config();
@@ -28,6 +32,14 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
     // On a full disk the offsets stay in memory and are written once there is room.
     let persisting = "periodic persist of offsets, topics and groups";
     background.spawn_periodic(persisting, persist_every, false, with(broker, persist));
+    // A member that takes no writes applies the state log as its log grows.
+    let following = with(broker, crate::state_log::follow_round);
+    background.spawn_periodic(
+        "applying the state log",
+        STATE_LOG_INTERVAL,
+        false,
+        following,
+    );
     let expiry = with(broker, expire_clients);
     background.spawn_periodic("expiring clients", CLIENT_SCAN_INTERVAL, false, expiry);
     let retention = with(broker, run_retention);
@@ -79,6 +91,19 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
             replication.clone(),
             stop,
         ));
+    }
+}
+
+/// Before the broker serves: applies the state log records its offset snapshot lacks (a
+/// commit answered before a crash is there, not in the snapshot).
+fn replay_state_log(broker: &Broker) {
+    let replayed = crate::state_log::catch_up(broker.store(), broker.offsets(), broker.groups());
+    match replayed {
+        Ok(0) => {}
+        Ok(records) => tracing::info!(records, "state log replayed past the offset snapshot"),
+        Err(error) => {
+            tracing::error!(error = %crate::error::chain(&error), "cannot replay the state log; offsets are the snapshot's")
+        }
     }
 }
 

@@ -34,6 +34,7 @@ pub mod server;
 pub mod service;
 pub mod slots;
 pub mod stages;
+pub mod state_log;
 pub(crate) mod target;
 pub mod timer;
 pub mod tls;

@@ -1,10 +1,14 @@
 //! Consumer offsets (RocketMQ's ConsumerOffsetManager): `"topic@group" -> queueId -> offset`,
 //! the next queue offset each group will consume, persisted to `consumerOffset.json`.
+//!
+//! The broker keeps every change as a record of its state log (an internal topic of the
+//! CommitLog): the file is a snapshot that names the state log position it covers
+//! ([`ConsumerOffsets::log_position`]), and a start replays the records after it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -22,11 +26,18 @@ type Table = BTreeMap<String, BTreeMap<u32, u64>>;
 struct OffsetFile {
     #[serde(default)]
     offset_table: BTreeMap<String, BTreeMap<u32, i64>>,
+    /// The state log's next record whose change this table lacks (absent in Apache's files).
+    #[serde(default)]
+    quiver_state_log_offset: u64,
 }
 
 pub struct ConsumerOffsets {
     path: PathBuf,
     table: RwLock<Table>,
+    /// The state log's next record (its queue offset) whose change is not in the table.
+    /// Held across a record's append and its change, so a snapshot never names a position
+    /// past a change it lacks.
+    log_position: Mutex<u64>,
     /// Serialises writers of the file (they share one temp file).
     persist_lock: Mutex<()>,
 }
@@ -45,6 +56,7 @@ impl ConsumerOffsets {
     pub fn load(config_dir: &Path) -> Result<ConsumerOffsets, StoreError> {
         let path = config_dir.join(CONSUMER_OFFSET_FILE);
         let file = read_with_backup(&path, parse_offset_file)?.unwrap_or_default();
+        let log_position = file.quiver_state_log_offset;
         let table = file
             .offset_table
             .into_iter()
@@ -60,8 +72,30 @@ impl ConsumerOffsets {
         Ok(ConsumerOffsets {
             path,
             table: RwLock::new(table),
+            log_position: Mutex::new(log_position),
             persist_lock: Mutex::new(()),
         })
+    }
+
+    /// The state log position the table covers, locked: whoever appends or applies a record
+    /// holds it across the change and moves it past the record.
+    pub fn log_position(&self) -> MutexGuard<'_, u64> {
+        self.log_position.lock()
+    }
+
+    /// Sets the offsets of queues that have none here, leaving committed ones alone (a
+    /// replica filling in what its state log no longer holds). Returns how many were set.
+    pub fn insert_absent(&self, group: &str, topic: &str, offsets: &[(u32, QueueOffset)]) -> usize {
+        let mut table = self.table.write();
+        let queues = table.entry(key(group, topic)).or_default();
+        let mut inserted = 0;
+        for (queue_id, offset) in offsets {
+            if let std::collections::btree_map::Entry::Vacant(entry) = queues.entry(*queue_id) {
+                entry.insert(offset.0);
+                inserted += 1;
+            }
+        }
+        inserted
     }
 
     pub fn path(&self) -> &Path {
@@ -130,13 +164,17 @@ impl ConsumerOffsets {
             })
     }
 
-    /// Writes the table atomically (temp, fsync, rename, previous kept as `.bak`).
+    /// Writes the table and the state log position it covers atomically (temp, fsync,
+    /// rename, previous kept as `.bak`).
     pub fn persist(&self) -> Result<(), StoreError> {
         let _writer = self.persist_lock.lock();
+        let (table, position) = {
+            let position = self.log_position.lock();
+            (self.table.read().clone(), *position)
+        };
         let file = OffsetFile {
-            offset_table: self
-                .table
-                .read()
+            quiver_state_log_offset: position,
+            offset_table: table
                 .iter()
                 .map(|(k, queues)| {
                     (
@@ -211,6 +249,43 @@ fn quote_integer_keys(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_snapshot_names_the_state_log_position_it_covers() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = ConsumerOffsets::load(dir.path()).unwrap();
+        assert_eq!(*offsets.log_position(), 0);
+        offsets.commit("g", "T", 1, QueueOffset(42));
+        *offsets.log_position() = 7;
+        offsets.persist().unwrap();
+        let loaded = ConsumerOffsets::load(dir.path()).unwrap();
+        assert_eq!(*loaded.log_position(), 7);
+        assert_eq!(loaded.query("g", "T", 1), Some(QueueOffset(42)));
+    }
+
+    #[test]
+    fn apache_files_without_a_position_start_the_state_log_at_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONSUMER_OFFSET_FILE),
+            r#"{"offsetTable":{"T@g":{0:250}}}"#,
+        )
+        .unwrap();
+        let loaded = ConsumerOffsets::load(dir.path()).unwrap();
+        assert_eq!(*loaded.log_position(), 0);
+        assert_eq!(loaded.query("g", "T", 0), Some(QueueOffset(250)));
+    }
+
+    #[test]
+    fn insert_absent_keeps_what_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = ConsumerOffsets::load(dir.path()).unwrap();
+        offsets.commit("g", "T", 0, QueueOffset(5));
+        let copied = [(0, QueueOffset(3)), (1, QueueOffset(9))];
+        assert_eq!(offsets.insert_absent("g", "T", &copied), 1);
+        assert_eq!(offsets.query("g", "T", 0), Some(QueueOffset(5)));
+        assert_eq!(offsets.query("g", "T", 1), Some(QueueOffset(9)));
+    }
 
     #[test]
     fn quotes_only_bare_integer_keys() {

@@ -19,6 +19,7 @@ use quiver_store::QueueOffset;
 use super::{success, Ctx, Outcome, Refusal};
 use crate::broker::blocking;
 use crate::service::admin;
+use crate::state_log::{self, StateRecord};
 use crate::topics::validate_topic_name;
 use quiver_protocol::body::{KvTable, SubscriptionGroupConfig, TopicConfig};
 
@@ -464,9 +465,14 @@ pub async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
                 offset.map(|o| (q, o))
             })
             .collect::<Result<Vec<_>, _>>()
-            .inspect(|pairs| broker.offsets().reset(&group, &topic, pairs))
     })
     .await??;
+    let record = StateRecord::commit(
+        &group,
+        &header.topic,
+        offsets.iter().map(|(q, o)| (*q, o.0)),
+    );
+    state_log::write(&ctx.broker, &record).await?;
     let name = ctx.broker.config().broker_name.as_str();
     let reset = ResetOffsetBody {
         offset_table: offsets

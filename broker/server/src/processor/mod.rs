@@ -188,7 +188,7 @@ async fn process(
         request::PULL_MESSAGE => return pull::handle(ctx, req, trace).await.transpose(),
         request::END_TRANSACTION => transaction::end(ctx, req).await,
         request::QUERY_CONSUMER_OFFSET => offsets::query(ctx, req),
-        request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, req),
+        request::UPDATE_CONSUMER_OFFSET => offsets::update(ctx, req).await,
         request::GET_MAX_OFFSET => offsets::max(ctx, req),
         request::GET_MIN_OFFSET => offsets::min(ctx, req),
         request::SEARCH_OFFSET_BY_TIMESTAMP => offsets::search(ctx, req).await,

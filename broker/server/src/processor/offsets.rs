@@ -25,17 +25,20 @@ pub fn query(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     Ok(success(req, &[("offset", offset.0.to_string())]))
 }
 
-pub fn update(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
+/// Answered once the commit is as safe as a sent message; a replica refuses it (14
+/// SERVICE_NOT_AVAILABLE, naming the master), as a send.
+pub async fn update(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let header = UpdateConsumerOffsetRequestHeader::from_command(req)?;
     let queue = queue_id(header.queue_id)?;
     let offset = queue_offset("commitOffset", header.commit_offset)?;
-    consume::commit_offset(
+    consume::commit_offset_durably(
         &ctx.broker,
         &header.consumer_group,
         &header.topic,
         queue,
         offset,
-    );
+    )
+    .await?;
     Ok(success(req, &[]))
 }
 

@@ -14,7 +14,8 @@ use quiver_protocol::header::{
 use quiver_protocol::RemotingCommand;
 
 use super::{success, Ctx, Outcome, Refusal};
-use crate::broker::{blocking, Broker};
+use crate::broker::Broker;
+use crate::state_log::{self, StateRecord};
 use crate::topics::{DEFAULT_TOPIC, SCHEDULE_TOPIC};
 use crate::transaction;
 
@@ -203,15 +204,13 @@ pub async fn clone_group_offset(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
             .table(&header.src_group, &topic)
             .into_iter()
             .collect();
-        broker.offsets().reset(&header.dest_group, &topic, &offsets);
+        let record = StateRecord::commit(
+            &header.dest_group,
+            &topic,
+            offsets.iter().map(|(q, o)| (*q, o.0)),
+        );
+        state_log::write(broker, &record).await?;
         tracing::info!(src = %header.src_group, dest = %header.dest_group, topic, queues = offsets.len(), "group offsets cloned");
     }
-    blocking(broker, |broker| {
-        broker
-            .offsets()
-            .persist()
-            .map_err(crate::error::BrokerError::store("persist offsets"))
-    })
-    .await??;
     Ok(success(req, &[]))
 }

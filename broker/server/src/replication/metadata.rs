@@ -1,6 +1,7 @@
-//! Replicas copy the master's topics, subscription groups and consumer offsets every second
-//! (Apache's SlaveSynchronize does the same), so a new master serves consumers from where
-//! they were: at worst a second of acknowledged consumption is redelivered, never skipped.
+//! Replicas copy the master's topics and subscription groups every second (Apache's
+//! SlaveSynchronize does the same). Consumer offsets reach them through the state log
+//! (`crate::state_log`), with the CommitLog; the master's offset table only fills in queues
+//! a replica has no offset for (a member rebuilt past the state log's retention).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -180,6 +181,14 @@ fn apply(
     for (_, config) in groups.subscription_group_table {
         broker.groups().upsert(config);
     }
+    fill_absent_offsets(broker, offsets);
+}
+
+/// Sets the master's offsets of queues this member has none for; the state log keeps the
+/// others, in order (copying them would move an offset back to a stale read of the table).
+fn fill_absent_offsets(broker: &dyn Member, offsets: ConsumerOffsetTable) {
+    // Under the state log's position: nothing applies a record while the table is filled.
+    let _position = broker.offsets().log_position();
     for (key, queues) in offsets.offset_table {
         let Some((topic, group)) = key.split_once('@') else {
             continue;
@@ -188,15 +197,22 @@ fn apply(
             .into_iter()
             .map(|(queue, offset)| (queue, QueueOffset(offset)))
             .collect();
-        broker.offsets().reset(group, topic, &queues);
+        broker.offsets().insert_absent(group, topic, &queues);
     }
 }
 
-/// On becoming master: every committed offset at most the end of what this member wrote to
-/// its queue. An offset copied past it (async mode's lag, a tail the old master had alone)
-/// would make consumers skip what this master writes there; clamped, they are redelivered
-/// what they may have read, never skip. Returns how many offsets moved.
+/// On becoming master, before taking writes: applies the state log this member holds
+/// (`crate::state_log::take_over`), then moves every committed offset to at most the end of
+/// what this member wrote to its queue. An offset past it (async mode's lag, a tail the old
+/// master had alone) would make consumers skip what this master writes there; clamped, they
+/// are redelivered what they may have read, never skip. Returns how many offsets moved.
 pub(super) fn clamp_offsets_to_log(broker: &dyn Member) -> usize {
+    match crate::state_log::take_over(broker.store(), broker.offsets(), broker.groups()) {
+        Ok(applied) => tracing::info!(applied, "state log applied before taking writes"),
+        Err(error) => {
+            tracing::error!(error = %crate::error::chain(&error), "cannot apply the state log before taking writes")
+        }
+    }
     let mut moved = 0;
     for group in broker.offsets().groups() {
         for topic in broker.offsets().topics_of(&group) {

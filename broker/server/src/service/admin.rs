@@ -8,6 +8,7 @@ use quiver_protocol::body::{SubscriptionGroupConfig, TopicConfig};
 use super::{blocking, ServiceError};
 use crate::broker::Broker;
 use crate::error::BrokerError;
+use crate::state_log::StateRecord;
 
 /// Creates or replaces a topic's config and persists the topics.
 pub async fn upsert_topic(broker: &Arc<Broker>, config: TopicConfig) -> Result<(), ServiceError> {
@@ -38,17 +39,19 @@ pub async fn upsert_group(
     blocking(broker, |broker| broker.groups().persist()).await
 }
 
-/// Removes a subscription group (and its committed offsets when `drop_offsets`), then
-/// persists the groups.
+/// Removes a subscription group (and its committed offsets when `drop_offsets`) through the
+/// state log, so every member of a group removes it too, then persists the groups. A
+/// replica refuses it, naming the master.
 pub async fn delete_group(
     broker: &Arc<Broker>,
     group: &str,
     drop_offsets: bool,
 ) -> Result<(), ServiceError> {
-    broker.groups().remove(group);
-    if drop_offsets {
-        broker.offsets().delete_group(group);
-    }
+    let record = StateRecord::DeleteGroup {
+        group: group.to_owned(),
+        drop_offsets,
+    };
+    crate::state_log::write(broker, &record).await?;
     blocking(broker, |broker| broker.groups().persist()).await
 }
 

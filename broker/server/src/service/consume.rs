@@ -6,11 +6,12 @@ use quiver_store::QueueOffset;
 
 use super::ServiceError;
 use crate::broker::Broker;
+use crate::state_log::{self, StateRecord};
 use crate::topics::TopicConfig;
 
-/// Commits a consumer group's offset. On a group member at most the end of what it
-/// wrote to the queue: a consumer that read a tail this member does not have (a deposed
-/// master's) must not move the group past messages the group may still write there.
+/// Commits a consumer group's offset as a pull asks (its commit flag): through the state
+/// log, without waiting for durability, and only on a member that takes writes (clients
+/// set the flag only towards the master). An unchanged offset writes nothing.
 pub fn commit_offset(
     broker: &Broker,
     group: &str,
@@ -18,11 +19,54 @@ pub fn commit_offset(
     queue_id: u32,
     offset: QueueOffset,
 ) {
-    let offset = match &broker.replication() {
+    if !broker.takes_writes() {
+        return;
+    }
+    let offset = clamp_to_written(broker, topic, queue_id, offset);
+    if broker.offsets().query(group, topic, queue_id) == Some(offset) {
+        return;
+    }
+    let record = StateRecord::commit(group, topic, [(queue_id, offset.0)]);
+    if let Err(error) = state_log::append(broker, &record) {
+        tracing::debug!(error = %crate::error::chain(&error), group, topic, queue_id, "offset commit of a pull not written");
+    }
+}
+
+/// Commits a consumer group's offset (UPDATE_CONSUMER_OFFSET), answered once it is as safe
+/// as a sent message (flushed with the flush mode, held by a sync group's in-sync members).
+/// A member that takes no writes refuses it, naming the master.
+pub async fn commit_offset_durably(
+    broker: &Broker,
+    group: &str,
+    topic: &str,
+    queue_id: u32,
+    offset: QueueOffset,
+) -> Result<(), ServiceError> {
+    let offset = clamp_to_written(broker, topic, queue_id, offset);
+    let end = match broker.offsets().query(group, topic, queue_id) == Some(offset) {
+        // Already committed: answered once whatever wrote it is as safe.
+        true if broker.takes_writes() => broker.store().log_end(),
+        _ => {
+            let record = StateRecord::commit(group, topic, [(queue_id, offset.0)]);
+            state_log::append(broker, &record)?
+        }
+    };
+    state_log::wait_held(broker, end).await
+}
+
+/// On a group member at most the end of what it wrote to the queue: a consumer that read a
+/// tail this member does not have (a deposed master's) must not move the group past
+/// messages the group may still write there.
+fn clamp_to_written(
+    broker: &Broker,
+    topic: &str,
+    queue_id: u32,
+    offset: QueueOffset,
+) -> QueueOffset {
+    match &broker.replication() {
         Some(_) => offset.min(broker.store().written_max_offset(topic, queue_id)),
         None => offset,
-    };
-    broker.offsets().commit(group, topic, queue_id, offset);
+    }
 }
 
 /// The group's committed offset of the queue; with none, 0 for a young queue when

@@ -298,9 +298,8 @@ impl PopService {
     /// Commits `key`'s acked prefix as the group's consumer offset (GET_CONSUME_STATS lag).
     fn commit_prefix(&self, broker: &Broker, key: &PopKey) {
         if let Some(prefix) = self.state.acked_prefix(key) {
-            broker
-                .offsets()
-                .commit(&key.group, &key.topic, key.queue_id, QueueOffset(prefix));
+            let offset = QueueOffset(prefix);
+            super::consume::commit_offset(broker, &key.group, &key.topic, key.queue_id, offset);
         }
     }
 }

@@ -1,0 +1,376 @@
+//! The state log: consumer-group state changes (offset commits and resets, group deletions)
+//! kept as messages of an internal topic of the CommitLog, as Kafka keeps
+//! `__consumer_offsets`. Through the one append pipeline a change is flushed with the flush
+//! mode and copied to a group's replicas by the data plane, with no channel of its own.
+//!
+//! - The master (or a standalone broker) appends a record and applies it to its tables under
+//!   [`ConsumerOffsets::log_position`], so the tables and the position move together.
+//! - Replicas apply the records in log order as their confirmed log grows ([`catch_up`]);
+//!   a member becoming master applies what it holds before it takes writes ([`take_over`]).
+//! - `consumerOffset.json` is a snapshot naming the position it covers; a start replays the
+//!   records after it, so a commit answered before a kill -9 is not lost.
+
+pub mod record;
+
+use std::sync::Arc;
+
+use quiver_store::record::decode;
+use quiver_store::{
+    CommitLogOffset, ConsumerOffsets, GetStatus, MessageStore, NewMessage, QueueOffset, StoreError,
+};
+
+use crate::broker::Broker;
+use crate::groups::GroupManager;
+use crate::service::ServiceError;
+pub use record::StateRecord;
+
+/// The internal topic of the state log: never in routes or topic lists (it has no topic
+/// config), named like Apache's own system topics.
+pub const STATE_TOPIC: &str = "rmq_sys_quiver_state";
+pub const STATE_QUEUE: u32 = 0;
+/// Records read per store get while catching up.
+const READ_BATCH: u32 = 256;
+const READ_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Appends `record` and applies it here, without waiting for durability (the record is in
+/// the page cache: a kill -9 keeps it). Refused on a member that takes no writes. Returns
+/// the CommitLog end to wait on with [`wait_held`].
+pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, ServiceError> {
+    let body = record.encode();
+    let end = {
+        let _admitted = admit(broker)?;
+        let mut position = broker.offsets().log_position();
+        let message = NewMessage {
+            topic: STATE_TOPIC,
+            queue_id: STATE_QUEUE,
+            flag: 0,
+            body: &body,
+            properties: "",
+            sys_flag: 0,
+            born_timestamp_ms: crate::now_ms(),
+            born_host: broker.store_host(),
+            store_host: broker.store_host(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        let appended = broker
+            .store()
+            .append(std::slice::from_ref(&message), crate::now_ms())?;
+        apply(broker.offsets(), broker.groups(), record);
+        *position = appended.results[0].queue_offset.0 + 1;
+        appended.end
+    };
+    if let Some(replication) = broker.replication() {
+        replication.appended(broker.store());
+    }
+    Ok(end)
+}
+
+/// [`append`], answered once the record is as safe as a sent message: flushed in sync flush
+/// mode, and held by the in-sync replicas in a sync group.
+pub async fn write(broker: &Broker, record: &StateRecord) -> Result<(), ServiceError> {
+    let end = append(broker, record)?;
+    wait_held(broker, end).await
+}
+
+/// Waits until CommitLog bytes below `end` are as safe as an acknowledged message.
+pub async fn wait_held(broker: &Broker, end: CommitLogOffset) -> Result<(), ServiceError> {
+    broker.wait_durable(end).await?;
+    if let Some(replication) = broker.replication() {
+        replication.wait_confirmed(end).await?;
+    }
+    Ok(())
+}
+
+/// Whether this member may write the state log now; a replica's refusal names the master.
+fn admit(broker: &Broker) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>, StoreError> {
+    let Some(replication) = broker.replication() else {
+        return Ok(None);
+    };
+    replication.admit_write().map(Some).map_err(|refusal| {
+        StoreError::WritesRefused(quiver_store::WriteRefusal {
+            reason: quiver_store::RefusalReason::NotMaster,
+            message: format!("consumer-group state is changed on the master: {refusal}"),
+        })
+    })
+}
+
+/// Applies one record to this member's tables.
+pub fn apply(offsets: &ConsumerOffsets, groups: &GroupManager, record: &StateRecord) {
+    match record {
+        StateRecord::Commit {
+            group,
+            topic,
+            offsets: queues,
+        } => {
+            let queues: Vec<(u32, QueueOffset)> = queues
+                .iter()
+                .map(|commit| (commit.queue_id, QueueOffset(commit.offset)))
+                .collect();
+            offsets.reset(group, topic, &queues);
+        }
+        StateRecord::DeleteGroup {
+            group,
+            drop_offsets,
+        } => {
+            groups.remove(group);
+            if *drop_offsets {
+                offsets.delete_group(group);
+            }
+        }
+    }
+}
+
+/// Applies the records this member can read (up to its confirmed offset) that its tables
+/// lack, in log order. Returns how many it applied.
+pub fn catch_up(
+    store: &MessageStore,
+    offsets: &ConsumerOffsets,
+    groups: &GroupManager,
+) -> Result<usize, StoreError> {
+    let mut position = offsets.log_position();
+    let written = store.written_max_offset(STATE_TOPIC, STATE_QUEUE).0;
+    if *position > written {
+        // The log was cut back (a returning member's unconfirmed tail): records written
+        // from here on are new ones.
+        tracing::info!(
+            from = *position,
+            to = written,
+            "state log position moved back to the end of this member's log"
+        );
+        *position = written;
+    }
+    let mut applied = 0;
+    loop {
+        let got = store.get(
+            STATE_TOPIC,
+            STATE_QUEUE,
+            QueueOffset(*position),
+            READ_BATCH,
+            READ_MAX_BYTES,
+            &|_| true,
+        )?;
+        match got.status {
+            GetStatus::Found => {
+                for bytes in &got.messages {
+                    applied += apply_stored(offsets, groups, bytes);
+                }
+                *position = got.next_begin_offset.0;
+            }
+            GetStatus::OffsetTooSmall => {
+                // Retention deleted records the snapshot did not cover: a rebuilt replica
+                // fills what it lacks from the master's table (`replication::metadata`).
+                tracing::warn!(
+                    from = *position,
+                    to = got.min_offset.0,
+                    "state log records already deleted; going on from the oldest kept"
+                );
+                *position = got.min_offset.0;
+            }
+            _ => return Ok(applied),
+        }
+    }
+}
+
+/// Applies a stored state log message; 0 when it is no record this member knows.
+fn apply_stored(offsets: &ConsumerOffsets, groups: &GroupManager, bytes: &[u8]) -> usize {
+    let record = decode(bytes)
+        .map_err(|error| error.to_string())
+        .and_then(|(message, _)| {
+            StateRecord::decode(&message.body).map_err(|error| error.to_string())
+        });
+    match record {
+        Ok(record) => {
+            apply(offsets, groups, &record);
+            1
+        }
+        Err(error) => {
+            tracing::warn!(
+                error,
+                "skipping a state log message this member cannot read"
+            );
+            0
+        }
+    }
+}
+
+/// Before a member takes writes: applies every record it can read, then counts the rest of
+/// its log (written, not yet confirmed: never acknowledged in sync mode) as covered, since
+/// from here on its own appends change its tables directly.
+pub fn take_over(
+    store: &MessageStore,
+    offsets: &ConsumerOffsets,
+    groups: &GroupManager,
+) -> Result<usize, StoreError> {
+    let applied = catch_up(store, offsets, groups)?;
+    let written = store.written_max_offset(STATE_TOPIC, STATE_QUEUE).0;
+    let mut position = offsets.log_position();
+    *position = (*position).max(written);
+    Ok(applied)
+}
+
+/// One round of a member that takes no writes: applies what its log gained.
+pub(crate) async fn follow_round(broker: Arc<Broker>) -> crate::periodic::Flow {
+    if broker.takes_writes() {
+        return std::ops::ControlFlow::Continue(None);
+    }
+    let caught_up = crate::broker::blocking(&broker, |broker| {
+        catch_up(broker.store(), broker.offsets(), broker.groups())
+            .map_err(crate::error::BrokerError::store("apply the state log"))
+    })
+    .await;
+    let failure = match caught_up {
+        Ok(Ok(_)) => None,
+        Ok(Err(error)) | Err(error) => Some(crate::error::chain(&error)),
+    };
+    std::ops::ControlFlow::Continue(failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use quiver_store::StoreConfig;
+
+    use super::*;
+
+    fn open_store(dir: &Path, publish_on_confirm: bool) -> MessageStore {
+        MessageStore::open(StoreConfig {
+            data_dir: dir.to_path_buf(),
+            segment_size_bytes: quiver_store::MIN_SEGMENT_SIZE_BYTES,
+            max_message_size_bytes: 16 * 1024,
+            // The machine's own disk usage must not refuse writes here.
+            disk_high_water_ratio: 1.0,
+            disk_clean_ratio: 1.0,
+            disk_force_clean_ratio: 1.0,
+            publish_on_confirm,
+            ..StoreConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Appends `record` as a master would, without applying it anywhere.
+    fn log(store: &MessageStore, record: &StateRecord) -> CommitLogOffset {
+        let body = record.encode();
+        let host = "127.0.0.1:10911".parse().unwrap();
+        let message = NewMessage {
+            topic: STATE_TOPIC,
+            queue_id: STATE_QUEUE,
+            flag: 0,
+            body: &body,
+            properties: "",
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: host,
+            store_host: host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        store.append(&[message], 1).unwrap().end
+    }
+
+    struct Member {
+        offsets: ConsumerOffsets,
+        groups: GroupManager,
+    }
+
+    fn member(dir: &Path) -> Member {
+        Member {
+            offsets: ConsumerOffsets::load(&dir.join("config")).unwrap(),
+            groups: GroupManager::load(dir, 16).unwrap(),
+        }
+    }
+
+    #[test]
+    fn records_apply_in_log_order_and_a_deletion_drops_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(&dir.path().join("store"), false);
+        let replica = member(dir.path());
+        replica.groups.get_or_create("g");
+        log(&store, &StateRecord::commit("g", "T", [(0, 5), (1, 7)]));
+        log(&store, &StateRecord::commit("g", "T", [(0, 3)]));
+        log(&store, &StateRecord::commit("h", "T", [(0, 9)]));
+        let (offsets, groups) = (&replica.offsets, &replica.groups);
+        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 3);
+        assert_eq!(
+            offsets.query("g", "T", 0),
+            Some(QueueOffset(3)),
+            "a reset applies"
+        );
+        assert_eq!(offsets.query("g", "T", 1), Some(QueueOffset(7)));
+        let delete = StateRecord::DeleteGroup {
+            group: "g".into(),
+            drop_offsets: true,
+        };
+        log(&store, &delete);
+        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 1);
+        assert_eq!(offsets.query("g", "T", 0), None);
+        assert!(groups.get("g").is_none());
+        assert_eq!(offsets.query("h", "T", 0), Some(QueueOffset(9)));
+        assert_eq!(*offsets.log_position(), 4);
+    }
+
+    #[test]
+    fn a_restart_replays_only_what_its_snapshot_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(&dir.path().join("store"), false);
+        let before = member(dir.path());
+        log(&store, &StateRecord::commit("g", "T", [(0, 5)]));
+        catch_up(&store, &before.offsets, &before.groups).unwrap();
+        before.offsets.persist().unwrap();
+        // Changed in memory after the snapshot, then the log says otherwise: replay must
+        // not apply the record the snapshot covers again, only the later one.
+        log(&store, &StateRecord::commit("g", "T", [(1, 8)]));
+        let after = member(dir.path());
+        after.offsets.commit("g", "T", 0, QueueOffset(6));
+        assert_eq!(catch_up(&store, &after.offsets, &after.groups).unwrap(), 1);
+        assert_eq!(after.offsets.query("g", "T", 0), Some(QueueOffset(6)));
+        assert_eq!(after.offsets.query("g", "T", 1), Some(QueueOffset(8)));
+    }
+
+    #[test]
+    fn a_member_applies_only_confirmed_records_until_it_takes_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(&dir.path().join("store"), true);
+        let replica = member(dir.path());
+        let (offsets, groups) = (&replica.offsets, &replica.groups);
+        let confirmed = log(&store, &StateRecord::commit("g", "T", [(0, 5)]));
+        log(&store, &StateRecord::commit("g", "T", [(0, 6)]));
+        store.confirm(confirmed);
+        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 1);
+        assert_eq!(offsets.query("g", "T", 0), Some(QueueOffset(5)));
+        // The unconfirmed tail was never acknowledged: a new master counts it covered.
+        assert_eq!(take_over(&store, offsets, groups).unwrap(), 0);
+        assert_eq!(*offsets.log_position(), 2);
+    }
+
+    #[test]
+    fn a_position_past_a_cut_log_moves_back_and_foreign_messages_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(&dir.path().join("store"), false);
+        let replica = member(dir.path());
+        let (offsets, groups) = (&replica.offsets, &replica.groups);
+        *offsets.log_position() = 10;
+        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 0);
+        assert_eq!(*offsets.log_position(), 0);
+        let host = "127.0.0.1:10911".parse().unwrap();
+        let foreign = NewMessage {
+            topic: STATE_TOPIC,
+            queue_id: STATE_QUEUE,
+            flag: 0,
+            body: b"not a record",
+            properties: "",
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: host,
+            store_host: host,
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        store.append(&[foreign], 1).unwrap();
+        log(&store, &StateRecord::commit("g", "T", [(2, 4)]));
+        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 1);
+        assert_eq!(offsets.query("g", "T", 2), Some(QueueOffset(4)));
+        assert_eq!(*offsets.log_position(), 2);
+    }
+}
