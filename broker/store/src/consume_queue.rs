@@ -307,6 +307,13 @@ impl ConsumeQueue {
         let last_end = last.end() / UNIT_BYTES;
         let written = WrittenUnits::of(&segments);
         let unit = |index| written.unit(self, &segments, index);
+        if segments.len() == 1 {
+            // A queue that started inside its file (a rebuilt replica's, or one whose
+            // earlier records were gone when it was first written): its units follow empty
+            // ones.
+            let first_written = (max..last_end).find(|index| !unit(*index).is_empty());
+            max = first_written.unwrap_or(max);
+        }
         while max < last_end && !unit(max).is_empty() {
             max += 1;
         }
@@ -506,5 +513,24 @@ mod tests {
         assert_eq!(queue.snapshot().len(), 1);
         assert_eq!(queue.advance_min(5_000).unwrap(), 0, "never the last file");
         assert_eq!(queue.min_offset(), 10);
+    }
+
+    #[test]
+    fn a_queue_that_starts_inside_its_file_recovers_from_its_first_unit() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = ConsumeQueue::open(dir.path(), "T", 0, 8).unwrap();
+        queue.start_at(5);
+        let mut tail = QueueTail::default();
+        for n in 5..7 {
+            queue.prepare(&mut tail, n).unwrap();
+            queue.write(&tail, n, unit(n));
+            queue.publish(n + 1);
+        }
+        queue.flush().unwrap();
+        let reopened = ConsumeQueue::open(dir.path(), "T", 0, 8).unwrap();
+        assert_eq!(reopened.recover(500, 10_000).unwrap(), 0);
+        assert_eq!((reopened.min_offset(), reopened.max_offset()), (5, 7));
+        let segments = reopened.snapshot();
+        assert_eq!(reopened.unit(&segments, 6), Some(unit(6)));
     }
 }

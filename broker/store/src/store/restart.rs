@@ -201,7 +201,7 @@ mod tests {
         let (master_dir, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let (master, first) = master_past_its_first_segment(master_dir.path());
         let segment = master.segment_size();
-        let store = open_store(dir.path(), false);
+        let mut store = open_store(dir.path(), false);
         store.put(&message(0, b"old", "KEYS\u{1}old"), 1).unwrap();
         let error = store.restart_at(CommitLogOffset(segment + 1)).unwrap_err();
         assert!(matches!(error, StoreError::NotARecordBoundary { .. }));
@@ -227,6 +227,20 @@ mod tests {
         assert_eq!(copied, read(&master, 1, first).messages[..3]);
         let keyed = store.query_by_key(TOPIC, "k", KeyMatch::AnyKey, 10, 0, i64::MAX);
         assert_eq!(keyed.messages.len(), 3);
+        // Reopened, after a crash or not, the queue still starts at its first record.
+        for clean in [true, false] {
+            if clean {
+                store.shutdown().unwrap();
+            }
+            drop(store);
+            store = open_store(dir.path(), false);
+            assert_eq!(
+                store.min_offset(TOPIC, 1),
+                QueueOffset(first),
+                "clean: {clean}"
+            );
+            assert_eq!(read(&store, 1, first).messages, copied);
+        }
         store.shutdown().unwrap();
         master.shutdown().unwrap();
     }
