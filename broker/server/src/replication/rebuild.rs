@@ -119,11 +119,10 @@ impl Replication {
             "the master's retention deleted this member's next bytes: discarding its log and rebuilding from the master's oldest segment"
         );
         let restart_store = Arc::clone(&store);
-        let report = tokio::task::spawn_blocking(move || {
-            restart_store.restart_at(CommitLogOffset(oldest))
-        })
-        .await
-        .map_err(|_| StoreError::ShutDown)??;
+        let report =
+            tokio::task::spawn_blocking(move || restart_store.restart_at(CommitLogOffset(oldest)))
+                .await
+                .map_err(|_| StoreError::ShutDown)??;
         // The fence dropped with the log: what the group confirmed still stands.
         store.confirm(CommitLogOffset(self.confirmed()));
         tracing::info!(?report, "the log restarted at the master's oldest segment");
