@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,9 @@ pub struct ConsumerOffsets {
     /// Held across a record's append and its change, so a snapshot never names a position
     /// past a change it lacks.
     log_position: Mutex<u64>,
+    /// Group deletions so far: a copy of another member's table taken before one must not
+    /// bring the deleted group back.
+    deletions: AtomicU64,
     /// Serialises writers of the file (they share one temp file).
     persist_lock: Mutex<()>,
 }
@@ -73,6 +77,7 @@ impl ConsumerOffsets {
             path,
             table: RwLock::new(table),
             log_position: Mutex::new(log_position),
+            deletions: AtomicU64::new(0),
             persist_lock: Mutex::new(()),
         })
     }
@@ -81,6 +86,11 @@ impl ConsumerOffsets {
     /// holds it across the change and moves it past the record.
     pub fn log_position(&self) -> MutexGuard<'_, u64> {
         self.log_position.lock()
+    }
+
+    /// How many group deletions this table has applied since it was loaded.
+    pub fn deletions(&self) -> u64 {
+        self.deletions.load(Ordering::Acquire)
     }
 
     /// Sets the offsets of queues that have none here, leaving committed ones alone (a
@@ -128,6 +138,7 @@ impl ConsumerOffsets {
     }
 
     pub fn delete_group(&self, group: &str) {
+        self.deletions.fetch_add(1, Ordering::AcqRel);
         self.table
             .write()
             .retain(|key, _| split_key(key).is_none_or(|(_, g)| g != group));

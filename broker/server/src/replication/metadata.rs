@@ -147,19 +147,22 @@ async fn sync_once(
     )
     .await?;
     let groups = SubscriptionGroupWrapper::decode(&groups).map_err(body_error("groups"))?;
+    let deletions = broker.offsets().deletions();
     let offsets = ask(replication, address, request::GET_ALL_CONSUMER_OFFSET).await?;
     let offsets: ConsumerOffsetTable =
         quiver_protocol::body::decode_json(&offsets, "offsets").map_err(body_error("offsets"))?;
-    apply(broker, topics, groups, offsets);
+    apply(broker, topics, groups, offsets, deletions);
     Ok(())
 }
 
-/// Makes this member's topics, groups and offsets the master's.
+/// Makes this member's topics and groups the master's, and fills in offsets it lacks from
+/// the master's table, read when this member had applied `deletions` group deletions.
 fn apply(
     broker: &dyn Member,
     topics: TopicConfigSerializeWrapper,
     groups: SubscriptionGroupWrapper,
     offsets: ConsumerOffsetTable,
+    deletions: u64,
 ) {
     let wanted: BTreeSet<String> = topics.topic_config_table.keys().cloned().collect();
     for config in broker.topics().all() {
@@ -181,14 +184,19 @@ fn apply(
     for (_, config) in groups.subscription_group_table {
         broker.groups().upsert(config);
     }
-    fill_absent_offsets(broker, offsets);
+    fill_absent_offsets(broker, offsets, deletions);
 }
 
 /// Sets the master's offsets of queues this member has none for; the state log keeps the
 /// others, in order (copying them would move an offset back to a stale read of the table).
-fn fill_absent_offsets(broker: &dyn Member, offsets: ConsumerOffsetTable) {
+/// Skipped when a group deletion was applied since the table was read: it may name the
+/// deleted group (the next round fills in).
+fn fill_absent_offsets(broker: &dyn Member, offsets: ConsumerOffsetTable, deletions: u64) {
     // Under the state log's position: nothing applies a record while the table is filled.
     let _position = broker.offsets().log_position();
+    if broker.offsets().deletions() != deletions {
+        return;
+    }
     for (key, queues) in offsets.offset_table {
         let Some((topic, group)) = key.split_once('@') else {
             continue;
