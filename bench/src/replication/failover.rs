@@ -1,7 +1,8 @@
 //! Failover: a sender sends 1 KiB messages one at a time to whoever the group's route names
-//! master; each round kills the master (`kill -9`) and times the kill to the first SEND_OK
-//! answered by another member, then restarts the killed member on its dir and ports and waits
-//! until the master counts it in sync again.
+//! master; each round stops the master, by `kill -9` (an election after the master timeout) or
+//! by SIGTERM (a controlled shutdown: it hands mastership over first), and times the signal to
+//! the first SEND_OK answered by another member, then restarts the stopped member on its dir
+//! and ports and waits until the master counts it in sync again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,6 +25,24 @@ const RETRY_PAUSE: Duration = Duration::from_millis(5);
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the live members' /metrics are read for a new master during a failover.
 const POLL: Duration = Duration::from_millis(50);
+
+/// How a round stops the master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// `kill -9`: the group elects after the master timeout.
+    Kill,
+    /// SIGTERM: the master hands over to an in-sync replica, then exits.
+    Term,
+}
+
+impl Stop {
+    pub fn signal(self) -> &'static str {
+        match self {
+            Stop::Kill => "kill -9",
+            Stop::Term => "SIGTERM",
+        }
+    }
+}
 
 /// How long each part of a round may take at most.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +72,11 @@ pub struct Round {
     pub failed_sends: u64,
     /// The killed member's restart to all members in sync again.
     pub resync: Option<Duration>,
+    /// Whether the stopped master led its group's consensus (None: its /metrics did not say).
+    pub led_consensus: Option<bool>,
+    /// SIGTERM rounds: the stopped master's exit code (None: a signal ended it, or it did
+    /// not exit within the bound); kill -9 rounds: None.
+    pub exit_code: Option<i32>,
     /// Why the sends failed: error text (addresses and numbers kept) and how often.
     pub errors: Vec<(String, u64)>,
     /// (member, epoch) that called itself master while the killed member rejoined, besides
@@ -141,9 +165,14 @@ pub async fn run(
     log_dir: &Path,
     spec: &GroupSpec,
     plan: &FailoverPlan,
+    how: Stop,
     log: &impl Fn(&str),
 ) -> anyhow::Result<FailoverOutcome> {
-    let mut brokers = Brokers::start_group(binary, &scratch.join("failover"), log_dir, spec)?;
+    let dir = match how {
+        Stop::Kill => "failover",
+        Stop::Term => "shutdown",
+    };
+    let mut brokers = Brokers::start_group(binary, &scratch.join(dir), log_dir, spec)?;
     let (master, epoch) = brokers.wait_all_in_sync(Duration::from_secs(60)).await?;
     log(&format!(
         "  group: member {master} is the master of epoch {epoch}, all in sync"
@@ -182,7 +211,7 @@ pub async fn run(
             ));
             break;
         }
-        match round(&mut brokers, number, plan, &state, &mut acks).await {
+        match round(&mut brokers, number, plan, how, &state, &mut acks).await {
             Ok(round) => {
                 log(&describe(&round));
                 rounds.push(round);
@@ -205,8 +234,19 @@ pub async fn run(
 /// One line per round, as it ends.
 pub fn describe(round: &Round) -> String {
     let ms = |d: Option<Duration>| d.map_or("—".into(), |d| format!("{} ms", d.as_millis()));
+    let exit = match (round.exit_code, round.led_consensus) {
+        (Some(code), led) => format!(
+            " (exit code {code}{})",
+            if led == Some(true) {
+                ", it led the consensus"
+            } else {
+                ""
+            }
+        ),
+        (None, _) => String::new(),
+    };
     format!(
-        "  round {} (kill at {}): killed member {}, new master {}, named after {}, first SEND_OK after {}, {} failed sends, back in sync {} after its restart{}",
+        "  round {} (signal at {}): stopped member {}{exit}, new master {}, named after {}, first SEND_OK after {}, {} failed sends, back in sync {} after its restart{}",
         round.round,
         round.killed_at_utc,
         round.killed,
@@ -292,6 +332,7 @@ async fn round(
     brokers: &mut Brokers,
     number: u32,
     plan: &FailoverPlan,
+    how: Stop,
     state: &SenderState,
     acks: &mut mpsc::UnboundedReceiver<Ack>,
 ) -> anyhow::Result<Round> {
@@ -303,8 +344,12 @@ async fn round(
     let failures_before = state.failures.load(Ordering::Relaxed);
     lock(&state.errors).clear();
 
+    let led_consensus = brokers.leads_consensus(master).await;
     let killed_at_utc = utc_now();
-    let killed_at = brokers.kill(master);
+    let killed_at = match how {
+        Stop::Kill => brokers.kill(master),
+        Stop::Term => brokers.terminate(master),
+    };
     let ack_deadline = killed_at + plan.ack_bound;
     let mut elected = None;
     let mut first_ack = None;
@@ -336,6 +381,10 @@ async fn round(
     let errors = std::mem::take(&mut *lock(&state.errors))
         .into_iter()
         .collect();
+    let exit_code = match how {
+        Stop::Kill => None,
+        Stop::Term => brokers.wait_exit(master, plan.ack_bound).await,
+    };
 
     let (resync, stale_claims, acks_from_restarted) =
         restart(brokers, master, master_port, plan, acks).await?;
@@ -348,6 +397,8 @@ async fn round(
         first_ack,
         failed_sends,
         resync,
+        led_consensus,
+        exit_code,
         errors,
         stale_claims,
         acks_from_restarted,

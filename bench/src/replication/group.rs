@@ -210,6 +210,45 @@ impl Brokers {
         killed_at
     }
 
+    /// SIGTERM to member `id`: it stops on its own (a master hands over first); returns the
+    /// moment just before the signal. [`Self::wait_exit`] collects it.
+    pub fn terminate(&mut self, id: u64) -> Instant {
+        let signalled_at = Instant::now();
+        if let Some(process) = &self.members[id as usize].process {
+            // SAFETY: kill(2) on our own child's pid, which is not reaped yet (its
+            // ServerProcess reaps it) so cannot be reused.
+            unsafe { libc::kill(process.pid() as libc::pid_t, libc::SIGTERM) };
+        }
+        signalled_at
+    }
+
+    /// After [`Self::terminate`]: waits at most `timeout` for member `id` to exit; its exit
+    /// code (None: a signal ended it, or it was still running and is killed now).
+    pub async fn wait_exit(&mut self, id: u64, timeout: Duration) -> Option<i32> {
+        let pid = self.members[id as usize].process.as_ref()?.pid();
+        let deadline = Instant::now() + timeout;
+        let code = loop {
+            if let Some(code) = exit_code(pid) {
+                break code;
+            }
+            if Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        if let Some(mut process) = self.members[id as usize].process.take() {
+            process.kill();
+        }
+        code
+    }
+
+    /// Whether member `id`'s /metrics says it leads its group's consensus.
+    pub async fn leads_consensus(&self, id: u64) -> Option<bool> {
+        let member = self.member(id);
+        let metrics = Metrics::read(member.http).await.ok()?;
+        Some(metrics.leads_consensus)
+    }
+
     /// The replication metrics of every running member (a member that does not answer is
     /// left out).
     pub async fn metrics(&self) -> Vec<(u64, Metrics)> {
@@ -311,6 +350,22 @@ impl Drop for Brokers {
             }
         }
     }
+}
+
+/// Whether child `pid` has exited: Some(its exit code, None if a signal ended it); None while
+/// it runs. Leaves it unreaped for its ServerProcess.
+fn exit_code(pid: u32) -> Option<Option<i32>> {
+    // SAFETY: siginfo_t is plain data; all zeroes is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: waitid(2) on our own child, writing into `info`; WNOWAIT leaves it unreaped.
+    let waited = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+    // SAFETY: waitid filled `info` for a child (si_pid 0: none has changed state yet).
+    let (child, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if waited != 0 || child == 0 {
+        return None;
+    }
+    Some((info.si_code == libc::CLD_EXITED).then_some(status))
 }
 
 /// (master, epoch) when all `members` answered with one epoch, exactly one calls itself

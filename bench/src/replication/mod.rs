@@ -1,7 +1,8 @@
 //! `quiver-bench replication`: replicated broker groups (three local members sharing one
-//! broker name) against the three targets: batch produce with sync replication beside
-//! a single broker with async flush, failover after `kill -9` of the master, and replication
-//! lag at a steady rate. Figures, never pass/fail.
+//! broker name) against the targets: batch produce with sync replication beside a
+//! single broker with async flush, failover after `kill -9` of the master, the handover after
+//! SIGTERM of the master (a controlled shutdown), and replication lag at a steady rate.
+//! Figures, never pass/fail.
 
 mod failover;
 mod group;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::peers::systems;
-use failover::FailoverPlan;
+use failover::{FailoverPlan, Stop};
 use group::GroupSpec;
 use lag::LagPlan;
 use produce::ProducePlan;
@@ -38,7 +39,7 @@ pub struct Options {
     /// Queues per topic.
     #[arg(long, default_value_t = 4)]
     queues: u32,
-    /// Kills of the failover run.
+    /// Kills of the failover run, and SIGTERMs of the shutdown run.
     #[arg(long, default_value_t = 20)]
     rounds: u32,
     /// Rate of the lag run, messages per second.
@@ -65,7 +66,7 @@ pub struct Options {
     member_arg: Vec<String>,
     /// Scenarios to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',',
-          default_values_t = [Scenario::Produce, Scenario::Failover, Scenario::Lag])]
+          default_values_t = [Scenario::Produce, Scenario::Failover, Scenario::Shutdown, Scenario::Lag])]
     scenarios: Vec<Scenario>,
     /// Threads of the load generator (default 1: a current-thread runtime, as the peers bench).
     #[arg(long, default_value_t = 1)]
@@ -88,6 +89,8 @@ pub struct Options {
 pub enum Scenario {
     Produce,
     Failover,
+    /// SIGTERM of the master: its handover to an in-sync replica, round by round.
+    Shutdown,
     Lag,
 }
 
@@ -201,10 +204,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
                 ));
                 outcomes.produce = Some(outcome.map_err(|e| report::reason(&e)));
             }
-            Scenario::Failover => {
+            Scenario::Failover | Scenario::Shutdown => {
+                let how = match scenario {
+                    Scenario::Shutdown => Stop::Term,
+                    _ => Stop::Kill,
+                };
                 log(&format!(
-                    "== failover: {} kills of the master",
-                    plans.failover.rounds
+                    "== {}: {} x {} of the master",
+                    format!("{scenario:?}").to_lowercase(),
+                    plans.failover.rounds,
+                    how.signal()
                 ));
                 let outcome = runtime.block_on(failover::run(
                     &binary,
@@ -212,9 +221,14 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
                     &log_dir,
                     &spec,
                     &plans.failover,
+                    how,
                     &log,
                 ));
-                outcomes.failover = Some(outcome.map_err(|e| report::reason(&e)));
+                let outcome = Some(outcome.map_err(|e| report::reason(&e)));
+                match how {
+                    Stop::Kill => outcomes.failover = outcome,
+                    Stop::Term => outcomes.shutdown = outcome,
+                }
             }
             Scenario::Lag => {
                 log(&format!(

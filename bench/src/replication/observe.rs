@@ -55,6 +55,8 @@ pub struct Metrics {
     pub is_master: bool,
     pub in_sync: Option<u64>,
     pub epoch: Option<u64>,
+    /// It leads its group's consensus (`quiver_replication_consensus_leader`).
+    pub leads_consensus: bool,
     /// On the master: (replica id, lag bytes, lag seconds) per replica.
     pub lag: Vec<(String, f64, f64)>,
 }
@@ -76,6 +78,7 @@ impl Metrics {
                 }
                 "quiver_replication_in_sync_replicas" => metrics.in_sync = Some(value as u64),
                 "quiver_replication_epoch" => metrics.epoch = Some(value as u64),
+                "quiver_replication_consensus_leader" => metrics.leads_consensus = value == 1.0,
                 "quiver_replication_lag_bytes" => {
                     lag_bytes.push((label(&labels, "replica_id").unwrap_or("").to_owned(), value));
                 }
@@ -160,9 +163,11 @@ mod tests {
             quiver_replication_lag_bytes{cluster=\"DefaultCluster\",replica_id=\"1\"} 2048\n\
             quiver_replication_lag_bytes{cluster=\"DefaultCluster\",replica_id=\"2\"} 0\n\
             quiver_replication_lag_seconds{cluster=\"DefaultCluster\",replica_id=\"1\"} 0.004\n\
-            quiver_replication_lag_seconds{cluster=\"DefaultCluster\",replica_id=\"2\"} 0.0\n";
+            quiver_replication_lag_seconds{cluster=\"DefaultCluster\",replica_id=\"2\"} 0.0\n\
+            quiver_replication_consensus_leader{cluster=\"DefaultCluster\"} 1\n";
         let metrics = Metrics::parse(text);
         assert!(metrics.is_master);
+        assert!(metrics.leads_consensus);
         assert_eq!(metrics.in_sync, Some(3));
         assert_eq!(metrics.epoch, Some(3));
         assert_eq!(

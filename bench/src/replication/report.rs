@@ -1,5 +1,5 @@
 //! One markdown table per run: each scenario's rows, absolute figures, ratios and the issue's
-//! targets beside them; then every failover round.
+//! targets beside them; then every failover and shutdown round.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,6 +18,8 @@ use crate::replication::Plans;
 const PRODUCE_RATIO_TARGET: f64 = 0.5;
 /// Target 2: kill to the first acknowledged send on the new master, p99.
 const FAILOVER_TARGET: Duration = Duration::from_secs(10);
+/// SIGTERM of the master to the first acknowledged send on the new master, p99.
+const SHUTDOWN_TARGET: Duration = Duration::from_secs(1);
 /// Target 3: replication lag p99 at 50k msgs/s.
 const LAG_TARGET_MS: f64 = 10.0;
 
@@ -26,6 +28,8 @@ const LAG_TARGET_MS: f64 = 10.0;
 pub struct Outcomes {
     pub produce: Option<Result<ProduceOutcome, String>>,
     pub failover: Option<Result<FailoverOutcome, String>>,
+    /// The same rounds with SIGTERM instead of kill -9.
+    pub shutdown: Option<Result<FailoverOutcome, String>>,
     pub lag: Option<Result<LagOutcome, String>>,
 }
 
@@ -133,6 +137,14 @@ pub fn render(plans: &Plans, spec: &GroupSpec, outcomes: &Outcomes, load: &str) 
         Some(Err(reason)) => row("failover", &format!("not measured: {reason}"), "", ""),
         Some(Ok(failover)) => failover_rows(&mut row, failover),
     }
+    match &outcomes.shutdown {
+        None => {}
+        Some(Err(reason)) => row("shutdown", &format!("not measured: {reason}"), "", ""),
+        Some(Ok(shutdown)) => {
+            let killed = outcomes.failover.as_ref().and_then(|f| f.as_ref().ok());
+            shutdown_rows(&mut row, shutdown, killed);
+        }
+    }
     match &outcomes.lag {
         None => {}
         Some(Err(reason)) => row("lag", &format!("not measured: {reason}"), "", ""),
@@ -141,6 +153,10 @@ pub fn render(plans: &Plans, spec: &GroupSpec, outcomes: &Outcomes, load: &str) 
     if let Some(Ok(failover)) = &outcomes.failover {
         out.push('\n');
         out.push_str(&rounds_table(failover));
+    }
+    if let Some(Ok(shutdown)) = &outcomes.shutdown {
+        out.push('\n');
+        out.push_str(&shutdown_table(shutdown));
     }
     out
 }
@@ -229,6 +245,104 @@ fn failover_rows(row: &mut impl FnMut(&str, &str, &str, &str), failover: &Failov
     if let Some(why) = &failover.stopped_early {
         row("failover: stopped early", why, "", "");
     }
+}
+
+/// "min / p50 / p99 / max" of the rounds' signal -> first SEND_OK (a round without one
+/// counts as 30 s), and that p99.
+fn spread(rounds: &[Round]) -> (String, Duration) {
+    let acks = sorted_micros(rounds.iter().map(|r| r.first_ack), Duration::from_secs(30));
+    let at = |p| Duration::from_micros(percentile(&acks, p));
+    let min = Duration::from_micros(acks.first().copied().unwrap_or(0));
+    let max = Duration::from_micros(acks.last().copied().unwrap_or(0));
+    let p99 = at(0.99);
+    let text = format!(
+        "{} / {} / {} / {}",
+        secs(min),
+        secs(at(0.5)),
+        secs(p99),
+        secs(max)
+    );
+    (text, p99)
+}
+
+/// The shutdown run's rows, the failover run's kill -9 figures beside them.
+fn shutdown_rows(
+    row: &mut impl FnMut(&str, &str, &str, &str),
+    shutdown: &FailoverOutcome,
+    killed: Option<&FailoverOutcome>,
+) {
+    let rounds = &shutdown.rounds;
+    let name = "shutdown: SIGTERM of the master -> first SEND_OK answered by the new master";
+    if rounds.is_empty() {
+        row(name, "no round completed", "", "");
+    } else {
+        let (figures, p99) = spread(rounds);
+        row(
+            &format!("{name}, min / p50 / p99 / max ({} rounds)", rounds.len()),
+            &figures,
+            "p99 <= 1 s",
+            &at_most(p99.as_secs_f64(), SHUTDOWN_TARGET.as_secs_f64()),
+        );
+        if let Some(killed) = killed.filter(|k| !k.rounds.is_empty()) {
+            row(
+                &format!(
+                    "beside it, kill -9 of the master -> first SEND_OK (failover run), min / p50 / p99 / max ({} kills)",
+                    killed.rounds.len()
+                ),
+                &spread(&killed.rounds).0,
+                "",
+                "",
+            );
+        }
+        for (led, which) in [(true, "led"), (false, "did not lead")] {
+            let some: Vec<Round> = rounds
+                .iter()
+                .filter(|r| r.led_consensus == Some(led))
+                .cloned()
+                .collect();
+            if !some.is_empty() {
+                row(
+                    &format!("shutdown: rounds whose master {which} the group's consensus, min / p50 / p99 / max ({})", some.len()),
+                    &spread(&some).0,
+                    "",
+                    "",
+                );
+            }
+        }
+        row(
+            "shutdown: exit codes of the SIGTERMed masters",
+            &exit_codes(rounds),
+            "0",
+            "",
+        );
+        let mut failed: Vec<u64> = rounds.iter().map(|r| r.failed_sends).collect();
+        failed.sort_unstable();
+        row(
+            "shutdown: sends that failed between the SIGTERM and the first SEND_OK, median per round / total",
+            &format!("{} / {}", percentile(&failed, 0.5), failed.iter().sum::<u64>()),
+            "",
+            "",
+        );
+    }
+    if let Some(why) = &shutdown.stopped_early {
+        row("shutdown: stopped early", why, "", "");
+    }
+}
+
+/// "19 x 0, 1 x none" (none: a signal ended it, or it did not exit in time).
+fn exit_codes(rounds: &[Round]) -> String {
+    let mut counts: BTreeMap<Option<i32>, u32> = BTreeMap::new();
+    for round in rounds {
+        *counts.entry(round.exit_code).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(code, n)| match code {
+            Some(code) => format!("{n} x {code}"),
+            None => format!("{n} x none (killed by a signal or not exited within 30 s)"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn lag_rows(row: &mut impl FnMut(&str, &str, &str, &str), plans: &Plans, lag: &LagOutcome) {
@@ -343,6 +457,7 @@ fn rounds_table(failover: &FailoverOutcome) -> String {
         errors: round_errors,
         stale_claims,
         acks_from_restarted,
+        ..
     } in &failover.rounds
     {
         let _ = writeln!(
@@ -367,14 +482,56 @@ fn rounds_table(failover: &FailoverOutcome) -> String {
         }
     }
     if !errors.is_empty() {
-        let mut errors: Vec<_> = errors.into_iter().collect();
-        errors.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
         out.push_str(
             "\nWhy sends failed during the failovers (all kills, most frequent first):\n\n",
         );
-        for (error, count) in errors.iter().take(8) {
-            let _ = writeln!(out, "- {count} x `{error}`");
+        out.push_str(&most_frequent(errors));
+    }
+    out
+}
+
+/// Up to 8 error shapes, most frequent first, as a markdown list.
+fn most_frequent(errors: BTreeMap<String, u64>) -> String {
+    let mut errors: Vec<_> = errors.into_iter().collect();
+    errors.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+    let mut out = String::new();
+    for (error, count) in errors.iter().take(8) {
+        let _ = writeln!(out, "- {count} x `{error}`");
+    }
+    out
+}
+
+/// One line per SIGTERM round, then why sends failed during the handovers.
+fn shutdown_table(shutdown: &FailoverOutcome) -> String {
+    let mut out = String::from(
+        "| SIGTERM | stopped master | it led the consensus | exit code | new master | SIGTERM -> named master | SIGTERM -> first SEND_OK | failed sends | restart -> all in sync |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let opt = |d: Option<Duration>| d.map_or("—".into(), |d| format!("{} ms", d.as_millis()));
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &shutdown.rounds {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.round,
+            r.killed,
+            r.led_consensus
+                .map_or("—", |led| if led { "yes" } else { "no" }),
+            r.exit_code.map_or("none".into(), |c| c.to_string()),
+            r.new_master.map_or("—".into(), |m| m.to_string()),
+            opt(r.elected),
+            opt(r.first_ack),
+            r.failed_sends,
+            opt(r.resync),
+        );
+        for (error, count) in &r.errors {
+            *errors.entry(shape(error)).or_default() += count;
         }
+    }
+    if !errors.is_empty() {
+        out.push_str(
+            "\nWhy sends failed during the handovers (all SIGTERMs, most frequent first):\n\n",
+        );
+        out.push_str(&most_frequent(errors));
     }
     out
 }
