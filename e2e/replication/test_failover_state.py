@@ -1,6 +1,10 @@
 """What a new master needs survives a failover: consumer offsets committed on the master (their
-state log records travel with the CommitLog), group deletions reach every member, and a
-commit sent to a replica is refused with 14 SERVICE_NOT_AVAILABLE naming the master."""
+state log records travel with the CommitLog), the delay levels' progress (delayed messages
+delivered before the failover are not delivered again, those in flight are delivered once),
+group deletions reach every member, and a commit sent to a replica is refused with 14
+SERVICE_NOT_AVAILABLE naming the master."""
+
+import collections
 
 import pytest
 
@@ -14,6 +18,8 @@ QUEUES = 4
 QUERY_CONSUMER_OFFSET = 14
 DELETE_SUBSCRIPTIONGROUP = 207
 SYSTEM_BUSY = 2
+SEND_MESSAGE = 10
+DELAYED_TOPIC = "DelayedTopic"
 
 
 def commit(addr, queue, offset, group=GROUP):
@@ -98,3 +104,44 @@ def test_a_group_deletion_reaches_every_replica(group):
     for m in replicas:
         wait_until(lambda m=m: all(query(m.addr, q)[0] == SYSTEM_BUSY for q in range(QUEUES)),
                    30, f"{m} to drop the deleted group's offsets")
+
+
+def send_delayed(addr, key, level, queue):
+    """A SEND_MESSAGE with delay level `level`; the master answers it once replicated."""
+    code, remark, _, _ = remoting.call(addr, SEND_MESSAGE, {
+        "producerGroup": "quiver-state-delayed", "topic": DELAYED_TOPIC,
+        "defaultTopic": "TBW102", "defaultTopicQueueNums": QUEUES, "queueId": queue,
+        "sysFlag": 0, "bornTimestamp": 0, "flag": 0,
+        "properties": f"KEYS\x01{key}\x02DELAY\x01{level}\x02", "reconsumeTimes": 0,
+        "unitMode": "false", "batch": "false"}, key.encode())
+    assert code == wire.SUCCESS, f"delayed send {key}: code {code} {remark}"
+
+
+def delivered(member):
+    """How often each key reached the delayed topic's queues on `member`."""
+    return collections.Counter(r["key"] for r in wire.read_topic(member.addr, DELAYED_TOPIC, QUEUES))
+
+
+@pytest.mark.timeout(240)
+def test_delayed_messages_are_delivered_once_across_a_failover(group):
+    master = started(group)
+    _, epoch, _ = master.view()
+    wire.create_topic(master.addr, DELAYED_TOPIC, QUEUES)
+    before = [f"before-{i}" for i in range(40)]
+    for i, key in enumerate(before):
+        send_delayed(master.addr, key, 1, i % QUEUES)  # level 1: 1 s
+    # Delivered by the master, and the delivered messages held by every member.
+    for m in group.members:
+        wait_until(lambda m=m: set(delivered(m)) >= set(before), 60, f"{m} to serve the first batch")
+    in_flight = [f"in-flight-{i}" for i in range(40)]
+    for i, key in enumerate(in_flight):
+        send_delayed(master.addr, key, 2, i % QUEUES)  # level 2: 5 s, due after the failover
+    master.kill9()
+    new = group.wait_writable(exclude=(master.id,), min_epoch=epoch + 1, timeout=60)
+    wait_until(lambda: set(delivered(new)) >= set(in_flight), 60, f"{new} to deliver the batch in flight")
+    counts = delivered(new)
+    again = {key: n for key, n in counts.items() if n > 1}
+    print(f"delayed across failover {master} -> {new}: {len(before)} delivered before, "
+          f"{len(in_flight)} in flight, {sum(n - 1 for n in again.values())} delivered again")
+    assert not again, f"delivered more than once: {sorted(again)[:10]}"
+    assert set(counts) == set(before) | set(in_flight)

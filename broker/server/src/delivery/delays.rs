@@ -1,5 +1,10 @@
 //! The delivery of delayed messages: every [`SCAN_INTERVAL`] on the master, due messages of
 //! the schedule topic's level queues go to their real topics (see `crate::schedule`).
+//!
+//! Each level's progress is the committed offset of [`DELAY_GROUP`] on the schedule topic's
+//! queue of that level, written through the state log after every batch re-stored: it is
+//! flushed and replicated with the CommitLog, so a new master goes on from where the old
+//! one was (at most the batch in flight at a failover is delivered again).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -18,19 +23,23 @@ use crate::error::{chain, BrokerError};
 use crate::periodic::{Flow, Round};
 use crate::schedule::{released, DELAY_LEVELS_MS};
 use crate::service::produce::{ensure_topic, store_message, StoreTarget};
+use crate::state_log::{self, StateRecord};
 use crate::topics::SCHEDULE_TOPIC;
 
+/// The internal consumer group whose offsets are the delay levels' progress.
+pub const DELAY_GROUP: &str = "CID_RMQ_SYS_QUIVER_DELAY";
 /// How often due messages are looked for; delays are whole seconds, so this is precise enough.
 const SCAN_INTERVAL: Duration = Duration::from_millis(100);
 const SCAN_BATCH: u32 = 256;
 
+/// The progress file of earlier versions, read once when the state log holds none.
 #[derive(Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct DelayOffsets {
     offset_table: BTreeMap<u32, u64>,
 }
 
-fn offsets_path(broker: &Broker) -> PathBuf {
+fn legacy_offsets_path(broker: &Broker) -> PathBuf {
     broker
         .config()
         .data_dir
@@ -39,45 +48,27 @@ fn offsets_path(broker: &Broker) -> PathBuf {
 }
 
 /// The delivery of delayed messages, one round every [`SCAN_INTERVAL`] on the master: moves
-/// due messages to their real topics. The offsets delivered up to are loaded at the first
-/// round and kept between rounds.
+/// due messages to their real topics from the progress the state log holds.
 pub(crate) struct DelayDelivery {
     broker: Arc<Broker>,
-    offsets: Option<DelayOffsets>,
 }
 
 impl DelayDelivery {
     pub(crate) const EVERY: Duration = SCAN_INTERVAL;
 
     pub(crate) fn new(broker: Arc<Broker>) -> DelayDelivery {
-        DelayDelivery {
-            broker,
-            offsets: None,
-        }
+        DelayDelivery { broker }
     }
 }
 
 impl Round for DelayDelivery {
-    /// Only on the master (a new master starts from its own saved delay offsets: at worst
-    /// it delivers again what the old one had delivered).
+    /// Only on the master, each round from the progress as the state log has it now (a new
+    /// master's includes what the old one recorded).
     async fn round(&mut self) -> Flow {
         let broker = self.broker.clone();
-        let offsets = match &mut self.offsets {
-            Some(offsets) => offsets,
-            None => self.offsets.insert(load_offsets(&broker).await),
-        };
-        // Retention keeps what is not delivered yet (`Broker::lowest_unread`).
-        *broker.delay_delivered().lock() = offsets.offset_table.clone();
-        let table = std::mem::take(&mut offsets.offset_table);
-        match blocking(&broker, move |broker| deliver_due(broker, table)).await {
-            Ok(Ok(table)) => {
-                offsets.offset_table = table;
-                ControlFlow::Continue(None)
-            }
-            Ok(Err((table, error))) => {
-                offsets.offset_table = table;
-                ControlFlow::Continue(Some(chain(&error)))
-            }
+        match blocking(&broker, deliver_due).await {
+            Ok(Ok(())) => ControlFlow::Continue(None),
+            Ok(Err(error)) => ControlFlow::Continue(Some(chain(&error))),
             Err(error) => {
                 tracing::error!(error = %chain(&error), "schedule task failed");
                 ControlFlow::Break(())
@@ -86,58 +77,66 @@ impl Round for DelayDelivery {
     }
 }
 
-async fn load_offsets(broker: &Arc<Broker>) -> DelayOffsets {
-    let loaded = blocking(broker, |broker| {
-        crate::persist::read_json::<DelayOffsets>(&offsets_path(broker))
-    })
-    .await;
-    match loaded {
-        Ok(Ok(found)) => found.unwrap_or_default(),
-        Ok(Err(error)) | Err(error) => {
-            tracing::error!(error = %chain(&error), "cannot load delay offsets; starting from the queue heads");
-            DelayOffsets::default()
-        }
+/// The levels' progress: the state log's, else an earlier version's file (recorded in the
+/// state log at once, so it is read only once).
+fn progress(broker: &Broker) -> Result<Table, BrokerError> {
+    let table: Table = broker
+        .offsets()
+        .table(DELAY_GROUP, SCHEDULE_TOPIC)
+        .into_iter()
+        .map(|(level, offset)| (level, offset.0))
+        .collect();
+    if !table.is_empty() {
+        return Ok(table);
+    }
+    let legacy = crate::persist::read_json::<DelayOffsets>(&legacy_offsets_path(broker))?
+        .unwrap_or_default()
+        .offset_table;
+    if !legacy.is_empty() {
+        let record = StateRecord::commit(DELAY_GROUP, SCHEDULE_TOPIC, legacy.clone());
+        state_log::append(broker, &record).map_err(record_error)?;
+        tracing::info!(
+            levels = legacy.len(),
+            "delay offsets of delayOffset.json moved to the state log"
+        );
+    }
+    Ok(legacy)
+}
+
+fn record_error(source: quiver_store::StoreError) -> BrokerError {
+    BrokerError::Store {
+        op: "record delay progress",
+        source,
     }
 }
 
 type Table = BTreeMap<u32, u64>;
 
-/// Re-stores every due message; returns the advanced offsets (persisted when they moved).
-fn deliver_due(broker: &Broker, mut table: Table) -> Result<Table, (Table, BrokerError)> {
+/// Re-stores every due message, recording each level's progress after every batch.
+fn deliver_due(broker: &Broker) -> Result<(), BrokerError> {
+    let mut table = progress(broker)?;
+    // Retention keeps what is not delivered yet (`Broker::lowest_unread`).
+    *broker.delay_delivered().lock() = table.clone();
     let now = crate::now_ms();
-    let mut moved = false;
     for (index, delay_ms) in DELAY_LEVELS_MS.iter().enumerate() {
-        match deliver_level(broker, &mut table, index as u32, *delay_ms, now) {
-            Ok(level_moved) => moved |= level_moved,
-            Err(error) => return Err((table, error)),
-        }
+        deliver_level(broker, &mut table, index as u32, *delay_ms, now)?;
     }
-    if moved {
-        if let Err(error) = crate::persist::write_json(
-            &offsets_path(broker),
-            &DelayOffsets {
-                offset_table: table.clone(),
-            },
-        ) {
-            return Err((table, error));
-        }
-    }
-    Ok(table)
+    *broker.delay_delivered().lock() = table;
+    Ok(())
 }
 
-/// Re-stores the due messages of one delay level, recording progress in `table` after each
-/// batch stored (so a failure never re-delivers a stored batch); true if the offset moved.
+/// Re-stores the due messages of one delay level, recording progress in `table` and the
+/// state log after each batch stored (so a failure never re-delivers a stored batch).
 fn deliver_level(
     broker: &Broker,
     table: &mut Table,
     queue_id: u32,
     delay_ms: i64,
     now: i64,
-) -> Result<bool, BrokerError> {
+) -> Result<(), BrokerError> {
     let start = *table.get(&queue_id).unwrap_or(&0);
     let max = broker.store().max_offset(SCHEDULE_TOPIC, queue_id).0;
     let mut next = start.max(broker.store().min_offset(SCHEDULE_TOPIC, queue_id).0);
-    let mut moved = false;
     while next < max {
         let got = broker
             .store()
@@ -166,14 +165,28 @@ fn deliver_level(
             store_message(broker, &due_targets)
                 .map_err(|source| BrokerError::Store { op: "put", source })?;
         }
-        moved |= next != start;
-        table.insert(queue_id, next);
+        record_progress(broker, table, queue_id, next)?;
         if not_due {
             break;
         }
     }
-    table.insert(queue_id, next);
-    Ok(moved)
+    record_progress(broker, table, queue_id, next)
+}
+
+/// Records a level's progress, in the state log when it moved.
+fn record_progress(
+    broker: &Broker,
+    table: &mut Table,
+    queue_id: u32,
+    next: u64,
+) -> Result<(), BrokerError> {
+    // An absent level is at 0: nothing to record until it moves.
+    if table.insert(queue_id, next).unwrap_or(0) == next {
+        return Ok(());
+    }
+    let record = StateRecord::commit(DELAY_GROUP, SCHEDULE_TOPIC, [(queue_id, next)]);
+    state_log::append(broker, &record).map_err(record_error)?;
+    Ok(())
 }
 
 /// The due messages at the head of `messages`, moved past as they are taken (`next`), and

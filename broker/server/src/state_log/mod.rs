@@ -1,5 +1,5 @@
-//! The state log: consumer-group state changes (offset commits and resets, group deletions)
-//! kept as messages of an internal topic of the CommitLog, as Kafka keeps
+//! The state log: consumer-group state changes (offset commits and resets, group deletions,
+//! and the delay levels' progress as offsets of an internal group) kept as messages of an internal topic of the CommitLog, as Kafka keeps
 //! `__consumer_offsets`. Through the one append pipeline a change is flushed with the flush
 //! mode and copied to a group's replicas by the data plane, with no channel of its own.
 //!
@@ -35,7 +35,7 @@ const READ_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// Appends `record` and applies it here, without waiting for durability (the record is in
 /// the page cache: a kill -9 keeps it). Refused on a member that takes no writes. Returns
 /// the CommitLog end to wait on with [`wait_held`].
-pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, ServiceError> {
+pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, StoreError> {
     let body = record.encode();
     let end = {
         let _admitted = admit(broker)?;
