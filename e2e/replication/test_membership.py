@@ -19,13 +19,18 @@ QUIVER_CLI = os.path.join(os.environ.get("QUIVER_BIN_DIR", ""), "quiver")
 MISMATCH = "does not match the group's membership"
 
 
-def members_change(addr, *args, wait_ms=60_000):
-    """`quiver --server addr --output json replication members ARGS`: the membership it
-    prints ({id: address}); fails with the CLI's output when it exits non-zero."""
-    out = subprocess.run(
+def members_cli(addr, *args, wait_ms=60_000):
+    """`quiver --server addr --output json replication members ARGS --wait-ms N`."""
+    return subprocess.run(
         [QUIVER_CLI, "--server", addr, "--output", "json", "replication", "members", *args,
          "--wait-ms", str(wait_ms)],
         capture_output=True, text=True, timeout=wait_ms / 1000 + 30)
+
+
+def members_change(addr, *args):
+    """The membership (`{id: address}`) `quiver replication members ARGS` prints; fails with
+    the CLI's output when it exits non-zero."""
+    out = members_cli(addr, *args)
     assert out.returncode == 0, f"quiver replication members {args}: {out.stdout}{out.stderr}"
     return {int(k): v for k, v in json.loads(out.stdout)["members"].items()}
 
@@ -118,6 +123,13 @@ def test_a_fourth_member_is_added_under_load_caught_up_and_removed(membership_ru
     run.read_all("with four members")
     timeline.add(f"{newcomer} in sync with four members")
 
+    # It takes mastership; its removal must then hand mastership to another member first.
+    master = group.master()
+    code, remark = wire.switchover(master.addr, newcomer.id, timeout_ms=3000)
+    timeline.add(f"switchover {master} -> {newcomer}: code {code} {remark}")
+    assert code == wire.SUCCESS, remark
+    assert group.wait_writable(timeout=30) is newcomer, group.views()
+
     # Removed again (through a member that need not lead consensus), still under load.
     removed = members_change(group.members[0].addr, "remove", "--id", "3")
     timeline.add(f"members remove 3 answered {removed}")
@@ -131,6 +143,10 @@ def test_a_fourth_member_is_added_under_load_caught_up_and_removed(membership_ru
         listed, in_sync = status_members(master)
         return listed == removed and 3 not in in_sync and master.view()[2] == 3
     group.wait(shrunk, 60, "the group of three, member 3 out of the in-sync set")
+    assert group.wait_writable(timeout=30) is not newcomer
+    again = members_cli(group.members[2].addr, "remove", "--id", "3")
+    assert again.returncode != 0 and "member 3 is not a member" in again.stderr, (
+        f"{again.stdout}{again.stderr}")
     exit_code = newcomer.stop(timeout=60)
     timeline.add(f"stopped {newcomer}: exit code {exit_code}")
     acked = run.acked()

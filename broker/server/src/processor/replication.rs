@@ -96,7 +96,7 @@ pub async fn members(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
         |error: MembersError| Refusal::new(response::SYSTEM_ERROR, crate::error::chain(&error));
     let change = MembersChange::parse(&header).map_err(refuse)?;
     let forwarded = replication
-        .forward_members_change(req, header.timeout_ms)
+        .forward_members_change(&header, req)
         .await
         .map_err(refuse)?;
     if let Some(answer) = forwarded {

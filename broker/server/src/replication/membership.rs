@@ -153,11 +153,12 @@ pub(crate) enum MembersError {
 
 impl Replication {
     /// QUIVER_REPLICATION_MEMBERS: `Ok(None)` when this member leads the group's consensus
-    /// (apply the change here), `Ok(Some(answer))` with the leader's answer once forwarded.
+    /// (apply the change here), `Ok(Some(answer))` with the leader's answer once forwarded
+    /// (signed as this member, like its other requests to members).
     pub(crate) async fn forward_members_change(
         &self,
+        header: &ReplicationMembersRequestHeader,
         request: &RemotingCommand,
-        timeout: Option<u64>,
     ) -> Result<Option<RemotingCommand>, MembersError> {
         let consensus = self.consensus().ok_or(MembersError::NotStarted)?;
         if consensus.is_leader() {
@@ -172,11 +173,15 @@ impl Replication {
                 address,
             });
         }
-        let mut forwarded = request.clone();
+        let mut forwarded =
+            RemotingCommand::request(request::QUIVER_REPLICATION_MEMBERS, header.to_ext());
         forwarded
             .ext_fields
             .insert(FORWARDED.to_owned(), self.id.to_string());
-        let wait = timeout.map_or(DEFAULT_TIMEOUT, Duration::from_millis) + Duration::from_secs(5);
+        let wait = header
+            .timeout_ms
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
+            + Duration::from_secs(5);
         let answer = self
             .links
             .request(&address, forwarded, wait)
@@ -258,13 +263,9 @@ impl Replication {
                 remaining.len()
             ));
         }
-        let in_sync: BTreeSet<u64> = self
-            .state()
-            .in_sync
-            .into_iter()
-            .filter(|m| *m != id)
-            .collect();
-        if in_sync.len() < min {
+        // Only an in-sync member's removal shrinks the set (a dead member already left it).
+        let mut in_sync = self.state().in_sync;
+        if in_sync.remove(&id) && in_sync.len() < min {
             return refused(format!(
                 "without member {id} the in-sync set would be {in_sync:?}, fewer than \
                  min-in-sync-replicas {min}: sends would be refused; wait until other members \
@@ -398,12 +399,86 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_with_another_membership_is_refused_naming_both_lists() {
+    fn an_empty_directory_takes_the_flags() {
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(
             check_stored_members(empty.path(), &members(&[0, 1])),
             Ok(())
         );
         assert_eq!(flag_list(&members(&[0, 1])), "0=h:0,1=h:1");
+    }
+
+    /// Member 0 of a group {0, 1, 2} (min in sync `min`) whose agreed in-sync set is
+    /// `in_sync`, having heard reports from `heard`.
+    fn group(dir: &Path, min: u32, in_sync: &[u64], heard: &[u64]) -> std::sync::Arc<Replication> {
+        let config = crate::config::BrokerConfig {
+            data_dir: dir.to_path_buf(),
+            group_members: vec!["0=h:0".into(), "1=h:1".into(), "2=h:2".into()],
+            min_in_sync_replicas: min,
+            ..Default::default()
+        };
+        let replication = Replication::new(&config).unwrap().unwrap();
+        replication
+            .state
+            .send_replace(quiver_consensus::GroupState {
+                epoch: 1,
+                master: Some(0),
+                in_sync: in_sync.iter().copied().collect(),
+                ..Default::default()
+            });
+        for id in heard {
+            replication.record_report(super::super::controller::ReportBody {
+                id: *id,
+                log_end: 0,
+                declined: false,
+                incarnation: 1,
+                unclean: false,
+            });
+        }
+        replication
+    }
+
+    fn refusal(result: Result<(), MembersError>) -> String {
+        match result {
+            Err(MembersError::Refused(why)) => why,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn removals_the_group_cannot_take_are_refused_saying_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let healthy = group(dir.path(), 2, &[0, 1, 2], &[0, 1, 2]);
+        assert!(healthy.check_removal(2, None).is_ok());
+        let why = refusal(healthy.check_removal(7, None));
+        assert!(why.contains("member 7 is not a member"), "{why}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let strict = group(dir.path(), 3, &[0, 1, 2], &[0, 1, 2]);
+        let why = refusal(strict.check_removal(2, None));
+        assert!(
+            why.contains("would leave 2 member(s), fewer than min-in-sync-replicas 3"),
+            "{why}"
+        );
+        let why = refusal(strict.check_removal(2, Some(3)));
+        assert!(why.contains("in-sync set would be {0, 1}"), "{why}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let one_down = group(dir.path(), 2, &[0, 1], &[0, 1]);
+        assert!(
+            one_down.check_removal(2, Some(3)).is_ok(),
+            "replacing a member out of the set shrinks nothing"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let lagging = group(dir.path(), 2, &[0, 1], &[0, 1, 2]);
+        let why = refusal(lagging.check_removal(1, None));
+        assert!(why.contains("in-sync set would be {0}"), "{why}");
+        assert!(lagging.check_removal(2, None).is_ok());
+
+        let dir = tempfile::tempdir().unwrap();
+        let silent = group(dir.path(), 1, &[0, 1, 2], &[0]);
+        let why = refusal(silent.check_removal(2, None));
+        assert!(why.contains("only {0} answer; 2 must answer"), "{why}");
     }
 }
