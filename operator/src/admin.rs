@@ -14,6 +14,33 @@ use std::time::Duration;
 /// A broker group's status as one member reports it (QUIVER_REPLICATION_STATUS).
 pub use quiver_protocol::body::{ReplicaRole, ReplicaStatus, ReplicationStatus};
 
+/// A change of a replicated group's membership, asked of its master
+/// (QUIVER_REPLICATION_MEMBERS). Member ids are replica ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// Make the member `member` at `address` (started with an empty directory) a member.
+    Add { member: u64, address: String },
+    /// Take `member` out of the group; it must not be the master.
+    Remove { member: u64 },
+}
+
+impl MembershipChange {
+    /// The request header's `action`.
+    pub fn action(&self) -> &'static str {
+        match self {
+            MembershipChange::Add { .. } => "add",
+            MembershipChange::Remove { .. } => "remove",
+        }
+    }
+
+    /// The member added or removed.
+    pub fn member(&self) -> u64 {
+        match self {
+            MembershipChange::Add { member, .. } | MembershipChange::Remove { member } => *member,
+        }
+    }
+}
+
 /// A broker's remoting address, `host:port`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BrokerAddr(pub String);
@@ -318,6 +345,15 @@ pub trait BrokerAdmin: Send + Sync {
         target: u64,
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), AdminError>>;
+    /// Asks the member at `addr` (the operator asks the master) to change the group's
+    /// membership (QUIVER_REPLICATION_MEMBERS), taking at most `timeout`; the membership after
+    /// the change, replica id -> address.
+    fn change_membership<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        change: &'a MembershipChange,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<BTreeMap<u64, String>, AdminError>>;
 }
 
 #[cfg(test)]

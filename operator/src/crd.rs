@@ -63,7 +63,7 @@ pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("(has(self.replication) ? self.replication.replicas : 1) == (has(oldSelf.replication) ? oldSelf.replication.replicas : 1)").message("replication.replicas is immutable: the pods of each broker group are fixed when the Broker is created"))]
+#[x_kube(validation = Rule::new("(has(self.replication) ? self.replication.replicas : 1) == (has(oldSelf.replication) ? oldSelf.replication.replicas : 1) || ((has(self.replication) ? self.replication.replicas : 1) >= 2 && (has(oldSelf.replication) ? oldSelf.replication.replicas : 1) >= 2 && self.replicas == 1 && oldSelf.replicas == 1)").message("replication.replicas may change only between 2 or more, with one broker group (replicas 1) before and after: a group's pods are ordinals g*R..g*R+R-1, so a group size change with several groups would move pods between groups, and one of 1 is a broker without replication (another broker name)"))]
 pub struct BrokerSpec {
     /// Number of brokers (broker groups, with `replication`); scale-down drains the leaving
     /// brokers first.
@@ -114,7 +114,9 @@ pub struct BrokerSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.minInSyncReplicas <= self.replicas").message("replication.minInSyncReplicas must not exceed replication.replicas"))]
 pub struct ReplicationSpec {
-    /// Pods per broker group, the master included; default 1 (no replication). Immutable.
+    /// Pods per broker group, the master included; default 1 (no replication). May change
+    /// between 2 or more while there is one group: the operator adds or removes members
+    /// through the group's consensus, restarting no member.
     #[serde(default = "default_one")]
     #[x_kube(validation = Rule::new("self >= 1").message("replication.replicas must be at least 1"))]
     pub replicas: i32,
@@ -1130,20 +1132,34 @@ mod tests {
     }
 
     #[test]
-    fn replication_replicas_are_immutable_counting_absent_as_one() {
+    fn replication_replicas_change_only_between_two_or_more_in_one_group() {
         let plain = broker(serde_json::json!({}));
         let one = broker(serde_json::json!({"replication": {"replicas": 1}}));
-        let three = broker(serde_json::json!({"replication": {"replicas": 3}}));
+        let two = broker(serde_json::json!({"replicas": 1, "replication": {"replicas": 2}}));
+        let three = broker(serde_json::json!({"replicas": 1, "replication": {"replicas": 3}}));
         validate_cel_update(&one, &plain).expect("absent is one");
         validate_cel_update(&plain, &one).expect("one is absent");
+        validate_cel_update(&three, &two).expect("a group grows");
+        validate_cel_update(&two, &three).expect("a group shrinks");
         let more_groups = broker(
             serde_json::json!({"replicas": 5, "replication": {"replicas": 3, "mode": "Sync"}}),
         );
         validate_cel_update(&more_groups, &three).expect("groups and mode may change");
-        for (new, old) in [(&three, &plain), (&plain, &three), (&one, &three)] {
+        let two_groups_of = |size: i32| {
+            broker(serde_json::json!({"replicas": 2, "replication": {"replicas": size}}))
+        };
+        let refused = [
+            (&three, &plain),
+            (&plain, &three),
+            (&one, &three),
+            (&two, &one),
+            (&two_groups_of(3), &two_groups_of(2)),
+            (&two_groups_of(2), &three),
+        ];
+        for (new, old) in refused {
             let errors = validate_cel_update(new, old).unwrap_err();
             assert!(
-                format!("{errors:?}").contains("replication.replicas is immutable"),
+                format!("{errors:?}").contains("replication.replicas may change only between"),
                 "{errors:?}"
             );
         }

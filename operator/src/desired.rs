@@ -31,10 +31,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use quiver_broker_config::{BrokerSettings, FlushMode};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 mod pod;
-pub use pod::{security_hash, stateful_set, template_hash};
+pub use pod::{security_hash, stateful_set, template_hash, termination_grace_seconds};
 
 /// Remoting port (also the name server).
 pub const REMOTING_PORT: i32 = 10911;
@@ -71,8 +71,12 @@ pub const TLS_CA_KEY: &str = "ca.crt";
 pub const ACCESS_KEY_KEY: &str = "accessKey";
 /// The secret key in the admin credentials Secret.
 pub const SECRET_KEY_KEY: &str = "secretKey";
-/// Default seconds a stopping broker gets to flush its CommitLog and persist offsets.
+/// Seconds a stopping broker gets to close its connections (`shutdown-timeout-ms`), flush its
+/// CommitLog and persist offsets; a replicated group's member gets its handover on top
+/// ([`termination_grace_seconds`]).
 pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 60;
+/// Kubernetes' own `terminationGracePeriodSeconds` default: the operator never sets less.
+pub const KUBERNETES_DEFAULT_GRACE_SECONDS: i64 = 30;
 /// The one field manager of every server-side apply.
 pub const FIELD_MANAGER: &str = "quiver-operator";
 /// Label the StatefulSet controller puts on each pod with its name: selects a broker group's
@@ -213,12 +217,40 @@ pub fn group_name(broker: &Broker, group: i32) -> String {
 /// `group-members` of group `group`: `<replica id>=<address>` for every member's stable
 /// remoting address, itself included (a list in the config file, as `peers`).
 pub fn group_members(broker: &Broker, group: i32) -> Vec<String> {
-    group_ordinals(broker, group)
-        .map(|ordinal| {
-            let (_, replica) = group_of(broker, ordinal);
-            format!("{replica}={}", broker_address(broker, ordinal))
+    let size = u64::try_from(broker.group_size()).unwrap_or(1);
+    member_list(broker, group, 0..size)
+}
+
+/// `<replica id>=<address>` of each of `ids`, members of group `group`.
+fn member_list(broker: &Broker, group: i32, ids: impl IntoIterator<Item = u64>) -> Vec<String> {
+    let first = group_ordinals(broker, group).start;
+    ids.into_iter()
+        .map(|id| {
+            let ordinal = first + i32::try_from(id).unwrap_or(i32::MAX - first);
+            format!("{id}={}", broker_address(broker, ordinal))
         })
         .collect()
+}
+
+/// Each replicated group's membership (replica ids) as its members last reported it, by group.
+pub type Memberships = BTreeMap<i32, BTreeSet<u64>>;
+
+/// The group and replica id of the pod with this ordinal. Past spec's pods, a pod that is
+/// still a member of the last group (a replicas decrease keeps it until it is removed) is that
+/// group's; any other is laid out as [`group_of`] says (a leaving group of a scale-down).
+pub fn placement(broker: &Broker, ordinal: i32, memberships: &Memberships) -> (i32, i32) {
+    let wanted = pods_of_groups(broker, broker.spec.replicas.max(1));
+    let last = groups_of_pods(broker, wanted) - 1;
+    let first = group_ordinals(broker, last).start;
+    let kept = ordinal >= wanted
+        && memberships.get(&last).is_some_and(|members| {
+            u64::try_from(ordinal - first).is_ok_and(|id| members.contains(&id))
+        });
+    if kept {
+        (last, ordinal - first)
+    } else {
+        group_of(broker, ordinal)
+    }
 }
 
 /// Volume claim name of the broker with this ordinal.
@@ -260,9 +292,21 @@ fn namespace_of(broker: &Broker) -> String {
 /// peer). A member of a replicated group also gets the group's members, its replica id (the
 /// ordinal within the group) and the replication settings.
 pub fn broker_settings(broker: &Broker, ordinal: i32, replicas: i32) -> BrokerSettings {
-    let (group, replica) = group_of(broker, ordinal);
+    member_settings(broker, ordinal, replicas, &Memberships::new())
+}
+
+/// [`broker_settings`] knowing each group's membership: a pod kept past spec's pods is placed
+/// in its group ([`placement`]); a member lists the membership it holds (what it checks
+/// `group-members` against at its next start), a pod not yet a member spec's members.
+fn member_settings(
+    broker: &Broker,
+    ordinal: i32,
+    replicas: i32,
+    memberships: &Memberships,
+) -> BrokerSettings {
+    let (group, replica) = placement(broker, ordinal, memberships);
     let peers: Vec<String> = (0..replicas)
-        .filter(|peer| group_of(broker, *peer).0 != group)
+        .filter(|peer| placement(broker, *peer, memberships).0 != group)
         .map(|peer| broker_address(broker, peer))
         .collect();
     let mut settings = BrokerSettings {
@@ -283,7 +327,13 @@ pub fn broker_settings(broker: &Broker, ordinal: i32, replicas: i32) -> BrokerSe
     };
     if let Some(replication) = broker.spec.replication.as_ref() {
         if broker.is_replicated() {
-            settings.group_members = group_members(broker, group);
+            let id = u64::try_from(replica).unwrap_or_default();
+            settings.group_members = match memberships.get(&group) {
+                Some(members) if members.contains(&id) => {
+                    member_list(broker, group, members.iter().copied())
+                }
+                _ => group_members(broker, group),
+            };
             settings.replica_id = u64::try_from(replica).ok();
             settings.replication = Some(replication.mode.broker_mode());
             settings.min_in_sync_replicas = u32::try_from(replication.min_in_sync_replicas).ok();
@@ -333,9 +383,19 @@ fn settings_json(settings: &BrokerSettings) -> serde_json::Value {
 /// ConfigMap with one config file per broker. Brokers from ordinal `draining_from` on start
 /// read-only, so a leaving broker that restarts mid-drain takes no new writes.
 pub fn config_map(broker: &Broker, replicas: i32, draining_from: Option<i32>) -> ConfigMap {
+    config_map_of_members(broker, replicas, draining_from, &Memberships::new())
+}
+
+/// [`config_map`] knowing each replicated group's membership ([`member_settings`]).
+pub fn config_map_of_members(
+    broker: &Broker,
+    replicas: i32,
+    draining_from: Option<i32>,
+    memberships: &Memberships,
+) -> ConfigMap {
     let files = (0..replicas)
         .map(|ordinal| {
-            let mut settings = broker_settings(broker, ordinal, replicas);
+            let mut settings = member_settings(broker, ordinal, replicas, memberships);
             if draining_from.is_some_and(|first| ordinal >= first) {
                 settings.broker_permission = Some(BrokerPermission::ReadOnly.wire_value());
             }
@@ -1212,6 +1272,74 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_group_size_change_restarts_no_member_but_other_group_settings_do() {
+        let hash = |broker: &Broker, replicas: i32| {
+            let plan = RolloutPlan {
+                replicas,
+                ..RolloutPlan::initial(broker)
+            };
+            stateful_set(broker, &plan)
+                .spec
+                .template
+                .metadata
+                .unwrap()
+                .annotations
+                .unwrap()[TEMPLATE_HASH_ANNOTATION]
+                .clone()
+        };
+        let two = Broker::test().replicas(1).replicated(2, 1);
+        let three = Broker::test().replicas(1).replicated(3, 1);
+        assert_eq!(hash(&two, 2), hash(&three, 3), "grown");
+        assert_eq!(
+            hash(&two, 2),
+            hash(&two, 3),
+            "a member kept until its removal"
+        );
+        assert_ne!(
+            hash(&two, 2),
+            hash(&three.clone().replicated(3, 2), 3),
+            "min in sync"
+        );
+        let members = |memberships: &Memberships| {
+            let files = config_map_of_members(&three, 3, None, memberships)
+                .data
+                .unwrap();
+            let config: serde_json::Value = serde_json::from_str(&files["qb-0.json"]).unwrap();
+            config["group-members"].as_array().unwrap().len()
+        };
+        assert_eq!(
+            members(&Memberships::new()),
+            3,
+            "spec's members when none answered"
+        );
+        let before_the_add = Memberships::from([(0, BTreeSet::from([0, 1]))]);
+        assert_eq!(
+            members(&before_the_add),
+            2,
+            "the membership the member holds"
+        );
+    }
+
+    #[test]
+    fn a_replicated_member_gets_its_handover_on_top_of_the_stop_grace() {
+        let grace = |broker: &Broker| {
+            pod_spec(broker, &RolloutPlan::initial(broker)).termination_grace_period_seconds
+        };
+        assert_eq!(
+            grace(&Broker::test()),
+            Some(DEFAULT_TERMINATION_GRACE_SECONDS)
+        );
+        let handover =
+            quiver_broker_config::defaults::SHUTDOWN_SWITCHOVER_TIMEOUT_MS.div_ceil(1000);
+        let replicated = Broker::test().replicated(3, 2);
+        assert_eq!(
+            grace(&replicated),
+            Some(DEFAULT_TERMINATION_GRACE_SECONDS + i64::try_from(handover).unwrap())
+        );
+        assert!(termination_grace_seconds(&replicated) >= KUBERNETES_DEFAULT_GRACE_SECONDS);
     }
 
     #[test]

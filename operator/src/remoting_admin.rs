@@ -3,19 +3,21 @@
 
 use crate::admin::{
     account_scope, AdminError, BrokerAccess, BrokerAddr, BrokerAdmin, BrokerPermission,
-    ConsumeStats, QueueConsumeStats, QueueOffset, QueueTopicStats, ReplicationStatus, ResetTarget,
-    RuntimeInfo, SubscriptionGroup, TopicConfig, TopicStats,
+    ConsumeStats, MembershipChange, QueueConsumeStats, QueueOffset, QueueTopicStats,
+    ReplicationStatus, ResetTarget, RuntimeInfo, SubscriptionGroup, TopicConfig, TopicStats,
 };
 use futures::future::{BoxFuture, FutureExt};
 use quiver_client::{Admin, ClientConfig, ClientError, TopicSpec};
 use quiver_protocol::body::SubscriptionGroupConfig;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Default bound on one call: connect, send, and read the response.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a membership change's answer may take beyond the change's own timeout.
+const MEMBERSHIP_ANSWER_SLACK: Duration = Duration::from_secs(5);
 
 /// Talks to brokers directly by address, reaching a Broker resource's brokers with the access
 /// (account, TLS) [`BrokerAdmin::use_access`] gave for them.
@@ -45,6 +47,65 @@ impl RemotingAdmin {
 
     fn config(call_timeout: Duration) -> ClientConfig {
         ClientConfig::new("").with_request_timeout(call_timeout)
+    }
+
+    /// A client config with `access`'s account and TLS.
+    fn config_with(call_timeout: Duration, access: &BrokerAccess) -> ClientConfig {
+        let mut config = Self::config(call_timeout);
+        if let Some(account) = &access.account {
+            config = config.with_credentials(&account.access_key, &account.secret_key);
+        }
+        if let Some(tls) = &access.tls {
+            config = config.with_tls(tls.clone());
+        }
+        config
+    }
+
+    /// The access calls to `addr` use (the default: unsigned and plain).
+    fn access_for(&self, addr: &BrokerAddr) -> BrokerAccess {
+        let scoped = self.scoped.lock().expect("scoped admins lock poisoned");
+        scoped
+            .get(account_scope(addr))
+            .map(|(access, _)| access.clone())
+            .unwrap_or_default()
+    }
+
+    /// QUIVER_REPLICATION_MEMBERS on a client of its own: the change may take longer than
+    /// the shared clients' request timeout (a new member catches up first), and changes are
+    /// rare enough that a connection each costs nothing.
+    async fn membership_call(
+        &self,
+        addr: &BrokerAddr,
+        change: &MembershipChange,
+        timeout: Duration,
+    ) -> Result<BTreeMap<u64, String>, ClientError> {
+        let (address, new_member_id) = match change {
+            MembershipChange::Add { address, .. } => (Some(address.clone()), None),
+            MembershipChange::Remove { .. } => (None, None),
+        };
+        let header = quiver_protocol::header::ReplicationMembersRequestHeader {
+            action: change.action().to_string(),
+            member_id: change.member(),
+            address,
+            new_member_id,
+            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let request_code = quiver_protocol::code::request::QUIVER_REPLICATION_MEMBERS;
+        let request = quiver_protocol::RemotingCommand::request(request_code, header.to_ext());
+        let wait = timeout + MEMBERSHIP_ANSWER_SLACK;
+        let admin = Admin::new(Self::config_with(wait, &self.access_for(addr)));
+        let response = admin.core().invoke(&addr.0, request).await;
+        admin.shutdown().await;
+        let response = quiver_client::remoting::expect_success(&addr.0, request_code, response?)?;
+        let body: quiver_protocol::body::ReplicationMembers =
+            quiver_protocol::body::decode_json(&response.body, "ReplicationMembers").map_err(
+                |source| ClientError::Body {
+                    addr: addr.0.clone(),
+                    request_code,
+                    source,
+                },
+            )?;
+        Ok(body.members)
     }
 
     /// The client for `addr`: with its Broker's access, or unsigned and plain.
@@ -146,13 +207,7 @@ impl BrokerAdmin for RemotingAdmin {
         {
             return;
         }
-        let mut config = Self::config(self.call_timeout);
-        if let Some(account) = &access.account {
-            config = config.with_credentials(&account.access_key, &account.secret_key);
-        }
-        if let Some(tls) = &access.tls {
-            config = config.with_tls(tls.clone());
-        }
+        let config = Self::config_with(self.call_timeout, &access);
         scoped.insert(scope.to_string(), (access, Arc::new(Admin::new(config))));
     }
 
@@ -361,6 +416,19 @@ impl BrokerAdmin for RemotingAdmin {
             let admin = self.admin_for(addr);
             let call = admin.switchover_at(&addr.0, target, timeout);
             answer(addr, "QUIVER_SWITCHOVER", call).await
+        }
+        .boxed()
+    }
+
+    fn change_membership<'a>(
+        &'a self,
+        addr: &'a BrokerAddr,
+        change: &'a MembershipChange,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<BTreeMap<u64, String>, AdminError>> {
+        async move {
+            let call = self.membership_call(addr, change, timeout);
+            answer(addr, "QUIVER_REPLICATION_MEMBERS", call).await
         }
         .boxed()
     }

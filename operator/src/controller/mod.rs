@@ -5,6 +5,7 @@ pub mod conditions;
 pub mod drain;
 pub mod expansion;
 pub mod group;
+pub mod membership;
 pub mod replication;
 pub mod rollout;
 pub mod security;

@@ -10,6 +10,7 @@ use crate::admin::{BrokerAddr, ReplicaRole, ReplicationStatus};
 use crate::crd::{Broker, ReplicaMemberStatus, ReplicationGroupStatus};
 use crate::desired;
 use kube::runtime::events::EventType;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Condition type: a replicated group is below its minimum in sync, or has no master.
@@ -26,6 +27,9 @@ pub const REASON_IN_SYNC: &str = "InSync";
 pub const REASON_ROLLOUT_STEP: &str = "ReplicatedRolloutStepFailed";
 /// How long a master may pause sends while the switchover's target catches up.
 pub const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a membership change may take, a new member's catch-up included; one that takes
+/// longer fails and is asked again on a later pass.
+pub const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One group as its members answered.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,33 +41,68 @@ pub struct GroupObservation {
     /// The group as its master sees it, else as the answering member with the highest epoch
     /// does; None when no member answered.
     pub status: Option<ReplicationStatus>,
+    /// Replica ids of the brokers that answered for the group, members or joining.
+    pub answered: Vec<u64>,
 }
 
-/// Asks every member of every group (of `pods` pods) for its replication status, all at once;
-/// never fails (a member that does not answer is left out).
-pub async fn observe(broker: &Broker, pods: i32, ctx: &Context) -> Vec<GroupObservation> {
-    let asks = (0..desired::groups_of_pods(broker, pods)).map(|group| async move {
-        let answers = desired::group_ordinals(broker, group)
-            .filter(|ordinal| *ordinal < pods)
-            .map(|ordinal| async move {
-                let addr = BrokerAddr(desired::broker_address(broker, ordinal));
-                match ctx.admin.replication_status(&addr).await {
-                    Ok(status) => Some(status),
-                    Err(error) => {
-                        tracing::debug!(broker = %addr, %error, "no replication status");
-                        None
+impl GroupObservation {
+    /// The group's membership (replica ids), as the trusted view lists it.
+    pub fn membership(&self) -> Option<BTreeSet<u64>> {
+        let status = self.status.as_ref()?;
+        Some(status.replicas.iter().map(|r| r.replica_id).collect())
+    }
+
+    /// Whether the master answered itself (the trusted view is its own).
+    pub fn master_answered(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|status| status.master_id == Some(status.replica_id))
+    }
+}
+
+/// Asks the brokers of `groups` groups, among the first `pods` pods, for their replication
+/// status, all at once; never fails (a member that does not answer is left out). The last
+/// group is also asked on the pods past its size: a replicas decrease keeps members there
+/// until they are removed. An answer counts for a group only under the group's broker name.
+pub async fn observe(
+    broker: &Broker,
+    groups: i32,
+    pods: i32,
+    ctx: &Context,
+) -> Vec<GroupObservation> {
+    let asks = (0..groups).map(|group| async move {
+        let name = desired::group_name(broker, group);
+        let ordinals = desired::group_ordinals(broker, group);
+        let end = if group + 1 == groups {
+            ordinals.end.max(pods)
+        } else {
+            ordinals.end
+        };
+        let answers =
+            (ordinals.start..end)
+                .filter(|ordinal| *ordinal < pods)
+                .map(|ordinal| async move {
+                    let addr = BrokerAddr(desired::broker_address(broker, ordinal));
+                    match ctx.admin.replication_status(&addr).await {
+                        Ok(status) => Some(status),
+                        Err(error) => {
+                            tracing::debug!(broker = %addr, %error, "no replication status");
+                            None
+                        }
                     }
-                }
-            });
+                });
         let answers: Vec<ReplicationStatus> = futures::future::join_all(answers)
             .await
             .into_iter()
             .flatten()
+            .filter(|status| status.broker_name == name)
             .collect();
+        let answered = answers.iter().map(|status| status.replica_id).collect();
         GroupObservation {
             group,
-            name: desired::group_name(broker, group),
+            name,
             status: best_view(answers),
+            answered,
         }
     });
     futures::future::join_all(asks).await
@@ -208,12 +247,14 @@ pub fn condition(broker: &Broker, groups: &[ReplicationGroupStatus]) -> Desired 
 }
 
 /// The step that hands group `observation`'s mastership from replica `master` to `target`,
-/// asked of the master's address (as the group reported it, else the master pod's).
+/// asked of the master's address (as the group reported it, else the master pod's), before
+/// `before` ("restarting", "deleting", "removing") the old master.
 pub fn switchover_step(
     broker: &Broker,
     observation: &GroupObservation,
     master: u64,
     target: u64,
+    before: &str,
 ) -> Step {
     let from = member_pod(broker, observation.group, master);
     let to = member_pod(broker, observation.group, target);
@@ -234,7 +275,7 @@ pub fn switchover_step(
             reason: "Switchover",
             action: "Rollout",
             note: format!(
-                "{}: mastership moved from {from} to {to} before restarting {from}",
+                "{}: mastership moved from {from} to {to} before {before} {from}",
                 observation.name
             ),
         },
@@ -283,6 +324,7 @@ mod tests {
             group,
             name: format!("qb-g{group}"),
             status: Some(status),
+            answered: vec![0, 1, 2],
         }
     }
 
@@ -318,6 +360,7 @@ mod tests {
             group: 0,
             name: "qb-g0".into(),
             status: None,
+            answered: Vec::new(),
         };
         let status = group_status(&three(), &silent);
         assert_eq!(status.epoch, None);
@@ -368,6 +411,7 @@ mod tests {
                     group: 1,
                     name: "qb-g1".into(),
                     status: None,
+                    answered: Vec::new(),
                 },
             ),
         ];

@@ -352,10 +352,15 @@ pub fn member_pods(
                 replica_id: u64::try_from(replica).unwrap_or_default(),
                 name,
                 updated: revision.is_some_and(|revision| revision == update_revision),
-                ready: is_ready(pod) && pod.metadata.deletion_timestamp.is_none(),
+                ready: is_up(pod),
             })
         })
         .collect()
+}
+
+/// Whether the pod is Ready and not being deleted.
+pub fn is_up(pod: &Pod) -> bool {
+    is_ready(pod) && pod.metadata.deletion_timestamp.is_none()
 }
 
 fn is_ready(pod: &Pod) -> bool {

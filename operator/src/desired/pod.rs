@@ -18,7 +18,7 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
         )]));
     }
     // The drain marks are left out: they must not restart the brokers that stay.
-    let hash = template_hash(&template, &config_map(broker, plan.replicas, None));
+    let hash = template_hash(&template, &rolling_config(broker, plan.replicas));
     template
         .metadata
         .get_or_insert_with(ObjectMeta::default)
@@ -70,6 +70,37 @@ fn update_strategy(broker: &Broker, plan: &RolloutPlan) -> StatefulSetUpdateStra
             partition: Some(plan.partition),
             max_unavailable: Some(IntOrString::Int(1)),
         }),
+    }
+}
+
+/// The config whose change rolls the pods. Without replication every pod's file. With it, each
+/// group's first member's file without `group-members`, over whole groups only (the pods a
+/// replicas decrease keeps until their removal are left out):
+/// a `spec.replication.replicas` change must restart no member. The running members learn the
+/// membership change through consensus, and a broker checks `group-members` against its stored
+/// membership only at start; the ConfigMap is mounted whole (no subPath), so the kubelet
+/// refreshes the file a pod reads at its next start without a restart. Rolling the group for it
+/// would cost a switchover and a catch-up per member for nothing. Every other key is the same
+/// for a group's members but the pod's own address and replica id, which follow from its
+/// ordinal alone, so the first member's file stands for its group.
+fn rolling_config(broker: &Broker, replicas: i32) -> ConfigMap {
+    if !broker.is_replicated() {
+        return config_map(broker, replicas, None);
+    }
+    let groups = replicas / broker.group_size();
+    let whole = pods_of_groups(broker, groups);
+    let files = (0..groups)
+        .map(|group| {
+            let first = group_ordinals(broker, group).start;
+            let mut settings = broker_settings(broker, first, whole);
+            settings.group_members.clear();
+            let text = settings_json(&settings).to_string();
+            (pod_name(broker, first), text)
+        })
+        .collect();
+    ConfigMap {
+        data: Some(files),
+        ..ConfigMap::default()
     }
 }
 
@@ -305,6 +336,22 @@ fn pod_security_context() -> PodSecurityContext {
     }
 }
 
+/// Seconds a stopping broker gets unless spec.podTemplate says: a member of a replicated group
+/// first hands mastership to an in-sync replica (at most the broker's
+/// `shutdown-switchover-timeout-ms`, which the operator leaves at its default), then stops as
+/// any broker does within [`DEFAULT_TERMINATION_GRACE_SECONDS`]; rounded up, never below
+/// Kubernetes' default of 30 s.
+pub fn termination_grace_seconds(broker: &Broker) -> i64 {
+    let handover_ms = if broker.is_replicated() {
+        quiver_broker_config::defaults::SHUTDOWN_SWITCHOVER_TIMEOUT_MS
+    } else {
+        0
+    };
+    let handover = i64::try_from(handover_ms.div_ceil(1000)).unwrap_or(i64::MAX);
+    (DEFAULT_TERMINATION_GRACE_SECONDS.saturating_add(handover))
+        .max(KUBERNETES_DEFAULT_GRACE_SECONDS)
+}
+
 fn pod_template(broker: &Broker) -> PodTemplateSpec {
     let overrides = broker.spec.pod_template.clone().unwrap_or_default();
     let affinity = overrides
@@ -327,7 +374,7 @@ fn pod_template(broker: &Broker) -> PodTemplateSpec {
             termination_grace_period_seconds: Some(
                 overrides
                     .termination_grace_period_seconds
-                    .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS),
+                    .unwrap_or_else(|| termination_grace_seconds(broker)),
             ),
             automount_service_account_token: Some(false),
             affinity: Some(affinity),

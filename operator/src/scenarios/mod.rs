@@ -11,6 +11,8 @@ mod api_errors;
 mod broker_create;
 mod broker_drain_partial_revert;
 mod broker_lagging_watch;
+mod broker_master_handover;
+mod broker_member_scaling;
 mod broker_rbac;
 mod broker_replicated_rollout;
 mod broker_scale_down;
@@ -87,6 +89,11 @@ impl Scenario {
         server.add_storage_class("standard", allow_volume_expansion, true);
         server.run_controllers(SIM_PERIOD);
         let admin = Arc::new(FakeAdmin::default());
+        let shared = server.shared.clone();
+        admin.count_api_requests_with(move || {
+            let hooks = shared.hooks.lock().expect("hooks lock poisoned");
+            hooks.requests.len()
+        });
         let ctx = sim_context(&server, admin.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let stopped = async {
@@ -271,6 +278,20 @@ impl Scenario {
             .unwrap_or_else(|| panic!("no {reason} event in {:?}", self.server.event_reasons()));
         assert_eq!(event["type"], type_, "{event}");
         event.clone()
+    }
+
+    /// The index in the API request log of the first delete of pod `name`, if any.
+    pub fn pod_delete_index(&self, name: &str) -> Option<usize> {
+        self.server.requests().iter().position(|request| {
+            request.verb == "delete" && request.resource == "pods" && request.name == name
+        })
+    }
+
+    /// The uid of pod `name`, if it exists (a restarted pod has a new one).
+    pub fn pod_uid(&self, name: &str) -> Option<String> {
+        self.server
+            .object::<Pod>("ns", name)
+            .and_then(|pod| pod.metadata.uid)
     }
 
     /// Broker reconciles so far, from the operator's own counter.

@@ -7,7 +7,7 @@ use super::observe::World;
 use super::plan::{Note, Object, Step};
 use super::{Problem, REASON_KEPT_READ_ONLY, REASON_TOPICS};
 use crate::controller::conditions::Desired;
-use crate::controller::replication::{self, SWITCHOVER_TIMEOUT};
+use crate::controller::replication::{self, MEMBERSHIP_TIMEOUT, SWITCHOVER_TIMEOUT};
 use crate::controller::{
     drain, error_chain, expansion, publish, report_failure, write_status_if_changed, Context, Error,
 };
@@ -73,6 +73,22 @@ async fn take(
             .await
         {
             Ok(()) => announce(broker, done, ctx).await,
+            Err(error) => outcome.problems.push(failure(failed, &error)),
+        },
+        Step::ChangeMembership {
+            addr,
+            change,
+            done,
+            failed,
+        } => match ctx
+            .admin
+            .change_membership(addr, change, MEMBERSHIP_TIMEOUT)
+            .await
+        {
+            Ok(members) => {
+                tracing::info!(broker = %addr, ?members, "membership changed");
+                announce(broker, done, ctx).await;
+            }
             Err(error) => outcome.problems.push(failure(failed, &error)),
         },
         Step::ResizeClaims { claims, size } => {

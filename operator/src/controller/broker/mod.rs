@@ -48,6 +48,8 @@ pub const REASON_LEAVING_UNREACHABLE: &str = "LeavingBrokerUnreachable";
 pub const REASON_KEPT_READ_ONLY: &str = "KeptBrokerReadOnly";
 /// Degraded reason: the pods could not be listed, or a stuck pod could not be deleted.
 pub const REASON_STUCK_POD: &str = "StuckPodNotDeleted";
+/// Degraded reason: a replicated group's membership change (add or remove a member) failed.
+pub const REASON_MEMBERSHIP: &str = "MembershipChangeFailed";
 /// Degraded reason: a spec topic could not be created on a broker.
 pub const REASON_TOPICS: &str = "TopicCreationFailed";
 /// Degraded reason: some brokers are not Ready although every pod runs the spec.

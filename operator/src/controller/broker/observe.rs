@@ -211,7 +211,15 @@ async fn observe_claims(
 /// broker that does not answer is left out (or reported as such, for the disks).
 async fn observe_brokers(broker: &Broker, replicas: i32, cluster: &mut Cluster, ctx: &Context) {
     if broker.is_replicated() {
-        cluster.groups = Some(replication::observe(broker, replicas, ctx).await);
+        // Pods a replicas decrease still keeps (members not yet removed) are asked too.
+        let existing = cluster
+            .statefulset
+            .as_ref()
+            .and_then(|sts| sts.spec.replicas)
+            .unwrap_or(0);
+        let groups = desired::groups_of_pods(broker, replicas);
+        let asked = replicas.max(existing);
+        cluster.groups = Some(replication::observe(broker, groups, asked, ctx).await);
     }
     if plan::creates_topics(broker, cluster.statefulset.as_ref(), replicas) {
         for addr in plan::topic_targets(broker, replicas, cluster.groups.as_deref()) {

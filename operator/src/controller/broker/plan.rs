@@ -4,11 +4,12 @@
 
 use super::observe::{Cluster, State, World};
 use super::status::{paused_status, Draft, ReadOnly, Scale};
-use super::{Problem, REASON_LEAVING_UNREACHABLE, REASON_STUCK_POD};
-use crate::admin::{BrokerAddr, TopicConfig};
+use super::{Problem, REASON_LEAVING_UNREACHABLE, REASON_MEMBERSHIP, REASON_STUCK_POD};
+use crate::admin::{BrokerAddr, MembershipChange, TopicConfig};
 use crate::controller::conditions::{is_true, Desired};
 use crate::controller::drain::{self, LeavingBroker};
 use crate::controller::expansion;
+use crate::controller::membership::{self, BeforeDelete, MemberStep};
 use crate::controller::replication::{self, GroupObservation, REASON_ROLLOUT_STEP};
 use crate::controller::rollout::{self, plan_rollout, GroupStep, RolloutPhase};
 use crate::crd::{Broker, BrokerStatus, BROKER_DISK_HIGH_WATER_PERCENT};
@@ -107,6 +108,13 @@ pub enum Step {
         done: Note,
         failed: (&'static str, String),
     },
+    /// Ask the master at `addr` to change its group's membership.
+    ChangeMembership {
+        addr: BrokerAddr,
+        change: MembershipChange,
+        done: Note,
+        failed: (&'static str, String),
+    },
     /// Patch these claims to request `size`; a refusal becomes the VolumeExpansion condition.
     ResizeClaims {
         claims: Vec<String>,
@@ -165,7 +173,14 @@ fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
     let previous = broker.status.clone().unwrap_or_default();
     let existing = cluster.statefulset.as_ref();
     let mut steps = Vec::new();
-    let scale = plan_scale(broker, existing, &previous, &cluster.leaving, &mut steps);
+    let mut scale = plan_scale(broker, existing, &previous, &cluster.leaving, &mut steps);
+    if let (Some(sts), Some(groups)) = (existing, &cluster.groups) {
+        let running = sts.spec.replicas.unwrap_or(0);
+        scale.replicas = scale
+            .replicas
+            .max(membership::kept_pods(broker, groups, running));
+    }
+    let memberships = memberships_of(cluster.groups.as_deref());
     let (plan, phase) = plan_rollout(
         broker,
         existing,
@@ -175,11 +190,18 @@ fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
     steps.extend(announce_rollout(broker, &phase, &plan, existing.is_some()));
     let deleted = existing.and_then(|sts| plan_stuck_pod(broker, sts, cluster, &mut steps));
     let draining_from = scale.drain.is_some().then_some(scale.wanted);
-    plan_objects(world, cluster, &plan, draining_from, &mut steps);
+    plan_objects(
+        world,
+        cluster,
+        &plan,
+        draining_from,
+        &memberships,
+        &mut steps,
+    );
     let replicated_rolling = match (existing, &cluster.groups) {
         (Some(sts), Some(groups)) => {
             let pods = pods_after(cluster.pods.as_ref(), deleted.as_deref(), world.now_ms);
-            plan_group_rollout(broker, sts, groups, pods.as_ref(), &mut steps)
+            plan_group_changes(broker, sts, groups, pods.as_ref(), &mut steps)
         }
         _ => false,
     };
@@ -231,14 +253,17 @@ fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
     }
 }
 
-/// The ordinals a scale-down removes (from spec.replicas' pods up to the StatefulSet's), None
-/// when nothing leaves.
+/// The ordinals a scale-down removes (from spec.replicas' pods up to the StatefulSet's whole
+/// groups), None when nothing leaves.
 pub fn leaving_ordinals(
     broker: &Broker,
     existing: Option<&StatefulSet>,
 ) -> Option<std::ops::Range<i32>> {
     let wanted = wanted_pods(broker);
     let running = existing?.spec.replicas.unwrap_or(0);
+    // Whole groups only: the pods past them are members a replicas decrease removes (through
+    // the group's consensus, never fenced), not brokers that drain.
+    let running = desired::pods_of_groups(broker, running / broker.group_size());
     (wanted < running).then_some(wanted..running)
 }
 
@@ -389,19 +414,84 @@ fn plan_stuck_pod(
         }
     };
     let stuck = rollout::stuck_pod(broker, sts, pods)?;
-    steps.push(Step::DeletePod {
-        pod: stuck.clone(),
-        done: Note::warning(
-            "StuckPodDeleted",
-            "Rollout",
-            format!(
-                "{stuck} was not Ready at an outdated revision; deleted so the StatefulSet \
-                 recreates it at the current template"
-            ),
+    let done = Note::warning(
+        "StuckPodDeleted",
+        "Rollout",
+        format!(
+            "{stuck} was not Ready at an outdated revision; deleted so the StatefulSet \
+             recreates it at the current template"
         ),
-        failed: (REASON_STUCK_POD, format!("cannot delete stuck pod {stuck}")),
-    });
-    Some(stuck)
+    );
+    let failed = (REASON_STUCK_POD, format!("cannot delete stuck pod {stuck}"));
+    let step = delete_pod_step(
+        broker,
+        cluster.groups.as_deref(),
+        pods,
+        &stuck,
+        done,
+        failed,
+    );
+    let deletes = matches!(step, Step::DeletePod { .. });
+    steps.push(step);
+    deletes.then_some(stuck)
+}
+
+/// Each group's membership as its members reported it (groups that answered).
+fn memberships_of(groups: Option<&[GroupObservation]>) -> desired::Memberships {
+    groups
+        .into_iter()
+        .flatten()
+        .filter_map(|group| Some((group.group, group.membership()?)))
+        .collect()
+}
+
+/// The step that deletes `pod`: the deletion, or for a replicated group's master the
+/// switchover that must come first (the deletion waits for a later pass, when the pod is a
+/// replica). A master deleted without one (it does not answer, or no in-sync replica can take
+/// over) is an election: its event is a Warning that says so.
+fn delete_pod_step(
+    broker: &Broker,
+    groups: Option<&[GroupObservation]>,
+    pods: &[Pod],
+    pod: &str,
+    mut done: Note,
+    failed: (&'static str, String),
+) -> Step {
+    let delete = |done: Note| Step::DeletePod {
+        pod: pod.to_string(),
+        done,
+        failed: failed.clone(),
+    };
+    let member = groups
+        .filter(|_| broker.is_replicated())
+        .and_then(|groups| {
+            let memberships = memberships_of(Some(groups));
+            let prefix = format!("{}-", broker.name_any());
+            let ordinal: i32 = pod.strip_prefix(&prefix)?.parse().ok()?;
+            let (group, replica) = desired::placement(broker, ordinal, &memberships);
+            let observation = groups.iter().find(|observed| observed.group == group)?;
+            Some((observation, u64::try_from(replica).ok()?))
+        });
+    let Some((observation, id)) = member else {
+        return delete(done);
+    };
+    let up = |replica: u64| {
+        let first = desired::group_ordinals(broker, observation.group).start;
+        let name = desired::pod_name(broker, first + i32::try_from(replica).unwrap_or(0));
+        pods.iter()
+            .any(|pod| pod.name_any() == name && rollout::is_up(pod))
+    };
+    match membership::before_delete(observation, id, up) {
+        BeforeDelete::Delete => delete(done),
+        BeforeDelete::Switchover { master, target } => {
+            replication::switchover_step(broker, observation, master, target, "deleting")
+        }
+        BeforeDelete::Election(why) => {
+            done.type_ = EventType::Warning;
+            done.note = format!("{}; {why}", done.note);
+            delete(done)
+        }
+    }
 }
 
 /// The pods as the rest of the pass sees them: one deleted this pass is terminating.
@@ -427,10 +517,11 @@ fn plan_objects(
     cluster: &Cluster,
     plan: &RolloutPlan,
     draining_from: Option<i32>,
+    memberships: &desired::Memberships,
     steps: &mut Vec<Step>,
 ) {
     let broker = &world.broker;
-    let config = desired::config_map(broker, plan.replicas, draining_from);
+    let config = desired::config_map_of_members(broker, plan.replicas, draining_from, memberships);
     steps.push(Step::Apply(Object::ConfigMap(Box::new(config))));
     let headless_service = desired::headless_service(broker);
     steps.push(Step::Apply(Object::Service(Box::new(headless_service))));
@@ -486,9 +577,11 @@ pub fn steps_groups(broker: &Broker, sts: &StatefulSet) -> bool {
         && status.and_then(|s| s.observed_generation) >= sts.metadata.generation
 }
 
-/// The rollout of a replicated Broker: the first group (by index) not yet at the update
-/// revision takes its next step. Returns whether a rollout is in progress.
-fn plan_group_rollout(
+/// The membership changes and the rollout of a replicated Broker: the first group (by index)
+/// whose membership is not spec's takes its next membership step, else the first not yet at
+/// the update revision its next rollout step (membership first: a rollout waits for every
+/// member of spec's size to be in sync). Returns whether either is in progress.
+fn plan_group_changes(
     broker: &Broker,
     sts: &StatefulSet,
     groups: &[GroupObservation],
@@ -510,6 +603,12 @@ fn plan_group_rollout(
             return true;
         }
     };
+    for group in groups {
+        if let Some(step) = plan_membership(broker, group, pods) {
+            steps.extend(step);
+            return true;
+        }
+    }
     let size = usize::try_from(broker.group_size()).unwrap_or(1);
     for group in groups {
         let members = rollout::member_pods(broker, group.group, pods, &update_revision);
@@ -518,25 +617,103 @@ fn plan_group_rollout(
             GroupStep::Wait(reason) => {
                 tracing::debug!(group = %group.name, %reason, "rollout waits");
             }
-            GroupStep::DeletePod(pod) => steps.push(Step::DeletePod {
-                done: Note::normal(
+            GroupStep::DeletePod(pod) => {
+                let done = Note::normal(
                     "RolloutStep",
                     "Rollout",
                     format!("restarting {pod} of {} at the current template", group.name),
-                ),
-                failed: (
+                );
+                let failed = (
                     REASON_ROLLOUT_STEP,
                     format!("cannot delete {pod} of {}", group.name),
-                ),
-                pod,
-            }),
+                );
+                steps.push(delete_pod_step(
+                    broker,
+                    Some(groups),
+                    pods,
+                    &pod,
+                    done,
+                    failed,
+                ));
+            }
             GroupStep::Switchover { master, target } => {
-                steps.push(replication::switchover_step(broker, group, master, target));
+                let step =
+                    replication::switchover_step(broker, group, master, target, "restarting");
+                steps.push(step);
             }
         }
         return true;
     }
     false
+}
+
+/// The group's next membership change toward spec's size: None when its membership is spec's
+/// (or unknown), else the step to take (none while it waits).
+fn plan_membership(
+    broker: &Broker,
+    group: &GroupObservation,
+    pods: &[Pod],
+) -> Option<Option<Step>> {
+    let size = u64::try_from(broker.group_size()).unwrap_or(1);
+    let first = desired::group_ordinals(broker, group.group).start;
+    let ordinal = |id: u64| first + i32::try_from(id).unwrap_or(0);
+    let running = |id: u64| {
+        let name = desired::pod_name(broker, ordinal(id));
+        pods.iter()
+            .any(|pod| pod.name_any() == name && pod.metadata.deletion_timestamp.is_none())
+    };
+    let master_addr = || {
+        let status = group.status.as_ref();
+        let master = status.and_then(|status| status.master_id).unwrap_or(0);
+        let addr = status.and_then(|status| status.master_address.clone());
+        BrokerAddr(addr.unwrap_or_else(|| desired::broker_address(broker, ordinal(master))))
+    };
+    let (change, verb) = match membership::next_member_step(size, group, running) {
+        MemberStep::Done => return None,
+        MemberStep::Wait(reason) => {
+            tracing::debug!(group = %group.name, %reason, "membership change waits");
+            return Some(None);
+        }
+        MemberStep::Switchover { master, target } => {
+            let step = replication::switchover_step(broker, group, master, target, "removing");
+            return Some(Some(step));
+        }
+        MemberStep::Add(member) => {
+            let address = desired::broker_address(broker, ordinal(member));
+            (
+                MembershipChange::Add { member, address },
+                ("MemberAdded", "added to"),
+            )
+        }
+        MemberStep::Remove(member) => (
+            MembershipChange::Remove { member },
+            ("MemberRemoved", "removed from"),
+        ),
+    };
+    let pod = desired::pod_name(broker, ordinal(change.member()));
+    let (reason, done_verb) = verb;
+    Some(Some(Step::ChangeMembership {
+        addr: master_addr(),
+        done: Note::normal(
+            reason,
+            "Scale",
+            format!(
+                "{pod} (replica {}) {done_verb} {}'s membership",
+                change.member(),
+                group.name
+            ),
+        ),
+        failed: (
+            REASON_MEMBERSHIP,
+            format!(
+                "cannot {} replica {} ({pod}) of {}",
+                change.action(),
+                change.member(),
+                group.name
+            ),
+        ),
+        change,
+    }))
 }
 
 /// The high water the brokers run with, for a broker that does not report its own.

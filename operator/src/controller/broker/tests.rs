@@ -118,6 +118,9 @@ fn summary(step: &Step) -> String {
         Step::Apply(object) => format!("apply {}", object_name(object)),
         Step::Delete(object) => format!("delete {}", object_name(object)),
         Step::Switchover { addr, target, .. } => format!("switchover {} to {target}", addr.0),
+        Step::ChangeMembership { addr, change, .. } => {
+            format!("{} {} at {}", change.action(), change.member(), addr.0)
+        }
         Step::ResizeClaims { claims, size } => format!("resize {} to {size}", claims.join(",")),
         Step::CreateTopics(creations) => {
             let each: Vec<String> = creations
@@ -437,6 +440,7 @@ fn group(group: i32, master: Option<u64>, in_sync: &[u64]) -> GroupObservation {
         group,
         name: format!("qb-g{group}"),
         status: Some(status),
+        answered: vec![0, 1, 2],
     }
 }
 
@@ -608,6 +612,7 @@ fn volumes_grow_only_where_the_class_allows() {
 // decisions: a world in, the steps, the status and the events out.
 mod conditions;
 mod drain_rows;
+mod membership_rows;
 mod objects;
 mod rollouts;
 
@@ -638,7 +643,8 @@ fn pass(world: &World) -> Pass {
         .filter_map(|step| match step {
             Step::Publish(note)
             | Step::DeletePod { done: note, .. }
-            | Step::Switchover { done: note, .. } => {
+            | Step::Switchover { done: note, .. }
+            | Step::ChangeMembership { done: note, .. } => {
                 Some(format!("{:?} {}", note.type_, note.reason))
             }
             _ => None,
@@ -670,6 +676,7 @@ fn note_of(plan: &Plan, reason: &str) -> String {
             Step::Publish(note)
             | Step::DeletePod { done: note, .. }
             | Step::Switchover { done: note, .. }
+            | Step::ChangeMembership { done: note, .. }
                 if note.reason == reason =>
             {
                 Some(note.note.clone())
@@ -801,5 +808,6 @@ fn members(group: i32, epoch: u64, master: Option<u64>, in_sync: &[u64]) -> Grou
         group,
         name: format!("qb-g{group}"),
         status: Some(status),
+        answered: vec![0, 1, 2],
     }
 }
