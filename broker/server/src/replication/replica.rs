@@ -136,8 +136,9 @@ async fn fetch_once(
     address: &str,
     dispatch: &Dispatch,
 ) -> Result<(), FollowError> {
-    if let Some(refused) = dispatch.take_refusal() {
+    if let Some(refused) = dispatch.refusal() {
         cut_back_to(broker.store(), &refused).await?;
+        dispatch.resume();
         return Err(FollowError::Dispatch {
             offset: refused.offset,
             reason: refused.reason,
@@ -250,7 +251,8 @@ struct DispatchState {
     appended: bool,
     /// The follower stopped: the thread dispatches what is appended, then ends.
     stopping: bool,
-    /// A record dispatch refused; the thread waits until the fetching task took it.
+    /// A record dispatch refused; the thread waits until the fetching task cut the log
+    /// back below it.
     refused: Option<Refused>,
 }
 
@@ -277,13 +279,17 @@ impl Dispatch {
         self.shared.1.notify_one();
     }
 
-    /// The record dispatch refused, if any; the thread goes on once the log is cut back.
-    fn take_refusal(&self) -> Option<Refused> {
-        let refused = self.shared.0.lock().refused.take();
-        if refused.is_some() {
-            self.wake();
-        }
-        refused
+    /// The record dispatch refused, if any: the thread waits for `resume`.
+    fn refusal(&self) -> Option<Refused> {
+        self.shared.0.lock().refused.clone()
+    }
+
+    /// The log was cut back below the refused record: dispatch goes on.
+    fn resume(&self) {
+        let mut state = self.shared.0.lock();
+        state.refused = None;
+        state.appended = true;
+        self.shared.1.notify_one();
     }
 }
 
@@ -301,11 +307,17 @@ fn run_dispatch(shared: &(Mutex<DispatchState>, Condvar), store: &MessageStore) 
     loop {
         let stopping = {
             let mut state = state.lock();
-            while !state.appended && !state.stopping || state.refused.is_some() {
-                if state.refused.is_some() && state.stopping {
+            loop {
+                let refused = state.refused.is_some();
+                if refused && state.stopping {
                     return;
                 }
-                if wake.wait_for(&mut state, DISPATCH_IDLE).timed_out() {
+                if !refused && (state.appended || state.stopping) {
+                    break;
+                }
+                let timed_out = wake.wait_for(&mut state, DISPATCH_IDLE).timed_out();
+                // Idle: a failing disk is tried again.
+                if timed_out && state.refused.is_none() {
                     break;
                 }
             }
@@ -353,4 +365,104 @@ fn refusal(store: &MessageStore, error: &StoreError) -> Option<Refused> {
         offset: store.dispatched_to().0,
         reason: crate::error::chain(error),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use quiver_store::record::{self, NewMessage, Placement};
+    use quiver_store::{QueueOffset, StoreConfig};
+
+    use super::*;
+
+    fn store(dir: &std::path::Path) -> Arc<MessageStore> {
+        let config = StoreConfig {
+            data_dir: dir.to_path_buf(),
+            segment_size_bytes: quiver_store::MIN_SEGMENT_SIZE_BYTES,
+            consume_queue_units_per_file: 64,
+            index_slots_per_file: 64,
+            index_entries_per_file: 512,
+            max_message_size_bytes: 16 * 1024,
+            // The machine's own disk usage must not refuse writes here.
+            disk_high_water_ratio: 1.0,
+            disk_clean_ratio: 1.0,
+            disk_force_clean_ratio: 1.0,
+            publish_on_confirm: true,
+            ..StoreConfig::default()
+        };
+        Arc::new(MessageStore::open(config).unwrap())
+    }
+
+    /// A record of queue `T`/0 as the master stored it at `at`.
+    fn stored_at(at: u64, queue_offset: u64, body: &[u8]) -> Vec<u8> {
+        let msg = NewMessage {
+            topic: "T",
+            queue_id: 0,
+            flag: 0,
+            body,
+            properties: "",
+            sys_flag: 0,
+            born_timestamp_ms: 1,
+            born_host: "10.0.0.1:40000".parse().unwrap(),
+            store_host: "10.0.0.2:10911".parse().unwrap(),
+            reconsume_times: 0,
+            prepared_transaction_offset: 0,
+        };
+        let placement = Placement {
+            queue_offset: QueueOffset(queue_offset),
+            physical_offset: CommitLogOffset(at),
+            store_timestamp_ms: 1,
+        };
+        record::encode(&msg, placement).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_record_dispatch_refuses_is_reported_and_the_next_fetch_acknowledges_only_what_precedes_it(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let dispatch = Dispatch::start(&store).unwrap();
+        let good = stored_at(0, 0, b"good");
+        let bad_at = good.len() as u64;
+        let mut damaged = stored_at(bad_at, 1, b"body");
+        // Inside the body: the framing holds, only the body CRC tells.
+        let in_body = damaged.len() - 12;
+        damaged[in_body] ^= 1;
+        let mut chunk = good;
+        chunk.extend(&damaged);
+        let end = append(&store, 0, chunk.into()).await.unwrap();
+        dispatch.wake();
+        assert_eq!(end, store.log_end().0, "appended whole, before dispatch");
+
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let refused = loop {
+            if let Some(refused) = dispatch.refusal() {
+                break refused;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dispatch never refused the record"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(refused.offset, bad_at);
+        assert!(refused.reason.contains("bad record"), "{}", refused.reason);
+        cut_back_to(&store, &refused).await.unwrap();
+        dispatch.resume();
+        // The next fetch asks from (and acknowledges) the bad record's offset.
+        assert_eq!(store.log_end().0, bad_at);
+        // The master's good bytes go in and are dispatched.
+        let resent = stored_at(bad_at, 1, b"body");
+        append(&store, bad_at, resent.into()).await.unwrap();
+        dispatch.wake();
+        store.confirm(store.log_end());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while store.max_offset("T", 0) != QueueOffset(2) {
+            assert!(Instant::now() < deadline, "dispatch never caught up");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(dispatch);
+        store.shutdown().unwrap();
+    }
 }

@@ -348,6 +348,30 @@ mod tests {
     }
 
     #[test]
+    fn an_unparsable_record_stops_dispatch_and_the_log_is_cut_back_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(dir.path(), false);
+        let start = store.log_end();
+        let mut chunk = chunk_at(start, 0, &[b"body"]);
+        // The property length (the last field before the properties) runs past the record.
+        let properties_len_at = chunk.len() - "KEYS\u{1}k".len() - 2;
+        chunk[properties_len_at] = 0x7f;
+        let end = store.append_replicated(start, &chunk).unwrap();
+        let error = store.dispatch_replicated(u64::MAX).unwrap_err();
+        assert!(
+            matches!(error, StoreError::BadRecord { offset, .. } if offset == start),
+            "{error}"
+        );
+        assert_eq!(store.dispatched_to(), start);
+        assert_eq!(store.log_end(), end);
+        // Not a record a reader could walk to, yet where dispatch stands: it can be cut.
+        store.truncate_to(start).unwrap();
+        assert_eq!(store.log_end(), start);
+        assert!(store.dispatch_replicated(u64::MAX).unwrap().caught_up());
+        store.shutdown().unwrap();
+    }
+
+    #[test]
     fn a_local_append_dispatches_the_replicated_records_first() {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(dir.path(), false);
