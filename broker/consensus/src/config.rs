@@ -12,8 +12,12 @@ use crate::ConsensusError;
 pub struct ConsensusConfig {
     /// This member's id (its broker id in the group), below 2^32.
     pub id: u64,
-    /// Every member of the group (this one included) and its address, as
-    /// passed to [`Transport::call`](crate::Transport::call). The same on every member.
+    /// Every member of the group (this one included) and its address: the
+    /// membership a brand-new group is created with, and whom a member with an
+    /// empty directory probes. Once a member has Raft state, the group's agreed
+    /// membership (which membership changes alter) is what counts, and
+    /// [`Consensus::start`](crate::Consensus::start) refuses a `members` that
+    /// differs from the one its directory stores.
     pub members: BTreeMap<u64, String>,
     /// Where this member's Raft state is kept (created if missing).
     pub dir: PathBuf,

@@ -77,6 +77,9 @@ impl Consensus {
     /// members is known to have no state either; it rejoins an existing group as
     /// a new learner that the leader promotes; with too few answers it retries
     /// (see [`Consensus::status`]). Until then it takes no Raft message.
+    ///
+    /// A directory whose Raft state holds a membership other than `config.members`
+    /// is refused ([`ConsensusError::MembersMismatch`]).
     pub async fn start(
         config: ConsensusConfig,
         transport: Arc<dyn Transport>,

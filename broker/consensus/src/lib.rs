@@ -25,6 +25,11 @@
 //! a new random incarnation, see [`node_id`]), first as a learner, and the
 //! leader replaces its old node with the new one once it has caught up
 //! (message "rejoin"). See the crate's README for why.
+//!
+//! The members and their addresses are the group's Raft membership, agreed like
+//! any entry: [`Consensus::add_member`] admits a new member (which joins as a
+//! rejoining one does: a learner, then a voter once caught up) and
+//! [`Consensus::remove_member`] removes one, both on the leader.
 
 #![forbid(unsafe_code)]
 
@@ -91,8 +96,9 @@ pub struct TransportError(pub String);
 
 /// The embedding broker's way of reaching the other members of the group.
 pub trait Transport: Send + Sync + 'static {
-    /// Sends one consensus message to member `target` (a member id, as in
-    /// [`ConsensusConfig::members`]) at `address` and returns its answer: the
+    /// Sends one consensus message to member `target` (a member id) at `address`
+    /// (the one the group's membership agreed for it, or the configured one
+    /// before a member knows the membership) and returns its answer: the
     /// bytes the receiver's [`Consensus::handle`] returned for `kind` and
     /// `body`. `kind` is one of `"vote"`, `"append"`, `"snapshot"`,
     /// `"propose"`, `"probe"`, `"rejoin"` (carry any kind as it is). Any failure
