@@ -136,3 +136,135 @@ impl Replication {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use quiver_store::{NewMessage, StoreConfig};
+
+    use super::*;
+
+    const TOPIC: &str = "T";
+
+    /// Member 0, master of epoch 1 of the group {0, 1, 2} with in-sync set {0, 1}, and its
+    /// store of five and a bit 64 KiB segments.
+    fn master(dir: &std::path::Path, cap_bytes: u64) -> (Arc<Replication>, MessageStore) {
+        let config = crate::config::BrokerConfig {
+            data_dir: dir.join("member"),
+            group_members: vec!["0=h:0".into(), "1=h:1".into(), "2=h:2".into()],
+            replica_retention_cap_bytes: cap_bytes,
+            ..Default::default()
+        };
+        let replication = Replication::new(&config).unwrap().unwrap();
+        replication
+            .state
+            .send_replace(quiver_consensus::GroupState {
+                epoch: 1,
+                master: Some(0),
+                in_sync: BTreeSet::from([0, 1]),
+                ..Default::default()
+            });
+        replication.role.send_replace(Role::Master { epoch: 1 });
+        let store = MessageStore::open(StoreConfig {
+            data_dir: dir.join("store"),
+            segment_size_bytes: quiver_store::MIN_SEGMENT_SIZE_BYTES,
+            max_message_size_bytes: 16 * 1024,
+            disk_high_water_ratio: 1.0,
+            disk_clean_ratio: 1.0,
+            disk_force_clean_ratio: 1.0,
+            publish_on_confirm: true,
+            ..StoreConfig::default()
+        })
+        .unwrap();
+        let body = vec![1u8; 4096];
+        while store.log_end().0 < 5 * store.segment_size() {
+            let message = NewMessage {
+                topic: TOPIC,
+                queue_id: 0,
+                flag: 0,
+                body: &body,
+                properties: "",
+                sys_flag: 0,
+                born_timestamp_ms: 1,
+                born_host: "10.0.0.1:1".parse().unwrap(),
+                store_host: "10.0.0.2:2".parse().unwrap(),
+                reconsume_times: 0,
+                prepared_transaction_offset: 0,
+            };
+            store.put(&message, 1).unwrap();
+        }
+        (replication, store)
+    }
+
+    fn fetch(replication: &Replication, replica_id: u64, offset: u64) -> ReplicaFetchRequestHeader {
+        ReplicaFetchRequestHeader {
+            broker_name: replication.broker_name.clone(),
+            replica_id,
+            epoch: 1,
+            offset,
+            max_bytes: 1024,
+            max_wait_ms: 0,
+            incarnation: Some(7),
+            unclean: Some(false),
+        }
+    }
+
+    /// A year from now: every segment is past `file-reserved-hours`.
+    fn a_year_on() -> i64 {
+        crate::now_ms() + 365 * 24 * 3_600_000
+    }
+
+    #[tokio::test]
+    async fn the_master_keeps_what_its_in_sync_replica_needs_and_sends_others_to_its_oldest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (replication, store) = master(dir.path(), u64::MAX);
+        let segment = store.segment_size();
+        let needed = store
+            .read_log(CommitLogOffset(2 * segment), 1)
+            .unwrap()
+            .next
+            .0;
+        let served = replication
+            .serve_fetch(&store, &fetch(&replication, 1, needed))
+            .await
+            .unwrap();
+        assert_eq!(served.header.oldest, Some(0));
+        store.run_retention(a_year_on(), None).unwrap();
+        assert_eq!(
+            store.log_min().0,
+            2 * segment,
+            "the file replica 1 reads stays"
+        );
+        assert_eq!(store.replica_hold_stats().held_bytes, 3 * segment);
+
+        // Member 2 (out of sync, its disk lost) asks from 0: no bytes, the oldest offset.
+        let served = replication
+            .serve_fetch(&store, &fetch(&replication, 2, 0))
+            .await
+            .unwrap();
+        assert!(served.body.is_empty());
+        assert_eq!(served.header.oldest, Some(2 * segment));
+        assert_eq!(replication.rebuild_stats(), RebuildStats::default());
+
+        // Not master any more: the hold is lifted.
+        replication.role.send_replace(Role::Unknown);
+        replication.hold_for_replicas(&store);
+        store.run_retention(a_year_on(), None).unwrap();
+        assert_eq!(store.log_min().0, 5 * segment);
+        store.shutdown().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_cap_of_zero_keeps_nothing_for_replicas() {
+        let dir = tempfile::tempdir().unwrap();
+        let (replication, store) = master(dir.path(), 0);
+        replication
+            .serve_fetch(&store, &fetch(&replication, 1, 0))
+            .await
+            .unwrap();
+        store.run_retention(a_year_on(), None).unwrap();
+        assert_eq!(store.log_min().0, 5 * store.segment_size());
+        store.shutdown().unwrap();
+    }
+}
