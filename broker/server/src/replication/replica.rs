@@ -257,10 +257,12 @@ struct DispatchState {
 }
 
 /// The replica's dispatch thread (RocketMQ's ReputMessageService): dispatches what fetches
-/// appended, behind the acknowledgements. Dropping it lets the thread finish what is
-/// appended and end.
+/// appended, behind the acknowledgements. Dropping it dispatches what is appended (so a
+/// member that stops following, to become master, serves every record it holds) and ends
+/// the thread.
 struct Dispatch {
     shared: Arc<(Mutex<DispatchState>, Condvar)>,
+    store: Arc<MessageStore>,
 }
 
 impl Dispatch {
@@ -270,7 +272,10 @@ impl Dispatch {
         std::thread::Builder::new()
             .name("quiver-replica-dispatch".into())
             .spawn(move || run_dispatch(&for_thread.0, &for_thread.1))?;
-        Ok(Dispatch { shared })
+        Ok(Dispatch {
+            shared,
+            store: Arc::clone(store),
+        })
     }
 
     /// A chunk was appended: dispatch it.
@@ -297,6 +302,12 @@ impl Drop for Dispatch {
     fn drop(&mut self) {
         self.shared.0.lock().stopping = true;
         self.shared.1.notify_one();
+        // Bounded by what the thread has not reached yet: little, as it keeps up.
+        if let Err(error) = dispatch_all(&self.store) {
+            if !matches!(error, StoreError::ShutDown) {
+                tracing::warn!(error = %crate::error::chain(&error), "replicated records left undispatched as following stopped; the next local append or start dispatches them");
+            }
+        }
     }
 }
 
