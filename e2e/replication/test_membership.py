@@ -1,8 +1,9 @@
-"""Membership changes (`quiver replication members`): a fourth member added to a sync group of
-three under the nemesis workload, caught up into the in-sync set and removed again, judged by
-the nemesis checker (nothing acknowledged lost, no (queue, offset) served with two keys, the
-consumer group skips nothing); and a member restarted with other --group-members than its
-consensus directory stores, which refuses to start naming both lists."""
+"""Membership changes (`quiver replication members`) under the nemesis workload, judged by the
+nemesis checker (nothing acknowledged lost, no (queue, offset) served with two keys, the consumer
+group skips nothing): a fourth member added to a sync group of three, caught up into the in-sync
+set, made master and removed again (mastership moves away first); a member (the master)
+replaced by a new one; and a member restarted with other --group-members than its consensus
+directory stores, which refuses to start naming both lists."""
 
 import json
 import os
@@ -184,3 +185,51 @@ def test_a_restart_with_other_group_members_is_refused_naming_both_lists(group):
     member.start()
     group.wait_rejoined(member, timeout=90)
     group.assert_no_panic()
+
+
+@pytest.mark.timeout(480)
+def test_a_member_is_replaced_under_load(membership_run):
+    """`members replace` adds the new member, then removes the old one (the master here, so
+    mastership moves away from it first): the group goes on as {0, 1, 3}."""
+    run, newcomer = membership_run
+    group, timeline = run.group, run.timeline
+    run.start()
+    old = group.members[2]
+    master = group.wait_writable(timeout=60)
+    if master is not old:
+        code, remark = wire.switchover(master.addr, old.id, timeout_ms=3000)
+        timeline.add(f"switchover {master} -> {old}: code {code} {remark}")
+        assert code == wire.SUCCESS, remark
+        assert group.wait_writable(timeout=30) is old, group.views()
+    before = served_rows(old)
+
+    newcomer.start(wipe=True)
+    timeline.add(f"started {newcomer} with --group-members {newcomer.members_arg}")
+    replaced = members_change(group.members[0].addr, "replace", "--id", str(old.id),
+                              "--new-id", str(newcomer.id), "--address", newcomer.addr)
+    timeline.add(f"members replace {old.id} by {newcomer.id} answered {replaced}")
+    group.members.remove(old)
+    group.members.append(newcomer)
+    assert replaced == {m.id: m.addr for m in group.members}, replaced
+
+    def caught_up():
+        master = group.master()
+        if master is None or master is old:
+            return None
+        listed, in_sync = status_members(master)
+        rows = served_rows(newcomer)
+        return (listed == replaced and in_sync == set(replaced) and rows is not None
+                and rows >= before)
+    group.wait(caught_up, 120, f"{newcomer} in sync in place of {old}, holding what {old} "
+                               f"served before")
+    exit_code = old.stop(timeout=60)
+    timeline.add(f"stopped {old}: exit code {exit_code}")
+    acked = run.acked()
+    wait_until(lambda: run.acked() >= acked + 200, 90, "200 sends acknowledged by {0, 1, 3}")
+
+    report, failure = run.finish()
+    print(run.timeline.text())
+    assert failure is None, failure
+    assert not report.violations(), report.summary()
+    group.assert_no_panic()
+    assert "panicked" not in old.log_text(), old.log_tail()
