@@ -124,8 +124,11 @@ def consensus_leader(group):
 
 
 def place_master(group, leads_consensus):
-    """Moves mastership (a planned switchover) so that the master does, or does not, lead
-    the group's consensus: a leader that stops leaves the others to elect another one."""
+    """Moves mastership (planned switchovers) so that the master does, or does not, lead
+    the group's consensus (a leader that stops leaves the others to elect another one);
+    (the master, how many switchovers the group agreed on the way)."""
+    handed = []
+
     def placed():
         master, leader = group.master(), consensus_leader(group)
         if master is None or leader is None:
@@ -136,9 +139,12 @@ def place_master(group, leads_consensus):
             m for m in group.members if m is not master and m is not leader)
         code, remark = wire.switchover(master.addr, target.id, timeout_ms=3000)
         log(f"switchover {master} -> {target} to place the master: code {code} {remark}")
+        if code == wire.SUCCESS:
+            handed.append(target)
         return None
-    return group.wait(placed, 60, f"a master that {'leads' if leads_consensus else 'does not lead'} "
-                                  f"the consensus")
+    master = group.wait(placed, 60, f"a master that {'leads' if leads_consensus else 'does not lead'} "
+                                    f"the consensus")
+    return master, len(handed)
 
 
 @pytest.mark.timeout(240)
@@ -146,7 +152,7 @@ def place_master(group, leads_consensus):
 def test_sigterm_on_the_master_hands_over_before_it_stops(group, leads_consensus):
     producer = start_group_with_producer(group)
     try:
-        old = place_master(group, leads_consensus)
+        old, planned = place_master(group, leads_consensus)
         # Steady again after any placing switchover: the master takes the producer's sends.
         assert group.wait_writable(timeout=30) is old, f"the master moved: {group.views()}"
         acked = producer.acked(old.addr)
@@ -154,6 +160,9 @@ def test_sigterm_on_the_master_hands_over_before_it_stops(group, leads_consensus
                    f"100 sends acknowledged by {old} before the SIGTERM")
         steady_from = time.monotonic()
         _, epoch, _ = old.view()
+        assert switchovers(group.members, "planned") == planned, (
+            f"{planned} planned switchover(s) placed the master; the members counted "
+            f"{switchovers(group.members, 'planned')}")
         others = [m for m in group.members if m is not old]
         failovers_before = switchovers(others, "failover")
         led_consensus = consensus_leader(group) is old
