@@ -37,7 +37,18 @@ impl Inner {
 /// Whether `member` has a voter node in `m`'s membership, and no change is under way.
 fn is_voter(m: &Metrics, member: u64) -> bool {
     let configs = m.membership_config.membership().get_joint_config();
-    configs.len() == 1 && configs[0].iter().any(|node| member_of(*node) == member)
+    configs.len() == 1
+        && configs[0].iter().any(|node| member_of(*node) == member)
+        && membership_committed(m)
+}
+
+/// Whether `m`'s membership is committed (applied here): openraft refuses another change
+/// until it is.
+fn membership_committed(m: &Metrics) -> bool {
+    let entry = m.membership_config.log_id();
+    entry.is_none()
+        || m.last_applied
+            .is_some_and(|applied| Some(applied) >= *entry)
 }
 
 /// The members of `m`'s membership as `add_member` and `remove_member` answer them.
@@ -185,6 +196,13 @@ impl Consensus {
             changes.push(ChangeMembers::RemoveNodes(learners));
         }
         for change in changes {
+            // A change under way (a rejoin's promotion, the previous step) finishes first.
+            let mut metrics = node.metrics.clone();
+            let settled = tokio::time::timeout_at(deadline, metrics.wait_for(membership_committed));
+            settled
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(|_| ConsensusError::Raft("the consensus node stopped".into()))?;
             let changed =
                 tokio::time::timeout_at(deadline, node.raft.change_membership(change, false));
             changed

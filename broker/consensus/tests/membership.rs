@@ -189,6 +189,12 @@ async fn membership_changes_are_refused_off_the_leader_and_when_they_cannot_hold
     let group = Group::start(&[0, 1, 2]).await;
     let leader = group.leader().await;
     let follower = (0..3).find(|id| *id != leader).unwrap();
+    within(async {
+        while group.node(follower).leader() != Some(leader) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     match group.node(follower).remove_member(2, WAIT).await {
         Err(ConsensusError::NotLeader { leader: named }) => assert_eq!(named, Some(leader)),
         other => panic!("expected NotLeader, got {other:?}"),
