@@ -550,4 +550,65 @@ mod tests {
             .await
             .expect("unsigned call answered");
     }
+    #[tokio::test]
+    async fn a_membership_change_is_signed_sends_its_header_and_reads_the_membership() {
+        let addr = one_answer(|request| {
+            assert_eq!(request.code, request::QUIVER_REPLICATION_MEMBERS);
+            assert_eq!(
+                request.ext(quiver_protocol::acl::ACCESS_KEY),
+                Some("operator1")
+            );
+            assert!(quiver_protocol::acl::verify(request, "operator-secret"));
+            assert_eq!(request.ext("action"), Some("add"));
+            assert_eq!(request.ext("memberId"), Some("2"));
+            assert_eq!(request.ext("address"), Some("qb-2:10911"));
+            assert_eq!(request.ext("timeoutMs"), Some("60000"));
+            let members = r#"{"members":{"0":"qb-0:10911","1":"qb-1:10911","2":"qb-2:10911"}}"#;
+            request
+                .response_to(response::SUCCESS, None)
+                .with_body(members.as_bytes().to_vec().into())
+        })
+        .await;
+        let admin = RemotingAdmin::default();
+        let access = BrokerAccess {
+            account: Some(Credentials::new("operator1", "operator-secret")),
+            tls: None,
+        };
+        admin.use_access(account_scope(&addr), access);
+        let add = MembershipChange::Add {
+            member: 2,
+            address: "qb-2:10911".into(),
+        };
+        let members = admin
+            .change_membership(&addr, &add, Duration::from_secs(60))
+            .await
+            .expect("answered");
+        assert_eq!(members.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(members[&2], "qb-2:10911");
+    }
+
+    #[tokio::test]
+    async fn a_refused_membership_change_is_rejected_with_the_remark() {
+        let addr = one_answer(|request| {
+            assert_eq!(request.ext("action"), Some("remove"));
+            request.response_to(
+                response::SYSTEM_ERROR,
+                Some("replica 2 is the master".to_string()),
+            )
+        })
+        .await;
+        let remove = MembershipChange::Remove { member: 2 };
+        let error = RemotingAdmin::default()
+            .change_membership(&addr, &remove, Duration::from_secs(1))
+            .await
+            .expect_err("refused");
+        let AdminError::Rejected {
+            remark, request, ..
+        } = error
+        else {
+            panic!("not a refusal: {error:?}");
+        };
+        assert_eq!(request, "QUIVER_REPLICATION_MEMBERS");
+        assert_eq!(remark, "replica 2 is the master");
+    }
 }
