@@ -17,9 +17,9 @@ use tokio::time::Instant;
 use crate::bootstrap::bootstrap;
 use crate::config::{self, ConsensusConfig};
 use crate::inner::{lock, Inner};
-use crate::messages::{ProbeRequest, ProposeReply, RejoinRequest};
+use crate::messages::{ElectRequest, ProbeRequest, ProposeReply, RejoinRequest};
 use crate::network::{
-    KIND_APPEND, KIND_PROBE, KIND_PROPOSE, KIND_REJOIN, KIND_SNAPSHOT, KIND_VOTE,
+    KIND_APPEND, KIND_ELECT, KIND_PROBE, KIND_PROPOSE, KIND_REJOIN, KIND_SNAPSHOT, KIND_VOTE,
 };
 use crate::rejoin::rejoin;
 use crate::store::{self, Identity};
@@ -114,6 +114,7 @@ impl Consensus {
             node: OnceLock::new(),
             phase: Mutex::new((Phase::Probing, None)),
             rejoining: Mutex::new(None),
+            leading_since: Arc::default(),
             tasks: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
@@ -352,6 +353,11 @@ impl Consensus {
             KIND_REJOIN => {
                 let req: RejoinRequest = decode(kind, body)?;
                 serde_json::to_vec(&inner.handle_rejoin(req))
+            }
+            KIND_ELECT => {
+                let req: ElectRequest = decode(kind, body)?;
+                inner.campaign(req.node).await?;
+                serde_json::to_vec(&())
             }
             other => return Err(ConsensusError::UnknownKind(other.to_string())),
         };

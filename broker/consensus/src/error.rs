@@ -36,6 +36,9 @@ pub enum ConsensusError {
     /// A membership change that was refused, or did not finish (the reason says which).
     #[error("membership change: {0}")]
     Membership(String),
+    /// A leadership transfer that was refused, or did not finish (the reason says which).
+    #[error("leadership transfer: {0}")]
+    Transfer(String),
     /// The directory's stored membership is not the configured one (see
     /// [`stored_members`](crate::stored_members)).
     #[error("the configured members {configured:?} are not the group's membership {stored:?} stored in {dir}")]

@@ -11,6 +11,7 @@ use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Raft, RaftMetrics};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::messages::ProposeReply;
 use crate::store::{self, Identity};
@@ -66,6 +67,9 @@ pub(crate) struct Inner {
     pub(crate) phase: Mutex<(Phase, Option<String>)>,
     /// On the leader: the (member, node) being rejoined.
     pub(crate) rejoining: Mutex<Option<(u64, u64)>>,
+    /// Since when this member's node leads, and in which term (as first seen in its
+    /// metrics: no earlier than openraft's own record of its vote).
+    pub(crate) leading_since: Arc<Mutex<Option<(u64, Instant)>>>,
     pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
     pub(crate) stopped: AtomicBool,
 }
@@ -123,7 +127,9 @@ impl Inner {
         if self.node.set(node).is_err() {
             return Err(ConsensusError::Raft("the Raft node exists already".into()));
         }
-        let task = tokio::spawn(follow_membership(metrics, self.members.clone()));
+        let task = tokio::spawn(follow_membership(metrics.clone(), self.members.clone()));
+        self.track(task);
+        let task = tokio::spawn(follow_leadership(id, metrics, self.leading_since.clone()));
         self.track(task);
         Ok(self.node.get().expect("just set"))
     }
@@ -246,6 +252,34 @@ async fn follow_membership(
                 }
                 changed
             });
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Records since when node `id` leads (the term and the instant it is first seen leading),
+/// None while it does not: a leadership transfer waits until the leader's own lease on its
+/// vote has passed.
+async fn follow_leadership(
+    id: u64,
+    mut metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>,
+    leading_since: Arc<Mutex<Option<(u64, Instant)>>>,
+) {
+    loop {
+        let term = {
+            let m = metrics.borrow_and_update();
+            let leads = m.state == openraft::ServerState::Leader && m.current_leader == Some(id);
+            leads.then_some(m.current_term)
+        };
+        {
+            let mut since = lock(&leading_since);
+            match term {
+                Some(term) if since.is_some_and(|(t, _)| t == term) => {}
+                Some(term) => *since = Some((term, Instant::now())),
+                None => *since = None,
+            }
         }
         if metrics.changed().await.is_err() {
             return;

@@ -30,6 +30,9 @@
 //! any entry: [`Consensus::add_member`] admits a new member (which joins as a
 //! rejoining one does: a learner, then a voter once caught up) and
 //! [`Consensus::remove_member`] removes one, both on the leader.
+//!
+//! [`Consensus::transfer_leadership`] hands the leader's role to a caught-up
+//! voter (message "elect"), e.g. before the leader stops.
 
 #![forbid(unsafe_code)]
 
@@ -44,6 +47,7 @@ mod network;
 mod rejoin;
 mod state;
 mod store;
+mod transfer;
 
 use std::future::Future;
 // Named by `declare_raft_types!`'s default `SnapshotData`.
@@ -101,7 +105,7 @@ pub trait Transport: Send + Sync + 'static {
     /// before a member knows the membership) and returns its answer: the
     /// bytes the receiver's [`Consensus::handle`] returned for `kind` and
     /// `body`. `kind` is one of `"vote"`, `"append"`, `"snapshot"`,
-    /// `"propose"`, `"probe"`, `"rejoin"` (carry any kind as it is). Any failure
+    /// `"propose"`, `"probe"`, `"rejoin"`, `"elect"` (carry any kind as it is). Any failure
     /// to deliver or to get the answer (including the receiver's `handle`
     /// returning an error) is a [`TransportError`].
     fn call(

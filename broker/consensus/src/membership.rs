@@ -18,7 +18,7 @@ type Metrics = RaftMetrics<u64, BasicNode>;
 impl Inner {
     /// This member's node if it leads (as far as it knows); NotLeader naming the leader
     /// otherwise.
-    fn leading_node(&self) -> Result<&Node, ConsensusError> {
+    pub(crate) fn leading_node(&self) -> Result<&Node, ConsensusError> {
         let node = self
             .node
             .get()

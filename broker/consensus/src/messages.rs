@@ -1,6 +1,7 @@
 //! The bodies of the messages this crate adds to Raft's: a proposal forwarded to
-//! the leader ("propose"), a probe of whether the group exists ("probe") and a
-//! rejoin request ("rejoin"), each JSON.
+//! the leader ("propose"), a probe of whether the group exists ("probe"), a
+//! rejoin request ("rejoin") and the leader's request to campaign ("elect"), each
+//! JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,4 +68,11 @@ pub(crate) enum RejoinReply {
         leader: Option<u64>,
     },
     Refused(String),
+}
+
+/// The leader asks a caught-up voter to campaign at once, handing it leadership
+/// (kind "elect"); `node` is the Raft node meant to campaign.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct ElectRequest {
+    pub(crate) node: u64,
 }

@@ -28,6 +28,7 @@ pub(crate) const KIND_SNAPSHOT: &str = "snapshot";
 pub(crate) const KIND_PROPOSE: &str = "propose";
 pub(crate) const KIND_PROBE: &str = "probe";
 pub(crate) const KIND_REJOIN: &str = "rejoin";
+pub(crate) const KIND_ELECT: &str = "elect";
 
 /// The field of a Raft RPC's body that names the Raft node it is meant for.
 const TO_NODE: &str = "to_node";

@@ -310,6 +310,85 @@ async fn a_new_leader_takes_over_and_two_of_three_make_progress() {
     c.shutdown().await;
 }
 
+/// Elections only after a second of silence, so none starts by itself while a test
+/// counts vote requests (the leader lease, `election_timeout_max_ms`, is 1.5 s).
+fn steady(c: &mut ConsensusConfig) {
+    fast(c);
+    c.election_timeout_min_ms = 1000;
+    c.election_timeout_max_ms = 1500;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_moves_to_a_caught_up_voter_that_the_leader_asks_to_campaign() {
+    let c = Cluster::start(3, steady).await;
+    let old = c.leader().await;
+    let s1 = applied(
+        c.node(old)
+            .propose(elect(1, old, 0, &[1, 2, 3]))
+            .await
+            .unwrap(),
+    );
+    c.converge(&s1).await;
+    let target = c.live().into_iter().find(|id| *id != old).unwrap();
+    let third = c
+        .live()
+        .into_iter()
+        .find(|id| ![old, target].contains(id))
+        .unwrap();
+
+    // Refused off the leader (naming it) and for a member the group does not have.
+    match c.node(target).transfer_leadership(third, WAIT).await {
+        Err(ConsensusError::NotLeader { leader }) => assert_eq!(leader, Some(old)),
+        other => panic!("a transfer asked of a follower: {other:?}"),
+    }
+    match c.node(old).transfer_leadership(9, WAIT).await {
+        Err(ConsensusError::Transfer(why)) => assert!(why.contains("not a voter"), "{why}"),
+        other => panic!("a transfer to a non-member: {other:?}"),
+    }
+    assert_eq!(
+        c.node(old).transfer_leadership(old, WAIT).await.unwrap(),
+        old
+    );
+
+    let votes = c.delivered("vote");
+    let leader = c.node(old).transfer_leadership(target, WAIT).await.unwrap();
+    assert_eq!(leader, target);
+    assert_eq!(c.leader().await, target);
+    // The target won its first campaign: two vote requests, the old leader's vote granted
+    // (its own lease on its vote had passed) while the third member still held its lease.
+    assert_eq!(c.delivered("vote") - votes, 2);
+
+    // The group goes on committing: from the old leader (forwarded) and from the new one.
+    let s2 = applied(
+        c.node(old)
+            .propose(elect(2, target, 0, &[1, 2, 3]))
+            .await
+            .unwrap(),
+    );
+    c.converge(&s2).await;
+    let s3 = applied(
+        c.node(target)
+            .propose(alter(2, target, &[target, third], 2))
+            .await
+            .unwrap(),
+    );
+    c.converge(&s3).await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leadership_transfer_is_refused_in_a_group_of_more_than_three_voters() {
+    let c = Cluster::start(4, steady).await;
+    let leader = c.leader().await;
+    let target = c.live().into_iter().find(|id| *id != leader).unwrap();
+    match c.node(leader).transfer_leadership(target, WAIT).await {
+        Err(ConsensusError::Transfer(why)) => assert!(why.contains("at most 3"), "{why}"),
+        other => panic!("a transfer in a group of four: {other:?}"),
+    }
+    assert_eq!(c.leader().await, leader);
+    c.shutdown().await;
+}
+
 /// Snapshots after every 2 entries and keeps no log behind them, so the
 /// returning member must catch up from a snapshot, not the log.
 fn compacting(c: &mut ConsensusConfig) {
