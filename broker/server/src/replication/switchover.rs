@@ -1,6 +1,7 @@
 //! Switchovers: the master stops taking sends, waits until an in-sync replica holds its whole
 //! log, and hands mastership to it through consensus. Planned (QUIVER_SWITCHOVER names the
-//! replica) or on shutdown (SIGTERM: the replica that has acknowledged the most).
+//! replica) or on shutdown (SIGTERM: the replica that has acknowledged the most). A master
+//! that leads the group's consensus hands that leadership to the new master too.
 //!
 //! Switchovers are counted by cause on the member that had the change agreed, once the group
 //! agreed it: the old master for planned and shutdown handovers, the consensus leader for a
@@ -78,6 +79,11 @@ pub(crate) enum SwitchoverError {
 /// How long a switchover may pause sends by default.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The bound of handing the consensus leadership to the new master after a planned
+/// switchover: a leader waits out its lease (1 s by default) after its election before
+/// another can win one.
+const CONSENSUS_HANDOVER_TIMEOUT: Duration = Duration::from_secs(3);
+
 impl Replication {
     /// (cause label, switchovers this member had agreed) for every cause.
     pub fn switchovers(&self) -> Vec<(&'static str, u64)> {
@@ -96,8 +102,18 @@ impl Replication {
         target: u64,
         timeout: Duration,
     ) -> Result<Duration, SwitchoverError> {
-        self.switchover_for(store, target, timeout, SwitchoverCause::Planned)
-            .await
+        let paused = self
+            .switchover_for(store, target, timeout, SwitchoverCause::Planned)
+            .await?;
+        // The consensus leadership follows mastership, once sends flow again (so this adds
+        // nothing to the pause). Left here, the new master would renew its lease through this
+        // member, and stopping this member later would stall the new master's sends for an
+        // election and the lease the others hold on this member (~2 s by default); with the
+        // master leading the consensus, its renewals are its own and a replica stopping costs
+        // nothing.
+        self.hand_consensus_to(target, CONSENSUS_HANDOVER_TIMEOUT)
+            .await;
+        Ok(paused)
     }
 
     async fn switchover_for(
@@ -145,6 +161,12 @@ impl Replication {
         let end = store.log_end().0;
         self.log_grew.notify_waiters();
         self.await_caught_up(target, end, timeout, paused).await?;
+        if cause == SwitchoverCause::Shutdown {
+            // Before the election, so that the successor leads the consensus when it starts
+            // its epoch (the election is forwarded to it).
+            let left = timeout.saturating_sub(paused.elapsed());
+            self.hand_consensus_to(target, left).await;
+        }
         self.elect_target(epoch, target, cause).await?;
         self.reports.lock().switchovers.count(cause);
         if cause == SwitchoverCause::Shutdown && self.leads_consensus() {
@@ -154,10 +176,32 @@ impl Replication {
         self.await_epoch_started(epoch, target, timeout).await
     }
 
-    /// A stopping member that leads the group's consensus stops its node as soon as its
-    /// successor is agreed. The others need about an election timeout to elect a new leader,
-    /// and the new master's lease needs one: this way the new master starts its epoch after
-    /// that, rather than starting on this member's word and losing its lease when it goes.
+    /// If this member leads the group's consensus: hands that leadership to `target` (the
+    /// new master), within `timeout`. A failure is logged only: the consensus leader then
+    /// stays, or the group elects one.
+    async fn hand_consensus_to(&self, target: u64, timeout: Duration) {
+        let Some(consensus) = self.consensus().filter(|c| c.is_leader()) else {
+            return;
+        };
+        match consensus.transfer_leadership(target, timeout).await {
+            Ok(leader) => tracing::info!(
+                target,
+                leader,
+                "handed the group's consensus leadership to the new master"
+            ),
+            Err(error) => tracing::warn!(
+                target,
+                %error,
+                "could not hand the group's consensus leadership to the new master"
+            ),
+        }
+    }
+
+    /// A stopping member that still leads the group's consensus once its successor is agreed
+    /// (handing that leadership over failed) stops its node. The others need about an
+    /// election timeout to elect a new leader, and the new master's lease needs one: this way
+    /// the new master starts its epoch after that, rather than starting on this member's word
+    /// and losing its lease when it goes.
     async fn resign_consensus(&self) {
         if let Some(consensus) = self.consensus() {
             tracing::info!("this member leads the group's consensus: stopping its node so that the others elect a leader");
