@@ -161,7 +161,8 @@ impl Replication {
         let end = store.log_end().0;
         self.log_grew.notify_waiters();
         self.await_caught_up(target, end, timeout, paused).await?;
-        if cause == SwitchoverCause::Shutdown {
+        let led_consensus = cause == SwitchoverCause::Shutdown && self.leads_consensus();
+        if led_consensus {
             // Before the election, so that the successor leads the consensus when it starts
             // its epoch (the election is forwarded to it).
             let left = timeout.saturating_sub(paused.elapsed());
@@ -169,7 +170,7 @@ impl Replication {
         }
         self.elect_target(epoch, target, cause).await?;
         self.reports.lock().switchovers.count(cause);
-        if cause == SwitchoverCause::Shutdown && self.leads_consensus() {
+        if led_consensus {
             self.resign_consensus().await;
             return Ok(());
         }
@@ -197,14 +198,17 @@ impl Replication {
         }
     }
 
-    /// A stopping member that still leads the group's consensus once its successor is agreed
-    /// (handing that leadership over failed) stops its node. The others need about an
-    /// election timeout to elect a new leader, and the new master's lease needs one: this way
-    /// the new master starts its epoch after that, rather than starting on this member's word
-    /// and losing its lease when it goes.
+    /// A stopping member that led the group's consensus stops its node once its successor is
+    /// agreed. If it handed the leadership over, the others keep a leader, and stopping now
+    /// keeps it from applying the successor's epoch start, following it and rejoining its
+    /// in-sync set moments before it exits (the successor's sends would then wait for it
+    /// until it is dropped, seconds). If it still leads, the others need about an election
+    /// timeout to elect a new leader, and the new master's lease needs one: this way the new
+    /// master starts its epoch after that, rather than starting on this member's word and
+    /// losing its lease when it goes.
     async fn resign_consensus(&self) {
         if let Some(consensus) = self.consensus() {
-            tracing::info!("this member leads the group's consensus: stopping its node so that the others elect a leader");
+            tracing::info!("this member led the group's consensus: stopping its node");
             consensus.shutdown().await;
         }
     }
