@@ -32,6 +32,12 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
     // On a full disk the offsets stay in memory and are written once there is room.
     let persisting = "periodic persist of offsets, topics and groups";
     background.spawn_periodic(persisting, persist_every, false, with(broker, persist));
+    if broker.replication().is_some() {
+        let records = crate::state_log::hook_pop_records(broker);
+        let forwarding =
+            crate::state_log::forward_pop_records(broker.clone(), records, background.stop());
+        background.spawn(forwarding);
+    }
     // A member that takes no writes applies the state log as its log grows.
     let following = with(broker, crate::state_log::follow_round);
     background.spawn_periodic(
@@ -97,7 +103,8 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
 /// Before the broker serves: applies the state log records its offset snapshot lacks (a
 /// commit answered before a crash is there, not in the snapshot).
 fn replay_state_log(broker: &Broker) {
-    let replayed = crate::state_log::catch_up(broker.store(), broker.offsets(), broker.groups());
+    let tables = crate::state_log::Tables::of(broker);
+    let replayed = crate::state_log::catch_up(broker.store(), &tables);
     match replayed {
         Ok(0) => {}
         Ok(records) => tracing::info!(records, "state log replayed past the offset snapshot"),

@@ -398,6 +398,10 @@ impl crate::replication::Member for Broker {
         &self.offsets
     }
 
+    fn pop_state(&self) -> Option<&quiver_store::PopState> {
+        Some(&self.pop.state)
+    }
+
     fn topics(&self) -> &TopicManager {
         &self.topics
     }

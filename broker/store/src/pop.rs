@@ -233,6 +233,10 @@ impl Drop for ReadClaim<'_> {
 pub const SNAPSHOT_EVERY_RECORDS: u64 = 100_000;
 
 /// The POP state of every group, as [`PopState::open`] recovered it from `<data>/pop/`.
+/// Hears the JSON payload of every record the state logs, under the log's lock (so in log
+/// order). It must not block: a group's master hands the payloads on to its replicas.
+pub type RecordHook = Box<dyn Fn(&[u8]) + Send + Sync>;
+
 pub struct PopState {
     dir: PathBuf,
     flush_mode: FlushMode,
@@ -243,6 +247,7 @@ pub struct PopState {
     since_snapshot: AtomicU64,
     /// One snapshot at a time.
     snapshotting: Mutex<()>,
+    record_hook: std::sync::OnceLock<RecordHook>,
 }
 
 impl PopState {
@@ -309,6 +314,7 @@ impl PopState {
             next_revision: AtomicU64::new(next_revision),
             since_snapshot: AtomicU64::new(replayed),
             snapshotting: Mutex::new(()),
+            record_hook: std::sync::OnceLock::new(),
         })
     }
 
@@ -350,8 +356,39 @@ impl PopState {
             })
     }
 
-    /// Appends one record (a write, no fsync); the file to sync once the caller's locks are released.
+    /// Sets the hook that hears every record this state logs from now on (once).
+    pub fn set_record_hook(&self, hook: RecordHook) {
+        let _ = self.record_hook.set(hook);
+    }
+
+    /// Applies and logs a record another member's state logged (its hook's payload): a
+    /// replica keeps its master's POP state, so as master it knows what is in flight.
+    /// Records set absolute values, so applying one twice changes nothing.
+    pub fn apply_replicated(&self, payload: &[u8]) -> Result<(), StoreError> {
+        let record: LogRecord =
+            serde_json::from_slice(payload).map_err(|source| StoreError::Json {
+                path: self.dir.clone(),
+                source,
+            })?;
+        // Handles the master issued stay distinct from the ones this member issues later.
+        self.next_revision
+            .fetch_max(max_revision(&record) + 1, Ordering::Relaxed);
+        let queue_arc = self.queue(record_key(&record));
+        let queue = queue_arc.lock();
+        let file = self.write_record(&record, false)?;
+        let mut queue = queue;
+        queue.apply(&record);
+        drop(queue);
+        self.sync(&file)
+    }
+
+    /// Appends one record (a write, no fsync) and lets the hook hear it; the file to sync
+    /// once the caller's locks are released.
     fn append(&self, record: &LogRecord) -> Result<Arc<File>, StoreError> {
+        self.write_record(record, true)
+    }
+
+    fn write_record(&self, record: &LogRecord, to_hook: bool) -> Result<Arc<File>, StoreError> {
         let payload = serde_json::to_vec(record).map_err(|source| StoreError::Json {
             path: self.dir.clone(),
             source,
@@ -370,6 +407,9 @@ impl PopState {
             .write_all(&frame)
             .map_err(|e| StoreError::io("append to", path(), e))?;
         self.since_snapshot.fetch_add(1, Ordering::Relaxed);
+        if let Some(hook) = self.record_hook.get().filter(|_| to_hook) {
+            hook(&payload);
+        }
         Ok(file.clone())
     }
 
@@ -804,6 +844,44 @@ mod tests {
         let from = claim.from();
         let received: Vec<(u64, u32)> = (from..from + count).map(|o| (o, 1)).collect();
         claim.finish(from + count, &received, until).unwrap()
+    }
+
+    #[test]
+    fn a_replica_applying_the_masters_records_knows_what_is_in_flight() {
+        let (master_dir, replica_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let master = PopState::open(master_dir.path(), FlushMode::Async).unwrap();
+        let heard = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        let sink = heard.clone();
+        master.set_record_hook(Box::new(move |payload| sink.lock().push(payload.to_vec())));
+        let got = read(&master, &key(0), 3, 1_000);
+        master.remove(&key(0), 0, got[0].entry.revision).unwrap();
+        let replica = PopState::open(replica_dir.path(), FlushMode::Async).unwrap();
+        let payloads = heard.lock().clone();
+        for payload in payloads.iter().chain(payloads.iter()) {
+            replica.apply_replicated(payload).unwrap();
+        }
+        assert_eq!(
+            replica.acked_prefix(&key(0)),
+            Some(1),
+            "applied twice, same state"
+        );
+        assert_eq!(replica.inflight(&key(0), 2), Some(got[2].entry));
+        // An ack of a handle the master issued works on the replica become master.
+        replica.remove(&key(0), 1, got[1].entry.revision).unwrap();
+        let fresh = read(&replica, &key(0), 1, 1_000);
+        assert_eq!(fresh[0].offset, 3);
+        assert!(
+            fresh[0].entry.revision > got[2].entry.revision,
+            "revisions never repeat"
+        );
+        drop(replica);
+        let reopened = PopState::open(replica_dir.path(), FlushMode::Async).unwrap();
+        assert_eq!(
+            reopened.inflight(&key(0), 2),
+            Some(got[2].entry),
+            "logged locally"
+        );
     }
 
     #[test]

@@ -215,7 +215,12 @@ fn fill_absent_offsets(broker: &dyn Member, offsets: ConsumerOffsetTable, deleti
 /// master had alone) would make consumers skip what this master writes there; clamped, they
 /// are redelivered what they may have read, never skip. Returns how many offsets moved.
 pub(super) fn clamp_offsets_to_log(broker: &dyn Member) -> usize {
-    match crate::state_log::take_over(broker.store(), broker.offsets(), broker.groups()) {
+    let tables = crate::state_log::Tables {
+        offsets: broker.offsets(),
+        groups: broker.groups(),
+        pop: broker.pop_state(),
+    };
+    match crate::state_log::take_over(broker.store(), &tables) {
         Ok(applied) => tracing::info!(applied, "state log applied before taking writes"),
         Err(error) => {
             tracing::error!(error = %crate::error::chain(&error), "cannot apply the state log before taking writes")

@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use quiver_store::record::decode;
 use quiver_store::{
-    CommitLogOffset, ConsumerOffsets, GetStatus, MessageStore, NewMessage, QueueOffset, StoreError,
+    CommitLogOffset, ConsumerOffsets, GetStatus, MessageStore, NewMessage, PopState, QueueOffset,
+    StoreError,
 };
 
 use crate::broker::Broker;
@@ -31,6 +32,25 @@ pub const STATE_QUEUE: u32 = 0;
 /// Records read per store get while catching up.
 const READ_BATCH: u32 = 256;
 const READ_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What the state log's records change on a member.
+pub struct Tables<'a> {
+    pub offsets: &'a ConsumerOffsets,
+    pub groups: &'a GroupManager,
+    /// None where POP records are not applied (the master that wrote them).
+    pub pop: Option<&'a PopState>,
+}
+
+impl<'a> Tables<'a> {
+    /// Every table of `broker`.
+    pub fn of(broker: &'a Broker) -> Tables<'a> {
+        Tables {
+            offsets: broker.offsets(),
+            groups: broker.groups(),
+            pop: Some(&broker.pop().state),
+        }
+    }
+}
 
 /// Appends `record` and applies it here, without waiting for durability (the record is in
 /// the page cache: a kill -9 keeps it). Refused on a member that takes no writes. Returns
@@ -56,7 +76,12 @@ pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, 
         let appended = broker
             .store()
             .append(std::slice::from_ref(&message), crate::now_ms())?;
-        apply(broker.offsets(), broker.groups(), record);
+        // The POP state logged its own record before handing it here.
+        let tables = Tables {
+            pop: None,
+            ..Tables::of(broker)
+        };
+        apply(&tables, record);
         *position = appended.results[0].queue_offset.0 + 1;
         appended.end
     };
@@ -96,7 +121,10 @@ fn admit(broker: &Broker) -> Result<Option<parking_lot::RwLockReadGuard<'_, ()>>
 }
 
 /// Applies one record to this member's tables.
-pub fn apply(offsets: &ConsumerOffsets, groups: &GroupManager, record: &StateRecord) {
+pub fn apply(tables: &Tables<'_>, record: &StateRecord) {
+    let Tables {
+        offsets, groups, ..
+    } = tables;
     match record {
         StateRecord::Commit {
             group,
@@ -118,17 +146,22 @@ pub fn apply(offsets: &ConsumerOffsets, groups: &GroupManager, record: &StateRec
                 offsets.delete_group(group);
             }
         }
+        StateRecord::Pop { record } => {
+            let Some(pop) = tables.pop else {
+                return;
+            };
+            let payload = serde_json::to_vec(record).unwrap_or_default();
+            if let Err(error) = pop.apply_replicated(&payload) {
+                tracing::warn!(error = %quiver_store::error_chain(&error), "cannot apply the master's POP record");
+            }
+        }
     }
 }
 
 /// Applies the records this member can read (up to its confirmed offset) that its tables
 /// lack, in log order. Returns how many it applied.
-pub fn catch_up(
-    store: &MessageStore,
-    offsets: &ConsumerOffsets,
-    groups: &GroupManager,
-) -> Result<usize, StoreError> {
-    let mut position = offsets.log_position();
+pub fn catch_up(store: &MessageStore, tables: &Tables<'_>) -> Result<usize, StoreError> {
+    let mut position = tables.offsets.log_position();
     let written = store.written_max_offset(STATE_TOPIC, STATE_QUEUE).0;
     if *position > written {
         // The log was cut back (a returning member's unconfirmed tail): records written
@@ -153,7 +186,7 @@ pub fn catch_up(
         match got.status {
             GetStatus::Found => {
                 for bytes in &got.messages {
-                    applied += apply_stored(offsets, groups, bytes);
+                    applied += apply_stored(tables, bytes);
                 }
                 *position = got.next_begin_offset.0;
             }
@@ -173,7 +206,7 @@ pub fn catch_up(
 }
 
 /// Applies a stored state log message; 0 when it is no record this member knows.
-fn apply_stored(offsets: &ConsumerOffsets, groups: &GroupManager, bytes: &[u8]) -> usize {
+fn apply_stored(tables: &Tables<'_>, bytes: &[u8]) -> usize {
     let record = decode(bytes)
         .map_err(|error| error.to_string())
         .and_then(|(message, _)| {
@@ -181,7 +214,7 @@ fn apply_stored(offsets: &ConsumerOffsets, groups: &GroupManager, bytes: &[u8]) 
         });
     match record {
         Ok(record) => {
-            apply(offsets, groups, &record);
+            apply(tables, &record);
             1
         }
         Err(error) => {
@@ -197,16 +230,46 @@ fn apply_stored(offsets: &ConsumerOffsets, groups: &GroupManager, bytes: &[u8]) 
 /// Before a member takes writes: applies every record it can read, then counts the rest of
 /// its log (written, not yet confirmed: never acknowledged in sync mode) as covered, since
 /// from here on its own appends change its tables directly.
-pub fn take_over(
-    store: &MessageStore,
-    offsets: &ConsumerOffsets,
-    groups: &GroupManager,
-) -> Result<usize, StoreError> {
-    let applied = catch_up(store, offsets, groups)?;
+pub fn take_over(store: &MessageStore, tables: &Tables<'_>) -> Result<usize, StoreError> {
+    let applied = catch_up(store, tables)?;
     let written = store.written_max_offset(STATE_TOPIC, STATE_QUEUE).0;
-    let mut position = offsets.log_position();
+    let mut position = tables.offsets.log_position();
     *position = (*position).max(written);
     Ok(applied)
+}
+
+/// A group member's POP state hands every record it logs to this: the master appends them
+/// to the state log, in the POP state's order, from a task of its own (the hook must not
+/// block). A record not appended (no longer master) is dropped: the new master's own.
+pub(crate) fn hook_pop_records(broker: &Broker) -> tokio::sync::mpsc::UnboundedReceiver<Vec<u8>> {
+    let (records, received) = tokio::sync::mpsc::unbounded_channel();
+    broker.pop().state.set_record_hook(Box::new(move |payload| {
+        let _ = records.send(payload.to_vec());
+    }));
+    received
+}
+
+/// Appends the POP records [`hook_pop_records`] hears until `stop` flips.
+pub(crate) async fn forward_pop_records(
+    broker: Arc<Broker>,
+    mut records: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let payload = tokio::select! {
+            _ = stop.changed() => return,
+            payload = records.recv() => match payload {
+                Some(payload) => payload,
+                None => return,
+            },
+        };
+        let Some(record) = StateRecord::pop(&payload) else {
+            continue;
+        };
+        if let Err(error) = append(&broker, &record) {
+            tracing::debug!(error = %quiver_store::error_chain(&error), "POP record not copied to the replicas");
+        }
+    }
 }
 
 /// One round of a member that takes no writes: applies what its log gained.
@@ -215,7 +278,7 @@ pub(crate) async fn follow_round(broker: Arc<Broker>) -> crate::periodic::Flow {
         return std::ops::ControlFlow::Continue(None);
     }
     let caught_up = crate::broker::blocking(&broker, |broker| {
-        catch_up(broker.store(), broker.offsets(), broker.groups())
+        catch_up(broker.store(), &Tables::of(broker))
             .map_err(crate::error::BrokerError::store("apply the state log"))
     })
     .await;
@@ -274,6 +337,16 @@ mod tests {
         groups: GroupManager,
     }
 
+    impl Member {
+        fn tables(&self) -> Tables<'_> {
+            Tables {
+                offsets: &self.offsets,
+                groups: &self.groups,
+                pop: None,
+            }
+        }
+    }
+
     fn member(dir: &Path) -> Member {
         Member {
             offsets: ConsumerOffsets::load(&dir.join("config")).unwrap(),
@@ -290,8 +363,8 @@ mod tests {
         log(&store, &StateRecord::commit("g", "T", [(0, 5), (1, 7)]));
         log(&store, &StateRecord::commit("g", "T", [(0, 3)]));
         log(&store, &StateRecord::commit("h", "T", [(0, 9)]));
-        let (offsets, groups) = (&replica.offsets, &replica.groups);
-        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 3);
+        let offsets = &replica.offsets;
+        assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 3);
         assert_eq!(
             offsets.query("g", "T", 0),
             Some(QueueOffset(3)),
@@ -303,9 +376,9 @@ mod tests {
             drop_offsets: true,
         };
         log(&store, &delete);
-        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 1);
+        assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 1);
         assert_eq!(offsets.query("g", "T", 0), None);
-        assert!(groups.get("g").is_none());
+        assert!(replica.groups.get("g").is_none());
         assert_eq!(offsets.query("h", "T", 0), Some(QueueOffset(9)));
         assert_eq!(*offsets.log_position(), 4);
     }
@@ -316,14 +389,14 @@ mod tests {
         let store = open_store(&dir.path().join("store"), false);
         let before = member(dir.path());
         log(&store, &StateRecord::commit("g", "T", [(0, 5)]));
-        catch_up(&store, &before.offsets, &before.groups).unwrap();
+        catch_up(&store, &before.tables()).unwrap();
         before.offsets.persist().unwrap();
         // Changed in memory after the snapshot, then the log says otherwise: replay must
         // not apply the record the snapshot covers again, only the later one.
         log(&store, &StateRecord::commit("g", "T", [(1, 8)]));
         let after = member(dir.path());
         after.offsets.commit("g", "T", 0, QueueOffset(6));
-        assert_eq!(catch_up(&store, &after.offsets, &after.groups).unwrap(), 1);
+        assert_eq!(catch_up(&store, &after.tables()).unwrap(), 1);
         assert_eq!(after.offsets.query("g", "T", 0), Some(QueueOffset(6)));
         assert_eq!(after.offsets.query("g", "T", 1), Some(QueueOffset(8)));
     }
@@ -333,14 +406,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(&dir.path().join("store"), true);
         let replica = member(dir.path());
-        let (offsets, groups) = (&replica.offsets, &replica.groups);
+        let offsets = &replica.offsets;
         let confirmed = log(&store, &StateRecord::commit("g", "T", [(0, 5)]));
         log(&store, &StateRecord::commit("g", "T", [(0, 6)]));
         store.confirm(confirmed);
-        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 1);
+        assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 1);
         assert_eq!(offsets.query("g", "T", 0), Some(QueueOffset(5)));
         // The unconfirmed tail was never acknowledged: a new master counts it covered.
-        assert_eq!(take_over(&store, offsets, groups).unwrap(), 0);
+        assert_eq!(take_over(&store, &replica.tables()).unwrap(), 0);
         assert_eq!(*offsets.log_position(), 2);
     }
 
@@ -349,9 +422,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = open_store(&dir.path().join("store"), false);
         let replica = member(dir.path());
-        let (offsets, groups) = (&replica.offsets, &replica.groups);
+        let offsets = &replica.offsets;
         *offsets.log_position() = 10;
-        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 0);
+        assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 0);
         assert_eq!(*offsets.log_position(), 0);
         let host = "127.0.0.1:10911".parse().unwrap();
         let foreign = NewMessage {
@@ -369,7 +442,7 @@ mod tests {
         };
         store.append(&[foreign], 1).unwrap();
         log(&store, &StateRecord::commit("g", "T", [(2, 4)]));
-        assert_eq!(catch_up(&store, offsets, groups).unwrap(), 1);
+        assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 1);
         assert_eq!(offsets.query("g", "T", 2), Some(QueueOffset(4)));
         assert_eq!(*offsets.log_position(), 2);
     }

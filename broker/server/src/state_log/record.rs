@@ -26,6 +26,8 @@ pub enum StateRecord {
     /// A subscription group deleted, with its committed offsets when `drop_offsets`.
     #[serde(rename_all = "camelCase")]
     DeleteGroup { group: String, drop_offsets: bool },
+    /// A record of the master's POP state (`quiver_store::PopState`'s own log record).
+    Pop { record: serde_json::Value },
 }
 
 impl StateRecord {
@@ -38,6 +40,13 @@ impl StateRecord {
                 .map(|(queue_id, offset)| QueueCommit { queue_id, offset })
                 .collect(),
         }
+    }
+
+    /// The POP state's record whose JSON payload is `payload`; None if it is not JSON.
+    pub fn pop(payload: &[u8]) -> Option<Self> {
+        serde_json::from_slice(payload)
+            .ok()
+            .map(|record| StateRecord::Pop { record })
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -72,6 +81,18 @@ mod tests {
             r#"{"kind":"deleteGroup","group":"g","dropOffsets":true}"#
         );
         assert_eq!(StateRecord::decode(&body).unwrap(), delete);
+    }
+
+    #[test]
+    fn a_pop_record_carries_the_pop_states_own_payload() {
+        let payload = br#"{"op":"Remove","key":{"g":"g","t":"T","q":0},"offset":4}"#;
+        let record = StateRecord::pop(payload).unwrap();
+        let decoded = StateRecord::decode(&record.encode()).unwrap();
+        let StateRecord::Pop { record: inner } = decoded else {
+            panic!("a pop record decodes as one");
+        };
+        let original: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        assert_eq!(inner, original);
     }
 
     #[test]
