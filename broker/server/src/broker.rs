@@ -346,6 +346,12 @@ impl Broker {
             let next = QueueOffset(delivered.get(&level).copied().unwrap_or(0));
             positions.push((crate::topics::SCHEDULE_TOPIC.to_owned(), level, next));
         }
+        // The state log's records past the offset snapshot are replayed at start.
+        positions.push((
+            crate::state_log::STATE_TOPIC.to_owned(),
+            crate::state_log::STATE_QUEUE,
+            QueueOffset(self.offsets.persisted_position()),
+        ));
         let enqueued = self.timers.enqueued_offset.load(Ordering::Acquire);
         positions.push((
             crate::timer::TIMER_TOPIC.to_owned(),

@@ -65,6 +65,14 @@ async fn bad_input_is_refused_and_loses_nothing() {
     assert!(bad_topic.remark.as_deref().unwrap().contains("bad topic!"));
     let long_topic = client.send(&"t".repeat(128), 0, "x", "A").await;
     assert_eq!(long_topic.code, response::MESSAGE_ILLEGAL);
+    // The internal state log's records would change consumer-group state.
+    let state_log = client.send("rmq_sys_quiver_state", 0, "x", "A").await;
+    assert_eq!(state_log.code, response::MESSAGE_ILLEGAL);
+    assert!(state_log
+        .remark
+        .as_deref()
+        .unwrap()
+        .contains("internal state log"));
 
     let huge = "x".repeat(300 * 1024);
     let too_big = client.send("Safe", 0, &huge, "A").await;

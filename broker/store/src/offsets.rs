@@ -39,6 +39,8 @@ pub struct ConsumerOffsets {
     /// Held across a record's append and its change, so a snapshot never names a position
     /// past a change it lacks.
     log_position: Mutex<u64>,
+    /// The position the file on disk covers: retention keeps the records past it.
+    persisted_position: AtomicU64,
     /// Group deletions so far: a copy of another member's table taken before one must not
     /// bring the deleted group back.
     deletions: AtomicU64,
@@ -77,6 +79,7 @@ impl ConsumerOffsets {
             path,
             table: RwLock::new(table),
             log_position: Mutex::new(log_position),
+            persisted_position: AtomicU64::new(log_position),
             deletions: AtomicU64::new(0),
             persist_lock: Mutex::new(()),
         })
@@ -86,6 +89,12 @@ impl ConsumerOffsets {
     /// holds it across the change and moves it past the record.
     pub fn log_position(&self) -> MutexGuard<'_, u64> {
         self.log_position.lock()
+    }
+
+    /// The state log position the file on disk covers: a start replays the records from
+    /// there, so they must outlive retention until a later snapshot.
+    pub fn persisted_position(&self) -> u64 {
+        self.persisted_position.load(Ordering::Acquire)
     }
 
     /// How many group deletions this table has applied since it was loaded.
@@ -195,7 +204,9 @@ impl ConsumerOffsets {
                 })
                 .collect(),
         };
-        write_json_atomically(&self.path, &file)
+        write_json_atomically(&self.path, &file)?;
+        self.persisted_position.store(position, Ordering::Release);
+        Ok(())
     }
 }
 
@@ -268,9 +279,13 @@ mod tests {
         assert_eq!(*offsets.log_position(), 0);
         offsets.commit("g", "T", 1, QueueOffset(42));
         *offsets.log_position() = 7;
+        // Retention keeps what the file on disk lacks: the position moves only with it.
+        assert_eq!(offsets.persisted_position(), 0);
         offsets.persist().unwrap();
+        assert_eq!(offsets.persisted_position(), 7);
         let loaded = ConsumerOffsets::load(dir.path()).unwrap();
         assert_eq!(*loaded.log_position(), 7);
+        assert_eq!(loaded.persisted_position(), 7);
         assert_eq!(loaded.query("g", "T", 1), Some(QueueOffset(42)));
     }
 

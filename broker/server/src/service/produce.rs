@@ -119,6 +119,12 @@ fn appended(broker: &Broker) {
 /// The topic's config, created when auto-creation is on.
 pub(crate) fn topic_for_send(broker: &Broker, topic: &str) -> Result<TopicConfig, ServiceError> {
     validate_topic_name(topic).map_err(|e| ServiceError::IllegalMessage(e.to_string()))?;
+    if topic == crate::state_log::STATE_TOPIC {
+        // Its records change consumer-group state: only the broker writes them.
+        return Err(ServiceError::IllegalMessage(format!(
+            "topic {topic} is the broker's internal state log: clients cannot send to it"
+        )));
+    }
     if let Some(config) = broker.topics().get(topic) {
         return Ok(config);
     }
