@@ -1,6 +1,7 @@
 """What a new master needs survives a failover: consumer offsets committed on the master (their
 state log records travel with the CommitLog), the delay levels' progress (delayed messages
-delivered before the failover are not delivered again, those in flight are delivered once),
+delivered before the failover are not delivered again, those in flight are delivered once; the
+same for timed messages, whose fired marks travel in the state log),
 group deletions reach every member, and a commit sent to a replica is refused with 14
 SERVICE_NOT_AVAILABLE naming the master."""
 
@@ -20,6 +21,7 @@ DELETE_SUBSCRIPTIONGROUP = 207
 SYSTEM_BUSY = 2
 SEND_MESSAGE = 10
 DELAYED_TOPIC = "DelayedTopic"
+TIMED_TOPIC = "TimedTopic"
 
 
 def commit(addr, queue, offset, group=GROUP):
@@ -145,3 +147,45 @@ def test_delayed_messages_are_delivered_once_across_a_failover(group):
           f"{len(in_flight)} in flight, {sum(n - 1 for n in again.values())} delivered again")
     assert not again, f"delivered more than once: {sorted(again)[:10]}"
     assert set(counts) == set(before) | set(in_flight)
+
+
+def send_timed(addr, key, delay_sec, queue):
+    """A SEND_MESSAGE with TIMER_DELAY_SEC `delay_sec`; the master answers it once replicated."""
+    code, remark, _, _ = remoting.call(addr, SEND_MESSAGE, {
+        "producerGroup": "quiver-state-timed", "topic": TIMED_TOPIC,
+        "defaultTopic": "TBW102", "defaultTopicQueueNums": QUEUES, "queueId": queue,
+        "sysFlag": 0, "bornTimestamp": 0, "flag": 0,
+        "properties": f"KEYS\x01{key}\x02TIMER_DELAY_SEC\x01{delay_sec}\x02", "reconsumeTimes": 0,
+        "unitMode": "false", "batch": "false"}, key.encode())
+    assert code == wire.SUCCESS, f"timed send {key}: code {code} {remark}"
+
+
+def timed_delivered(member):
+    """How often each key reached the timed topic's queues on `member`."""
+    return collections.Counter(r["key"] for r in wire.read_topic(member.addr, TIMED_TOPIC, QUEUES))
+
+
+@pytest.mark.timeout(240)
+def test_timed_messages_are_delivered_once_across_a_failover(group):
+    master = started(group)
+    _, epoch, _ = master.view()
+    wire.create_topic(master.addr, TIMED_TOPIC, QUEUES)
+    before = [f"before-{i}" for i in range(40)]
+    for i, key in enumerate(before):
+        send_timed(master.addr, key, 1, i % QUEUES)
+    # Fired by the master, and the fired messages held by every member.
+    for m in group.members:
+        wait_until(lambda m=m: set(timed_delivered(m)) >= set(before), 60, f"{m} to serve the first timers")
+    in_flight = [f"in-flight-{i}" for i in range(40)]
+    for i, key in enumerate(in_flight):
+        send_timed(master.addr, key, 6, i % QUEUES)  # due after the failover
+    master.kill9()
+    new = group.wait_writable(exclude=(master.id,), min_epoch=epoch + 1, timeout=60)
+    wait_until(lambda: set(timed_delivered(new)) >= set(in_flight), 60, f"{new} to fire the timers in flight")
+    counts = timed_delivered(new)
+    again = {key: n for key, n in counts.items() if n > 1}
+    print(f"timed across failover {master} -> {new}: {len(before)} fired before, "
+          f"{len(in_flight)} in flight, {sum(n - 1 for n in again.values())} fired again")
+    assert not again, f"fired more than once: {sorted(again)[:10]}"
+    assert set(counts) == set(before) | set(in_flight)
+    group.assert_no_panic()

@@ -1,9 +1,15 @@
 //! The timer service's thread: enqueues the timer topic's queue into the store's timer log
 //! and wheel, loads each second's slot into a small heap when the second starts, and
 //! re-stores due messages to their real queue (see `crate::timer`).
+//!
+//! In a replication group every member enqueues (a replica from its confirmed log) and only
+//! the master fires: after each batch it records the batch's timer-queue offsets in the
+//! state log (`timerFired`), and the others mark those records of their own timer log fired,
+//! in order. A new master thus fires only what the old one had not recorded: at most the
+//! batch in flight at a failover is delivered again, and nothing is skipped.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +24,7 @@ use tokio::sync::watch;
 use crate::broker::Broker;
 use crate::error::{chain, BrokerError, FailureLog};
 use crate::service::produce::{ensure_topic, store_message};
+use crate::state_log::{self, StateRecord, STATE_QUEUE, STATE_TOPIC};
 use crate::timer::{TIMER_QUEUE, TIMER_REQUEST_PROPERTIES, TIMER_TOPIC};
 
 const RETRY_WAIT: Duration = Duration::from_millis(100);
@@ -38,6 +45,37 @@ struct Due {
     deliver_ms: i64,
     index: u64,
     commit_log_offset: u64,
+    /// Where the message is in the timer topic's queue: the same on every member.
+    queue_offset: u64,
+}
+
+/// What becomes of the earliest loaded timer once it is due.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// This member's own mark passed it.
+    AlreadyFired,
+    /// The master recorded it fired (`timerFired`): marked, not re-stored.
+    FiredElsewhere,
+    Fire,
+    /// A replica waits for the master's mark.
+    Wait,
+}
+
+fn step(
+    due: &Due,
+    progress: &TimerProgress,
+    fired_elsewhere: &BTreeSet<u64>,
+    master: bool,
+) -> Step {
+    if progress.has_fired(due.deliver_ms, due.index) {
+        Step::AlreadyFired
+    } else if fired_elsewhere.contains(&due.queue_offset) {
+        Step::FiredElsewhere
+    } else if master {
+        Step::Fire
+    } else {
+        Step::Wait
+    }
 }
 
 /// The timer thread's state.
@@ -50,6 +88,12 @@ struct Service<'a> {
     /// The newest second whose slot is in `heap`.
     loaded_second: i64,
     last_checkpoint_ms: i64,
+    /// Timer-queue offsets the state log records fired, not matched with a record of this
+    /// member's timer log yet.
+    fired_elsewhere: BTreeSet<u64>,
+    /// The state log offset the `timerFired` records are read from next; None before the
+    /// first round.
+    state_position: Option<u64>,
 }
 
 /// Runs the timer service on a thread of its own until `stop` flips.
@@ -105,6 +149,8 @@ impl<'a> Service<'a> {
             heap: BinaryHeap::new(),
             loaded_second: first,
             last_checkpoint_ms: now,
+            fired_elsewhere: BTreeSet::new(),
+            state_position: None,
         }
     }
 
@@ -118,17 +164,18 @@ impl<'a> Service<'a> {
         // A full disk refuses every round: due timers wait in place until there is room.
         let mut failures = FailureLog::default();
         while !*stop.borrow() {
-            // Only the master fires timers.
-            if !self.broker.takes_writes() {
+            // Only the master fires timers; a replica follows its marks.
+            let master = self.broker.takes_writes();
+            if !master && self.broker.replication().is_none() {
                 self.broker.timers().wake.wait(RETRY_WAIT);
                 continue;
             }
-            let round = self
-                .enqueue()
-                .and_then(|caught_up| self.fire().map(|()| caught_up));
+            let round = self.round(master);
             let wait = match &round {
                 // A failing store (full disk) is retried at a calm pace, not in a busy loop.
+                // A replica follows the master's marks at that pace too.
                 Err(_) => RETRY_WAIT,
+                Ok(true) if !master => RETRY_WAIT,
                 Ok(true) => self.until_due(),
                 Ok(false) => Duration::ZERO,
             };
@@ -142,6 +189,47 @@ impl<'a> Service<'a> {
         if let Err(error) = self.store.checkpoint(self.progress, true) {
             tracing::warn!(error = %quiver_store::error_chain(&error), "timer checkpoint at stop failed");
         }
+    }
+
+    /// One round: the master's marks read (in a group), then enqueue and fire. True when the
+    /// timer queue is enqueued to its end.
+    fn round(&mut self, master: bool) -> Result<bool, StoreError> {
+        let in_group = self.broker.replication().is_some();
+        if in_group {
+            let from = match self.state_position {
+                Some(position) => position,
+                None => self.first_mark_position(),
+            };
+            let (fired, next) = state_log::timers_fired_since(self.broker.store(), from)?;
+            self.fired_elsewhere.extend(fired);
+            self.state_position = Some(next);
+        }
+        let caught_up = self.enqueue()?;
+        self.fire(master)?;
+        if in_group && master && self.broker.takes_writes() {
+            // What the state log gained since it was read is this master's own marks.
+            let store = self.broker.store();
+            self.state_position = Some(store.written_max_offset(STATE_TOPIC, STATE_QUEUE).0);
+        }
+        Ok(caught_up)
+    }
+
+    /// Where the state log's `timerFired` records start to concern this member's timers: the
+    /// master records a fire after the fired message, so no record before the message of
+    /// its oldest pending timer (or, with none, of its first message not enqueued) does.
+    fn first_mark_position(&self) -> u64 {
+        let store = self.broker.store();
+        let next = self
+            .progress
+            .queue_offset
+            .max(store.min_offset(TIMER_TOPIC, TIMER_QUEUE).0);
+        let from = self
+            .broker
+            .timers()
+            .lowest_pending()
+            .or_else(|| store.physical_offset_at(TIMER_TOPIC, TIMER_QUEUE, QueueOffset(next)))
+            .unwrap_or_else(|| store.log_end());
+        store.queue_offset_at(STATE_TOPIC, STATE_QUEUE, from).0
     }
 
     /// Until the next loaded timer is due or the next second's slot is to be loaded; a new
@@ -187,6 +275,7 @@ impl<'a> Service<'a> {
                         deliver_ms: record.deliver_ms,
                         index: first + i as u64,
                         commit_log_offset: record.commit_log_offset,
+                        queue_offset: record.queue_offset,
                     }));
                 }
             }
@@ -226,8 +315,9 @@ impl<'a> Service<'a> {
             .collect()
     }
 
-    /// Loads each second that has started and fires what is due, oldest first.
-    fn fire(&mut self) -> Result<(), StoreError> {
+    /// Loads each second that has started and fires what is due, oldest first (a replica
+    /// marks what the master recorded fired).
+    fn fire(&mut self, master: bool) -> Result<(), StoreError> {
         let now = crate::now_ms();
         let now_second = now.div_euclid(1000);
         while self.loaded_second < now_second {
@@ -237,34 +327,23 @@ impl<'a> Service<'a> {
                     deliver_ms: record.deliver_ms,
                     index,
                     commit_log_offset: record.commit_log_offset,
+                    queue_offset: record.queue_offset,
                 }));
             }
             self.loaded_second = second;
             if second < now_second {
-                self.fire_until(second * 1000 + 999)?;
+                self.fire_until(second * 1000 + 999, master)?;
             }
         }
-        self.fire_until(now)
+        self.fire_until(now, master)
     }
 
     /// Fires every loaded timer due by `until` in batches, checkpointing after each, then
-    /// marks everything up to `until` fired.
-    fn fire_until(&mut self, until: i64) -> Result<(), StoreError> {
-        let mut fired_any = false;
+    /// marks everything up to `until` fired once nothing due by then is left.
+    fn fire_until(&mut self, until: i64, master: bool) -> Result<(), StoreError> {
+        let mut moved = false;
         loop {
-            let mut batch = Vec::with_capacity(FIRE_BATCH);
-            while batch.len() < FIRE_BATCH {
-                match self.heap.peek() {
-                    Some(Reverse(due)) if due.deliver_ms <= until => {
-                        let due = *due;
-                        self.heap.pop();
-                        if !self.progress.has_fired(due.deliver_ms, due.index) {
-                            batch.push(due);
-                        }
-                    }
-                    _ => break,
-                }
-            }
+            let batch = self.due_batch(until, master, &mut moved);
             if batch.is_empty() {
                 break;
             }
@@ -272,17 +351,63 @@ impl<'a> Service<'a> {
                 self.heap.extend(batch.into_iter().map(Reverse));
                 return Err(error);
             }
-            fired_any = true;
+            moved = true;
         }
-        if (until, u64::MAX) > (self.progress.fired_ms, self.progress.fired_index) {
+        let nothing_due = self.heap.peek().is_none_or(|due| due.0.deliver_ms > until);
+        if nothing_due && (until, u64::MAX) > (self.progress.fired_ms, self.progress.fired_index) {
             self.progress.fired_ms = until;
             self.progress.fired_index = u64::MAX;
         }
         let now = crate::now_ms();
-        if fired_any || now - self.last_checkpoint_ms >= IDLE_CHECKPOINT_MS {
+        if moved || now - self.last_checkpoint_ms >= IDLE_CHECKPOINT_MS {
             self.checkpoint(now)?;
         }
         Ok(())
+    }
+
+    /// The next timers to fire, due by `until`, in order; those fired already on the way
+    /// (here or by the master) are taken off the heap and marked, in order, and set `moved`.
+    fn due_batch(&mut self, until: i64, master: bool, moved: &mut bool) -> Vec<Due> {
+        let mut batch = Vec::with_capacity(FIRE_BATCH);
+        while batch.len() < FIRE_BATCH {
+            let Some(Reverse(due)) = self.heap.peek().copied() else {
+                break;
+            };
+            if due.deliver_ms > until {
+                break;
+            }
+            match step(&due, &self.progress, &self.fired_elsewhere, master) {
+                Step::AlreadyFired => {
+                    self.heap.pop();
+                }
+                // The mark moves past it only once what comes before it fired.
+                Step::FiredElsewhere if batch.is_empty() => {
+                    self.heap.pop();
+                    self.fired_elsewhere.remove(&due.queue_offset);
+                    self.mark_fired(due, 1);
+                    *moved = true;
+                }
+                Step::Fire => {
+                    self.heap.pop();
+                    batch.push(due);
+                }
+                Step::FiredElsewhere | Step::Wait => break,
+            }
+        }
+        batch
+    }
+
+    /// Moves the fired mark to `last` and takes `count` off the pending timers.
+    fn mark_fired(&mut self, last: Due, count: usize) {
+        self.progress.fired_ms = last.deliver_ms;
+        self.progress.fired_index = last.index;
+        let _ =
+            self.broker
+                .timers()
+                .pending
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                    Some(p.saturating_sub(count as u64))
+                });
     }
 
     /// Re-stores one batch to the real queues and records it fired at once (a kill -9 keeps
@@ -322,24 +447,45 @@ impl<'a> Service<'a> {
         if !targets.is_empty() {
             store_message(self.broker, &targets)?;
         }
-        let last = batch[batch.len() - 1];
-        self.progress.fired_ms = last.deliver_ms;
-        self.progress.fired_index = last.index;
+        self.record_fired(batch);
+        self.mark_fired(batch[batch.len() - 1], batch.len());
         self.checkpoint(crate::now_ms())?;
         let timers = self.broker.timers();
         timers
             .fired_total
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let _ = timers
-            .pending
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
-                Some(p.saturating_sub(batch.len() as u64))
-            });
         if latest_out > 0 {
             timers
                 .last_lateness_ms
                 .store(crate::now_ms() - latest_out, Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// In a group, records the batch fired in the state log, after its re-stored messages:
+    /// a new master holding the record holds them. Not recorded (no longer master), the
+    /// batch is fired again by the new master.
+    fn record_fired(&self, batch: &[Due]) {
+        if self.broker.replication().is_none() {
+            return;
+        }
+        let record = StateRecord::TimerFired {
+            queue_offsets: batch.iter().map(|due| due.queue_offset).collect(),
+        };
+        if let Err(error) = state_log::append(self.broker, &record) {
+            tracing::warn!(error = %quiver_store::error_chain(&error), "fired timers not recorded for the replicas");
+        }
+    }
+
+    /// Drops the marks of records this member's log counts fired already (read again at a
+    /// start, or this member's own).
+    fn forget_matched_marks(&mut self) -> Result<(), StoreError> {
+        let below = if self.progress.low_water < self.store.len() {
+            self.store.record(self.progress.low_water)?.queue_offset
+        } else {
+            self.progress.queue_offset
+        };
+        self.fired_elsewhere = self.fired_elsewhere.split_off(&below);
         Ok(())
     }
 
@@ -358,7 +504,7 @@ impl<'a> Service<'a> {
             .store(lowest.unwrap_or(u64::MAX), Ordering::Release);
         self.store.checkpoint(self.progress, false)?;
         self.last_checkpoint_ms = now;
-        Ok(())
+        self.forget_matched_marks()
     }
 
     fn publish(&self) {
@@ -371,4 +517,47 @@ impl<'a> Service<'a> {
 
 fn store_slots(broker: &Broker) -> i64 {
     i64::try_from(broker.config().timer_max_delay_ms / 1000 + WHEEL_MARGIN_SECS).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due(deliver_ms: i64, index: u64, queue_offset: u64) -> Due {
+        Due {
+            deliver_ms,
+            index,
+            commit_log_offset: 0,
+            queue_offset,
+        }
+    }
+
+    #[test]
+    fn a_master_fires_what_no_mark_covers_and_a_replica_waits_for_the_masters_mark() {
+        let progress = TimerProgress {
+            fired_ms: 1_000,
+            fired_index: 4,
+            ..TimerProgress::default()
+        };
+        let marked = BTreeSet::from([7]);
+        let at = |due: Due, master| step(&due, &progress, &marked, master);
+        assert_eq!(at(due(1_000, 4, 9), true), Step::AlreadyFired);
+        assert_eq!(at(due(900, 8, 7), false), Step::AlreadyFired);
+        // The mark is by timer-queue offset: this member's own index does not matter.
+        assert_eq!(at(due(1_000, 5, 7), true), Step::FiredElsewhere);
+        assert_eq!(at(due(2_000, 1, 7), false), Step::FiredElsewhere);
+        assert_eq!(at(due(1_000, 5, 8), true), Step::Fire);
+        assert_eq!(at(due(1_000, 5, 8), false), Step::Wait);
+    }
+
+    #[test]
+    fn timers_fire_in_deliver_time_then_log_order() {
+        let mut heap = BinaryHeap::from([
+            Reverse(due(2_000, 0, 0)),
+            Reverse(due(1_000, 2, 2)),
+            Reverse(due(1_000, 1, 1)),
+        ]);
+        let order: Vec<u64> = std::iter::from_fn(|| heap.pop().map(|d| d.0.queue_offset)).collect();
+        assert_eq!(order, [1, 2, 0]);
+    }
 }

@@ -7,6 +7,8 @@
 //!   [`ConsumerOffsets::log_position`], so the tables and the position move together.
 //! - Replicas apply the records in log order as their confirmed log grows ([`catch_up`]);
 //!   a member becoming master applies what it holds before it takes writes ([`take_over`]).
+//! - The timer thread reads the `timerFired` records itself ([`timers_fired_since`]): they
+//!   mark records of its own timer log, which no table holds.
 //! - `consumerOffset.json` is a snapshot naming the position it covers; a start replays the
 //!   records after it, so a commit answered before a kill -9 is not lost.
 
@@ -154,6 +156,42 @@ pub fn apply(tables: &Tables<'_>, record: &StateRecord) {
             if let Err(error) = pop.apply_replicated(&payload) {
                 tracing::warn!(error = %quiver_store::error_chain(&error), "cannot apply the master's POP record");
             }
+        }
+        // Read by the timer thread itself (`timers_fired_since`).
+        StateRecord::TimerFired { .. } => {}
+    }
+}
+
+/// The timer-queue offsets that `timerFired` records name, from state log offset `from` to
+/// what this member can read (a replica: its confirmed log), and the offset to go on from.
+pub fn timers_fired_since(store: &MessageStore, from: u64) -> Result<(Vec<u64>, u64), StoreError> {
+    // Past a cut log's end (a returning member's unconfirmed tail), later records are new.
+    let mut position = from.min(store.written_max_offset(STATE_TOPIC, STATE_QUEUE).0);
+    let mut fired = Vec::new();
+    loop {
+        let got = store.get(
+            STATE_TOPIC,
+            STATE_QUEUE,
+            QueueOffset(position),
+            READ_BATCH,
+            READ_MAX_BYTES,
+            &|_| true,
+        )?;
+        match got.status {
+            GetStatus::Found => {
+                let records = got.messages.iter().filter_map(|bytes| {
+                    let (message, _) = decode(bytes).ok()?;
+                    StateRecord::decode(&message.body).ok()
+                });
+                for record in records {
+                    if let StateRecord::TimerFired { queue_offsets } = record {
+                        fired.extend(queue_offsets);
+                    }
+                }
+                position = got.next_begin_offset.0;
+            }
+            GetStatus::OffsetTooSmall => position = got.min_offset.0,
+            _ => return Ok((fired, position)),
         }
     }
 }
@@ -415,6 +453,24 @@ mod tests {
         // The unconfirmed tail was never acknowledged: a new master counts it covered.
         assert_eq!(take_over(&store, &replica.tables()).unwrap(), 0);
         assert_eq!(*offsets.log_position(), 2);
+    }
+
+    #[test]
+    fn the_timer_thread_reads_the_fired_marks_a_member_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(&dir.path().join("store"), true);
+        let fired = |queue_offsets: Vec<u64>| StateRecord::TimerFired { queue_offsets };
+        log(&store, &fired(vec![0, 2]));
+        log(&store, &StateRecord::commit("g", "T", [(0, 5)]));
+        let confirmed = log(&store, &fired(vec![1]));
+        log(&store, &fired(vec![7]));
+        store.confirm(confirmed);
+        assert_eq!(timers_fired_since(&store, 0).unwrap(), (vec![0, 2, 1], 3));
+        assert_eq!(timers_fired_since(&store, 3).unwrap(), (vec![], 3));
+        // A position past the log's end (a cut tail) goes on from that end.
+        assert_eq!(timers_fired_since(&store, 9).unwrap(), (vec![], 4));
+        store.confirm(store.log_end());
+        assert_eq!(timers_fired_since(&store, 3).unwrap(), (vec![7], 4));
     }
 
     #[test]

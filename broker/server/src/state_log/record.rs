@@ -28,6 +28,10 @@ pub enum StateRecord {
     DeleteGroup { group: String, drop_offsets: bool },
     /// A record of the master's POP state (`quiver_store::PopState`'s own log record).
     Pop { record: serde_json::Value },
+    /// Timed messages the master re-stored to their real queues, by their queue offsets in
+    /// the timer topic (the same on every member, unlike the timer log's indexes).
+    #[serde(rename_all = "camelCase")]
+    TimerFired { queue_offsets: Vec<u64> },
 }
 
 impl StateRecord {
@@ -93,6 +97,19 @@ mod tests {
         };
         let original: serde_json::Value = serde_json::from_slice(payload).unwrap();
         assert_eq!(inner, original);
+    }
+
+    #[test]
+    fn a_timer_fired_record_names_timer_queue_offsets() {
+        let fired = StateRecord::TimerFired {
+            queue_offsets: vec![3, 4, 9],
+        };
+        let body = fired.encode();
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            r#"{"kind":"timerFired","queueOffsets":[3,4,9]}"#
+        );
+        assert_eq!(StateRecord::decode(&body).unwrap(), fired);
     }
 
     #[test]
