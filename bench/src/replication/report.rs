@@ -14,14 +14,14 @@ use crate::replication::lag::LagOutcome;
 use crate::replication::produce::ProduceOutcome;
 use crate::replication::Plans;
 
-/// Target 1: the group's batch produce rate over the single broker's.
-const PRODUCE_RATIO_TARGET: f64 = 0.5;
-/// Target 2: kill to the first acknowledged send on the new master, p99.
+/// The group's batch produce rate over the single broker's (issue 39: 0.6).
+const PRODUCE_RATIO_TARGET: f64 = 0.6;
+/// Kill to the first acknowledged send on the new master, p99 (issue 26's target).
 const FAILOVER_TARGET: Duration = Duration::from_secs(10);
 /// SIGTERM of the master to the first acknowledged send on the new master, p99.
 const SHUTDOWN_TARGET: Duration = Duration::from_secs(1);
-/// Target 3: replication lag p99 at 50k msgs/s.
-const LAG_TARGET_MS: f64 = 10.0;
+/// Replica-visible lag p99 at 50k msgs/s (issue 39: 50 ms).
+const LAG_TARGET_MS: f64 = 50.0;
 
 /// Each scenario's outcome, or why it has none (None: not run).
 #[derive(Default)]
@@ -125,7 +125,7 @@ pub fn render(plans: &Plans, spec: &GroupSpec, outcomes: &Outcomes, load: &str) 
                     row(
                         &format!("{name}: group / single"),
                         &format!("{ratio:.2}"),
-                        ">= 0.50",
+                        ">= 0.60",
                         &at_least(ratio, PRODUCE_RATIO_TARGET),
                     );
                 }
@@ -384,7 +384,7 @@ fn lag_rows(row: &mut impl FnMut(&str, &str, &str, &str), plans: &Plans, lag: &L
     row(
         &format!("{name}, p99"),
         &ms(p99),
-        "<= 10 ms",
+        "<= 50 ms",
         &at_most(p99 as f64 / 1e3, LAG_TARGET_MS),
     );
     row(
