@@ -404,8 +404,8 @@ impl crate::replication::Member for Broker {
         &self.offsets
     }
 
-    fn pop_state(&self) -> Option<&quiver_store::PopState> {
-        Some(&self.pop.state)
+    fn apply_held_state(&self) -> Result<usize, quiver_store::StoreError> {
+        crate::state_log::take_over(&self.store, &crate::state_log::Tables::of(self))
     }
 
     fn topics(&self) -> &TopicManager {

@@ -210,17 +210,12 @@ fn fill_absent_offsets(broker: &dyn Member, offsets: ConsumerOffsetTable, deleti
 }
 
 /// On becoming master, before taking writes: applies the state log this member holds
-/// (`crate::state_log::take_over`), then moves every committed offset to at most the end of
+/// ([`Member::apply_held_state`]), then moves every committed offset to at most the end of
 /// what this member wrote to its queue. An offset past it (async mode's lag, a tail the old
 /// master had alone) would make consumers skip what this master writes there; clamped, they
 /// are redelivered what they may have read, never skip. Returns how many offsets moved.
 pub(super) fn clamp_offsets_to_log(broker: &dyn Member) -> usize {
-    let tables = crate::state_log::Tables {
-        offsets: broker.offsets(),
-        groups: broker.groups(),
-        pop: broker.pop_state(),
-    };
-    match crate::state_log::take_over(broker.store(), &tables) {
+    match broker.apply_held_state() {
         Ok(applied) => tracing::info!(applied, "state log applied before taking writes"),
         Err(error) => {
             tracing::error!(error = %crate::error::chain(&error), "cannot apply the state log before taking writes")

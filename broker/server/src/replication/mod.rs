@@ -109,10 +109,9 @@ pub trait Member: Send + Sync + 'static {
     fn groups(&self) -> &crate::groups::GroupManager;
     fn config(&self) -> &crate::config::BrokerConfig;
     fn transactions(&self) -> &crate::transaction::Transactions;
-    /// The POP state a member keeps from its master's records (`crate::state_log`).
-    fn pop_state(&self) -> Option<&quiver_store::PopState> {
-        None
-    }
+    /// Applies the consumer-group state records this member holds (the state log) before it
+    /// takes writes; how many it applied.
+    fn apply_held_state(&self) -> Result<usize, quiver_store::StoreError>;
 }
 
 /// A group member's replication: its role, the master's view of its replicas, the read fence.
