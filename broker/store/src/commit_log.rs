@@ -19,6 +19,9 @@ use crate::tail_fill::{FillPlan, TailFiller};
 use crate::warm::{self, Warmer};
 use crate::CommitLogOffset;
 
+/// Whether a get returns a record, judged on its stored bytes.
+pub type RecordFilter<'a> = &'a dyn Fn(&[u8]) -> bool;
+
 pub(crate) struct CommitLog {
     dir: PathBuf,
     segment_size_bytes: u64,
@@ -545,7 +548,7 @@ impl CommitLog {
         segments: &SegmentList,
         offset: u64,
         size: usize,
-        accept: Option<crate::store::RecordFilter<'_>>,
+        accept: Option<RecordFilter<'_>>,
     ) -> Option<Bytes> {
         let end = offset.checked_add(size as u64)?;
         if end > self.committed() || size < BLANK_FILLER_BYTES {

@@ -58,8 +58,7 @@ pub struct GetFilter<'a> {
     pub record: Option<RecordFilter<'a>>,
 }
 
-/// Whether a get returns a record, judged on its stored bytes.
-pub type RecordFilter<'a> = &'a dyn Fn(&[u8]) -> bool;
+pub use crate::commit_log::RecordFilter;
 
 /// Messages found by key (QUERY_MESSAGE).
 #[derive(Clone, Debug)]
