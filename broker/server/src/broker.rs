@@ -348,8 +348,8 @@ impl Broker {
         }
         // The state log's records past the offset snapshot are replayed at start.
         positions.push((
-            crate::state_log::STATE_TOPIC.to_owned(),
-            crate::state_log::STATE_QUEUE,
+            crate::topics::STATE_TOPIC.to_owned(),
+            crate::topics::STATE_QUEUE,
             QueueOffset(self.offsets.persisted_position()),
         ));
         let enqueued = self.timers.enqueued_offset.load(Ordering::Acquire);
@@ -392,36 +392,6 @@ impl Broker {
             source,
         })?;
         self.groups.persist()
-    }
-}
-
-impl crate::replication::Member for Broker {
-    fn store(&self) -> &Arc<MessageStore> {
-        &self.store
-    }
-
-    fn offsets(&self) -> &Arc<ConsumerOffsets> {
-        &self.offsets
-    }
-
-    fn apply_held_state(&self) -> Result<usize, quiver_store::StoreError> {
-        crate::state_log::take_over(&self.store, &crate::state_log::Tables::of(self))
-    }
-
-    fn topics(&self) -> &TopicManager {
-        &self.topics
-    }
-
-    fn groups(&self) -> &GroupManager {
-        &self.groups
-    }
-
-    fn config(&self) -> &BrokerConfig {
-        &self.config
-    }
-
-    fn transactions(&self) -> &Transactions {
-        &self.transactions
     }
 }
 

@@ -21,6 +21,7 @@ pub mod grpc_state;
 pub mod http;
 pub mod locks;
 pub mod long_poll;
+mod member;
 pub mod metrics;
 pub mod peers;
 pub(crate) mod periodic;

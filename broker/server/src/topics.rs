@@ -27,6 +27,11 @@ pub enum TopicNameError {
     BadCharacters { name: String },
 }
 
+/// The internal topic of the state log (`crate::state_log`): never in routes or topic lists
+/// (it has no topic config), named like Apache's own system topics.
+pub const STATE_TOPIC: &str = "rmq_sys_quiver_state";
+pub const STATE_QUEUE: u32 = 0;
+
 /// RocketMQ rules: `^[%|a-zA-Z0-9_-]+$`, at most 127 chars.
 pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
     if name.is_empty() {

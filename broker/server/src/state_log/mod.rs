@@ -27,10 +27,7 @@ use crate::groups::GroupManager;
 use crate::service::ServiceError;
 pub use record::StateRecord;
 
-/// The internal topic of the state log: never in routes or topic lists (it has no topic
-/// config), named like Apache's own system topics.
-pub const STATE_TOPIC: &str = "rmq_sys_quiver_state";
-pub const STATE_QUEUE: u32 = 0;
+pub use crate::topics::{STATE_QUEUE, STATE_TOPIC};
 /// Records read per store get while catching up.
 const READ_BATCH: u32 = 256;
 const READ_MAX_BYTES: u64 = 4 * 1024 * 1024;
