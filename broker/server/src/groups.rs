@@ -47,12 +47,22 @@ impl GroupManager {
         self.groups
             .write()
             .entry(group.to_string())
-            .or_insert_with(|| SubscriptionGroupConfig {
-                group_name: group.to_string(),
-                retry_max_times: self.default_max_reconsume_times,
-                ..SubscriptionGroupConfig::default()
-            })
+            .or_insert_with(|| self.defaults_for(group))
             .clone()
+    }
+
+    /// The group's config, or the one it would be created with, without creating it (a
+    /// replica's copy of a new group may not have arrived yet).
+    pub fn get_or_default(&self, group: &str) -> SubscriptionGroupConfig {
+        self.get(group).unwrap_or_else(|| self.defaults_for(group))
+    }
+
+    fn defaults_for(&self, group: &str) -> SubscriptionGroupConfig {
+        SubscriptionGroupConfig {
+            group_name: group.to_string(),
+            retry_max_times: self.default_max_reconsume_times,
+            ..SubscriptionGroupConfig::default()
+        }
     }
 
     pub fn upsert(&self, config: SubscriptionGroupConfig) {
@@ -80,5 +90,22 @@ impl GroupManager {
     pub fn persist(&self) -> Result<(), BrokerError> {
         let _writer = self.persist_lock.lock();
         persist::write_json(&self.path, &self.wrapper())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_group_reads_as_its_defaults_without_being_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = GroupManager::load(dir.path(), 7).unwrap();
+        let config = groups.get_or_default("new");
+        assert_eq!(config.group_name, "new");
+        assert_eq!(config.retry_max_times, 7);
+        assert!(groups.get("new").is_none());
+        assert_eq!(groups.get_or_create("new"), config);
+        assert!(groups.get("new").is_some());
     }
 }

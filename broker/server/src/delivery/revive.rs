@@ -39,9 +39,9 @@ pub async fn round(broker: Arc<Broker>) -> ControlFlow<(), Option<String>> {
 pub fn revive_due(broker: &Broker, now_ms: i64) -> Result<(), PopError> {
     let pop = broker.pop();
     for (key, delivery) in pop.state.expired(now_ms, REVIVE_BATCH) {
-        let Some(group) = broker.groups().get(&key.group) else {
-            continue;
-        };
+        // A group a new master has no config for yet (copied once a second) is revived with
+        // the defaults: skipped, its messages would stay in flight for good.
+        let group = broker.groups().get_or_default(&key.group);
         let max_deliveries = u32::try_from(group.retry_max_times).unwrap_or(0) + 1;
         let exhausted = delivery.entry.attempt >= max_deliveries;
         if group.consume_message_orderly && !exhausted {
