@@ -11,19 +11,11 @@ for bin in quiver quiver-broker; do
 done
 export QUIVER_BIN_DIR QUIVER_PYTHON
 
-# Both clients install a package named `rocketmq`: the 5.x one lives in a venv of its own,
-# reinstalled only when requirements-v5.txt changes.
-venv="$here/.venv-grpc"
-stamp="$venv/requirements-v5.sha256"
-wanted=$(sha256sum "$here/requirements-v5.txt" | cut -d' ' -f1)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-    "$QUIVER_PYTHON" -m venv --clear "$venv" 2>/dev/null || python3 -m venv --clear "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements-v5.txt"
-    echo "$wanted" > "$stamp"
-fi
+# The 5.x client's own venv (both clients install a package named `rocketmq`).
+source "$here/../common/grpc-venv.sh"
 
 cd "$here"
 # Helpers shared by the e2e suites (free ports, waiting with a deadline, raw remoting calls).
 export PYTHONPATH="$here/../common${PYTHONPATH:+:$PYTHONPATH}"
 # Brokers are children of pytest, stopped by its fixtures (and at interpreter exit).
-"$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 180 "$here" "$@"
+"$QUIVER_GRPC_PYTHON" -m pytest -q -p no:cacheprovider --timeout 180 "$here" "$@"

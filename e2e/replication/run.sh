@@ -10,6 +10,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 export QUIVER_BROKER_BIN="$QUIVER_BIN_DIR/quiver-broker"
 [ -x "$QUIVER_BROKER_BIN" ] || { echo "missing $QUIVER_BROKER_BIN" >&2; exit 1; }
 export QUIVER_BIN_DIR
+# test_failover_pop drives the 5.x client from its own venv (made here if missing).
+source "$here/../common/grpc-venv.sh"
 cd "$here"
 # e2e/common: free ports, waiting with a deadline, the raw remoting client.
 export PYTHONPATH="$here/../common${PYTHONPATH:+:$PYTHONPATH}"
