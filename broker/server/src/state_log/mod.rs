@@ -72,13 +72,30 @@ pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, 
             reconsume_times: 0,
             prepared_transaction_offset: 0,
         };
-        let appended = broker
-            .store()
-            .append(std::slice::from_ref(&message), crate::now_ms())?;
         // The POP state logged its own record before handing it here.
         let tables = Tables {
             pop: None,
             ..Tables::of(broker)
+        };
+        // Commits go on when the disk is full (sends do not): kept in the tables, so the next
+        // offset snapshot holds them, but not in the log until there is room again. Checked
+        // first so that it is not counted as a refused write.
+        let full = broker.store().disk_status().refusal.filter(is_disk_full);
+        let appended = match full {
+            Some(_) => None,
+            None => match broker
+                .store()
+                .append(std::slice::from_ref(&message), crate::now_ms())
+            {
+                Ok(appended) => Some(appended),
+                Err(StoreError::WritesRefused(refusal)) if is_disk_full(&refusal) => None,
+                Err(error) => return Err(error),
+            },
+        };
+        let Some(appended) = appended else {
+            apply(&tables, record);
+            // Nothing of it in the log to wait for.
+            return Ok(CommitLogOffset(0));
         };
         apply(&tables, record);
         *position = appended.results[0].queue_offset.0 + 1;
@@ -104,6 +121,15 @@ pub async fn wait_held(broker: &Broker, end: CommitLogOffset) -> Result<(), Serv
         replication.wait_confirmed(end).await?;
     }
     Ok(())
+}
+
+/// A refusal for want of room (above the high-water mark, or ENOSPC), as opposed to a
+/// failed disk or a member that takes no writes.
+fn is_disk_full(refusal: &quiver_store::WriteRefusal) -> bool {
+    matches!(
+        refusal.reason,
+        quiver_store::RefusalReason::DiskHighWater | quiver_store::RefusalReason::NoSpace
+    )
 }
 
 /// Whether this member may write the state log now; a replica's refusal names the master.
