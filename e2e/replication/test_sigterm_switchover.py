@@ -139,7 +139,9 @@ def place_master(group, leads_consensus):
             # A planned switchover takes the consensus leadership along with mastership, so
             # only a crash separates them: the others elect both anew, independently.
             log(f"{master} is master and consensus leader: kill -9 and restart to separate them")
+            _, epoch, _ = master.view()
             master.kill9()
+            group.wait_writable(exclude=(master.id,), min_epoch=epoch + 1, timeout=30)
             master.start()
             group.wait_in_sync(3, timeout=60)
             placing.update(counted=switchovers(group.members, "planned"), handed=0)
