@@ -77,18 +77,18 @@ pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, 
             pop: None,
             ..Tables::of(broker)
         };
-        // Commits go on when the disk is full (sends do not): kept in the tables, so the next
-        // offset snapshot holds them, but not in the log until there is room again. Checked
-        // first so that it is not counted as a refused write.
-        let full = broker.store().disk_status().refusal.filter(is_disk_full);
-        let appended = match full {
+        // Commits go on when the store refuses writes (a full disk, a read-only or failed file
+        // system: sends do not): kept in the tables, so an offset snapshot holds them when it
+        // can, but not in the log. Checked first so that it is not counted as a refused write.
+        let refused = broker.store().disk_status().refusal.filter(tables_only);
+        let appended = match refused {
             Some(_) => None,
             None => match broker
                 .store()
                 .append(std::slice::from_ref(&message), crate::now_ms())
             {
                 Ok(appended) => Some(appended),
-                Err(StoreError::WritesRefused(refusal)) if is_disk_full(&refusal) => None,
+                Err(StoreError::WritesRefused(refusal)) if tables_only(&refusal) => None,
                 Err(error) => return Err(error),
             },
         };
@@ -123,13 +123,10 @@ pub async fn wait_held(broker: &Broker, end: CommitLogOffset) -> Result<(), Serv
     Ok(())
 }
 
-/// A refusal for want of room (above the high-water mark, or ENOSPC), as opposed to a
-/// failed disk or a member that takes no writes.
-fn is_disk_full(refusal: &quiver_store::WriteRefusal) -> bool {
-    matches!(
-        refusal.reason,
-        quiver_store::RefusalReason::DiskHighWater | quiver_store::RefusalReason::NoSpace
-    )
+/// A refusal of the store itself (as opposed to a member that takes no writes), under which
+/// a record is kept in the tables only, as commits were before they had a log.
+fn tables_only(refusal: &quiver_store::WriteRefusal) -> bool {
+    refusal.reason != quiver_store::RefusalReason::NotMaster
 }
 
 /// Whether this member may write the state log now; a replica's refusal names the master.
