@@ -6,7 +6,10 @@ use crate::{ExtFields, RemotingCommand};
 
 header! {
     /// QUIVER_REPLICA_FETCH (30001), replica -> master: CommitLog bytes from `offset`. The
-    /// replica holds every byte below `offset`, so the request also acknowledges them.
+    /// replica holds every byte below `heldOffset` (below `offset` when it is absent), so
+    /// the request also acknowledges them. Fetches of a stream (`stream`, `seq`) are served
+    /// in `seq` order, each from where the previous one ended, so several can be in flight:
+    /// `seq` 0 opens a stream at `offset` and its answer names the stream.
     pub struct ReplicaFetchRequestHeader {
         /// The group's broker name, checked so a misconfigured replica is refused.
         req broker_name: String = "brokerName",
@@ -22,6 +25,12 @@ header! {
         opt incarnation: Option<u64> = "incarnation",
         /// The replica recovered from an unclean stop and has not caught up since.
         opt unclean: Option<bool> = "unclean",
+        /// What the replica has appended: every byte below it (defaults to `offset`).
+        opt held: Option<u64> = "heldOffset",
+        /// The stream a `seq` above 0 belongs to, as the master named it.
+        opt stream: Option<u64> = "stream",
+        /// The fetch's place in its stream; 0 opens a stream.
+        opt seq: Option<u64> = "seq",
     }
 }
 
@@ -40,6 +49,8 @@ header! {
         /// `offset` (the bytes asked for were deleted by retention), the body is empty and
         /// the replica rebuilds from here.
         opt oldest: Option<u64> = "oldestOffset",
+        /// The stream this fetch belongs to (a master that serves streams names it).
+        opt stream: Option<u64> = "stream",
     }
 }
 

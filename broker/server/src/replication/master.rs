@@ -18,14 +18,18 @@ const MAX_FETCH_BYTES: u32 = 4 * 1024 * 1024;
 /// A fetch is held at most this long when there is nothing new.
 const MAX_FETCH_WAIT: Duration = Duration::from_millis(500);
 
+/// How many recent fetches' log ends a follower's catching up is judged against (more than
+/// a replica keeps in flight).
+const RECENT_FETCHES: usize = 8;
+
 /// What the master knows of one replica.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Follower {
-    /// It holds every byte below this (its last fetch's offset).
+    /// It holds every byte below this (what its latest fetch said it holds).
     pub acked: u64,
-    /// The master's log end when it answered the replica's previous fetch.
-    end_at_last_fetch: u64,
-    last_fetch: Instant,
+    /// The master's log end at its recent fetches, oldest overwritten first.
+    recent: [Option<(Instant, u64)>; RECENT_FETCHES],
+    next_recent: usize,
     /// When it last held every byte the master had (Kafka's lastCaughtUpTime).
     pub caught_up_at: Option<Instant>,
     /// Its data directory's incarnation, as its fetches name it (0: not named).
@@ -35,6 +39,35 @@ pub(super) struct Follower {
     /// The confirmed offset its last answer carried: a fetch is not held while it lacks a
     /// newer one, so its readers learn it without waiting for new bytes.
     confirmed_sent: u64,
+}
+
+impl Follower {
+    fn new(fetcher: Fetcher, held: u64) -> Follower {
+        Follower {
+            acked: held,
+            recent: [None; RECENT_FETCHES],
+            next_recent: 0,
+            caught_up_at: None,
+            incarnation: fetcher.incarnation,
+            unclean: fetcher.unclean,
+            confirmed_sent: 0,
+        }
+    }
+
+    /// When the master's log ended at or below `held`, by the latest fetch that saw it so.
+    fn last_time_held(&self, held: u64) -> Option<Instant> {
+        self.recent
+            .iter()
+            .flatten()
+            .filter(|(_, end)| *end <= held)
+            .map(|(at, _)| *at)
+            .max()
+    }
+
+    fn remember(&mut self, now: Instant, end: u64) {
+        self.recent[self.next_recent] = Some((now, end));
+        self.next_recent = (self.next_recent + 1) % RECENT_FETCHES;
+    }
 }
 
 /// Who is fetching: the replica's id, its incarnation, and whether it stopped uncleanly.
@@ -61,33 +94,36 @@ impl Progress {
         };
     }
 
-    /// A fetch of `offset` from `fetcher` arrived while the log ended at `end`.
-    fn on_fetch(&mut self, fetcher: Fetcher, offset: u64, end: u64, now: Instant) {
-        let follower = self.followers.entry(fetcher.id).or_insert(Follower {
-            acked: offset,
-            end_at_last_fetch: end,
-            last_fetch: now,
-            caught_up_at: None,
-            incarnation: fetcher.incarnation,
-            unclean: fetcher.unclean,
-            confirmed_sent: 0,
-        });
+    /// A fetch from `fetcher`, which holds the log below `held`, arrived while the log
+    /// ended at `end`. Only a fetch that `opens` a stream (or a lone fetch) may say it
+    /// holds less than before: the fetches of a stream may be recorded out of order.
+    fn on_fetch(&mut self, fetcher: Fetcher, held: u64, opens: bool, end: u64, now: Instant) {
+        let follower = self
+            .followers
+            .entry(fetcher.id)
+            .or_insert_with(|| Follower::new(fetcher, held));
+        let held = if opens {
+            held
+        } else {
+            held.max(follower.acked)
+        };
         let replaced = follower.incarnation != fetcher.incarnation;
         follower.incarnation = fetcher.incarnation;
-        follower.unclean = fetcher.unclean && offset < end;
-        if offset >= end {
+        follower.unclean = fetcher.unclean && held < end;
+        if held >= end {
             follower.caught_up_at = Some(now);
-        } else if offset < follower.acked || replaced || fetcher.unclean {
+        } else if held < follower.acked || replaced || fetcher.unclean {
             // Back lower than it held, with another disk, or possibly short after an
             // unclean stop: it must catch up again.
             follower.caught_up_at = None;
-        } else if offset >= follower.end_at_last_fetch {
-            follower.caught_up_at = Some(follower.last_fetch);
+            follower.recent = [None; RECENT_FETCHES];
+        } else if let Some(at) = follower.last_time_held(held) {
+            // Kafka's rule, over the fetches in flight: it holds what the master had then.
+            follower.caught_up_at = follower.caught_up_at.max(Some(at));
         }
         // A replica that lost its disk comes back lower: it holds only what it says now.
-        follower.acked = offset;
-        follower.end_at_last_fetch = end;
-        follower.last_fetch = now;
+        follower.acked = held;
+        follower.remember(now, end);
     }
 
     /// The log end every member of `in_sync` and `joining` holds (the master `me` holds
@@ -237,16 +273,90 @@ pub(crate) enum FetchRefusal {
     Ahead { replica: u64, offset: u64, end: u64 },
     #[error("cannot read the CommitLog at {offset}: {reason}")]
     Read { offset: u64, reason: String },
+    #[error("a fetch numbered in a stream names no stream")]
+    NoStream,
+    #[error(transparent)]
+    Stream(#[from] super::stream::StreamError),
 }
 
 impl Replication {
-    /// Answers one QUIVER_REPLICA_FETCH: records the replica's acknowledgement, then returns
-    /// the bytes from its offset, waiting up to its `maxWaitMs` for new ones.
+    /// Answers one QUIVER_REPLICA_FETCH: records the replica's acknowledgement, then, in its
+    /// turn in the replica's stream, returns the bytes from where it reads, waiting up to
+    /// its `maxWaitMs` for new ones.
     pub(crate) async fn serve_fetch(
         &self,
         store: &MessageStore,
         request: &ReplicaFetchRequestHeader,
     ) -> Result<FetchServed, FetchRefusal> {
+        self.check_fetcher(request)?;
+        let end = store.log_end().0;
+        let held = request.held.unwrap_or(request.offset);
+        let opens = request.seq.unwrap_or(0) == 0;
+        if held.max(request.offset) > end {
+            return Err(FetchRefusal::Ahead {
+                replica: request.replica_id,
+                offset: held.max(request.offset),
+                end,
+            });
+        }
+        let fetcher = Fetcher {
+            id: request.replica_id,
+            incarnation: request.incarnation.unwrap_or(0),
+            unclean: request.unclean.unwrap_or(false),
+        };
+        self.progress
+            .lock()
+            .on_fetch(fetcher, held, opens, end, Instant::now());
+        self.fetch_recorded.notify_waiters();
+        self.advance_confirmed(store);
+        self.hold_for_replicas(store);
+        let turn = match (request.seq, request.stream) {
+            (None, _) => None,
+            (Some(0), _) => Some(self.streams.open(fetcher.id, request.offset)),
+            (Some(seq), Some(stream)) => {
+                Some(self.streams.wait_turn(fetcher.id, stream, seq).await?)
+            }
+            (Some(_), None) => return Err(FetchRefusal::NoStream),
+        };
+        let from = turn.as_ref().map_or(request.offset, |turn| turn.read_from);
+        let stream = turn.as_ref().map(|turn| turn.stream);
+        let oldest = store.log_min().0;
+        if from < oldest {
+            let answer = self.answer_below_oldest(store, request, from, oldest, stream);
+            if let Some(turn) = turn {
+                turn.served(from);
+            }
+            return Ok(answer);
+        }
+        let wait = Duration::from_millis(request.max_wait_ms).min(MAX_FETCH_WAIT);
+        self.wait_for_news(store, from, fetcher.id, wait).await;
+        let max_bytes = request.max_bytes.clamp(1, MAX_FETCH_BYTES) as usize;
+        let chunk = store
+            .read_log(CommitLogOffset(from), max_bytes)
+            .map_err(|error| FetchRefusal::Read {
+                offset: from,
+                reason: crate::error::chain(&error),
+            })?;
+        if let Some(turn) = turn {
+            turn.served(from + chunk.bytes.len() as u64);
+        }
+        Ok(FetchServed {
+            header: ReplicaFetchResponseHeader {
+                epoch: request.epoch,
+                offset: from,
+                master_end: store.log_end().0,
+                confirmed: self.confirmed_sent_to(fetcher.id),
+                segment_size: store.segment_size(),
+                oldest: Some(oldest),
+                stream,
+            },
+            body: chunk.bytes,
+        })
+    }
+
+    /// Refuses a fetch from another group, or one this member cannot serve as the master
+    /// of the epoch it names.
+    fn check_fetcher(&self, request: &ReplicaFetchRequestHeader) -> Result<(), FetchRefusal> {
         if request.broker_name != self.broker_name {
             return Err(FetchRefusal::WrongGroup {
                 expected: self.broker_name.clone(),
@@ -267,56 +377,21 @@ impl Replication {
                 role,
             });
         }
-        let end = store.log_end().0;
-        if request.offset > end {
-            return Err(FetchRefusal::Ahead {
-                replica: request.replica_id,
-                offset: request.offset,
-                end,
-            });
+        Ok(())
+    }
+
+    /// Holds a fetch reading from the log's end, up to `wait`, until the log grows or the
+    /// confirmed offset moves past what `replica` last heard.
+    async fn wait_for_news(&self, store: &MessageStore, from: u64, replica: u64, wait: Duration) {
+        if from < store.log_end().0 || self.has_news_for(replica) {
+            return;
         }
-        let fetcher = Fetcher {
-            id: request.replica_id,
-            incarnation: request.incarnation.unwrap_or(0),
-            unclean: request.unclean.unwrap_or(false),
-        };
-        self.progress
-            .lock()
-            .on_fetch(fetcher, request.offset, end, Instant::now());
-        self.fetch_recorded.notify_waiters();
-        self.advance_confirmed(store);
-        self.hold_for_replicas(store);
-        let oldest = store.log_min().0;
-        if request.offset < oldest {
-            return Ok(self.answer_below_oldest(store, request, oldest));
+        let grew = self.log_grew.notified();
+        tokio::pin!(grew);
+        grew.as_mut().enable();
+        if store.log_end().0 == from && !self.has_news_for(replica) {
+            let _ = tokio::time::timeout(wait, grew).await;
         }
-        if request.offset == end && !self.has_news_for(fetcher.id) {
-            let wait = Duration::from_millis(request.max_wait_ms).min(MAX_FETCH_WAIT);
-            let grew = self.log_grew.notified();
-            tokio::pin!(grew);
-            grew.as_mut().enable();
-            if store.log_end().0 == end {
-                let _ = tokio::time::timeout(wait, grew).await;
-            }
-        }
-        let max_bytes = request.max_bytes.clamp(1, MAX_FETCH_BYTES) as usize;
-        let chunk = store
-            .read_log(CommitLogOffset(request.offset), max_bytes)
-            .map_err(|error| FetchRefusal::Read {
-                offset: request.offset,
-                reason: crate::error::chain(&error),
-            })?;
-        Ok(FetchServed {
-            header: ReplicaFetchResponseHeader {
-                epoch: request.epoch,
-                offset: request.offset,
-                master_end: store.log_end().0,
-                confirmed: self.confirmed_sent_to(fetcher.id),
-                segment_size: store.segment_size(),
-                oldest: Some(oldest),
-            },
-            body: chunk.bytes,
-        })
     }
 
     /// Whether the confirmed offset moved past what `replica` last heard.
@@ -450,12 +525,18 @@ mod tests {
         let mut progress = Progress::default();
         progress.reset();
         progress.since = Some(start);
-        progress.on_fetch(fetcher(1), 100, 100, start);
-        progress.on_fetch(fetcher(2), 100, 100, start);
+        progress.on_fetch(fetcher(1), 100, true, 100, start);
+        progress.on_fetch(fetcher(2), 100, true, 100, start);
         // Replica 1 keeps fetching what the master had at its previous fetch.
         let later = start + Duration::from_secs(5);
-        progress.on_fetch(fetcher(1), 100, 500, later - Duration::from_millis(10));
-        progress.on_fetch(fetcher(1), 500, 900, later);
+        progress.on_fetch(
+            fetcher(1),
+            100,
+            true,
+            500,
+            later - Duration::from_millis(10),
+        );
+        progress.on_fetch(fetcher(1), 500, true, 900, later);
         let wanted = progress.wanted_in_sync(0, &members(), &members(), LAG_MAX, 100, later);
         assert_eq!(wanted, BTreeSet::from([0, 1]));
     }
@@ -465,7 +546,7 @@ mod tests {
         let now = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
-        progress.on_fetch(fetcher(1), 0, 0, now);
+        progress.on_fetch(fetcher(1), 0, true, 0, now);
         let current = BTreeSet::from([0, 1]);
         let wanted = progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 10, now);
         assert_eq!(wanted, BTreeSet::from([0]));
@@ -476,8 +557,8 @@ mod tests {
         let now = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
-        progress.on_fetch(fetcher(1), 1000, 1000, now);
-        progress.on_fetch(fetcher(1), 0, 1000, now);
+        progress.on_fetch(fetcher(1), 1000, true, 1000, now);
+        progress.on_fetch(fetcher(1), 0, true, 1000, now);
         assert_eq!(progress.followers[&1].acked, 0);
     }
 
@@ -504,14 +585,14 @@ mod tests {
         let mut progress = Progress::default();
         progress.reset();
         progress.since = Some(start);
-        progress.on_fetch(fetcher(1), 100, 100, start);
+        progress.on_fetch(fetcher(1), 100, true, 100, start);
         // Same offset, new disk (it copied back up to 100 already): not caught up again.
         let wiped = Fetcher {
             incarnation: 2,
             ..fetcher(1)
         };
         let later = start + Duration::from_millis(100);
-        progress.on_fetch(wiped, 100, 200, later);
+        progress.on_fetch(wiped, 100, true, 200, later);
         assert_eq!(progress.followers[&1].caught_up_at, None);
         let much_later = later + LAG_MAX * 2;
         let current = BTreeSet::from([0, 1]);
@@ -534,13 +615,13 @@ mod tests {
             unclean: true,
             ..fetcher(1)
         };
-        progress.on_fetch(unclean, 100, 150, now);
+        progress.on_fetch(unclean, 100, true, 150, now);
         let current = BTreeSet::from([0, 1]);
         assert_eq!(
             progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 50, now),
             BTreeSet::from([0])
         );
-        progress.on_fetch(unclean, 150, 150, now);
+        progress.on_fetch(unclean, 150, true, 150, now);
         assert_eq!(
             progress.wanted_in_sync(0, &current, &members(), LAG_MAX, 50, now),
             current
@@ -552,8 +633,8 @@ mod tests {
         let now = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
-        progress.on_fetch(fetcher(1), 500, 500, now);
-        progress.on_fetch(fetcher(2), 300, 500, now);
+        progress.on_fetch(fetcher(1), 500, true, 500, now);
+        progress.on_fetch(fetcher(2), 300, true, 500, now);
         let in_sync = BTreeSet::from([0, 1]);
         assert_eq!(
             progress.held_by_all(0, 500, &in_sync, &BTreeSet::new()),
@@ -571,12 +652,109 @@ mod tests {
         let now = Instant::now();
         let mut progress = Progress::default();
         progress.reset();
-        progress.on_fetch(fetcher(1), 500, 500, now);
-        progress.on_fetch(fetcher(2), 300, 500, now);
+        progress.on_fetch(fetcher(1), 500, true, 500, now);
+        progress.on_fetch(fetcher(2), 300, true, 500, now);
         let all = BTreeSet::from([0, 1, 2]);
         assert_eq!(progress.holders(0, 400, &all), 2);
         assert_eq!(progress.holders(0, 300, &all), 3);
         // The set shrank to the master while the send waited: one holder, below a minimum of 2.
         assert_eq!(progress.holders(0, 400, &BTreeSet::from([0])), 1);
+    }
+
+    #[test]
+    fn a_stream_s_fetches_recorded_out_of_order_never_move_the_acknowledgement_back() {
+        let now = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        progress.on_fetch(fetcher(1), 100, true, 300, now);
+        progress.on_fetch(fetcher(1), 300, false, 300, now);
+        // An earlier fetch of the stream, recorded late.
+        progress.on_fetch(fetcher(1), 200, false, 300, now);
+        assert_eq!(progress.followers[&1].acked, 300);
+        assert!(progress.followers[&1].caught_up_at.is_some());
+        // A new stream may say less (it cut its log back).
+        progress.on_fetch(fetcher(1), 150, true, 300, now);
+        assert_eq!(progress.followers[&1].acked, 150);
+        assert_eq!(progress.followers[&1].caught_up_at, None);
+    }
+
+    #[test]
+    fn a_replica_with_fetches_in_flight_that_keeps_up_stays_caught_up() {
+        let start = Instant::now();
+        let mut progress = Progress::default();
+        progress.reset();
+        progress.since = Some(start);
+        progress.on_fetch(fetcher(1), 0, true, 0, start);
+        // The log grows 100 per fetch; every fetch acknowledges what the master had three
+        // fetches before (the chunks in flight), never all of it.
+        for step in 1..=50u64 {
+            let at = start + Duration::from_millis(100 * step);
+            let held = step.saturating_sub(3) * 100;
+            progress.on_fetch(fetcher(1), held, false, step * 100, at);
+        }
+        let now = start + Duration::from_millis(5_000);
+        let wanted = progress.wanted_in_sync(0, &members(), &members(), LAG_MAX, 0, now);
+        assert!(wanted.contains(&1), "{wanted:?}");
+        let behind = progress.behind_for(1, now);
+        assert!(behind <= Duration::from_millis(400), "{behind:?}");
+    }
+
+    fn streamed(seq: u64, stream: Option<u64>, held: u64) -> ReplicaFetchRequestHeader {
+        ReplicaFetchRequestHeader {
+            broker_name: "broker-0".into(),
+            replica_id: 1,
+            epoch: 1,
+            offset: 0,
+            max_bytes: 20 * 1024,
+            max_wait_ms: 0,
+            incarnation: Some(7),
+            unclean: Some(false),
+            held: Some(held),
+            stream,
+            seq: Some(seq),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_of_fetches_reads_the_log_back_to_back_in_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::config::BrokerConfig {
+            data_dir: dir.path().join("member"),
+            ..Default::default()
+        };
+        let replication = super::super::fixture::member_0(config, &[0, 1], true);
+        let store = super::super::fixture::store_of(&dir.path().join("store"), 2);
+        let opened = replication
+            .serve_fetch(&store, &streamed(0, None, 0))
+            .await
+            .unwrap();
+        let stream = opened.header.stream;
+        assert!(stream.is_some(), "the master names the stream");
+        // Sent together, started last first: each is served where the one before it ended.
+        let requests = [1, 2, 3].map(|seq| streamed(seq, stream, 0));
+        let serve = |seq: usize| replication.serve_fetch(&store, &requests[seq - 1]);
+        let (third, second, first) = tokio::join!(serve(3), serve(2), serve(1));
+        let mut at = opened.body.len() as u64;
+        for served in [first, second, third] {
+            let served = served.unwrap();
+            assert_eq!(served.header.offset, at);
+            assert_eq!(served.header.stream, stream);
+            let expected = store.read_log(CommitLogOffset(at), 20 * 1024).unwrap();
+            assert_eq!(served.body, expected.bytes);
+            at += served.body.len() as u64;
+        }
+        assert!(at > opened.body.len() as u64 * 3);
+        // The replica said it appended nothing: nothing is counted as held.
+        assert_eq!(replication.progress.lock().followers[&1].acked, 0);
+        // A fetch of a stream the master did not open is refused, not served from 0.
+        let refused = replication
+            .serve_fetch(&store, &streamed(4, Some(9_999), 0))
+            .await
+            .err();
+        assert!(
+            matches!(refused, Some(FetchRefusal::Stream(_))),
+            "{refused:?}"
+        );
+        store.shutdown().unwrap();
     }
 }

@@ -413,19 +413,10 @@ mod tests {
     fn group(dir: &Path, min: u32, in_sync: &[u64], heard: &[u64]) -> std::sync::Arc<Replication> {
         let config = crate::config::BrokerConfig {
             data_dir: dir.to_path_buf(),
-            group_members: vec!["0=h:0".into(), "1=h:1".into(), "2=h:2".into()],
             min_in_sync_replicas: min,
             ..Default::default()
         };
-        let replication = Replication::new(&config).unwrap().unwrap();
-        replication
-            .state
-            .send_replace(quiver_consensus::GroupState {
-                epoch: 1,
-                master: Some(0),
-                in_sync: in_sync.iter().copied().collect(),
-                ..Default::default()
-            });
+        let replication = super::super::fixture::member_0(config, in_sync, false);
         for id in heard {
             replication.record_report(super::super::controller::ReportBody {
                 id: *id,

@@ -10,6 +10,8 @@
 
 mod controller;
 mod epoch_file;
+#[cfg(test)]
+mod fixture;
 mod links;
 mod master;
 mod membership;
@@ -17,6 +19,7 @@ mod metadata;
 mod rebuild;
 mod replica;
 mod roles;
+mod stream;
 mod switchover;
 mod transport;
 
@@ -137,6 +140,8 @@ pub struct Replication {
     /// Woken after every replica fetch the master recorded: a switchover waits on it.
     fetch_recorded: Notify,
     progress: Mutex<master::Progress>,
+    /// On the master: each replica's stream of fetches in flight.
+    streams: stream::Streams,
     reports: Mutex<controller::Reports>,
     epoch_file: epoch_file::EpochFile,
     /// Set while mastership is handed over: sends are refused, appends drained.
@@ -192,6 +197,7 @@ impl Replication {
             log_grew: Notify::new(),
             fetch_recorded: Notify::new(),
             progress: Mutex::new(master::Progress::default()),
+            streams: stream::Streams::default(),
             reports: Mutex::new(controller::Reports::default()),
             epoch_file,
             switching: AtomicBool::new(false),

@@ -78,22 +78,25 @@ impl Replication {
         &self,
         store: &MessageStore,
         request: &ReplicaFetchRequestHeader,
+        from: u64,
         oldest: u64,
+        stream: Option<u64>,
     ) -> FetchServed {
         tracing::warn!(
             replica = request.replica_id,
-            offset = request.offset,
+            offset = from,
             oldest,
             "a replica asks for CommitLog bytes retention deleted: it rebuilds from the oldest segment"
         );
         FetchServed {
             header: ReplicaFetchResponseHeader {
                 epoch: request.epoch,
-                offset: request.offset,
+                offset: from,
                 master_end: store.log_end().0,
                 confirmed: self.confirmed(),
                 segment_size: store.segment_size(),
                 oldest: Some(oldest),
+                stream,
             },
             body: bytes::Bytes::new(),
         }
@@ -139,62 +142,22 @@ impl Replication {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
-    use quiver_store::{NewMessage, StoreConfig};
-
     use super::*;
 
-    const TOPIC: &str = "T";
+    use super::super::fixture::{member_0, store_of};
 
     /// Member 0, master of epoch 1 of the group {0, 1, 2} with in-sync set {0, 1}, and its
     /// store of five and a bit 64 KiB segments.
     fn master(dir: &std::path::Path, cap_bytes: u64) -> (Arc<Replication>, MessageStore) {
         let config = crate::config::BrokerConfig {
             data_dir: dir.join("member"),
-            group_members: vec!["0=h:0".into(), "1=h:1".into(), "2=h:2".into()],
             replica_retention_cap_bytes: cap_bytes,
             ..Default::default()
         };
-        let replication = Replication::new(&config).unwrap().unwrap();
-        replication
-            .state
-            .send_replace(quiver_consensus::GroupState {
-                epoch: 1,
-                master: Some(0),
-                in_sync: BTreeSet::from([0, 1]),
-                ..Default::default()
-            });
-        replication.role.send_replace(Role::Master { epoch: 1 });
-        let store = MessageStore::open(StoreConfig {
-            data_dir: dir.join("store"),
-            segment_size_bytes: quiver_store::MIN_SEGMENT_SIZE_BYTES,
-            max_message_size_bytes: 16 * 1024,
-            disk_high_water_ratio: 1.0,
-            disk_clean_ratio: 1.0,
-            disk_force_clean_ratio: 1.0,
-            publish_on_confirm: true,
-            ..StoreConfig::default()
-        })
-        .unwrap();
-        let body = vec![1u8; 4096];
-        while store.log_end().0 < 5 * store.segment_size() {
-            let message = NewMessage {
-                topic: TOPIC,
-                queue_id: 0,
-                flag: 0,
-                body: &body,
-                properties: "",
-                sys_flag: 0,
-                born_timestamp_ms: 1,
-                born_host: "10.0.0.1:1".parse().unwrap(),
-                store_host: "10.0.0.2:2".parse().unwrap(),
-                reconsume_times: 0,
-                prepared_transaction_offset: 0,
-            };
-            store.put(&message, 1).unwrap();
-        }
-        (replication, store)
+        (
+            member_0(config, &[0, 1], true),
+            store_of(&dir.join("store"), 5),
+        )
     }
 
     fn fetch(replication: &Replication, replica_id: u64, offset: u64) -> ReplicaFetchRequestHeader {
@@ -207,6 +170,9 @@ mod tests {
             max_wait_ms: 0,
             incarnation: Some(7),
             unclean: Some(false),
+            held: None,
+            stream: None,
+            seq: None,
         }
     }
 

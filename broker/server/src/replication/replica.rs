@@ -1,13 +1,14 @@
 //! The replica's side: truncating what the group's new epoch never acknowledged, then
 //! mirroring the master's CommitLog and moving the read fence to the master's confirmed
-//! offset. A fetched chunk is appended with framing checks only and acknowledged by the
-//! next fetch at once; its records are dispatched (body CRC, queues, index) behind it on the
+//! offset. Several fetches are in flight as one stream; a fetched chunk is appended with
+//! framing checks only and acknowledged by the next fetch at once; its records are dispatched (body CRC, queues, index) behind it on the
 //! replica's own thread, and a record dispatch refuses cuts the log back to it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use parking_lot::{Condvar, Mutex};
 use quiver_protocol::code::{request, response};
 use quiver_protocol::header::{ReplicaFetchRequestHeader, ReplicaFetchResponseHeader};
@@ -20,6 +21,8 @@ use super::Replication;
 
 /// Bytes asked for per fetch.
 const FETCH_BYTES: u32 = 4 * 1024 * 1024;
+/// Fetches kept in flight once the master names the stream.
+const FETCHES_IN_FLIGHT: usize = 3;
 /// How long the master may hold a fetch that finds nothing new.
 const FETCH_WAIT_MS: u64 = 500;
 /// A fetch not answered in this long is abandoned and the connection reopened.
@@ -47,6 +50,8 @@ enum FollowError {
     SegmentSize { master: u64, mine: u64 },
     #[error("cannot store the master's bytes")]
     Store(#[from] quiver_store::StoreError),
+    #[error("the master answered from {served} (or from another stream) where this member's log ends at {expected}; opening a new stream")]
+    OutOfPlace { expected: u64, served: u64 },
     #[error("dispatch refused the record at {offset} ({reason}); cut the log back to it and fetching it again, acknowledging nothing past it meanwhile")]
     Dispatch { offset: u64, reason: String },
 }
@@ -83,7 +88,7 @@ pub(super) async fn follow(
     loop {
         let fetched = tokio::select! {
             _ = stop.changed() => return,
-            fetched = fetch_once(&**broker, replication, epoch, &address, &dispatch) => fetched,
+            fetched = follow_stream(&**broker, replication, epoch, &address, &dispatch) => fetched,
         };
         let failure = fetched
             .as_ref()
@@ -129,7 +134,11 @@ fn truncate_unacknowledged(
     Ok(())
 }
 
-async fn fetch_once(
+/// Follows the master as one stream of fetches, until one fails or the stream has to start
+/// again (a rebuild, a record dispatch refused). Up to `FETCHES_IN_FLIGHT` are in flight
+/// once the master names the stream: each answer is appended while the next ones are served,
+/// and the fetch sent after an append acknowledges it.
+async fn follow_stream(
     broker: &dyn Member,
     replication: &Replication,
     epoch: u64,
@@ -144,17 +153,97 @@ async fn fetch_once(
             reason: refused.reason,
         });
     }
-    let offset = broker.store().log_end().0;
-    let header = ReplicaFetchRequestHeader {
+    let store = broker.store();
+    // Where the next answer starts: the master serves a stream's fetches in order.
+    let mut reads_from = store.log_end().0;
+    let mut stream = None;
+    let mut next_seq = 0;
+    let mut in_flight = FuturesOrdered::new();
+    let mut appended = false;
+    loop {
+        let window = if stream.is_some() {
+            FETCHES_IN_FLIGHT
+        } else {
+            1
+        };
+        while in_flight.len() < window {
+            let header = fetch_header(broker, replication, epoch, reads_from, stream, next_seq);
+            in_flight.push_back(fetch(replication, address, header));
+            next_seq += 1;
+        }
+        // Polled once first, so the new fetches (the acknowledgement among them) are sent
+        // before the dispatch thread competes for a core.
+        let first_look = futures_util::poll!(in_flight.next());
+        if std::mem::take(&mut appended) {
+            dispatch.wake();
+        }
+        let answer = match first_look {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => in_flight.next().await,
+        };
+        let Some(answer) = answer else {
+            continue;
+        };
+        let (served, body) = answer?;
+        check_answer(store, &served, reads_from, stream)?;
+        if let Some(oldest) = served.oldest.filter(|oldest| *oldest > reads_from) {
+            replication.rebuild_from(broker, reads_from, oldest).await?;
+            return Ok(());
+        }
+        // A master that serves streams names it; one that does not is fetched from alone.
+        stream = served.stream;
+        if !body.is_empty() {
+            reads_from = append(store, reads_from, body).await?;
+            appended = true;
+        }
+        // Readable here once the master says every in-sync member holds it.
+        replication.confirm(store, served.confirmed.min(reads_from));
+        if reads_from >= served.master_end {
+            // Caught up with a master: whatever an unclean stop cost, it holds the log again.
+            replication.unclean.store(false, Ordering::Release);
+            replication.rebuild_caught_up(reads_from);
+        }
+        if dispatch.refusal().is_some() {
+            dispatch.wake();
+            // Answered fetches were recorded: none acknowledges past the cut that follows.
+            while in_flight.next().await.is_some() {}
+            return Ok(());
+        }
+    }
+}
+
+/// Fetch `seq` of `stream` (none: one that opens a stream at `reads_from`), acknowledging
+/// what this member has appended.
+fn fetch_header(
+    broker: &dyn Member,
+    replication: &Replication,
+    epoch: u64,
+    reads_from: u64,
+    stream: Option<u64>,
+    seq: u64,
+) -> ReplicaFetchRequestHeader {
+    ReplicaFetchRequestHeader {
         broker_name: broker.config().broker_name.clone(),
         replica_id: replication.id,
         epoch,
-        offset,
+        offset: reads_from,
         max_bytes: FETCH_BYTES,
         max_wait_ms: FETCH_WAIT_MS,
         incarnation: Some(replication.epoch_file.incarnation()),
         unclean: Some(replication.unclean.load(Ordering::Acquire)),
-    };
+        // Never more than is appended: the master counts it as held.
+        held: Some(broker.store().log_end().0),
+        stream,
+        seq: Some(if stream.is_some() { seq } else { 0 }),
+    }
+}
+
+/// Sends one fetch; its answer's header and bytes.
+async fn fetch(
+    replication: &Replication,
+    address: &str,
+    header: ReplicaFetchRequestHeader,
+) -> Result<(ReplicaFetchResponseHeader, bytes::Bytes), FollowError> {
     let request = RemotingCommand::request(request::QUIVER_REPLICA_FETCH, header.to_ext());
     let answer = replication
         .links
@@ -167,30 +256,29 @@ async fn fetch_once(
         });
     }
     let served = ReplicaFetchResponseHeader::from_command(&answer)?;
-    let mine = broker.store().segment_size();
+    Ok((served, answer.body.clone()))
+}
+
+/// Refuses an answer this member cannot append where its log ends.
+fn check_answer(
+    store: &MessageStore,
+    served: &ReplicaFetchResponseHeader,
+    reads_from: u64,
+    stream: Option<u64>,
+) -> Result<(), FollowError> {
+    let mine = store.segment_size();
     if served.segment_size != mine {
         return Err(FollowError::SegmentSize {
             master: served.segment_size,
             mine,
         });
     }
-    if let Some(oldest) = served.oldest.filter(|oldest| *oldest > offset) {
-        replication.rebuild_from(broker, offset, oldest).await?;
-        return Ok(());
-    }
-    let end = if answer.body.is_empty() {
-        offset
-    } else {
-        let appended = append(broker.store(), offset, answer.body.clone()).await?;
-        dispatch.wake();
-        appended
-    };
-    // Readable here once the master says every in-sync member holds it.
-    replication.confirm(broker.store(), served.confirmed.min(end));
-    if end >= served.master_end {
-        // Caught up with a master: whatever an unclean stop cost, it holds the log again.
-        replication.unclean.store(false, Ordering::Release);
-        replication.rebuild_caught_up(end);
+    let same_stream = stream.is_none() || served.stream == stream;
+    if served.offset != reads_from || !same_stream {
+        return Err(FollowError::OutOfPlace {
+            expected: reads_from,
+            served: served.offset,
+        });
     }
     Ok(())
 }

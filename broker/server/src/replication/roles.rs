@@ -176,6 +176,7 @@ async fn serve_as_master(
     stop: &mut watch::Receiver<bool>,
 ) {
     replication.progress.lock().reset();
+    replication.streams.clear();
     replication.expanding.lock().clear();
     replication
         .switching
