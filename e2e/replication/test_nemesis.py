@@ -12,7 +12,7 @@ import time
 import pytest
 
 import wire
-from nemesis import (SCHEDULE, NsGroup, Run, now, seed_from_env)
+from nemesis import (BROKER_NAME, SCHEDULE, NsGroup, Run, now, seed_from_env)
 from netns import Net, NetUnavailable
 
 LONG = os.environ.get("QUIVER_NEMESIS_LONG") == "1"
@@ -77,27 +77,36 @@ def verify_cut(run, victim):
 
 
 def arrange_master(run, want_consensus_leader):
-    """Moves mastership (switchover) so that the master is (True) or is not (False) the member
-    that leads consensus; returns (master, consensus leader)."""
+    """Makes the master the member that leads consensus (True: a switchover to the leader) or
+    not (False: a replica asked to campaign, as a leader handing over does; a planned
+    switchover moves the consensus leadership with mastership, so it cannot separate them);
+    returns (master, consensus leader)."""
     g = run.group
     for attempt in range(4):
         master = g.wait_writable(timeout=60)
         leader = g.consensus_leader()
         if (master is leader) == want_consensus_leader:
             return master, leader
-        target = leader if want_consensus_leader else next(
-            m for m in g.members if m is not master and m is not leader)
-        code, remark = wire.switchover(master.addr, target.id, timeout_ms=3000)
-        run.timeline.add(f"switchover {master} -> {target} (to make the master "
-                         f"{'' if want_consensus_leader else 'not '}the consensus leader): "
-                         f"code {code} {remark}")
+        if want_consensus_leader:
+            code, remark = wire.switchover(master.addr, leader.id, timeout_ms=3000)
+            run.timeline.add(f"switchover {master} -> {leader} (to make the master the "
+                             f"consensus leader): code {code} {remark}")
+            expected, what = (lambda: g.master() is leader), f"{leader} to be master"
+        else:
+            target = next(m for m in g.members if m is not master)
+            # The leader grants the vote only once it has led for its lease (1 s).
+            time.sleep(1.2)
+            code, remark = wire.campaign(target.addr, BROKER_NAME, target.id)
+            run.timeline.add(f"asked {target} to campaign (to make the master not the "
+                             f"consensus leader): code {code} {remark}")
+            expected, what = (lambda: g.consensus_leader() is target), f"{target} to lead"
         try:
-            g.wait(lambda: g.master() is target, 30, f"{target} to be master")
+            g.wait(expected, 30, what)
         except AssertionError as error:
-            run.timeline.add(f"switchover did not take: {error}")
+            run.timeline.add(f"the arrangement did not take: {error}")
         g.wait_in_sync(3, timeout=60)
     raise AssertionError(f"could not make the master {'' if want_consensus_leader else 'not '}"
-                         f"the consensus leader in 4 switchovers: {run.timeline.text(12)}")
+                         f"the consensus leader in 4 attempts: {run.timeline.text(12)}")
 
 
 def finish_and_assert(run, extra_failures=()):

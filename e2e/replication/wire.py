@@ -1,6 +1,7 @@
 """Raw remoting calls of the replication suite (e2e/common/remoting.py frames): sends that show
 the broker's own code and remark, pulls that read one member's queue from offset 0 exactly as
-it stores it, the group's status (QUIVER_REPLICATION_STATUS) and QUIVER_SWITCHOVER."""
+it stores it, the group's status (QUIVER_REPLICATION_STATUS), QUIVER_SWITCHOVER and the
+consensus message that asks a member to campaign."""
 
 import json
 import struct
@@ -13,6 +14,7 @@ PULL_MESSAGE = 11
 UPDATE_CONSUMER_OFFSET = 15
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
+QUIVER_CONSENSUS = 30002
 QUIVER_REPLICATION_STATUS = 30003
 QUIVER_SWITCHOVER = 30004
 
@@ -89,6 +91,17 @@ def switchover(addr, target, timeout_ms=1000):
     """QUIVER_SWITCHOVER against the master; (code, remark)."""
     code, remark, _, _ = remoting.call(addr, QUIVER_SWITCHOVER, {
         "targetReplicaId": target, "timeoutMs": timeout_ms}, timeout=30)
+    return code, remark or ""
+
+
+def campaign(addr, broker_name, node):
+    """Asks member `node` (at `addr`) to campaign for the group's consensus leadership: the
+    message a consensus leader sends when it hands leadership over (QUIVER_CONSENSUS kind
+    "elect"). The others grant it only once the current leader has led for a lease (1 s);
+    mastership does not move. (code, remark)."""
+    code, remark, _, _ = remoting.call(addr, QUIVER_CONSENSUS, {
+        "brokerName": broker_name, "kind": "elect", "from": node},
+        body=json.dumps({"node": node}).encode(), timeout=10)
     return code, remark or ""
 
 
