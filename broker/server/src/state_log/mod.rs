@@ -14,6 +14,7 @@
 
 pub mod record;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use quiver_store::record::decode;
@@ -51,6 +52,23 @@ impl<'a> Tables<'a> {
     }
 }
 
+/// A message of the state topic carrying `body`, born and stored at `host`.
+fn state_message(body: &[u8], born_timestamp_ms: i64, host: SocketAddr) -> NewMessage<'_> {
+    NewMessage {
+        topic: STATE_TOPIC,
+        queue_id: STATE_QUEUE,
+        flag: 0,
+        body,
+        properties: "",
+        sys_flag: 0,
+        born_timestamp_ms,
+        born_host: host,
+        store_host: host,
+        reconsume_times: 0,
+        prepared_transaction_offset: 0,
+    }
+}
+
 /// Appends `record` and applies it here, without waiting for durability (the record is in
 /// the page cache: a kill -9 keeps it). Refused on a member that takes no writes. Returns
 /// the CommitLog end to wait on with [`wait_held`].
@@ -59,19 +77,7 @@ pub fn append(broker: &Broker, record: &StateRecord) -> Result<CommitLogOffset, 
     let end = {
         let _admitted = admit(broker)?;
         let mut position = broker.offsets().log_position();
-        let message = NewMessage {
-            topic: STATE_TOPIC,
-            queue_id: STATE_QUEUE,
-            flag: 0,
-            body: &body,
-            properties: "",
-            sys_flag: 0,
-            born_timestamp_ms: crate::now_ms(),
-            born_host: broker.store_host(),
-            store_host: broker.store_host(),
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        };
+        let message = state_message(&body, crate::now_ms(), broker.store_host());
         // The POP state logged its own record before handing it here.
         let tables = Tables {
             pop: None,
@@ -374,20 +380,10 @@ mod tests {
     fn log(store: &MessageStore, record: &StateRecord) -> CommitLogOffset {
         let body = record.encode();
         let host = "127.0.0.1:10911".parse().unwrap();
-        let message = NewMessage {
-            topic: STATE_TOPIC,
-            queue_id: STATE_QUEUE,
-            flag: 0,
-            body: &body,
-            properties: "",
-            sys_flag: 0,
-            born_timestamp_ms: 1,
-            born_host: host,
-            store_host: host,
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        };
-        store.append(&[message], 1).unwrap().end
+        store
+            .append(&[state_message(&body, 1, host)], 1)
+            .unwrap()
+            .end
     }
 
     struct Member {
@@ -503,20 +499,9 @@ mod tests {
         assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 0);
         assert_eq!(*offsets.log_position(), 0);
         let host = "127.0.0.1:10911".parse().unwrap();
-        let foreign = NewMessage {
-            topic: STATE_TOPIC,
-            queue_id: STATE_QUEUE,
-            flag: 0,
-            body: b"not a record",
-            properties: "",
-            sys_flag: 0,
-            born_timestamp_ms: 1,
-            born_host: host,
-            store_host: host,
-            reconsume_times: 0,
-            prepared_transaction_offset: 0,
-        };
-        store.append(&[foreign], 1).unwrap();
+        store
+            .append(&[state_message(b"not a record", 1, host)], 1)
+            .unwrap();
         log(&store, &StateRecord::commit("g", "T", [(2, 4)]));
         assert_eq!(catch_up(&store, &replica.tables()).unwrap(), 1);
         assert_eq!(offsets.query("g", "T", 2), Some(QueueOffset(4)));
