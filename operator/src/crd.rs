@@ -482,8 +482,8 @@ pub struct BrokerReplicationStatus {
     pub groups: Vec<ReplicationGroupStatus>,
 }
 
-/// One broker group: its master, epoch and in-sync set, as its master (else any member that
-/// answered) reports them.
+/// One broker group: its master, epoch and in-sync set, as the member answering with the newest
+/// epoch reports them (its master, when it answered).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicationGroupStatus {

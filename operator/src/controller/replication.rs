@@ -38,8 +38,8 @@ pub struct GroupObservation {
     pub group: i32,
     /// The group's broker name.
     pub name: String,
-    /// The group as its master sees it, else as the answering member with the highest epoch
-    /// does; None when no member answered.
+    /// The group as the answer of the newest epoch sees it (the master's own at that epoch
+    /// first, [`best_view`]); None when no member answered.
     pub status: Option<ReplicationStatus>,
     /// Replica ids of the brokers that answered for the group, members or joining.
     pub answered: Vec<u64>,
@@ -108,15 +108,13 @@ pub async fn observe(
     futures::future::join_all(asks).await
 }
 
-/// The view to trust: the master's own, else the newest epoch's.
+/// The view to trust: the newest epoch's, its master's own answer first. A deposed master
+/// that has not heard of the newer epoch still claims to be master: its older epoch loses.
 pub fn best_view(answers: Vec<ReplicationStatus>) -> Option<ReplicationStatus> {
-    let own_master = answers
-        .iter()
-        .position(|status| status.master_id == Some(status.replica_id));
-    match own_master {
-        Some(index) => answers.into_iter().nth(index),
-        None => answers.into_iter().max_by_key(|status| status.epoch),
-    }
+    answers.into_iter().max_by_key(|status| {
+        let own_master = status.master_id == Some(status.replica_id);
+        (status.epoch, own_master)
+    })
 }
 
 /// Pod name of replica `id` of group `group`.
@@ -424,21 +422,49 @@ mod tests {
     }
 
     #[test]
-    fn the_masters_own_view_wins_else_the_newest_epoch() {
+    fn the_newest_epoch_wins_and_at_it_the_masters_own_view() {
         let view = |replica_id: u64, master: Option<u64>, epoch: u64| ReplicationStatus {
             replica_id,
             master_id: master,
             epoch,
             ..standalone_status("qb-g0", "a")
         };
-        let chosen = best_view(vec![
-            view(1, Some(0), 9),
-            view(0, Some(0), 8),
-            view(2, None, 7),
-        ]);
-        assert_eq!(chosen.map(|s| (s.replica_id, s.epoch)), Some((0, 8)));
-        let chosen = best_view(vec![view(1, Some(0), 4), view(2, Some(0), 6)]);
-        assert_eq!(chosen.map(|s| (s.replica_id, s.epoch)), Some((2, 6)));
+        let picked = |answers: Vec<ReplicationStatus>| {
+            best_view(answers).map(|s| (s.replica_id, s.master_id, s.epoch))
+        };
+        // Two claim master: the deposed one (epoch 1) has not heard of epoch 2, in either order.
+        let deposed = view(0, Some(0), 1);
+        let elected = view(1, Some(1), 2);
+        assert_eq!(
+            picked(vec![deposed.clone(), elected.clone(), view(2, Some(1), 2)]),
+            Some((1, Some(1), 2))
+        );
+        assert_eq!(
+            picked(vec![elected, deposed.clone()]),
+            Some((1, Some(1), 2))
+        );
+        // A replica of a newer epoch names another master than the deposed one claiming it.
+        assert_eq!(
+            picked(vec![deposed, view(2, Some(2), 3)]),
+            Some((2, Some(2), 3))
+        );
+        // At one epoch, the master's own answer is the one to trust.
+        assert_eq!(
+            picked(vec![
+                view(0, Some(0), 8),
+                view(1, Some(0), 8),
+                view(2, Some(0), 8)
+            ]),
+            Some((0, Some(0), 8))
+        );
+        assert_eq!(
+            picked(vec![view(1, Some(0), 4), view(2, Some(0), 6)]),
+            Some((2, Some(0), 6))
+        );
+        assert_eq!(
+            picked(vec![view(1, None, 3), view(2, None, 2)]),
+            Some((1, None, 3))
+        );
         assert_eq!(best_view(Vec::new()), None);
     }
 }

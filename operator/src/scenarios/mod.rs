@@ -9,6 +9,7 @@
 
 mod api_errors;
 mod broker_create;
+mod broker_deposed_master;
 mod broker_drain_partial_revert;
 mod broker_lagging_watch;
 mod broker_master_handover;
