@@ -42,6 +42,19 @@ def test_both_crds_are_generated_with_status_subresources():
     assert crds["consumergroups.quiver.io"]["spec"]["names"]["kind"] == "ConsumerGroup"
 
 
+def test_the_broker_crd_has_a_scale_subresource_with_a_selector():
+    crds = {doc["metadata"]["name"]: doc for doc in crd_documents(generated_crds())}
+    (version,) = crds["brokers.quiver.io"]["spec"]["versions"]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.labelSelector",
+    }
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["replicas"]["type"] == "integer"
+    assert status["labelSelector"]["type"] == "string"
+
+
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 def test_crds_are_valid_kubernetes_objects(kube_version):
     for crd in crd_documents(generated_crds()):

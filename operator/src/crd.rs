@@ -33,6 +33,35 @@ pub const BROKER_DISK_CLEAN_PERCENT: u8 = 75;
 /// The broker's default `disk-force-clean-ratio`, as a percentage (also in the CEL rule below).
 pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
 
+/// The longest Broker name: every object named after it stays valid ([`name_length_rule`]).
+pub const MAX_NAME_LENGTH: usize = 51;
+
+/// CEL on the root, where a real API server shows `metadata.name`: the name fits
+/// [`MAX_NAME_LENGTH`]. The limits that bind are label values (63 characters): the StatefulSet
+/// named after the Broker labels its pods `controller-revision-hash: <name>-<hash>` with a hash
+/// of up to 10 characters (kubernetes/kubernetes#64023), and a replicated Broker's budgets carry
+/// `quiver.io/broker-group: <name>-g<group>` with a group index of up to 10 digits.
+fn name_length_rule() -> kube::core::Rule {
+    let message = format!(
+        "metadata.name must be at most {MAX_NAME_LENGTH} characters: the Broker's pods carry the \
+         label controller-revision-hash=<name>-<revision hash of up to 10 characters> and a \
+         replicated Broker's disruption budgets quiver.io/broker-group=<name>-g<group index of \
+         up to 10 digits>, and label values are limited to 63 characters"
+    );
+    kube::core::Rule::new(format!("size(self.metadata.name) <= {MAX_NAME_LENGTH}"))
+        .message(message.as_str())
+}
+
+/// CEL on the root: the name is a DNS-1035 label, since the client Service is named after it
+/// (a custom resource's name may otherwise hold dots or start with a digit).
+fn name_form_rule() -> kube::core::Rule {
+    kube::core::Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message(
+        "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting \
+         with a letter and ending with a letter or digit): the Broker's Services are named after \
+         it",
+    )
+}
+
 /// A cluster of Quiver brokers: one StatefulSet pod per broker, each with its own store volume.
 // Several printcolumn(type_ = ..) entries are distinct columns, not duplicates.
 #[allow(clippy::duplicated_attributes)]
@@ -60,7 +89,14 @@ pub const BROKER_DISK_FORCE_CLEAN_PERCENT: u8 = 85;
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.labelSelector"
+    ),
+    validation = name_length_rule(),
+    validation = name_form_rule()
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("(has(self.replication) ? self.replication.replicas : 1) == (has(oldSelf.replication) ? oldSelf.replication.replicas : 1) || ((has(self.replication) ? self.replication.replicas : 1) >= 2 && (has(oldSelf.replication) ? oldSelf.replication.replicas : 1) >= 2 && self.replicas == 1 && oldSelf.replicas == 1)").message("replication.replicas may change only between 2 or more, with one broker group (replicas 1) before and after: a group's pods are ordinals g*R..g*R+R-1, so a group size change with several groups would move pods between groups, and one of 1 is a broker without replication (another broker name)"))]
@@ -443,6 +479,14 @@ pub struct BrokerStatus {
     /// Brokers currently running (may exceed spec.replicas while a scale-down drains).
     #[serde(default)]
     pub current_replicas: i32,
+    /// Broker groups (spec.replicas' unit) the StatefulSet runs: spec.replicas, more while a
+    /// scale-down drains. The scale subresource's status.replicas (kubectl scale, HPA, KEDA).
+    #[serde(default)]
+    pub replicas: i32,
+    /// The label selector of the Broker's pods, as a string: the scale subresource's selector,
+    /// the pods an HPA averages their metrics over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
     /// Remoting address of each broker, by ordinal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerAddress>,
@@ -881,6 +925,137 @@ mod tests {
     #[test]
     fn a_minimal_broker_passes_every_rule() {
         validate_cel(&broker(serde_json::json!({}))).expect("valid");
+    }
+
+    fn named(name: &str) -> Broker {
+        let mut broker = broker(serde_json::json!({}));
+        broker.metadata.name = Some(name.to_string());
+        broker
+    }
+
+    #[test]
+    fn a_name_over_the_limit_is_refused_with_the_limit_and_why() {
+        let at_limit = "b".repeat(MAX_NAME_LENGTH);
+        validate_cel(&named(&at_limit)).expect("a name at the limit is valid");
+        let errors = validate_cel(&named(&format!("{at_limit}x"))).unwrap_err();
+        let text = format!("{errors:?}");
+        assert!(
+            text.contains("metadata.name must be at most 51 characters")
+                && text.contains("controller-revision-hash"),
+            "{text}"
+        );
+    }
+
+    /// Each name and label value the operator derives from a Broker's name, for pods and groups
+    /// up to the largest a StatefulSet's int32 replica count allows, with how Kubernetes checks
+    /// it (`Ok` when valid).
+    fn derived_names(broker: &Broker) -> Vec<(String, bool)> {
+        use crate::desired;
+        use crate::testapi::names;
+        let last_ordinal = i32::MAX - 1;
+        let last_group = i32::MAX / broker.group_size() - 1;
+        let statefulset = desired::stateful_set(broker, &desired::RolloutPlan::initial(broker));
+        let sts = statefulset.metadata.name.clone().unwrap_or_default();
+        let pod = desired::pod_name(broker, last_ordinal);
+        let mut checked = vec![
+            (format!("statefulset {sts}"), names::is_dns1123_label(&sts)),
+            // The StatefulSet controller's revision label: <name>-<hash of up to 10>.
+            (
+                format!("revision label of {sts}"),
+                names::is_label_value(&format!("{sts}-{}", "x".repeat(10))),
+            ),
+            (
+                format!("pod {pod} (its hostname)"),
+                names::is_dns1123_label(&pod),
+            ),
+            (format!("pod-name label {pod}"), names::is_label_value(&pod)),
+            (
+                format!("config key {pod}.json"),
+                format!("{pod}.json").len() <= names::SUBDOMAIN_MAX,
+            ),
+        ];
+        let claim = desired::claim_name(broker, last_ordinal);
+        checked.push((
+            format!("claim {claim}"),
+            names::is_dns1123_subdomain(&claim),
+        ));
+        let group = desired::group_name(broker, last_group);
+        checked.push((
+            format!("group label {group}"),
+            names::is_label_value(&group),
+        ));
+        checked.push((
+            format!("budget {group}"),
+            names::is_dns1123_subdomain(&group),
+        ));
+        for service in [
+            desired::headless_service(broker),
+            desired::client_service(broker),
+        ] {
+            let name = service.metadata.name.unwrap_or_default();
+            checked.push((format!("service {name}"), names::is_dns1035_label(&name)));
+        }
+        let config = desired::config_map(broker, 2, None).metadata.name;
+        let config = config.unwrap_or_default();
+        checked.push((
+            format!("configmap {config}"),
+            names::is_dns1123_subdomain(&config),
+        ));
+        for budget in desired::pod_disruption_budgets(broker, 4) {
+            let name = budget.metadata.name.unwrap_or_default();
+            checked.push((format!("budget {name}"), names::is_dns1123_subdomain(&name)));
+        }
+        for (key, value) in desired::labels(broker) {
+            checked.push((
+                format!("label {key}={value}"),
+                names::is_label_value(&value),
+            ));
+        }
+        checked
+    }
+
+    #[test]
+    fn the_name_limit_is_the_longest_name_whose_objects_are_all_valid() {
+        let replicated = |name: &str| {
+            let mut broker = named(name);
+            broker.metadata.uid = Some("uid-qb".to_string());
+            broker.spec.replication = Some(ReplicationSpec {
+                replicas: 2,
+                ..ReplicationSpec::default()
+            });
+            broker
+        };
+        let at_limit = "q".repeat(MAX_NAME_LENGTH);
+        let invalid: Vec<String> = derived_names(&replicated(&at_limit))
+            .into_iter()
+            .filter(|(_, valid)| !valid)
+            .map(|(what, _)| what)
+            .collect();
+        assert_eq!(invalid, Vec::<String>::new());
+        let over = format!("{at_limit}q");
+        let invalid: Vec<String> = derived_names(&replicated(&over))
+            .into_iter()
+            .filter(|(_, valid)| !valid)
+            .map(|(what, _)| what)
+            .collect();
+        assert!(
+            invalid.iter().any(|what| what.starts_with("group label")),
+            "one character more breaks a label: {invalid:?}"
+        );
+    }
+
+    #[test]
+    fn a_name_that_cannot_name_a_service_is_refused() {
+        for good in ["qb", "a", "orders-7", "x1"] {
+            validate_cel(&named(good)).unwrap_or_else(|e| panic!("{good}: {e:?}"));
+        }
+        for bad in ["7orders", "orders.eu", "orders-", "Orders", "or_ders"] {
+            let errors = validate_cel(&named(bad)).unwrap_err();
+            assert!(
+                format!("{errors:?}").contains("metadata.name must be a DNS-1035 label"),
+                "{bad}: {errors:?}"
+            );
+        }
     }
 
     #[test]

@@ -47,8 +47,13 @@ mod tests {
             "name: Ready",
             "name: Replicas",
             "name: Age",
-            "subresources:\n      status: {}",
+            "subresources:\n      scale:",
+            "specReplicasPath: .spec.replicas",
+            "statusReplicasPath: .status.replicas",
+            "labelSelectorPath: .status.labelSelector",
+            "      status: {}",
             "x-kubernetes-validations",
+            "size(self.metadata.name) <= 51",
             "storageClassName is immutable",
         ] {
             assert!(broker.contains(expected), "Broker CRD lacks {expected:?}");

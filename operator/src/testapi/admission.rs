@@ -1,7 +1,9 @@
-//! Admission: CRD objects are pruned, defaulted and validated against the CRD's OpenAPI schema
-//! and its `x-kubernetes-validations` CEL rules (transition rules see `oldSelf`); built-in kinds
-//! get the checks the operator can trip: StatefulSet spec immutability, PVC spec immutability,
-//! the PVC resize plugin, and DefaultStorageClass on PVC create.
+//! Admission: every object's metadata is validated (its name as its kind requires, its labels);
+//! CRD objects are pruned, defaulted and validated against the CRD's OpenAPI schema and its
+//! `x-kubernetes-validations` CEL rules (transition rules see `oldSelf`; root rules see
+//! `metadata.name` and `metadata.generateName`); built-in kinds get the checks the operator can
+//! trip: StatefulSet spec immutability, PVC spec immutability, the PVC resize plugin, and
+//! DefaultStorageClass on PVC create.
 
 use super::ops::ApiError;
 use super::resources::ResourceType;
@@ -59,6 +61,7 @@ pub fn validate(
     new: &Value,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
+    invalid_if_any(rt, new, metadata_causes(rt, new))?;
     if let Some(schema) = crd_schema(rt) {
         let mut causes = Vec::new();
         check_schema(schema, new, "", &mut causes);
@@ -98,12 +101,43 @@ fn invalid_if_any(rt: &ResourceType, object: &Value, causes: Vec<Cause>) -> Resu
     }
 }
 
+/// ObjectMeta validation every kind gets: the name as the kind requires it (a Service's a
+/// DNS-1035 label, a StatefulSet's a DNS-1123 label, others a DNS-1123 subdomain) and each
+/// label's key and value.
+fn metadata_causes(rt: &ResourceType, object: &Value) -> Vec<Cause> {
+    let metadata = &object["metadata"];
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let named = super::names::name_problem(rt.kind, name).map(|problem| {
+        cause(
+            "FieldValueInvalid",
+            "metadata.name",
+            format!("Invalid value: \"{name}\": {problem}"),
+        )
+    });
+    let labels = super::names::label_problems(&metadata["labels"])
+        .into_iter()
+        .map(|(_, problem)| cause("FieldValueInvalid", "metadata.labels", problem));
+    named.into_iter().chain(labels).collect()
+}
+
+/// What CEL rules see of an object: a real API server shows the root's rules only
+/// `metadata.name` and `metadata.generateName` of the metadata.
+fn cel_view(object: &Value) -> Value {
+    let mut view = object.clone();
+    if let Some(metadata) = view["metadata"].as_object_mut() {
+        metadata.retain(|key, _| matches!(key.as_str(), "name" | "generateName"));
+    }
+    view
+}
+
 fn cel_causes(schema: &Value, new: &Value, old: Option<&Value>) -> Vec<Cause> {
     thread_local! {
         // Registering the Kubernetes CEL library is not free: once per thread.
         static VALIDATOR: Validator = Validator::new();
     }
-    let result = VALIDATOR.with(|validator| validator.validate(schema, new, old));
+    let (new_view, old_view) = (cel_view(new), old.map(cel_view));
+    let result =
+        VALIDATOR.with(|validator| validator.validate(schema, &new_view, old_view.as_ref()));
     let Err(errors) = result else {
         return Vec::new();
     };
@@ -116,9 +150,15 @@ fn cel_causes(schema: &Value, new: &Value, old: Option<&Value>) -> Vec<Cause> {
                 Some(Value::Array(_)) => "array",
                 _ => "object",
             };
+            // A root rule's error has no field path: the API server prints it as <nil>.
+            let field = if error.field_path.is_empty() {
+                "<nil>"
+            } else {
+                error.field_path.as_str()
+            };
             cause(
                 "FieldValueInvalid",
-                &error.field_path,
+                field,
                 format!("Invalid value: \"{type_name}\": {}", error.message),
             )
         })

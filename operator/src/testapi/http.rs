@@ -5,6 +5,7 @@
 
 use super::ops::{self, ApiError, PatchRequest, PatchType};
 use super::resources::{self, ResourceType};
+use super::scale;
 use super::selector::Selector;
 use super::watch::{self, WatchRequest};
 use super::Shared;
@@ -251,6 +252,9 @@ fn write_or_get(
 ) -> Result<Response<Body>, ApiError> {
     let name = route.name.as_deref().unwrap_or_default();
     let subresource = route.subresource.as_deref();
+    if subresource == Some("scale") {
+        return scale_response(shared, route, verb, namespace, request);
+    }
     if subresource.is_some_and(|sub| sub != "status") {
         return Err(not_found_path());
     }
@@ -282,19 +286,7 @@ fn write_or_get(
             Ok(json_response(200, &replaced))
         }
         "patch" => {
-            let patch_type = PatchType::from_content_type(&request.content_type).ok_or_else(|| {
-                ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {}", request.content_type))
-            })?;
-            let patch = PatchRequest {
-                patch_type,
-                body: &request.body,
-                manager: request.query.get("fieldManager").map(String::as_str),
-                default_manager: &manager,
-                force: request
-                    .query
-                    .get("force")
-                    .is_some_and(|force| force == "true"),
-            };
+            let patch = patch_request(request, &manager)?;
             let (patched, created) =
                 ops::patch(&mut store, route.rt, namespace, name, subresource, &patch)?;
             Ok(json_response(if created { 201 } else { 200 }, &patched))
@@ -312,6 +304,62 @@ fn write_or_get(
             format!("{verb} is not supported"),
         )),
     }
+}
+
+/// A PATCH's type, body and manager; 415 for a content type no patch has.
+fn patch_request<'a>(
+    request: &'a RequestContext,
+    manager: &'a str,
+) -> Result<PatchRequest<'a>, ApiError> {
+    let patch_type = PatchType::from_content_type(&request.content_type).ok_or_else(|| {
+        ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {}", request.content_type))
+    })?;
+    Ok(PatchRequest {
+        patch_type,
+        body: &request.body,
+        manager: request.query.get("fieldManager").map(String::as_str),
+        default_manager: manager,
+        force: request
+            .query
+            .get("force")
+            .is_some_and(|force| force == "true"),
+    })
+}
+
+/// The scale subresource of a resource whose CRD declares one: GET, PUT and PATCH of its
+/// autoscaling/v1 Scale ([`scale`]).
+fn scale_response(
+    shared: &Arc<Shared>,
+    route: &Route,
+    verb: &str,
+    namespace: &str,
+    request: &RequestContext,
+) -> Result<Response<Body>, ApiError> {
+    if scale::paths(route.rt).is_none() {
+        return Err(not_found_path());
+    }
+    let name = route.name.as_deref().unwrap_or_default();
+    let mut store = shared.store();
+    let manager = request.update_manager();
+    let answer = match verb {
+        "get" => scale::get(&store, route.rt, namespace, name)?,
+        "update" => {
+            let body = request.body_json()?;
+            scale::replace(&mut store, route.rt, namespace, name, &body, &manager)?
+        }
+        "patch" => {
+            let patch = patch_request(request, &manager)?;
+            scale::patch(&mut store, route.rt, namespace, name, &patch)?
+        }
+        _ => {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{verb} is not supported on the scale subresource"),
+            ))
+        }
+    };
+    Ok(json_response(200, &answer))
 }
 
 fn orphan_requested(request: &RequestContext) -> bool {

@@ -32,13 +32,20 @@
 //! time and a scenario's verdict does not depend on the build profile or the machine's speed
 //! (docs/ARCHITECTURE.md, "The operator's simulated clock").
 //! [`sim_clock`] is a `Context::with_clock` clock that follows tokio's (paused) clock.
+//!
+//! Also served as a real server does: the scale subresource of a CRD that declares one
+//! ([`scale`]; server-side apply to a Scale is refused), and the validation of every object's
+//! name and labels ([`names`]), with CEL root rules seeing only `metadata.name` and
+//! `metadata.generateName` of the metadata.
 
 mod admission;
 mod fields;
 mod hooks;
 mod http;
+pub mod names;
 mod ops;
 pub mod resources;
+mod scale;
 mod selector;
 pub mod statefulset;
 mod store;

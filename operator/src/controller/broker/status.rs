@@ -188,6 +188,8 @@ impl Draft {
             observed_generation: broker.metadata.generation,
             ready_replicas: ready,
             current_replicas: self.plan.replicas,
+            replicas: desired::groups_of_pods(broker, self.plan.replicas),
+            label_selector: Some(desired::pod_selector(broker)),
             brokers: (0..self.plan.replicas)
                 .map(|ordinal| BrokerAddress {
                     name: desired::pod_name(broker, ordinal),
