@@ -38,6 +38,17 @@ pub struct Expansion {
     pub storage: Option<StorageStatus>,
     /// The VolumeExpansion condition, when an expansion is asked for.
     pub condition: Option<Desired>,
+    /// The claims whose capacity has not reached the requested size yet.
+    pub behind: Vec<ClaimBehind>,
+}
+
+/// A claim still smaller than spec.storage.size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimBehind {
+    /// The claim's name.
+    pub name: String,
+    /// Its capacity as the claim's status reports it; None while it reports none.
+    pub capacity: Option<String>,
 }
 
 impl Expansion {
@@ -46,6 +57,29 @@ impl Expansion {
         self.condition
             .as_ref()
             .is_some_and(|condition| condition.reason == REASON_EXPANDING)
+    }
+
+    /// Why the expansion is past its deadline, naming each claim still behind: the Degraded
+    /// message once no claim was resized for `deadline_s` seconds.
+    pub fn overdue_message(&self, deadline_s: i64) -> String {
+        let requested = self
+            .storage
+            .as_ref()
+            .map_or("spec.storage.size", |storage| storage.requested.as_str());
+        let behind: Vec<String> = self
+            .behind
+            .iter()
+            .map(|claim| match &claim.capacity {
+                Some(capacity) => format!("claim {} still has {capacity}", claim.name),
+                None => format!("claim {} reports no capacity", claim.name),
+            })
+            .collect();
+        format!(
+            "volume expansion to {requested} made no progress for more than {deadline_s}s \
+             (spec.progressDeadlineSeconds): {}; the claims' conditions and events (kubectl \
+             describe pvc) show the storage driver's error",
+            behind.join(", ")
+        )
     }
 }
 
@@ -143,6 +177,23 @@ fn capacity_bytes(claim: &PersistentVolumeClaim) -> u128 {
     )
 }
 
+/// The claims whose capacity is below `wanted` bytes, with what they report.
+fn behind(claims: &[PersistentVolumeClaim], wanted: u128) -> Vec<ClaimBehind> {
+    claims
+        .iter()
+        .filter(|claim| capacity_bytes(claim) < wanted)
+        .map(|claim| ClaimBehind {
+            name: claim.metadata.name.clone().unwrap_or_default(),
+            capacity: claim
+                .status
+                .as_ref()
+                .and_then(|status| status.capacity.as_ref())
+                .and_then(|capacity| capacity.get("storage"))
+                .map(|quantity| quantity.0.clone()),
+        })
+        .collect()
+}
+
 /// The bytes spec.storage.size asks for, when that is more than the claim template's
 /// `claim_size` (an expansion is asked for); None otherwise.
 pub fn growth(requested: &str, claim_size: &str) -> Option<u128> {
@@ -197,6 +248,7 @@ pub fn plan(
             let expansion = Expansion {
                 storage,
                 condition: Some(refused),
+                behind: behind(claims, wanted),
             };
             return (expansion, Vec::new());
         }
@@ -205,6 +257,7 @@ pub fn plan(
     let expansion = Expansion {
         condition: Some(progress(requested, resized, plan.replicas)),
         storage,
+        behind: behind(claims, wanted),
     };
     let names = to_grow
         .iter()

@@ -129,7 +129,7 @@ pub fn template_hash(statefulset: &StatefulSet) -> Option<String> {
 }
 
 /// What moves when a Broker makes progress: a new generation, a pod Ready, updated or added, a
-/// partition step.
+/// partition step, a claim resized.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProgressMarkers {
     /// Generation the status describes.
@@ -140,6 +140,8 @@ pub struct ProgressMarkers {
     pub replicas: i32,
     /// Rollout partition and updated pods, while rolling.
     pub rollout: Option<(i32, i32)>,
+    /// Claims resized to spec.storage.size, once an expansion was asked for.
+    pub resized_claims: Option<i32>,
 }
 
 impl ProgressMarkers {
@@ -153,6 +155,10 @@ impl ProgressMarkers {
                 .rollout
                 .as_ref()
                 .map(|rollout| (rollout.partition, rollout.updated_replicas)),
+            resized_claims: status
+                .storage
+                .as_ref()
+                .map(|storage| storage.resized_claims),
         }
     }
 }
@@ -763,6 +769,7 @@ mod tests {
             ready: 2,
             replicas: 3,
             rollout: Some((2, 1)),
+            resized_claims: None,
         };
         let previous = BrokerStatus {
             observed_generation: Some(2),
@@ -783,6 +790,11 @@ mod tests {
             ..markers.clone()
         };
         assert_eq!(last_progress(&previous, &moved, t1), t1);
+        let claim_resized = ProgressMarkers {
+            resized_claims: Some(1),
+            ..markers.clone()
+        };
+        assert_eq!(last_progress(&previous, &claim_resized, t1), t1);
         let new_spec = ProgressMarkers {
             generation: Some(3),
             ..markers

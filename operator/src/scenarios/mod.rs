@@ -11,6 +11,7 @@ mod api_errors;
 mod broker_create;
 mod broker_deposed_master;
 mod broker_drain_partial_revert;
+mod broker_expansion_deadline;
 mod broker_lagging_watch;
 mod broker_master_handover;
 mod broker_member_scaling;

@@ -37,6 +37,8 @@ pub struct SimState {
     /// Pod templates by (namespace, StatefulSet, revision): pods below the partition are
     /// recreated at the current revision, as ControllerRevisions allow.
     templates: HashMap<(String, String, String), Value>,
+    /// Claims (namespace, name) the volume resizer leaves alone: a stuck expansion.
+    stalled_claims: std::collections::HashSet<(String, String)>,
 }
 
 fn rt(group: &str, plural: &str) -> &'static ResourceType {
@@ -57,7 +59,7 @@ pub(crate) fn step(shared: &Shared) {
         reconcile(&mut store, &mut sim, &key);
     }
     kubelet(&mut store, &sim);
-    resize_claims(&mut store);
+    resize_claims(&mut store, &sim);
 }
 
 /// Hashes `value` with object keys in sorted order, whatever the map's order.
@@ -477,8 +479,8 @@ fn running_status(pod: &Value, behaviour: PodBehaviour) -> Value {
 }
 
 /// The external resizer and kubelet: a grown request first shows FileSystemResizePending, then
-/// the capacity follows.
-fn resize_claims(store: &mut Store) {
+/// the capacity follows; a stalled claim keeps its capacity.
+fn resize_claims(store: &mut Store, sim: &SimState) {
     let pvcs = rt("", "persistentvolumeclaims");
     let claims: Vec<(ObjectKey, Value)> = store
         .objects
@@ -489,7 +491,9 @@ fn resize_claims(store: &mut Store) {
     for (key, mut claim) in claims {
         let requested = claim["spec"]["resources"]["requests"]["storage"].clone();
         let bytes = |value: &Value| value.as_str().and_then(quantity_bytes).unwrap_or(0);
-        if bytes(&requested) <= bytes(&claim["status"]["capacity"]["storage"]) {
+        if bytes(&requested) <= bytes(&claim["status"]["capacity"]["storage"])
+            || sim.stalled_claims.contains(&(key.1.clone(), key.2.clone()))
+        {
             continue;
         }
         let pending = claim["status"]["conditions"]
@@ -532,6 +536,21 @@ impl super::TestApiServer {
         let mut sim = self.shared.sim.lock().expect("sim lock poisoned");
         sim.pods
             .insert((namespace.to_string(), name.to_string()), behaviour);
+    }
+
+    /// The volume resizer stops resizing claim `namespace/name` (a driver that fails) until
+    /// [`super::TestApiServer::resume_resize`].
+    pub fn stall_resize(&self, namespace: &str, name: &str) {
+        let mut sim = self.shared.sim.lock().expect("sim lock poisoned");
+        sim.stalled_claims
+            .insert((namespace.to_string(), name.to_string()));
+    }
+
+    /// The volume resizer resizes claim `namespace/name` again.
+    pub fn resume_resize(&self, namespace: &str, name: &str) {
+        let mut sim = self.shared.sim.lock().expect("sim lock poisoned");
+        sim.stalled_claims
+            .remove(&(namespace.to_string(), name.to_string()));
     }
 
     /// Drops a per-pod override set by [`super::TestApiServer::set_pod_behaviour`].

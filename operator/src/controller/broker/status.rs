@@ -142,6 +142,16 @@ pub fn paused_status(broker: &Broker, previous: BrokerStatus, now: Timestamp) ->
     }
 }
 
+/// What went spec.progressDeadlineSeconds without progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Overdue {
+    Nothing,
+    /// A rollout or start: pods not updated or not Ready.
+    Rollout,
+    /// A volume expansion: claims not resized.
+    Expansion,
+}
+
 /// The pass's view for the conditions: the draft with the outcome folded in.
 struct Finished<'a> {
     draft: &'a Draft,
@@ -177,13 +187,24 @@ impl Draft {
             ready,
             replicas: self.plan.replicas,
             rollout: rollout.as_ref().map(|r| (r.partition, r.updated_replicas)),
+            resized_claims: finished
+                .expansion
+                .storage
+                .as_ref()
+                .map(|s| s.resized_claims),
         };
         let last_progress = rollout::last_progress(previous, &markers, self.now);
         let deadline_s = broker.spec.progress_deadline_seconds;
-        let stuck = (rolling || ready < self.plan.replicas)
-            && self.scale.drain.is_none()
+        let deadline_passed = self.scale.drain.is_none()
             && rollout::deadline_exceeded(last_progress, self.now, deadline_s);
-        let (desired_conditions, outlook) = finished.conditions(broker, ready, stuck, deadline_s);
+        let overdue = if deadline_passed && (rolling || ready < self.plan.replicas) {
+            Overdue::Rollout
+        } else if deadline_passed && finished.expansion.in_progress() {
+            Overdue::Expansion
+        } else {
+            Overdue::Nothing
+        };
+        let (desired_conditions, outlook) = finished.conditions(broker, ready, overdue, deadline_s);
         let status = BrokerStatus {
             observed_generation: broker.metadata.generation,
             ready_replicas: ready,
@@ -222,13 +243,13 @@ impl Finished<'_> {
         &self,
         broker: &Broker,
         ready: i32,
-        stuck: bool,
+        overdue: Overdue,
         deadline_s: i64,
     ) -> (Vec<Desired>, Outlook) {
         let draft = self.draft;
         let wanted = draft.scale.wanted;
         let progressing = self.progressing(ready);
-        let degraded = self.degraded(stuck, deadline_s);
+        let degraded = self.degraded(overdue, deadline_s);
         let (holds, reason) = if ready >= wanted {
             (true, "AllBrokersReady")
         } else {
@@ -315,7 +336,7 @@ impl Finished<'_> {
 
     /// The Degraded condition: the pass's problems first, then the progress deadline, then
     /// brokers not Ready although every pod runs the spec.
-    fn degraded(&self, deadline_exceeded: bool, deadline_s: i64) -> Desired {
+    fn degraded(&self, overdue: Overdue, deadline_s: i64) -> Desired {
         let draft = self.draft;
         let ready = draft.sts_status.ready_replicas.unwrap_or(0);
         let replicas = draft.plan.replicas;
@@ -323,7 +344,11 @@ impl Finished<'_> {
             let messages: Vec<&str> = self.problems.iter().map(|p| p.message.as_str()).collect();
             return Desired::new("Degraded", true, first.reason, messages.join("; "));
         }
-        if deadline_exceeded {
+        if overdue == Overdue::Expansion {
+            let message = self.expansion.overdue_message(deadline_s);
+            return Desired::new("Degraded", true, REASON_PROGRESS_DEADLINE, message);
+        }
+        if overdue == Overdue::Rollout {
             let message = format!(
                 "no progress for more than {deadline_s}s (spec.progressDeadlineSeconds): \
                  {ready}/{replicas} brokers ready, pods from ordinal {} at the new template; a \

@@ -340,6 +340,84 @@ fn claims_grow_and_the_status_follows_the_resize() {
     }
 }
 
+/// 10Gi to 20Gi, data-qb-1 never resized: once spec.progressDeadlineSeconds pass after the last
+/// claim resized, Degraded names it (one Warning event); resized at last, Degraded clears.
+#[test]
+fn an_expansion_without_progress_past_the_deadline_degrades_naming_the_claim() {
+    struct Row {
+        name: &'static str,
+        after_s: i64,
+        qb_1_capacity: &'static str,
+        degraded: (&'static str, &'static str),
+        events: &'static [&'static str],
+    }
+    let rows = [
+        Row {
+            name: "qb-0 resized, qb-1 not yet",
+            after_s: 0,
+            qb_1_capacity: "10Gi",
+            degraded: ("False", "AsExpected"),
+            events: &[],
+        },
+        Row {
+            name: "at the deadline",
+            after_s: 600,
+            qb_1_capacity: "10Gi",
+            degraded: ("False", "AsExpected"),
+            events: &[],
+        },
+        Row {
+            name: "past the deadline",
+            after_s: 601,
+            qb_1_capacity: "10Gi",
+            degraded: ("True", REASON_PROGRESS_DEADLINE),
+            events: &["Warning ProgressDeadlineExceeded"],
+        },
+        Row {
+            name: "still stuck: no repeated warning",
+            after_s: 900,
+            qb_1_capacity: "10Gi",
+            degraded: ("True", REASON_PROGRESS_DEADLINE),
+            events: &[],
+        },
+        Row {
+            name: "resized at last",
+            after_s: 960,
+            qb_1_capacity: "20Gi",
+            degraded: ("False", "AsExpected"),
+            events: &[],
+        },
+    ];
+    let before = Broker::test().replicas(2);
+    let mut world = world(before.clone().storage_size("20Gi"), running(&before, 2, 2));
+    for row in rows {
+        world.now_ms = NOW_MS + row.after_s * 1000;
+        cluster_mut(&mut world).claims = vec![
+            sized("data-qb-0", "20Gi", "20Gi"),
+            sized("data-qb-1", "20Gi", row.qb_1_capacity),
+        ];
+        let done = pass(&world);
+        let (status, reason) = row.degraded;
+        assert_eq!(
+            condition(&done.status, "Degraded"),
+            (status.into(), reason.into()),
+            "{}",
+            row.name
+        );
+        if status == "True" {
+            let text = message(&done.status, "Degraded");
+            assert!(
+                text.contains("volume expansion to 20Gi made no progress for more than 600s")
+                    && text.contains("claim data-qb-1 still has 10Gi")
+                    && !text.contains("data-qb-0"),
+                "{text}"
+            );
+        }
+        assert_eq!(done.events, row.events, "{}", row.name);
+        next(&mut world, &done);
+    }
+}
+
 /// 10Gi to 20Gi and a new image at once, the class forbidding expansion: the claims are not
 /// patched, VolumeExpansion says why with one Warning event, and the image still rolls.
 #[test]
