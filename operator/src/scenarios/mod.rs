@@ -9,7 +9,9 @@
 
 mod api_errors;
 mod broker_create;
+mod broker_drain_dead_letters;
 mod broker_drain_partial_revert;
+mod broker_drain_replicated;
 mod broker_lagging_watch;
 mod broker_master_handover;
 mod broker_member_scaling;
