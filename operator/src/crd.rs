@@ -788,7 +788,14 @@ pub struct ConsumerGroupStatus {
     /// The queues with the most lag (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top_queues: Vec<QueueLagStatus>,
-    /// Ready, Lagging, Consuming and Stalled.
+    /// Queues with lag and no commit for the whole judgement window, even while the group's
+    /// sums move (longest stalled first, then most lag; at most 10, see stalledQueueCount).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalled_queues: Vec<StalledQueueStatus>,
+    /// How many queues are stalled in all; absent when the progress is not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_queue_count: Option<u32>,
+    /// Ready, Lagging, Consuming, Stalled and QueuesStalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The last offset reset applied.
@@ -852,6 +859,24 @@ pub struct QueueLagStatus {
     pub queue_id: i32,
     /// Unconsumed messages.
     pub lag: u64,
+}
+
+/// A queue with lag and no commit for the whole judgement window.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StalledQueueStatus {
+    /// Topic name.
+    pub topic: String,
+    /// Broker name.
+    pub broker: String,
+    /// Queue id.
+    pub queue_id: i32,
+    /// Unconsumed messages.
+    pub lag: u64,
+    /// The group's committed offset, unmoved since `since`.
+    pub committed_offset: u64,
+    /// Since when the queue has had lag at every poll and no commit (RFC 3339).
+    pub since: String,
 }
 
 /// Record of an applied offset reset.

@@ -28,6 +28,7 @@ mod group_no_storm;
 mod group_offset_reset;
 mod group_poll_failure;
 mod group_storm;
+mod group_stuck_queue;
 mod group_support;
 
 use crate::controller::{self, Context};
