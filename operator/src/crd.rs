@@ -143,6 +143,20 @@ pub struct BrokerSpec {
     /// name, one master and its replicas, with automatic failover. Absent: one pod per broker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<ReplicationSpec>,
+    /// What a scale-down waits for before the leaving brokers go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainSpec>,
+}
+
+/// What a scale-down's drain waits for.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainSpec {
+    /// Also wait until the dead-letter topics (`%DLQ%<group>`) on the leaving brokers are read
+    /// to the end; default false: their messages are reported in status.drain.deadLetters and
+    /// dropped with the brokers (nobody may ever read them, so waiting could last forever).
+    #[serde(default)]
+    pub wait_for_dead_letters: bool,
 }
 
 /// How each broker is replicated within its group.
@@ -576,7 +590,7 @@ pub struct BrokerAddress {
 }
 
 /// Progress of a safe scale-down.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainStatus {
     /// Brokers made read-only and waiting for consumers to catch up.
@@ -596,6 +610,53 @@ pub struct DrainStatus {
     /// Draining brokers that did not answer: their backlog is unknown.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreachable_brokers: Vec<String>,
+    /// What the drain waits for, per topic and group, most unread first: a group's unread
+    /// messages where it committed; without a group, messages no group committed on (and the
+    /// delayed messages of SCHEDULE_TOPIC_XXXX not yet due). At most 20 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<DrainWait>,
+    /// Entries left out of waitingFor to keep the status small.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub waiting_for_not_listed: u32,
+    /// Unread messages in dead-letter topics (`%DLQ%<group>`) on the draining brokers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_letter_messages: u64,
+    /// Dead-letter topics (`%DLQ%<group>`) holding unread messages on the draining brokers,
+    /// most first: reported, not waited for (unless spec.drain.waitForDeadLetters), so they
+    /// are dropped with the brokers. At most 20 entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dead_letters: Vec<DeadLetterTopic>,
+    /// Entries left out of deadLetters to keep the status small.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub dead_letters_not_listed: u32,
+}
+
+/// Unread messages a drain waits for in one topic, for one group or none.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainWait {
+    /// Topic.
+    pub topic: String,
+    /// The group that has not read them where it committed; absent for messages no group
+    /// committed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Unread messages, over the draining brokers.
+    pub unread: u64,
+}
+
+/// A dead-letter topic's unread messages on the draining brokers.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetterTopic {
+    /// The dead-letter topic, `%DLQ%<group>`.
+    pub topic: String,
+    /// Its messages no group has read, over the draining brokers.
+    pub messages: u64,
+}
+
+fn is_zero_u32(value: &u32) -> bool {
+    *value == 0
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -771,7 +832,14 @@ pub struct ConsumerGroupStatus {
     /// The queues with the most lag (at most 10).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub top_queues: Vec<QueueLagStatus>,
-    /// Ready, Lagging, Consuming and Stalled.
+    /// Queues with lag and no commit for the whole judgement window, even while the group's
+    /// sums move (longest stalled first, then most lag; at most 10, see stalledQueueCount).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stalled_queues: Vec<StalledQueueStatus>,
+    /// How many queues are stalled in all; absent when the progress is not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled_queue_count: Option<u32>,
+    /// Ready, Lagging, Consuming, Stalled and QueuesStalled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The last offset reset applied.
@@ -837,6 +905,24 @@ pub struct QueueLagStatus {
     pub lag: u64,
 }
 
+/// A queue with lag and no commit for the whole judgement window.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StalledQueueStatus {
+    /// Topic name.
+    pub topic: String,
+    /// Broker name.
+    pub broker: String,
+    /// Queue id.
+    pub queue_id: i32,
+    /// Unconsumed messages.
+    pub lag: u64,
+    /// The group's committed offset, unmoved since `since`.
+    pub committed_offset: u64,
+    /// Since when the queue has had lag at every poll and no commit (RFC 3339).
+    pub since: String,
+}
+
 /// Record of an applied offset reset.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -866,6 +952,14 @@ impl Broker {
             .as_ref()
             .and_then(|annotations| annotations.get(FORCE_SCALE_DOWN_ANNOTATION))
             .is_some_and(|value| value == "true")
+    }
+
+    /// Whether a drain waits for the dead-letter topics (`spec.drain.waitForDeadLetters`).
+    pub fn waits_for_dead_letters(&self) -> bool {
+        self.spec
+            .drain
+            .as_ref()
+            .is_some_and(|drain| drain.wait_for_dead_letters)
     }
 
     /// Pods per broker group: `spec.replication.replicas`, 1 without replication.

@@ -317,6 +317,86 @@ impl LagWindow {
     }
 }
 
+/// One lagging queue's current run of polls with its committed offset unmoved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRun {
+    /// The committed offset at the last poll.
+    pub committed: QueueOffset,
+    /// Lag at the last poll.
+    pub lag: u64,
+    /// First poll of the run: since then the queue had lag at every poll and no commit.
+    pub since_ms: i64,
+}
+
+/// The group's window per queue: each lagging queue's current run without a commit. A queue
+/// stalls once its run covers the whole window, the group's rule applied to one queue, so one
+/// stuck queue shows even while the group's sums move.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueWindows {
+    /// Runs of the queues that had lag at the last poll.
+    pub runs: BTreeMap<QueueKey, QueueRun>,
+}
+
+/// The stalled queues of one judgement: `count` in all, the first listed (longest stalled
+/// first, then most lag).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StalledQueues {
+    /// At most the listing limit.
+    pub listed: Vec<(QueueKey, QueueRun)>,
+    /// Every stalled queue.
+    pub count: usize,
+}
+
+impl QueueWindows {
+    /// The windows after a poll at `at_ms`: a queue without lag (or without a commit) has no run;
+    /// a run goes on while its committed offset stays where the previous poll saw it.
+    pub fn observe(previous: &QueueWindows, lag: &GroupLag, at_ms: i64) -> QueueWindows {
+        let runs = lag.queues.iter().filter_map(|sample| {
+            let QueueLag::Known { messages, .. } = sample.lag else {
+                return None;
+            };
+            let committed = sample.committed.filter(|_| messages > 0)?;
+            let since_ms = match previous.runs.get(&sample.key) {
+                Some(run) if run.committed == committed => run.since_ms,
+                _ => at_ms,
+            };
+            let run = QueueRun {
+                committed,
+                lag: messages,
+                since_ms,
+            };
+            Some((sample.key.clone(), run))
+        });
+        QueueWindows {
+            runs: runs.collect(),
+        }
+    }
+
+    /// The queues whose run covers the whole window ending at `now_ms`, `limit` of them listed.
+    pub fn stalled(&self, now_ms: i64, window_ms: i64, limit: usize) -> StalledQueues {
+        let window_start = now_ms.saturating_sub(window_ms);
+        let mut stalled: Vec<(QueueKey, QueueRun)> = self
+            .runs
+            .iter()
+            .filter(|(_, run)| run.since_ms <= window_start)
+            .map(|(key, run)| (key.clone(), *run))
+            .collect();
+        stalled.sort_by(|(a_key, a), (b_key, b)| {
+            (a.since_ms, std::cmp::Reverse(a.lag), a_key).cmp(&(
+                b.since_ms,
+                std::cmp::Reverse(b.lag),
+                b_key,
+            ))
+        });
+        let count = stalled.len();
+        stalled.truncate(limit);
+        StalledQueues {
+            listed: stalled,
+            count,
+        }
+    }
+}
+
 /// What remains to drain on brokers being removed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DrainProgress {
@@ -695,6 +775,104 @@ mod tests {
                 lag: 160
             })
         );
+    }
+
+    /// Queues (orders, 0..) on qb-0 at `(stored, committed)` each.
+    fn queues_at(queues: &[(u64, u64)], at_ms: i64) -> GroupLag {
+        let stats: Vec<QueueConsumeStats> = (0..)
+            .zip(queues)
+            .map(|(id, &(max, committed))| stats("orders", id, max, Some(committed), Some(0)))
+            .collect();
+        group_lag(&stats, &[], at_ms)
+    }
+
+    #[test]
+    fn one_stuck_queue_stalls_while_the_groups_sums_move() {
+        // Queue 0 keeps 5 messages and never commits; queues 1 and 2 commit at every poll, so
+        // the group's committed sum moves, and so does its lag.
+        let mut windows = QueueWindows::default();
+        let mut group: Option<LagWindow> = None;
+        let mut stalled_at = Vec::new();
+        for poll in 0..25 {
+            let at_ms = poll * 30_000;
+            let moving = 100 + 10 * poll as u64;
+            let wobble = u64::try_from(poll % 2).expect("0 or 1");
+            let lag = queues_at(
+                &[
+                    (45, 40),
+                    (moving + 3 + wobble, moving),
+                    (moving + 4, moving),
+                ],
+                at_ms,
+            );
+            windows = QueueWindows::observe(&windows, &lag, at_ms);
+            let sample = Sample::of(&lag, at_ms).expect("known");
+            let window = LagWindow::observe(group.as_ref(), sample);
+            group = Some(window);
+            assert_eq!(
+                window.judge(at_ms, WINDOW_MS, 1),
+                Progress::Ok,
+                "poll {poll}"
+            );
+            let stalled = windows.stalled(at_ms, WINDOW_MS, 10);
+            if stalled.count > 0 {
+                stalled_at.push(poll);
+                let (key, run) = &stalled.listed[0];
+                assert_eq!((key.queue_id, run.lag, run.since_ms), (0, 5, 0));
+                assert_eq!(stalled.count, 1);
+            }
+        }
+        assert_eq!(
+            stalled_at,
+            (20..25).collect::<Vec<_>>(),
+            "after a whole window"
+        );
+    }
+
+    #[test]
+    fn a_commit_or_no_lag_ends_a_queues_run() {
+        let start = QueueWindows::observe(&QueueWindows::default(), &queues_at(&[(45, 40)], 0), 0);
+        let committed = QueueWindows::observe(&start, &queues_at(&[(45, 41)], 30_000), 30_000);
+        assert_eq!(
+            committed.runs.values().next().map(|run| run.since_ms),
+            Some(30_000)
+        );
+        let caught_up = QueueWindows::observe(&start, &queues_at(&[(45, 45)], 30_000), 30_000);
+        assert!(caught_up.runs.is_empty());
+        let unmoved = QueueWindows::observe(&start, &queues_at(&[(50, 40)], 30_000), 30_000);
+        let run = unmoved.runs.values().next().expect("a run");
+        assert_eq!(
+            (run.since_ms, run.lag),
+            (0, 10),
+            "new messages, no commit: the run goes on"
+        );
+    }
+
+    #[test]
+    fn stalled_queues_are_listed_longest_first_and_counted() {
+        let mut windows = QueueWindows::default();
+        for queue_id in 0..12 {
+            let key = QueueKey {
+                topic: "orders".into(),
+                broker: "qb-0".into(),
+                queue_id,
+            };
+            let run = QueueRun {
+                committed: QueueOffset(1),
+                lag: 10 + u64::try_from(queue_id).expect("small"),
+                since_ms: if queue_id < 3 { 1_000 } else { 0 },
+            };
+            windows.runs.insert(key, run);
+        }
+        let stalled = windows.stalled(WINDOW_MS + 1_000, WINDOW_MS, 4);
+        assert_eq!(stalled.count, 12);
+        let listed: Vec<i32> = stalled.listed.iter().map(|(key, _)| key.queue_id).collect();
+        assert_eq!(
+            listed,
+            [11, 10, 9, 8],
+            "longest stalled first, then most lag"
+        );
+        assert_eq!(windows.stalled(WINDOW_MS + 999, WINDOW_MS, 4).count, 9);
     }
 
     #[test]

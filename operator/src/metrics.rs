@@ -3,7 +3,7 @@
 //! Every series of a group carries `namespace`, `cluster` (the Broker) and `consumer_group`, so
 //! same-named Brokers or groups in two namespaces never share a series.
 
-use crate::lag::{GroupLag, Progress, QueueLag};
+use crate::lag::{GroupLag, Progress, QueueKey, QueueLag, StalledQueues};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -100,12 +100,16 @@ pub struct Metrics {
     lag_latency_ms: Family<TopicLabels, Gauge>,
     queue_lag_messages: Family<QueueLabels, Gauge>,
     group_stalled: Family<GroupLabels, Gauge>,
+    group_stalled_queues: Family<GroupLabels, Gauge>,
+    queue_stalled_since: Family<QueueLabels, Gauge>,
     group_status: Family<StatusLabels, Gauge>,
     poll_success: Family<GroupLabels, Gauge>,
     reconciles: Family<ControllerLabels, Counter>,
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: Family<ControllerLabels, Histogram>,
     published: Mutex<BTreeMap<GroupLabels, PublishedSeries>>,
+    /// Per group, the stalled queues given a series (at most the status lists).
+    published_stalled: Mutex<BTreeMap<GroupLabels, BTreeSet<QueueLabels>>>,
 }
 
 impl Default for Metrics {
@@ -116,6 +120,8 @@ impl Default for Metrics {
             lag_latency_ms: Family::default(),
             queue_lag_messages: Family::default(),
             group_stalled: Family::default(),
+            group_stalled_queues: Family::default(),
+            queue_stalled_since: Family::default(),
             group_status: Family::default(),
             poll_success: Family::default(),
             reconciles: Family::default(),
@@ -124,6 +130,7 @@ impl Default for Metrics {
                 (|| Histogram::new(exponential_buckets(0.005, 2.0, 14))) as fn() -> Histogram,
             ),
             published: Mutex::new(BTreeMap::new()),
+            published_stalled: Mutex::new(BTreeMap::new()),
         };
         metrics.register_group_series();
         metrics.register_reconcile_series();
@@ -157,6 +164,18 @@ impl Metrics {
             "quiver_consumer_group_stalled",
             "1 when lag > 0 and no commit for the group's whole window",
             self.group_stalled.clone(),
+        );
+        registry.register(
+            "quiver_consumer_group_stalled_queues",
+            "Queues of the group with lag and no commit for its whole window, even while the \
+             group's sums move",
+            self.group_stalled_queues.clone(),
+        );
+        registry.register(
+            "quiver_consumer_queue_stalled_since_timestamp_seconds",
+            "Since when a stalled queue has had lag and no commit (Unix time); only the \
+             queues the ConsumerGroup's status lists (at most 10 per group)",
+            self.queue_stalled_since.clone(),
         );
         registry.register(
             "quiver_consumer_group_status",
@@ -277,6 +296,7 @@ impl Metrics {
     /// would read as current) and `quiver_lag_poll_success` is 0.
     pub fn lag_unknown(&self, group: &GroupLabels) {
         self.replace_published(group, PublishedSeries::default());
+        self.set_stalled_queues(group, None);
         self.set_progress(group, Progress::Unknown, None);
         self.poll_success.get_or_create(group).set(0);
     }
@@ -288,7 +308,50 @@ impl Metrics {
             .lock()
             .expect("metrics lock poisoned")
             .remove(group);
+        self.published_stalled
+            .lock()
+            .expect("metrics lock poisoned")
+            .remove(group);
         self.poll_success.remove(group);
+    }
+
+    /// Publishes the stalled queues of a judgement: their count, and since when each listed
+    /// one stalled (the others have no series: the labels stay bounded). `None`: not judged,
+    /// so both go.
+    pub fn set_stalled_queues(&self, group: &GroupLabels, stalled: Option<&StalledQueues>) {
+        let labels_of = |key: &QueueKey| QueueLabels {
+            group: group.clone(),
+            topic: key.topic.clone(),
+            broker: key.broker.clone(),
+            queue_id: key.queue_id.to_string(),
+        };
+        let mut current = BTreeSet::new();
+        match stalled {
+            Some(stalled) => {
+                let count = u64::try_from(stalled.count).unwrap_or(u64::MAX);
+                self.group_stalled_queues
+                    .get_or_create(group)
+                    .set(gauge_value(count));
+                for (key, run) in &stalled.listed {
+                    let labels = labels_of(key);
+                    self.queue_stalled_since
+                        .get_or_create(&labels)
+                        .set(run.since_ms.div_euclid(1000));
+                    current.insert(labels);
+                }
+            }
+            None => {
+                self.group_stalled_queues.remove(group);
+            }
+        }
+        let mut published = self
+            .published_stalled
+            .lock()
+            .expect("metrics lock poisoned");
+        let previous = published.insert(group.clone(), current).unwrap_or_default();
+        for labels in previous.difference(&published[group]) {
+            self.queue_stalled_since.remove(labels);
+        }
     }
 
     fn set_progress(&self, group: &GroupLabels, progress: Progress, stalled: Option<bool>) {
@@ -464,6 +527,63 @@ mod tests {
         ));
     }
 
+    fn stalled_queue(queue_id: i32, since_ms: i64) -> (QueueKey, crate::lag::QueueRun) {
+        let key = QueueKey {
+            topic: "orders".into(),
+            broker: "qb-1".into(),
+            queue_id,
+        };
+        let run = crate::lag::QueueRun {
+            committed: QueueOffset(40),
+            lag: 5,
+            since_ms,
+        };
+        (key, run)
+    }
+
+    #[test]
+    fn stalled_queues_are_counted_and_the_listed_ones_named() {
+        let metrics = Metrics::default();
+        let two = StalledQueues {
+            listed: vec![
+                stalled_queue(3, 1_700_000_000_500),
+                stalled_queue(5, 1_700_000_100_000),
+            ],
+            count: 12,
+        };
+        metrics.set_stalled_queues(&billing("ns"), Some(&two));
+        let text = metrics.encode();
+        for expected in [
+            r#"quiver_consumer_group_stalled_queues{namespace="ns",cluster="qb",consumer_group="billing"} 12"#,
+            r#"quiver_consumer_queue_stalled_since_timestamp_seconds{namespace="ns",cluster="qb",consumer_group="billing",topic="orders",broker="qb-1",queue_id="3"} 1700000000"#,
+            r#"quiver_consumer_queue_stalled_since_timestamp_seconds{namespace="ns",cluster="qb",consumer_group="billing",topic="orders",broker="qb-1",queue_id="5"} 1700000100"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        let one = StalledQueues {
+            listed: vec![stalled_queue(5, 1_700_000_100_000)],
+            count: 1,
+        };
+        metrics.set_stalled_queues(&billing("ns"), Some(&one));
+        let text = metrics.encode();
+        assert!(
+            !text.contains(r#"queue_id="3""#),
+            "queue 3 moved on:\n{text}"
+        );
+        assert!(text.contains(r#"quiver_consumer_group_stalled_queues{namespace="ns",cluster="qb",consumer_group="billing"} 1"#));
+        metrics.lag_unknown(&billing("ns"));
+        let text = metrics.encode();
+        for gone in [
+            "quiver_consumer_group_stalled_queues{",
+            "quiver_consumer_queue_stalled_since_timestamp_seconds{",
+        ] {
+            assert!(!text.contains(gone), "{gone} still exported:\n{text}");
+        }
+        metrics.set_stalled_queues(&billing("ns"), Some(&one));
+        metrics.forget_group(&billing("ns"));
+        assert!(!metrics.encode().contains(r#"consumer_group="billing""#));
+    }
+
     /// What the operator exports for the real-Prometheus e2e (e2e/prometheus serves this file as
     /// the operator's /metrics): two same-named groups in two namespaces, and a third whose poll
     /// failed.
@@ -482,6 +602,13 @@ mod tests {
             Some(false),
         );
         metrics.set_group_lag(&billing("team-b"), &lag_of(2_000), warning, Some(false));
+        let no_queue = StalledQueues::default();
+        metrics.set_stalled_queues(&billing("team-a"), Some(&no_queue));
+        let one_queue = StalledQueues {
+            listed: vec![stalled_queue(3, 1_700_000_000_000)],
+            count: 1,
+        };
+        metrics.set_stalled_queues(&billing("team-b"), Some(&one_queue));
         let unknown = GroupLabels::new("team-c", "qb", "audit");
         metrics.set_group_lag(&unknown, &lag_of(10), Progress::Ok, Some(false));
         metrics.lag_unknown(&unknown);

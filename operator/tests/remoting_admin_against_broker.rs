@@ -353,7 +353,7 @@ async fn a_draining_broker_lists_its_topics_and_what_they_hold() {
     );
     assert!(level_18.last_update_ms.is_some());
 
-    let pending = backlog(&[], &stats, now_ms());
+    let pending = backlog(&[], &stats, now_ms(), false);
     assert_eq!(pending.messages_without_group, 6, "{pending:?}");
     assert_eq!(
         pending.pending_topics.into_iter().collect::<Vec<_>>(),

@@ -12,6 +12,8 @@ mod broker_create;
 mod broker_deposed_master;
 mod broker_drain_partial_revert;
 mod broker_expansion_deadline;
+mod broker_drain_dead_letters;
+mod broker_drain_replicated;
 mod broker_lagging_watch;
 mod broker_master_handover;
 mod broker_member_scaling;
@@ -30,6 +32,7 @@ mod group_no_storm;
 mod group_offset_reset;
 mod group_poll_failure;
 mod group_storm;
+mod group_stuck_queue;
 mod group_support;
 
 use crate::controller::{self, Context};

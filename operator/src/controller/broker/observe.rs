@@ -120,9 +120,7 @@ async fn observe_cluster(
     };
     if let Some(leaving) = plan::leaving_ordinals(broker, cluster.statefulset.as_ref()) {
         // Measuring a broker that still takes writes tells nothing: each is fenced first.
-        let inspections =
-            leaving.map(|ordinal| drain::inspect_leaving(broker, ordinal, ctx, world.now_ms));
-        cluster.leaving = futures::future::join_all(inspections).await;
+        cluster.leaving = drain::inspect_leaving(broker, leaving, ctx, world.now_ms).await;
     }
     let replicas = plan::pods_to_run(broker, cluster.statefulset.as_ref(), &cluster.leaving);
     let (rollout, _) = plan_rollout(

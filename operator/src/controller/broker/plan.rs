@@ -316,7 +316,10 @@ fn plan_scale(
     let status = drain::drain_status(leaving);
     let names = status.brokers.join(", ");
     if drain::is_drained(leaving) {
-        let note = format!("{names} consumed to the end; scaling to {wanted}");
+        let mut note = format!("{names} consumed to the end; scaling to {wanted}");
+        if let Some(dead_letters) = drain::dead_letters_left(&status) {
+            note = format!("{note}; {dead_letters}");
+        }
         steps.push(Step::Publish(Note::normal("Drained", "ScaleDown", note)));
         return Scale {
             read_only: ReadOnly::none(),

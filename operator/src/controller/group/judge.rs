@@ -1,5 +1,6 @@
-//! What a poll means, pure: the wall-clock window's judgement of the group's progress, the
-//! Ready, Lagging, Consuming and Stalled conditions, and the status figures.
+//! What a poll means, pure: the wall-clock window's judgement of the group's progress and of
+//! each queue's, the Ready, Lagging, Consuming, Stalled and QueuesStalled conditions, and the
+//! status figures.
 
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -8,12 +9,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 pub(super) struct Polled {
     pub(super) status: ConsumerGroupStatus,
     pub(super) judged: Judged,
-    /// The Warning event (reason, message) of a group that just entered FallingBehind,
-    /// Stalled or Stopped.
-    pub(super) alarm: Option<(&'static str, String)>,
+    /// The stalled queues; `None` when not judged.
+    pub(super) stalled_queues: Option<StalledQueues>,
+    /// The per-queue windows to remember for the next poll.
+    pub(super) queue_windows: QueueWindows,
+    /// The Warning events (reason, message) of a group that just fell behind, stalled or
+    /// stopped, and of queues that just stalled while the group consumes.
+    pub(super) alarms: Vec<(&'static str, String)>,
 }
 
-/// The status, judgement and alarm of a successful poll, pure.
+/// The status, judgement and alarms of a successful poll, pure.
 pub(super) fn polled(
     group: &ConsumerGroup,
     poll: &Poll,
@@ -24,8 +29,16 @@ pub(super) fn polled(
     let thresholds = group.spec.lag_thresholds.clone().unwrap_or_default();
     let window = judgement_window(&thresholds, lag_interval);
     let (lag_window, judged) = judge(&previous, poll, window, now_ms);
-    let desired = lag_conditions(poll, &judged, &thresholds);
-    let alarm = progress_alarm(&previous.conditions, &desired);
+    let (queue_windows, stalled_queues) = judge_queues(&previous, poll, &judged, now_ms);
+    let mut desired = lag_conditions(poll, &judged, &thresholds);
+    let unknown_message = found_message(&desired, "Consuming");
+    let queues_stalled =
+        queues_stalled_condition(stalled_queues.as_ref(), &judged, unknown_message);
+    desired.push(queues_stalled);
+    let alarms = [
+        progress_alarm(&previous.conditions, &desired),
+        queues_alarm(&previous.conditions, &desired),
+    ];
     let lag = &poll.lag;
     let status = ConsumerGroupStatus {
         observed_generation: group.metadata.generation,
@@ -33,6 +46,13 @@ pub(super) fn polled(
         lag_seconds: lag.max_latency_ms().map(|ms| ms as f64 / 1000.0),
         topics: topic_statuses(lag),
         top_queues: top_queues(lag),
+        stalled_queues: stalled_queues
+            .as_ref()
+            .map(stalled_queue_statuses)
+            .unwrap_or_default(),
+        stalled_queue_count: stalled_queues
+            .as_ref()
+            .map(|stalled| u32::try_from(stalled.count).unwrap_or(u32::MAX)),
         conditions: conditions::merge(
             &previous.conditions,
             &desired,
@@ -50,8 +70,17 @@ pub(super) fn polled(
     Polled {
         status,
         judged,
-        alarm,
+        stalled_queues,
+        queue_windows,
+        alarms: alarms.into_iter().flatten().collect(),
     }
+}
+
+fn found_message<'a>(desired: &'a [Desired], type_: &str) -> &'a str {
+    desired
+        .iter()
+        .find(|condition| condition.type_ == type_)
+        .map_or("", |condition| condition.message.as_str())
 }
 
 /// The Warning event when the group enters FallingBehind, Stalled or Stopped.
@@ -64,6 +93,18 @@ fn progress_alarm(previous: &[Condition], desired: &[Desired]) -> Option<(&'stat
     let alarming = matches!(consuming.reason, "FallingBehind" | "Stalled" | "Stopped");
     (alarming && was != Some(consuming.reason))
         .then(|| (consuming.reason, consuming.message.clone()))
+}
+
+/// The Warning event when queues stall while the group consumes (a group that does not consume
+/// has its own event, which covers its queues).
+fn queues_alarm(previous: &[Condition], desired: &[Desired]) -> Option<(&'static str, String)> {
+    let queues = desired.iter().find(|c| c.type_ == QUEUES_STALLED)?;
+    let was = previous
+        .iter()
+        .find(|condition| condition.type_ == QUEUES_STALLED)
+        .map(|condition| condition.reason.as_str());
+    let alarming = queues.reason == REASON_QUEUE_COMMITS_NOT_MOVING;
+    (alarming && was != Some(queues.reason)).then(|| (QUEUES_STALLED, queues.message.clone()))
 }
 
 /// The wall-clock window of the judgement: `windowSeconds`, or the deprecated `stalledPolls`
@@ -126,6 +167,117 @@ pub(super) fn judge(
     }
 }
 
+/// Feeds a judged poll into the per-queue windows and lists the stalled queues. The windows
+/// come from the operator's memory of the last poll, else from the stalled queues in status
+/// (all a new leader has: the queues not yet stalled start their window over). A poll not
+/// judged leaves the windows as they were and the stalled queues unknown.
+pub(super) fn judge_queues(
+    previous: &ConsumerGroupStatus,
+    poll: &Poll,
+    judged: &Judged,
+    now_ms: i64,
+) -> (QueueWindows, Option<StalledQueues>) {
+    let remembered = poll
+        .remembered_queues
+        .clone()
+        .unwrap_or_else(|| queue_windows_from_status(previous));
+    if judged.progress == Progress::Unknown {
+        return (remembered, None);
+    }
+    let windows = QueueWindows::observe(&remembered, &poll.lag, now_ms);
+    let window_ms = i64::try_from(judged.window.as_millis()).unwrap_or(i64::MAX);
+    let stalled = windows.stalled(now_ms, window_ms, STALLED_QUEUES);
+    (windows, Some(stalled))
+}
+
+/// The runs of the stalled queues a previous leader (or this one) listed in status.
+pub(super) fn queue_windows_from_status(status: &ConsumerGroupStatus) -> QueueWindows {
+    let runs = status.stalled_queues.iter().filter_map(|queue| {
+        let since = queue.since.parse::<Timestamp>().ok()?;
+        let key = QueueKey {
+            topic: queue.topic.clone(),
+            broker: queue.broker.clone(),
+            queue_id: queue.queue_id,
+        };
+        let run = QueueRun {
+            committed: QueueOffset(queue.committed_offset),
+            lag: queue.lag,
+            since_ms: since.as_millisecond(),
+        };
+        Some((key, run))
+    });
+    QueueWindows {
+        runs: runs.collect(),
+    }
+}
+
+pub(super) fn stalled_queue_statuses(stalled: &StalledQueues) -> Vec<StalledQueueStatus> {
+    stalled
+        .listed
+        .iter()
+        .map(|(key, run)| StalledQueueStatus {
+            topic: key.topic.clone(),
+            broker: key.broker.clone(),
+            queue_id: key.queue_id,
+            lag: run.lag,
+            committed_offset: run.committed.0,
+            since: timestamp(run.since_ms).to_string(),
+        })
+        .collect()
+}
+
+/// The QueuesStalled condition: queues with lag and no commit for the whole window, named.
+pub(super) fn queues_stalled_condition(
+    stalled: Option<&StalledQueues>,
+    judged: &Judged,
+    unknown_message: &str,
+) -> Desired {
+    let window = window_text(judged.window);
+    let Some(stalled) = stalled else {
+        return Desired::new(
+            QUEUES_STALLED,
+            Status::Unknown,
+            judged.unknown_reason,
+            unknown_message,
+        );
+    };
+    if stalled.count == 0 {
+        return Desired::new(
+            QUEUES_STALLED,
+            false,
+            "NoQueueStalled",
+            format!("no queue has had lag without a commit for {window}"),
+        );
+    }
+    let reason = match judged.progress {
+        Progress::Stalled { .. } | Progress::Stopped => REASON_GROUP_NOT_CONSUMING,
+        _ => REASON_QUEUE_COMMITS_NOT_MOVING,
+    };
+    let mut named: Vec<String> = stalled
+        .listed
+        .iter()
+        .map(|(key, run)| {
+            format!(
+                "{} queue {} on {} ({} messages, no commit since {})",
+                key.topic,
+                key.queue_id,
+                key.broker,
+                run.lag,
+                time_text(run.since_ms)
+            )
+        })
+        .collect();
+    if stalled.count > stalled.listed.len() {
+        named.push(format!("{} more", stalled.count - stalled.listed.len()));
+    }
+    let message = format!(
+        "{} queues with lag and no commit for {window}: {}",
+        stalled.count,
+        named.join("; ")
+    );
+    Desired::new(QUEUES_STALLED, true, reason, message)
+}
+
 /// Status when the lag cannot be known: lag figures cleared (unknown, not stale), every
 /// condition saying why; the window and last commit kept for the next poll.
 pub(super) fn lag_unknown_status(
@@ -141,6 +293,7 @@ pub(super) fn lag_unknown_status(
         unknown("Lagging"),
         unknown("Consuming"),
         unknown("Stalled"),
+        unknown(QUEUES_STALLED),
     ];
     ConsumerGroupStatus {
         conditions: conditions::merge(
@@ -153,6 +306,8 @@ pub(super) fn lag_unknown_status(
         lag_seconds: None,
         topics: Vec::new(),
         top_queues: Vec::new(),
+        stalled_queues: Vec::new(),
+        stalled_queue_count: None,
         members: None,
         ..previous
     }

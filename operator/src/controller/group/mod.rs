@@ -25,13 +25,19 @@ use super::security;
 use super::{
     error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
 };
-use crate::admin::{AdminError, BrokerAddr, QueueConsumeStats, ResetTarget, SubscriptionGroup};
+use crate::admin::{
+    AdminError, BrokerAddr, QueueConsumeStats, QueueOffset, ResetTarget, SubscriptionGroup,
+};
 use crate::crd::{
     AppliedOffsetReset, Broker, ConsumeFromWhere, ConsumerGroup, ConsumerGroupStatus,
-    LagThresholds, LagWindowStatus, OffsetResetTarget, QueueLagStatus, TopicLagStatus,
+    LagThresholds, LagWindowStatus, OffsetResetTarget, QueueLagStatus, StalledQueueStatus,
+    TopicLagStatus,
 };
 use crate::desired;
-use crate::lag::{group_lag, GroupLag, LagWindow, Progress, Sample};
+use crate::lag::{
+    group_lag, GroupLag, LagWindow, Progress, QueueKey, QueueRun, QueueWindows, Sample,
+    StalledQueues,
+};
 use crate::metrics::GroupLabels;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -49,17 +55,27 @@ pub const FINALIZER: &str = "quiver.io/consumer-group-cleanup";
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(600);
 /// Queues listed in `status.topQueues`.
 pub const TOP_QUEUES: usize = 10;
+/// Queues listed in `status.stalledQueues` (and given a stalled-since series).
+pub const STALLED_QUEUES: usize = 10;
+/// Condition type: queues with lag and no commit for the whole window.
+pub const QUEUES_STALLED: &str = "QueuesStalled";
+/// QueuesStalled reason: queues stalled while the group consumes elsewhere.
+pub const REASON_QUEUE_COMMITS_NOT_MOVING: &str = "QueueCommitsNotMoving";
+/// QueuesStalled reason: queues stalled because the group is Stalled or Stopped as a whole.
+pub const REASON_GROUP_NOT_CONSUMING: &str = "GroupNotConsuming";
 /// Requeue delay while the referenced Broker does not exist.
 pub const MISSING_BROKER_REQUEUE: Duration = Duration::from_secs(30);
 
 /// When a group was last polled, so a reconcile woken early (a status write, a resync) waits
-/// for the interval instead of polling again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// for the interval instead of polling again, and what the next poll judges its queues from.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LastPoll {
-    /// Time of the poll, ms since the epoch.
-    pub polled_at_ms: i64,
+    /// Time of the poll, ms since the epoch; `None`: the next pass polls at once.
+    pub polled_at_ms: Option<i64>,
     /// The generation it polled for: a new spec is acted on at once.
     pub generation: Option<i64>,
+    /// Each lagging queue's run without a commit (too many to keep in status).
+    pub queues: QueueWindows,
 }
 
 /// Entry point of the ConsumerGroup controller.
@@ -161,7 +177,10 @@ async fn observe(group: &ConsumerGroup, namespace: &str, ctx: &Context, now_ms: 
         }),
     };
     match polled {
-        Ok(poll) => Found::Polled(poll),
+        Ok(mut poll) => {
+            poll.remembered_queues = remembered_queues(ctx, group);
+            Found::Polled(poll)
+        }
         Err(error) => Found::Failed(error),
     }
 }
@@ -170,10 +189,11 @@ async fn observe(group: &ConsumerGroup, namespace: &str, ctx: &Context, now_ms: 
 fn poll_not_due(ctx: &Context, group: &ConsumerGroup, now_ms: i64) -> Option<Duration> {
     let polls = ctx.lag_polls.lock().expect("lag polls lock poisoned");
     let last = polls.get(&object_key(group))?;
+    let polled_at_ms = last.polled_at_ms?;
     if last.generation != group.metadata.generation {
         return None;
     }
-    let elapsed = Duration::from_millis(u64::try_from(now_ms - last.polled_at_ms).ok()?);
+    let elapsed = Duration::from_millis(u64::try_from(now_ms - polled_at_ms).ok()?);
     ctx.lag_interval
         .checked_sub(elapsed)
         .filter(|wait| !wait.is_zero())
@@ -190,18 +210,25 @@ async fn execute(
 ) -> Result<(), Error> {
     let series = series_of(group, namespace);
     match step {
-        GroupStep::LagMetrics { progress, stalled } => {
+        GroupStep::LagMetrics {
+            progress,
+            stalled,
+            stalled_queues,
+        } => {
             if let Found::Polled(poll) = found {
                 ctx.metrics
                     .set_group_lag(&series, &poll.lag, progress, stalled);
             }
+            ctx.metrics
+                .set_stalled_queues(&series, stalled_queues.as_ref());
         }
         GroupStep::LagUnknown => ctx.metrics.lag_unknown(&series),
-        GroupStep::ForgetPoll => forget_last_poll(ctx, group),
-        GroupStep::RememberPoll => {
+        GroupStep::ForgetPoll => poll_again_at_once(ctx, group),
+        GroupStep::RememberPoll { queues } => {
             let last = LastPoll {
-                polled_at_ms: now_ms,
+                polled_at_ms: Some(now_ms),
                 generation: group.metadata.generation,
+                queues,
             };
             let mut polls = ctx.lag_polls.lock().expect("lag polls lock poisoned");
             polls.insert(object_key(group), last);
@@ -291,6 +318,23 @@ async fn delete_from_brokers(
         }
     }
     Ok(())
+}
+
+/// The per-queue windows of the last poll, if this operator polled the group before.
+fn remembered_queues(ctx: &Context, group: &ConsumerGroup) -> Option<QueueWindows> {
+    let polls = ctx.lag_polls.lock().expect("lag polls lock poisoned");
+    polls
+        .get(&object_key(group))
+        .map(|last| last.queues.clone())
+}
+
+/// Makes the next pass poll at once, keeping the per-queue windows (a failed poll judges
+/// nothing, so the queues' runs go on).
+fn poll_again_at_once(ctx: &Context, group: &ConsumerGroup) {
+    let mut polls = ctx.lag_polls.lock().expect("lag polls lock poisoned");
+    if let Some(last) = polls.get_mut(&object_key(group)) {
+        last.polled_at_ms = None;
+    }
 }
 
 fn forget_last_poll(ctx: &Context, group: &ConsumerGroup) {

@@ -18,17 +18,19 @@ pub(super) enum Found {
 /// One thing a pass does.
 #[derive(Debug, PartialEq)]
 pub(super) enum GroupStep {
-    /// Set the lag series of the poll, with this judgement.
+    /// Set the lag series of the poll, with this judgement and these stalled queues.
     LagMetrics {
         progress: Progress,
         stalled: Option<bool>,
+        stalled_queues: Option<StalledQueues>,
     },
     /// Drop the lag series: the lag is unknown.
     LagUnknown,
-    /// Forget the last poll, so the next pass polls rather than waiting for the interval.
+    /// Forget when the last poll was, so the next pass polls rather than waiting for the
+    /// interval.
     ForgetPoll,
-    /// Remember this poll (time and generation).
-    RememberPoll,
+    /// Remember this poll (time and generation) and its per-queue windows.
+    RememberPoll { queues: QueueWindows },
     /// A Warning event.
     Warn {
         reason: &'static str,
@@ -78,8 +80,9 @@ pub(super) fn plan(
             let mut steps = vec![GroupStep::LagMetrics {
                 progress: polled.judged.progress,
                 stalled: polled.judged.stalled(),
+                stalled_queues: polled.stalled_queues,
             }];
-            if let Some((reason, message)) = polled.alarm {
+            for (reason, message) in polled.alarms {
                 steps.push(GroupStep::Warn {
                     reason,
                     action: reason,
@@ -90,7 +93,9 @@ pub(super) fn plan(
                 status: Box::new(polled.status),
                 best_effort: false,
             });
-            steps.push(GroupStep::RememberPoll);
+            steps.push(GroupStep::RememberPoll {
+                queues: polled.queue_windows,
+            });
             (steps, Then::Requeue(lag_interval))
         }
     }

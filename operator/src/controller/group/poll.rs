@@ -12,6 +12,8 @@ pub(super) struct Poll {
     pub(super) brokers: usize,
     pub(super) unanswered: Unanswered,
     pub(super) applied_offset_reset: Option<AppliedOffsetReset>,
+    /// The per-queue windows of this operator's last poll of the group (observe fills it in).
+    pub(super) remembered_queues: Option<QueueWindows>,
 }
 
 /// Ensures the group on the brokers, applies a pending offset reset and reads the lag.
@@ -53,6 +55,7 @@ pub(super) async fn poll(
         brokers: addresses.len(),
         unanswered,
         applied_offset_reset,
+        remembered_queues: None,
     })
 }
 

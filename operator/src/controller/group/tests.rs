@@ -66,6 +66,7 @@ fn poll_of(messages: u64, latency_ms: i64) -> Poll {
         brokers: 1,
         unanswered: Unanswered::default(),
         applied_offset_reset: None,
+        remembered_queues: None,
     }
 }
 
@@ -260,7 +261,7 @@ fn step_names(steps: &[GroupStep]) -> Vec<String> {
             GroupStep::LagMetrics { .. } => "metrics".to_string(),
             GroupStep::LagUnknown => "metrics unknown".to_string(),
             GroupStep::ForgetPoll => "forget".to_string(),
-            GroupStep::RememberPoll => "remember".to_string(),
+            GroupStep::RememberPoll { .. } => "remember".to_string(),
             GroupStep::Warn { reason, .. } => format!("warn {reason}"),
             GroupStep::WriteStatus { best_effort, .. } => {
                 format!("write{}", if *best_effort { " (best effort)" } else { "" })

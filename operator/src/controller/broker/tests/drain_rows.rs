@@ -47,7 +47,7 @@ fn measured(
 ) -> LeavingBroker {
     LeavingBroker {
         name: name.to_string(),
-        backlog: Ok(drain::backlog(groups, topics, NOW_MS)),
+        backlog: Ok(drain::backlog(groups, topics, NOW_MS, false)),
     }
 }
 

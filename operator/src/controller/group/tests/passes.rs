@@ -25,6 +25,7 @@ fn poll_at(stored: u64, committed: u64, members: usize, now_ms: i64) -> Poll {
         brokers: 1,
         unanswered: Unanswered::default(),
         applied_offset_reset: None,
+        remembered_queues: None,
     }
 }
 
@@ -34,6 +35,8 @@ struct Decided {
     progress: Progress,
     stalled: Option<bool>,
     warned: Option<&'static str>,
+    stalled_queues: Option<StalledQueues>,
+    remembered: Option<QueueWindows>,
 }
 
 fn decide(group: &mut ConsumerGroup, poll: Poll, now_ms: i64) -> Decided {
@@ -43,15 +46,23 @@ fn decide(group: &mut ConsumerGroup, poll: Poll, now_ms: i64) -> Decided {
         progress: Progress::Unknown,
         stalled: None,
         warned: None,
+        stalled_queues: None,
+        remembered: None,
     };
     for step in steps {
         match step {
-            GroupStep::LagMetrics { progress, stalled } => {
+            GroupStep::LagMetrics {
+                progress,
+                stalled,
+                stalled_queues,
+            } => {
                 decided.progress = progress;
                 decided.stalled = stalled;
+                decided.stalled_queues = stalled_queues;
             }
             GroupStep::Warn { reason, .. } => decided.warned = Some(reason),
             GroupStep::WriteStatus { status, .. } => group.status = Some(*status),
+            GroupStep::RememberPoll { queues } => decided.remembered = Some(queues),
             _ => {}
         }
     }
@@ -235,4 +246,120 @@ fn the_judgement_continues_from_the_persisted_window_and_only_from_it() {
         );
         now_ms += interval_ms;
     }
+}
+
+/// Queues (orders, 0..) on qb-0 at `(stored, committed)` each, one member, what this operator
+/// remembered of its last poll.
+fn poll_of_queues(queues: &[(u64, u64)], remembered: Option<QueueWindows>, now_ms: i64) -> Poll {
+    let stats: Vec<QueueConsumeStats> = (0..)
+        .zip(queues)
+        .map(|(queue_id, &(stored, committed))| QueueConsumeStats {
+            topic: "orders".into(),
+            broker_name: "qb-0".into(),
+            queue_id,
+            broker_offset: QueueOffset(stored),
+            consumer_offset: Some(QueueOffset(committed)),
+            oldest_unconsumed_store_ms: (stored > committed).then_some(START_MS),
+        })
+        .collect();
+    let mut poll = poll_at(0, 0, 1, now_ms);
+    poll.lag = group_lag(&stats, &[], now_ms);
+    poll.remembered_queues = remembered;
+    poll
+}
+
+/// One queue keeps its lag with no commit while two others commit at every poll: the group's
+/// sums move, so it is Progressing, yet QueuesStalled names the queue once a whole window
+/// passed (a Warning event on the way in), and the status and the metric step list it. A new
+/// leader, with nothing in memory, goes on from the status's list; a commit ends it.
+#[test]
+fn one_stuck_queue_is_named_while_the_group_progresses() {
+    let window = Duration::from_secs(120);
+    let window_ms = window.as_millis() as i64;
+    let interval_ms = INTERVAL.as_millis() as i64;
+    let mut group = ConsumerGroup::test();
+    group.spec.lag_thresholds = Some(LagThresholds {
+        window_seconds: Some(window.as_secs()),
+        ..LagThresholds::default()
+    });
+    let mut now_ms = START_MS;
+    let mut memory = None;
+    let mut warnings = Vec::new();
+    let queues_at = |now_ms: i64| {
+        let moving = 100 + u64::try_from((now_ms - START_MS) / 1000).expect("positive");
+        [
+            (45, 40),
+            (moving + 3, moving),
+            (moving + 2 + moving % 2, moving),
+        ]
+    };
+    let stalled_at = loop {
+        let poll = poll_of_queues(&queues_at(now_ms), memory.take(), now_ms);
+        let decided = decide(&mut group, poll, now_ms);
+        memory = decided.remembered;
+        warnings.extend(decided.warned);
+        assert_eq!(
+            condition_of(&group, "Consuming"),
+            ("True".into(), "Progressing".into()),
+            "the group's sums move"
+        );
+        if condition_of(&group, QUEUES_STALLED).0 == "True" {
+            let stalled = decided.stalled_queues.expect("judged");
+            assert_eq!((stalled.count, stalled.listed[0].0.queue_id), (1, 0));
+            break now_ms;
+        }
+        assert_eq!(
+            condition_of(&group, QUEUES_STALLED),
+            ("False".into(), "NoQueueStalled".into())
+        );
+        now_ms += interval_ms;
+        assert!(
+            now_ms - START_MS < window_ms + 3 * interval_ms,
+            "never stalled"
+        );
+    };
+    assert_eq!(stalled_at - START_MS, window_ms, "after exactly the window");
+    assert_eq!(warnings, [QUEUES_STALLED]);
+    assert_eq!(
+        condition_of(&group, QUEUES_STALLED).1,
+        REASON_QUEUE_COMMITS_NOT_MOVING
+    );
+    let message = message_of(&group, QUEUES_STALLED);
+    assert!(
+        message.starts_with("1 queues with lag and no commit for 2m: orders queue 0 on qb-0 (5 messages, no commit since 2023-11-14T22:13:20Z)"),
+        "{message}"
+    );
+    let status = group.status.clone().expect("a status");
+    assert_eq!(status.stalled_queue_count, Some(1));
+    assert_eq!(
+        status.stalled_queues,
+        [StalledQueueStatus {
+            topic: "orders".into(),
+            broker: "qb-0".into(),
+            queue_id: 0,
+            lag: 5,
+            committed_offset: 40,
+            since: "2023-11-14T22:13:20Z".into(),
+        }]
+    );
+
+    // A new leader: nothing in memory, the status's list carries the stalled queue on.
+    now_ms += interval_ms;
+    let poll = poll_of_queues(&queues_at(now_ms), None, now_ms);
+    let decided = decide(&mut group, poll, now_ms);
+    assert_eq!(decided.stalled_queues.map(|stalled| stalled.count), Some(1));
+    assert_eq!(decided.warned, None, "no second event");
+
+    // The queue commits: no longer stalled.
+    now_ms += interval_ms;
+    let mut queues = queues_at(now_ms);
+    queues[0] = (45, 41);
+    let decided = decide(
+        &mut group,
+        poll_of_queues(&queues, decided.remembered, now_ms),
+        now_ms,
+    );
+    assert_eq!(decided.stalled_queues.map(|stalled| stalled.count), Some(0));
+    assert_eq!(condition_of(&group, QUEUES_STALLED).0, "False");
+    assert_eq!(group.status.expect("a status").stalled_queues, Vec::new());
 }
