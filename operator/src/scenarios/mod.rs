@@ -10,6 +10,7 @@
 mod api_errors;
 mod broker_create;
 mod broker_drain_partial_revert;
+mod broker_foreign_fields;
 mod broker_groups_independent;
 mod broker_lagging_watch;
 mod broker_master_handover;
