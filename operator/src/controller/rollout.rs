@@ -1,6 +1,8 @@
-//! Rollouts: the partition plan, the progress deadline, and the stuck pod to delete so the
-//! StatefulSet can move on (an outdated pod that never becomes Ready blocks an OrderedReady
-//! rollout for good, kubernetes/kubernetes#67250). Pure: the reconciler reads and acts.
+//! Rollouts: the partition plan, the progress deadline, the stuck pod to delete so the
+//! StatefulSet can move on (an outdated pod that never becomes Ready blocks a rolling update
+//! for good, kubernetes/kubernetes#67250), and a replicated group's next step, each group on
+//! its own. The order is the operator's, whatever the StatefulSet's pod management (Parallel:
+//! `desired::pod`'s docs). Pure: the reconciler reads and acts.
 
 use crate::admin::ReplicationStatus;
 use crate::crd::{Broker, BrokerStatus};
