@@ -103,6 +103,21 @@ pub fn plan_rollout(
     }
 }
 
+/// Whether the StatefulSet is at rest with `replicas` pods: its status is about the current
+/// spec, and every pod exists, is Ready and runs the update revision.
+pub fn is_settled(sts: &StatefulSet, replicas: i32) -> bool {
+    let Some(status) = &sts.status else {
+        return false;
+    };
+    let current = status.observed_generation.is_some()
+        && status.observed_generation >= sts.metadata.generation;
+    current
+        && sts.spec.replicas == Some(replicas)
+        && status.replicas == replicas
+        && status.ready_replicas == Some(replicas)
+        && status.updated_replicas == Some(replicas)
+}
+
 /// The size in the StatefulSet's volume claim template: volumeClaimTemplates are immutable, so
 /// the plan keeps what the StatefulSet was created with.
 fn claim_size(broker: &Broker, existing: &StatefulSet) -> String {

@@ -16,8 +16,9 @@
 //! becomes `<name>-g<g>-<replica>`), so existing Brokers could not keep their data without a
 //! copy, and the broker names, peer lists, budgets and drains built on ordinals would all
 //! change. podManagementPolicy is immutable: a StatefulSet an older operator created with
-//! OrderedReady is deleted with orphan propagation (its pods and claims stay) and created
-//! again, adopting the pods; its template is the same, so no pod restarts (the
+//! OrderedReady is deleted with orphan propagation (its pods and claims stay) once it is at
+//! rest (no drain, rollout or start under way; until then applies keep OrderedReady) and
+//! created again, adopting the pods; its template is the same, so no pod restarts (the
 //! `StatefulSetReplaced` event says so; [`recreate_reason`]).
 
 use super::*;

@@ -560,13 +560,17 @@ fn plan_objects(
             }
         }
     }
-    let statefulset = desired::stateful_set(broker, plan);
-    match cluster
-        .statefulset
-        .as_ref()
-        .and_then(desired::recreate_reason)
-    {
-        Some(reason) => {
+    let mut statefulset = desired::stateful_set(broker, plan);
+    let existing = cluster.statefulset.as_ref();
+    let recreate = existing.and_then(|sts| Some((sts, desired::recreate_reason(sts)?)));
+    match recreate {
+        // Not while pods move (a drain, a rollout, a start): the new StatefulSet would know
+        // nothing of them. Until then the apply keeps the field it cannot change.
+        Some((sts, _)) if draining_from.is_some() || !rollout::is_settled(sts, plan.replicas) => {
+            statefulset.spec.pod_management_policy = sts.spec.pod_management_policy.clone();
+            steps.push(Step::Apply(Object::StatefulSet(Box::new(statefulset))));
+        }
+        Some((_, reason)) => {
             let note = format!(
                 "{reason}: StatefulSet {} deleted with its pods and claims orphaned; it is \
                  created again and adopts them, restarting none",

@@ -412,6 +412,22 @@ fn an_ordered_ready_statefulset_is_orphaned_to_be_created_again() {
         "{note}"
     );
 
+    // Not while a pod is not Ready: the apply keeps OrderedReady, which it cannot change.
+    let mut starting = statefulset(&broker, 3, 2);
+    starting.spec.pod_management_policy = Some("OrderedReady".to_string());
+    let plan = decide(&world(
+        broker.clone(),
+        Cluster {
+            statefulset: Some(starting),
+            ..Cluster::default()
+        },
+    ));
+    assert!(!actions(&plan).contains(&"orphan StatefulSet".to_string()));
+    assert_eq!(
+        sts_of(&plan).spec.pod_management_policy.as_deref(),
+        Some("OrderedReady")
+    );
+
     let plan = decide(&world(broker.clone(), Cluster::default()));
     assert_eq!(
         sts_of(&plan).spec.pod_management_policy.as_deref(),
