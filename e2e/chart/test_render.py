@@ -18,13 +18,13 @@ from chartlib import (
 # code makes (that test fails when _rbac.tpl differs): watches Brokers and ConsumerGroups, patches
 # ConsumerGroups (finalizer) and both statuses, applies the objects a Broker turns into with
 # server-side apply (create when new) and watches their metadata, deletes a NetworkPolicy the spec
-# dropped, expands volume claims, deletes a pod stuck at an outdated revision, records events. Nothing else, no wildcard.
+# dropped and an older operator's StatefulSet (orphaning its pods) to create it again, expands volume claims, deletes a pod stuck at an outdated revision, records events. Nothing else, no wildcard.
 MANAGED_RULES = {
     ("quiver.io", "brokers"): {"get", "list", "watch"},
     ("quiver.io", "consumergroups"): {"list", "watch", "patch"},
     ("quiver.io", "brokers/status"): {"patch"},
     ("quiver.io", "consumergroups/status"): {"patch"},
-    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch"},
+    ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "services"): {"list", "watch", "create", "patch"},
     ("", "configmaps"): {"list", "watch", "create", "patch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch", "delete"},

@@ -34,7 +34,10 @@ use quiver_broker_config::{BrokerSettings, FlushMode};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod pod;
-pub use pod::{security_hash, stateful_set, template_hash, termination_grace_seconds};
+pub use pod::{
+    recreate_reason, security_hash, stateful_set, template_hash, termination_grace_seconds,
+    POD_MANAGEMENT_POLICY,
+};
 
 /// Remoting port (also the name server).
 pub const REMOTING_PORT: i32 = 10911;

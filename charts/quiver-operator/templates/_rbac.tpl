@@ -18,10 +18,11 @@ the operator's test API server and fails when these rules differ from them.
   resources: ["brokers/status", "consumergroups/status"]
   verbs: ["patch"]
 # Server-side apply (patch, and create for a new object); the controller watches them through
-# metadata watches, and reads the StatefulSet's status.
+# metadata watches, and reads the StatefulSet's status. A StatefulSet an older operator made with
+# OrderedReady pod management (immutable) is deleted with its pods orphaned and created again.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["list", "watch", "create", "patch"]

@@ -1,6 +1,8 @@
-//! Rollouts: the partition plan, the progress deadline, and the stuck pod to delete so the
-//! StatefulSet can move on (an outdated pod that never becomes Ready blocks an OrderedReady
-//! rollout for good, kubernetes/kubernetes#67250). Pure: the reconciler reads and acts.
+//! Rollouts: the partition plan, the progress deadline, the stuck pod to delete so the
+//! StatefulSet can move on (an outdated pod that never becomes Ready blocks a rolling update
+//! for good, kubernetes/kubernetes#67250), and a replicated group's next step, each group on
+//! its own. The order is the operator's, whatever the StatefulSet's pod management (Parallel:
+//! `desired::pod`'s docs). Pure: the reconciler reads and acts.
 
 use crate::admin::ReplicationStatus;
 use crate::crd::{Broker, BrokerStatus};
@@ -99,6 +101,21 @@ pub fn plan_rollout(
             RolloutPhase::Waiting,
         )
     }
+}
+
+/// Whether the StatefulSet is at rest with `replicas` pods: its status is about the current
+/// spec, and every pod exists, is Ready and runs the update revision.
+pub fn is_settled(sts: &StatefulSet, replicas: i32) -> bool {
+    let Some(status) = &sts.status else {
+        return false;
+    };
+    let current = status.observed_generation.is_some()
+        && status.observed_generation >= sts.metadata.generation;
+    current
+        && sts.spec.replicas == Some(replicas)
+        && status.replicas == replicas
+        && status.ready_replicas == Some(replicas)
+        && status.updated_replicas == Some(replicas)
 }
 
 /// The size in the StatefulSet's volume claim template: volumeClaimTemplates are immutable, so

@@ -1,6 +1,25 @@
 //! The StatefulSet of a Broker: its pod template (broker container, probes, Secrets'
 //! volumes, default spread), update strategy, volume claim template and the hashes that roll
 //! the pods when the template, the config or the Secrets change.
+//!
+//! Pod management is Parallel, with every ordering the operator's own. Broker groups must not
+//! wait on each other: under OrderedReady the StatefulSet creates, replaces and removes pods one
+//! at a time in ordinal order and halts at the first pod that is not Ready, so a crash-looping
+//! pod of group 0 keeps group 1 from starting (and from scaling), and after a full outage the
+//! brokers come back one at a time, each waiting for the one before to pass its readiness
+//! probe (a store recovery each). Parallel starts and replaces every pod at once. Nothing is
+//! lost for rollouts: podManagementPolicy does not change how a StatefulSet updates, and the
+//! operator already orders them itself (a partition stepped down one Ready pod at a time
+//! without replication; OnDelete and [`crate::controller::rollout::next_group_step`], each
+//! group on its own, with it). One StatefulSet per group was the other way: it would also let
+//! each group carry its own zone spread, but it renames every pod and claim (`<name>-<ordinal>`
+//! becomes `<name>-g<g>-<replica>`), so existing Brokers could not keep their data without a
+//! copy, and the broker names, peer lists, budgets and drains built on ordinals would all
+//! change. podManagementPolicy is immutable: a StatefulSet an older operator created with
+//! OrderedReady is deleted with orphan propagation (its pods and claims stay) once it is at
+//! rest (no drain, rollout or start under way; until then applies keep OrderedReady) and
+//! created again, adopting the pods; its template is the same, so no pod restarts (the
+//! `StatefulSetReplaced` event says so; [`recreate_reason`]).
 
 use super::*;
 
@@ -38,7 +57,7 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
                 match_labels: Some(selector_labels(broker)),
                 ..LabelSelector::default()
             },
-            pod_management_policy: Some("OrderedReady".to_string()),
+            pod_management_policy: Some(POD_MANAGEMENT_POLICY.to_string()),
             update_strategy: Some(update_strategy(broker, plan)),
             persistent_volume_claim_retention_policy: Some(
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
@@ -52,6 +71,23 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
         },
         ..StatefulSet::default()
     }
+}
+
+/// The StatefulSet's podManagementPolicy (module docs).
+pub const POD_MANAGEMENT_POLICY: &str = "Parallel";
+
+/// Why `existing` cannot take the desired StatefulSet by an apply and must be created again
+/// (a field the API server keeps immutable differs), None when it can.
+pub fn recreate_reason(existing: &StatefulSet) -> Option<String> {
+    // Absent, the API server's default.
+    let policy = existing
+        .spec
+        .pod_management_policy
+        .as_deref()
+        .unwrap_or("OrderedReady");
+    (policy != POD_MANAGEMENT_POLICY).then(|| {
+        format!("podManagementPolicy {policy} becomes {POD_MANAGEMENT_POLICY}, which a StatefulSet cannot change")
+    })
 }
 
 /// Without replication a partitioned rolling update (highest ordinal first); with it OnDelete:
@@ -454,10 +490,9 @@ fn default_affinity(broker: &Broker) -> Affinity {
     }
 }
 
-/// Brokers spread across zones. A replicated Broker's pods also spread across nodes: with
-/// maxSkew 1 over the Broker's pods, created one at a time in ordinal order, each run of
-/// consecutive ordinals up to the number of zones (nodes), so each group's pods, lands in
-/// distinct zones (nodes) where the cluster has them.
+/// Brokers spread across zones. A replicated Broker's pods also spread across nodes: maxSkew
+/// 1 over the Broker's pods (created at once, so balanced over the Broker, not per group: one
+/// template cannot single a group's pods out).
 fn default_spread(broker: &Broker) -> Vec<TopologySpreadConstraint> {
     let mut spread = vec![spread_over(broker, "topology.kubernetes.io/zone")];
     if broker.is_replicated() {

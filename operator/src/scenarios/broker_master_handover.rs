@@ -10,11 +10,12 @@ use std::time::Duration;
 #[tokio::test(start_paused = true)]
 async fn a_stuck_master_pod_is_deleted_only_after_a_switchover() {
     let scenario = Scenario::settled_replicated(1, 3, 2).await;
-    // The master's pod stops being Ready (its broker still answers as master), then a template
-    // change leaves it outdated: the stuck-pod repair's case.
+    // The master's pod stops being Ready (its readiness probe fails; its broker still runs and
+    // answers as master), then a template change leaves it outdated: the stuck-pod repair's
+    // case.
     scenario
         .server
-        .set_pod_behaviour("ns", "qb-0", PodBehaviour::CrashLoop);
+        .set_pod_behaviour("ns", "qb-0", PodBehaviour::Unready);
     scenario.set_image("quiver:2");
     eventually(Duration::from_secs(600), || {
         scenario.pod_delete_index("qb-0").is_some()

@@ -1,7 +1,8 @@
 //! RBAC is exactly what the code uses: every request the real operator (controllers, leader
 //! election) makes against the test API server while a Broker is created, given a
 //! NetworkPolicy and relieved of it, given TLS from a Secret and relieved of it, rolled past a stuck pod, expanded, drained, failed and
-//! paused, and a ConsumerGroup is created and deleted, and a replicated Broker loses a group, is turned into (apiGroup, resource,
+//! paused, and a ConsumerGroup is created and deleted, and a replicated Broker loses a group, and an older operator's
+//! StatefulSet is migrated, is turned into (apiGroup, resource,
 //! verb) and compared with the rules of the chart's _rbac.tpl.
 
 use super::{addr, condition, eventually, Scenario};
@@ -239,6 +240,16 @@ async fn replicated_groups_scaled_down(scenario: &Scenario) {
     .await;
 }
 
+/// A Broker whose StatefulSet an older operator made (OrderedReady) gets one of Parallel
+/// pod management: deleted (orphaning its pods) and created again.
+async fn older_operators_statefulset_migrated(scenario: &Scenario) {
+    super::broker_statefulset_migration::broker_of_an_older_operator(scenario, "ql").await;
+    eventually(LONG, || {
+        super::broker_statefulset_migration::parallel(scenario, "ql")
+    })
+    .await;
+}
+
 /// Every request of one operator run through all of the above.
 async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
     let scenario = Scenario::start_elected().await;
@@ -251,6 +262,7 @@ async fn operator_requests() -> (Vec<RequestRecord>, BTreeSet<Permission>) {
     fail_then_pause(&scenario).await;
     group_lifecycle(&scenario).await;
     replicated_groups_scaled_down(&scenario).await;
+    older_operators_statefulset_migrated(&scenario).await;
     let owners = owner_finalizer_permissions(&scenario);
     let requests = scenario.server.requests();
     scenario.stop().await;

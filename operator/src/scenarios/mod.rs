@@ -14,6 +14,8 @@ mod broker_drain_partial_revert;
 mod broker_expansion_deadline;
 mod broker_drain_dead_letters;
 mod broker_drain_replicated;
+mod broker_foreign_fields;
+mod broker_groups_independent;
 mod broker_lagging_watch;
 mod broker_master_handover;
 mod broker_member_scaling;
@@ -23,6 +25,7 @@ mod broker_replicated_rollout;
 mod broker_scale_down;
 mod broker_scale_subresource;
 mod broker_security;
+mod broker_statefulset_migration;
 mod broker_storm;
 mod broker_two_operators;
 mod group_finalizer;
@@ -35,10 +38,11 @@ mod group_storm;
 mod group_stuck_queue;
 mod group_support;
 
+use crate::admin::BrokerAddr;
 use crate::controller::{self, Context};
 use crate::crd::{Broker, BrokerStatus};
-use crate::fixtures::{BrokerFixture, FakeAdmin};
-use crate::testapi::{sim_clock, TestApiServer};
+use crate::fixtures::{BrokerFixture, BrokerProcess, FakeAdmin};
+use crate::testapi::{sim_clock, statefulset, TestApiServer};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -101,6 +105,8 @@ impl Scenario {
             let hooks = shared.hooks.lock().expect("hooks lock poisoned");
             hooks.requests.len()
         });
+        let shared = server.shared.clone();
+        admin.follow_pods(move |addr| broker_process(&shared, addr));
         let ctx = sim_context(&server, admin.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let stopped = async {
@@ -305,6 +311,15 @@ impl Scenario {
     pub fn reconciles(&self) -> u64 {
         broker_reconciles(&self.ctx)
     }
+}
+
+/// The process of the broker at `addr` (`<pod>.<service>.<namespace>.svc:<port>`): its pod's,
+/// while the simulated kubelet runs it.
+fn broker_process(shared: &crate::testapi::Shared, addr: &BrokerAddr) -> Option<BrokerProcess> {
+    let (pod, rest) = addr.0.split_once('.')?;
+    let namespace = rest.split('.').nth(1)?;
+    let (pod_uid, ready) = statefulset::running_process(shared, namespace, pod)?;
+    Some(BrokerProcess { pod_uid, ready })
 }
 
 /// Broker reconciles `ctx`'s operator has run, from `quiver_reconcile_total`.

@@ -29,6 +29,8 @@ pub struct RequestRecord {
     pub subresource: String,
     /// A patch (server-side apply) that created the object: authorized as create too.
     pub created: bool,
+    /// When it came, in simulated ms since the epoch.
+    pub at_ms: i64,
 }
 
 /// The next `remaining` requests with this method and path (no query) answer `code`.
@@ -66,6 +68,7 @@ impl Hooks {
             name: route.name.clone().unwrap_or_default(),
             subresource: route.subresource.clone().unwrap_or_default(),
             created: false,
+            at_ms: super::sim_clock(),
         });
         let rule = self
             .failures

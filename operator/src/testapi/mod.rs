@@ -10,11 +10,13 @@
 //! a simulated StatefulSet controller and kubelet ([`statefulset`]).
 //!
 //! Knowingly simplified: lists ignore `limit` (no `continue`); watches ignore
-//! `sendInitialEvents` (kube's default ListWatch does not send it); every list is atomic for
-//! field ownership (no associative-list merge keys), strategic merge is a JSON merge, and
-//! managedFields carry no `time`; deletion is background only (Orphan honoured, Foreground
-//! treated as background) and garbage collection runs at once; pods are removed at once, with
-//! no grace period; admission covers the CRDs (pruning, defaults, type/required/enum/bounds/
+//! `sendInitialEvents` (kube's default ListWatch does not send it); server-side apply knows
+//! the list types of the built-in fields the operator writes (`fields::list_type`), not every
+//! schema, strategic merge is a JSON merge, and managedFields carry no `time`; deletion is
+//! background only (Orphan honoured, Foreground treated as background, `gracePeriodSeconds`
+//! ignored) and garbage collection runs at once; a pod the kubelet runs terminates (a
+//! deletionTimestamp, not Ready) until the kubelet has stopped it or its grace period is over,
+//! an unscheduled one goes at once; admission covers the CRDs (pruning, defaults, type/required/enum/bounds/
 //! lengths, CEL; no `pattern`/`format`), StatefulSet and PVC spec immutability, PVC resize and
 //! DefaultStorageClass, and nothing else (no RBAC, quota, namespace existence).
 //!
@@ -84,6 +86,15 @@ pub fn sim_clock() -> i64 {
     });
     let elapsed = tokio::time::Instant::now().saturating_duration_since(start);
     SIM_EPOCH_MS + i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// RFC 3339 timestamp `seconds` after the simulated now, in whole seconds rounded down (a
+/// graceful deletion's deadline: never later than the grace period allows).
+pub(crate) fn sim_timestamp_after(seconds: i64) -> String {
+    let at_ms = (sim_clock() + seconds.saturating_mul(1000)).div_euclid(1000) * 1000;
+    k8s_openapi::jiff::Timestamp::from_millisecond(at_ms)
+        .map(|timestamp| timestamp.to_string())
+        .unwrap_or_default()
 }
 
 /// RFC 3339 timestamp of the simulated now, as the API server writes them.

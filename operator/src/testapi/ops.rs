@@ -269,7 +269,10 @@ pub fn commit_update(
     if is_no_op(&old, &new) {
         return Ok(old);
     }
-    if !new["metadata"]["deletionTimestamp"].is_null() && finalizers_empty(&new) {
+    // The last finalizer gone: the object goes (a terminating pod without any waits for its
+    // kubelet instead).
+    let released = !finalizers_empty(&old) && finalizers_empty(&new);
+    if !new["metadata"]["deletionTimestamp"].is_null() && released {
         store.commit(key, Some(new));
         return Ok(remove_object(store, key, false));
     }
@@ -603,6 +606,9 @@ pub fn delete(
         .get(&key)
         .cloned()
         .ok_or_else(|| ApiError::not_found(rt, name))?;
+    if rt.kind == "Pod" && !stored["status"]["phase"].is_null() {
+        return Ok(terminate_pod(store, &key, stored));
+    }
     if finalizers_empty(&stored) {
         return Ok(remove_object(store, &key, orphan));
     }
@@ -618,6 +624,25 @@ pub fn delete(
     }
     Ok(store.commit(&key, Some(marked)))
 }
+
+/// A graceful deletion of a pod the kubelet runs: the deadline (now plus the pod's grace
+/// period) as its deletionTimestamp; the kubelet removes it once stopped
+/// (`statefulset::kubelet`). Asking again changes nothing.
+fn terminate_pod(store: &mut Store, key: &ObjectKey, stored: Value) -> Value {
+    if !stored["metadata"]["deletionTimestamp"].is_null() {
+        return stored;
+    }
+    let grace = stored["spec"]["terminationGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(DEFAULT_POD_GRACE_SECONDS);
+    let mut marked = stored;
+    marked["metadata"]["deletionTimestamp"] = super::sim_timestamp_after(grace).into();
+    marked["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+    store.commit(key, Some(marked))
+}
+
+/// A pod's `terminationGracePeriodSeconds` when its spec sets none.
+const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
 
 /// Removes the object for good, then collects its dependents.
 pub fn remove_object(store: &mut Store, key: &ObjectKey, orphan: bool) -> Value {

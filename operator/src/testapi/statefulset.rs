@@ -1,14 +1,25 @@
 //! A simulated StatefulSet controller, kubelet and volume resizer, one pass per `step`.
 //!
-//! The controller follows OrderedReady: it makes at most one change per pass, walks ordinals
-//! upward and stops at the first pod that is missing (creates it), failed (deletes it) or not
-//! Ready (waits). So a pod that never becomes Ready blocks scale-up, scale-down and the rollout,
-//! even after the template is fixed, until someone deletes it (the OrderedReady trap). Then it
-//! scales down from the highest ordinal, then updates pods with ordinal >= partition to the
-//! update revision, highest first, one at a time, each only once the others are Ready.
-//! Revisions are `<name>-<hash of the template>`; pods below the partition are recreated from the
-//! template of the current revision. Claims come from volumeClaimTemplates and stay unless
-//! `persistentVolumeClaimRetentionPolicy` says Delete. Pods are deleted at once (no grace).
+//! The controller honours `podManagementPolicy`. OrderedReady: it creates the lowest missing
+//! ordinal once every lower one is Running and Ready, one per pass, and halts at the first pod
+//! that is not (so a pod that never becomes Ready blocks scale-up, scale-down and the rollout,
+//! even after the template is fixed, until someone deletes it: the OrderedReady trap); it scales
+//! down from the highest ordinal, one pod at a time, each once the one before is gone.
+//! Parallel: it creates every missing pod and deletes every pod past the replicas at once,
+//! whatever the other pods do. A failed pod is deleted and recreated. Updates: under
+//! `RollingUpdate` it deletes outdated pods at or above the partition, as many at once as
+//! `maxUnavailable` (default 1) allows counting every unavailable pod, lowest ordinal first (the
+//! real controller goes highest first; a simulator that does not shows that a rollout's order
+//! comes from the partition the operator sets, not from the simulator); under `OnDelete` it
+//! only recreates what was deleted. Revisions are `<name>-<hash of the template>`; pods below
+//! the partition are recreated from the template of the current revision. Pods matching the
+//! selector that no controller owns (a StatefulSet deleted with orphan propagation) are
+//! adopted. Claims come from volumeClaimTemplates and stay unless
+//! `persistentVolumeClaimRetentionPolicy` says Delete.
+//!
+//! The kubelet: a new pod is Pending for a pass, then runs as its [`PodBehaviour`] says. A
+//! deleted pod (a deletionTimestamp) is not Ready at once and is removed once its containers
+//! have stopped ([`STOP_PASSES`] passes) or its grace period is over.
 
 use super::fields::Scope;
 use super::ops::{self, Ownership};
@@ -25,9 +36,15 @@ use std::hash::{Hash, Hasher};
 pub enum PodBehaviour {
     /// Running and Ready one pass after creation.
     Ready,
-    /// Running, never Ready, restarting (CrashLoopBackOff).
+    /// Never Ready, its container restarting (CrashLoopBackOff): nothing runs in it.
     CrashLoop,
+    /// Running but never Ready (its readiness probe fails): the process in it runs.
+    Unready,
 }
+
+/// Kubelet passes a deleted pod's containers take to stop (a broker's SIGTERM handover and
+/// flush), unless its grace period ends first.
+pub const STOP_PASSES: u32 = 2;
 
 /// What the simulation remembers between passes.
 #[derive(Default)]
@@ -39,6 +56,8 @@ pub struct SimState {
     templates: HashMap<(String, String, String), Value>,
     /// Claims (namespace, name) the volume resizer leaves alone: a stuck expansion.
     stalled_claims: std::collections::HashSet<(String, String)>,
+    /// Kubelet passes each terminating pod (by uid) has been stopping for.
+    stopping: HashMap<String, u32>,
 }
 
 fn rt(group: &str, plural: &str) -> &'static ResourceType {
@@ -58,7 +77,7 @@ pub(crate) fn step(shared: &Shared) {
     for key in statefulsets {
         reconcile(&mut store, &mut sim, &key);
     }
-    kubelet(&mut store, &sim);
+    kubelet(&mut store, &mut sim);
     resize_claims(&mut store, &sim);
 }
 
@@ -88,6 +107,15 @@ pub fn revision(name: &str, template: &Value) -> String {
     format!("{name}-{:08x}", hasher.finish() as u32)
 }
 
+fn is_terminating(pod: &Value) -> bool {
+    !pod["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Running and Ready, and not being deleted: what an available pod is.
+fn is_healthy(pod: &Value) -> bool {
+    is_ready(pod) && !is_terminating(pod)
+}
+
 fn is_ready(pod: &Value) -> bool {
     pod["status"]["conditions"]
         .as_array()
@@ -110,8 +138,27 @@ struct Set {
     spec: Value,
     replicas: i64,
     partition: i64,
+    /// Pods that may be unavailable while a rolling update deletes outdated ones.
+    max_unavailable: i64,
+    /// OrderedReady (the default), else Parallel.
+    ordered: bool,
     update_revision: String,
     current_revision: String,
+}
+
+/// `maxUnavailable` of a rolling update: a count or a percentage of the replicas (rounded
+/// down, at least 1); 1 when absent.
+fn max_unavailable(spec: &Value, replicas: i64) -> i64 {
+    let value = &spec["updateStrategy"]["rollingUpdate"]["maxUnavailable"];
+    let percent = value
+        .as_str()
+        .and_then(|text| text.strip_suffix('%'))
+        .and_then(|number| number.parse::<i64>().ok());
+    match (value.as_i64(), percent) {
+        (Some(count), _) => count.max(1),
+        (_, Some(percent)) => (replicas * percent / 100).max(1),
+        _ => 1,
+    }
 }
 
 fn read_set(sts: &Value) -> Set {
@@ -138,6 +185,8 @@ fn read_set(sts: &Value) -> Set {
         partition: spec["updateStrategy"]["rollingUpdate"]["partition"]
             .as_i64()
             .unwrap_or(0),
+        max_unavailable: max_unavailable(&spec, spec["replicas"].as_i64().unwrap_or(1)),
+        ordered: spec["podManagementPolicy"] != "Parallel",
         name,
         spec,
         update_revision,
@@ -183,13 +232,81 @@ fn reconcile(store: &mut Store, sim: &mut SimState, key: &ObjectKey) {
             set.update_revision.clone(),
         ))
         .or_insert_with(|| set.spec["template"].clone());
+    adopt_orphans(store, &set);
     let pods = pods_of(store, &set);
     sync_pods(store, sim, &set, &pods);
     write_status(store, key, &set);
 }
 
-/// At most one change, OrderedReady: create, replace failed, wait for Ready, scale down, update.
+/// Takes the pods of this set's names that match its selector and that no controller owns, as
+/// the controller's ControllerRef adoption does (after a delete with orphan propagation).
+fn adopt_orphans(store: &mut Store, set: &Set) {
+    let pods_rt = rt("", "pods");
+    let prefix = format!("{}-", set.name);
+    let selector = set.spec["selector"]["matchLabels"].as_object().cloned();
+    let orphans: Vec<(ObjectKey, Value)> = store
+        .list(&pods_rt.id(), Some(&set.namespace))
+        .into_iter()
+        .filter(|pod| {
+            let named = pod["metadata"]["name"]
+                .as_str()
+                .and_then(|name| name.strip_prefix(&prefix))
+                .is_some_and(|ordinal| ordinal.parse::<i64>().is_ok());
+            let selected = selector
+                .iter()
+                .flatten()
+                .all(|(key, value)| pod["metadata"]["labels"][key.as_str()] == *value);
+            let controlled = pod["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|owner| owner["controller"] == true);
+            named && selected && !controlled
+        })
+        .filter_map(|pod| {
+            let name = pod["metadata"]["name"].as_str()?.to_string();
+            Some((store::key(pods_rt, &set.namespace, &name), pod))
+        })
+        .collect();
+    for (key, mut pod) in orphans {
+        let mut owners = pod["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        owners.push(owner_reference(set));
+        pod["metadata"]["ownerReferences"] = Value::Array(owners);
+        let _ = ops::commit_update(
+            store,
+            pods_rt,
+            &key,
+            pod,
+            Scope::Everything,
+            Ownership::System,
+            false,
+        );
+    }
+}
+
+/// One pass of the controller: pods created or replaced, then the scale-down, then the update.
 fn sync_pods(store: &mut Store, sim: &SimState, set: &Set, pods: &BTreeMap<i64, Value>) {
+    if create_or_replace(store, sim, set, pods) || scale_down(store, set, pods) {
+        return;
+    }
+    if set.spec["updateStrategy"]["type"] != "OnDelete" {
+        roll(store, set, pods);
+    }
+}
+
+/// Creates missing pods and replaces failed ones: under OrderedReady one at a time, in order,
+/// halting at a pod that is not Running and Ready; under Parallel all at once. Whether it
+/// changed or waits for something (the pass ends there).
+fn create_or_replace(
+    store: &mut Store,
+    sim: &SimState,
+    set: &Set,
+    pods: &BTreeMap<i64, Value>,
+) -> bool {
+    let mut changed = false;
     for ordinal in 0..set.replicas {
         match pods.get(&ordinal) {
             None => {
@@ -199,37 +316,72 @@ fn sync_pods(store: &mut Store, sim: &SimState, set: &Set, pods: &BTreeMap<i64, 
                     &set.current_revision
                 };
                 create_pod(store, sim, set, ordinal, revision);
-                return;
+                changed = true;
             }
-            Some(pod) if pod["status"]["phase"] == "Failed" => {
+            Some(pod) if pod["status"]["phase"] == "Failed" && !is_terminating(pod) => {
                 delete_pod(store, pod);
-                return;
+                changed = true;
             }
-            Some(pod) if !is_ready(pod) => return,
+            Some(pod) if set.ordered && !is_healthy(pod) => return true,
             Some(_) => {}
         }
+        if changed && set.ordered {
+            return true;
+        }
     }
-    if let Some((&ordinal, pod)) = pods.range(set.replicas..).next_back() {
+    changed
+}
+
+/// Deletes the pods past the replicas: under OrderedReady the highest, once none is
+/// terminating; under Parallel all. Whether any is left past the replicas.
+fn scale_down(store: &mut Store, set: &Set, pods: &BTreeMap<i64, Value>) -> bool {
+    let past: Vec<&Value> = pods.range(set.replicas..).map(|(_, pod)| pod).collect();
+    if past.is_empty() {
+        return false;
+    }
+    if set.ordered && pods.values().any(is_terminating) {
+        return true;
+    }
+    let doomed: Vec<&Value> = if set.ordered {
+        past.last().copied().into_iter().collect()
+    } else {
+        past.into_iter()
+            .filter(|pod| !is_terminating(pod))
+            .collect()
+    };
+    for pod in doomed {
         delete_pod(store, pod);
+        let ordinal = pod_ordinal(set, pod);
         if set.spec["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == "Delete" {
             delete_claims(store, set, ordinal);
         }
-        return;
     }
-    if set.spec["updateStrategy"]["type"] == "OnDelete" {
-        return;
-    }
-    for ordinal in (set.partition.max(0)..set.replicas).rev() {
-        let Some(pod) = pods.get(&ordinal) else {
-            return;
-        };
-        if pod_revision(pod) != set.update_revision {
-            delete_pod(store, pod);
-            return;
-        }
-        if !is_ready(pod) {
-            return;
-        }
+    true
+}
+
+fn pod_ordinal(set: &Set, pod: &Value) -> i64 {
+    pod["metadata"]["name"]
+        .as_str()
+        .and_then(|name| name.strip_prefix(&format!("{}-", set.name)))
+        .and_then(|ordinal| ordinal.parse().ok())
+        .unwrap_or_default()
+}
+
+/// A rolling update: outdated pods at or above the partition are deleted (and recreated at the
+/// update revision by a later pass) while fewer than `maxUnavailable` pods are unavailable,
+/// lowest ordinal first.
+fn roll(store: &mut Store, set: &Set, pods: &BTreeMap<i64, Value>) {
+    let unavailable = (0..set.replicas)
+        .filter(|ordinal| pods.get(ordinal).is_none_or(|pod| !is_healthy(pod)))
+        .count();
+    let allowed = usize::try_from(set.max_unavailable)
+        .unwrap_or(1)
+        .saturating_sub(unavailable);
+    let outdated = (set.partition.max(0)..set.replicas)
+        .filter_map(|ordinal| pods.get(&ordinal))
+        .filter(|pod| pod_revision(pod) != set.update_revision && !is_terminating(pod));
+    for pod in outdated.take(allowed) {
+        delete_pod(store, pod);
     }
 }
 
@@ -354,7 +506,7 @@ fn write_status(store: &mut Store, key: &ObjectKey, set: &Set) {
     let pods = pods_of(store, set);
     let count =
         |predicate: &dyn Fn(&Value) -> bool| pods.values().filter(|pod| predicate(pod)).count();
-    let ready = count(&is_ready);
+    let ready = count(&is_healthy);
     let updated = count(&|pod| pod_revision(pod) == set.update_revision);
     let all_updated = updated == pods.len() && pods.len() as i64 == set.replicas;
     let current_revision = if all_updated {
@@ -419,8 +571,9 @@ fn behaviour(sim: &SimState, pod: &Value) -> PodBehaviour {
     }
 }
 
-/// The kubelet: a new pod is Pending for one pass, then Running and Ready or crash-looping.
-fn kubelet(store: &mut Store, sim: &SimState) {
+/// The kubelet: a new pod is Pending for one pass, then runs as its behaviour says; a deleted
+/// one stops (not Ready) and is removed once stopped or past its grace period.
+fn kubelet(store: &mut Store, sim: &mut SimState) {
     let pods_rt = rt("", "pods");
     let pods: Vec<(ObjectKey, Value)> = store
         .objects
@@ -429,7 +582,20 @@ fn kubelet(store: &mut Store, sim: &SimState) {
         .map(|(key, pod)| (key.clone(), pod.clone()))
         .collect();
     for (key, mut pod) in pods {
-        let status = if pod["status"]["phase"].is_null() {
+        let status = if is_terminating(&pod) {
+            let uid = pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let passes = sim.stopping.entry(uid.clone()).or_default();
+            *passes += 1;
+            if *passes > STOP_PASSES || grace_over(&pod) {
+                sim.stopping.remove(&uid);
+                ops::remove_object(store, &key, false);
+                continue;
+            }
+            stopping_status(&pod)
+        } else if pod["status"]["phase"].is_null() {
             json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]})
         } else {
             running_status(&pod, behaviour(sim, &pod))
@@ -450,21 +616,47 @@ fn kubelet(store: &mut Store, sim: &SimState) {
     }
 }
 
+/// Whether a terminating pod's deadline (its deletionTimestamp) has passed in simulated time.
+fn grace_over(pod: &Value) -> bool {
+    pod["metadata"]["deletionTimestamp"]
+        .as_str()
+        .and_then(|deadline| deadline.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .is_some_and(|deadline| super::sim_clock() >= deadline.as_millisecond())
+}
+
+/// A pod whose containers were told to stop: still Running, no longer Ready.
+fn stopping_status(pod: &Value) -> Value {
+    let mut status = pod["status"].clone();
+    status["conditions"] = json!([
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "ContainersReady", "status": "False"},
+        {"type": "Ready", "status": "False"},
+    ]);
+    if let Some(containers) = status["containerStatuses"].as_array_mut() {
+        for container in containers {
+            container["ready"] = false.into();
+        }
+    }
+    status
+}
+
 fn running_status(pod: &Value, behaviour: PodBehaviour) -> Value {
     let ready = behaviour == PodBehaviour::Ready;
+    let running = behaviour != PodBehaviour::CrashLoop;
     let flag = if ready { "True" } else { "False" };
     let containers: Vec<Value> = pod["spec"]["containers"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|container| {
-            let state = if ready {
+            let state = if running {
                 json!({"running": {}})
             } else {
                 json!({"waiting": {"reason": "CrashLoopBackOff"}})
             };
             json!({"name": container["name"], "image": container["image"], "ready": ready,
-                   "started": ready, "restartCount": if ready { 0 } else { 1 }, "state": state})
+                   "started": running, "restartCount": if running { 0 } else { 1 },
+                   "state": state})
         })
         .collect();
     json!({
@@ -476,6 +668,23 @@ fn running_status(pod: &Value, behaviour: PodBehaviour) -> Value {
         ],
         "containerStatuses": containers,
     })
+}
+
+/// The process of pod `namespace/name`, if one runs: the pod exists, is not being deleted and
+/// its first container is running. (The pod's uid, whether it is Ready.)
+pub(crate) fn running_process(
+    shared: &Shared,
+    namespace: &str,
+    name: &str,
+) -> Option<(String, bool)> {
+    let store = shared.store();
+    let pod = store.get(&store::key(rt("", "pods"), namespace, name))?;
+    let running = !pod["status"]["containerStatuses"][0]["state"]["running"].is_null();
+    if is_terminating(pod) || !running {
+        return None;
+    }
+    let uid = pod["metadata"]["uid"].as_str()?.to_string();
+    Some((uid, is_ready(pod)))
 }
 
 /// The external resizer and kubelet: a grown request first shows FileSystemResizePending, then

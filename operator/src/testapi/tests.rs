@@ -698,7 +698,7 @@ async fn the_statefulset_simulation_creates_in_order_and_rolls_one_pod_at_a_time
 
     server.step();
     set_image(&server, "web:2");
-    let rollout = step_until_all(&server, "web:2", 30);
+    let rollout = step_until_all(&server, "web:2", 40);
     let mut order = Vec::new();
     for snapshot in &rollout {
         let unavailable = 3 - snapshot.iter().filter(|(_, _, ready)| *ready).count();
@@ -709,7 +709,9 @@ async fn the_statefulset_simulation_creates_in_order_and_rolls_one_pod_at_a_time
             }
         }
     }
-    assert_eq!(order, ["web-2", "web-1", "web-0"], "highest ordinal first");
+    // Any order the partition allows: this simulator goes lowest first, so a highest-first
+    // rollout is the operator's partition, never the simulator's doing.
+    assert_eq!(order, ["web-0", "web-1", "web-2"], "lowest ordinal first");
     server.step(); // the controller sees the last pod Ready one pass after the kubelet
     let status = server
         .object::<StatefulSet>("ns", "web")
@@ -741,8 +743,15 @@ async fn the_statefulset_simulation_creates_in_order_and_rolls_one_pod_at_a_time
     );
 
     server.edit::<StatefulSet>("ns", "web", |sts| sts["spec"]["replicas"] = 1.into());
-    for _ in 0..5 {
+    let mut terminating_at_once = 0;
+    for _ in 0..20 {
         server.step();
+        let terminating = server
+            .list::<Pod>("ns")
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_some())
+            .count();
+        terminating_at_once = terminating_at_once.max(terminating);
     }
     let names: Vec<String> = server
         .pod_states("ns")
@@ -751,10 +760,179 @@ async fn the_statefulset_simulation_creates_in_order_and_rolls_one_pod_at_a_time
         .collect();
     assert_eq!(names, ["web-0"]);
     assert_eq!(
+        terminating_at_once, 1,
+        "OrderedReady removes one pod at a time"
+    );
+    assert_eq!(
         server.list::<PersistentVolumeClaim>("ns").len(),
         3,
         "claims are retained"
     );
+}
+
+#[tokio::test]
+async fn parallel_pod_management_creates_and_removes_every_pod_at_once() {
+    let server = TestApiServer::start().await;
+    let mut parallel = statefulset(3, "web:1");
+    parallel["spec"]["podManagementPolicy"] = "Parallel".into();
+    server.set_pod_behaviour("ns", "web-0", PodBehaviour::CrashLoop);
+    server.insert(&parallel);
+    server.step();
+    assert_eq!(server.pod_states("ns").len(), 3, "all three in one pass");
+    for _ in 0..3 {
+        server.step();
+    }
+    let ready: Vec<bool> = server
+        .pod_states("ns")
+        .into_iter()
+        .map(|(_, _, ready)| ready)
+        .collect();
+    assert_eq!(
+        ready,
+        [false, true, true],
+        "web-0's crash holds back no other pod"
+    );
+
+    server.edit::<StatefulSet>("ns", "web", |sts| sts["spec"]["replicas"] = 1.into());
+    server.step();
+    let terminating: Vec<String> = server
+        .list::<Pod>("ns")
+        .into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_some())
+        .map(|pod| pod.name_any())
+        .collect();
+    assert_eq!(terminating, ["web-1", "web-2"]);
+}
+
+#[tokio::test]
+async fn a_rolling_update_deletes_what_partition_and_max_unavailable_allow() {
+    let server = TestApiServer::start().await;
+    let mut sts = statefulset(4, "web:1");
+    sts["spec"]["updateStrategy"]["rollingUpdate"] = json!({"partition": 1, "maxUnavailable": 2});
+    server.insert(&sts);
+    step_until_all(&server, "web:1", 30);
+    server.step();
+    set_image(&server, "web:2");
+    server.step();
+    let terminating: Vec<String> = server
+        .list::<Pod>("ns")
+        .into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_some())
+        .map(|pod| pod.name_any())
+        .collect();
+    assert_eq!(
+        terminating,
+        ["web-1", "web-2"],
+        "two at once, lowest first, none below the partition"
+    );
+    for _ in 0..20 {
+        server.step();
+    }
+    let images: Vec<String> = server
+        .pod_states("ns")
+        .into_iter()
+        .map(|(_, image, _)| image)
+        .collect();
+    assert_eq!(images, ["web:1", "web:2", "web:2", "web:2"]);
+}
+
+#[tokio::test]
+async fn a_deleted_pod_terminates_until_its_kubelet_stops_it_or_its_grace_ends() {
+    let server = TestApiServer::start().await;
+    server.insert(&statefulset(2, "web:1"));
+    step_until_all(&server, "web:1", 20);
+    let uid = |name: &str| {
+        server
+            .object::<Pod>("ns", name)
+            .and_then(|pod| pod.metadata.uid)
+    };
+    let first = uid("web-1").expect("running");
+
+    let pods: Api<Pod> = Api::namespaced(server.client(), "ns");
+    let deleted = pods
+        .delete("web-1", &DeleteParams::default())
+        .await
+        .expect("deleted")
+        .left()
+        .expect("still there, terminating");
+    assert_eq!(deleted.metadata.deletion_grace_period_seconds, Some(30));
+    assert!(deleted.metadata.deletion_timestamp.is_some());
+    server.step();
+    let states = server.pod_states("ns");
+    assert_eq!(
+        states[1],
+        ("web-1".into(), "web:1".into(), false),
+        "not Ready"
+    );
+    assert_eq!(
+        uid("web-1").as_deref(),
+        Some(first.as_str()),
+        "not replaced yet"
+    );
+    for _ in 0..super::statefulset::STOP_PASSES + 3 {
+        server.step();
+    }
+    let second = uid("web-1").expect("recreated");
+    assert_ne!(second, first, "gone once stopped, then created again");
+
+    // With no grace period left the kubelet's next pass removes it, stopped or not.
+    server.edit::<Pod>("ns", "web-0", |pod| {
+        pod["spec"]["terminationGracePeriodSeconds"] = 0.into();
+    });
+    server.delete::<Pod>("ns", "web-0").expect("deleted");
+    server.step();
+    assert!(server
+        .object::<Pod>("ns", "web-0")
+        .is_none_or(|pod| pod.metadata.deletion_timestamp.is_none()));
+
+    // A pod no kubelet runs yet goes at once.
+    server.insert(&json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "loose", "namespace": "ns"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]}}));
+    server.delete::<Pod>("ns", "loose").expect("deleted");
+    assert!(server.object::<Pod>("ns", "loose").is_none());
+}
+
+#[tokio::test]
+async fn a_statefulset_created_again_adopts_the_pods_it_orphaned() {
+    let server = TestApiServer::start().await;
+    server.insert(&statefulset(2, "web:1"));
+    step_until_all(&server, "web:1", 20);
+    let uids = |server: &TestApiServer| -> Vec<Option<String>> {
+        ["web-0", "web-1"]
+            .iter()
+            .map(|name| {
+                server
+                    .object::<Pod>("ns", name)
+                    .and_then(|pod| pod.metadata.uid)
+            })
+            .collect()
+    };
+    let before = uids(&server);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(server.client(), "ns");
+    statefulsets
+        .delete("web", &DeleteParams::orphan())
+        .await
+        .expect("deleted");
+    assert_eq!(uids(&server), before, "orphaned, not collected");
+    let mut again = statefulset(2, "web:1");
+    again["spec"]["podManagementPolicy"] = "Parallel".into();
+    let created = server.insert(&again);
+    for _ in 0..5 {
+        server.step();
+    }
+    assert_eq!(uids(&server), before, "adopted, not replaced");
+    for pod in server.list::<Pod>("ns") {
+        let owners = pod.metadata.owner_references.unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{owners:?}");
+        assert_eq!(owners[0].uid, created["metadata"]["uid"].as_str().unwrap());
+    }
+    let status = server
+        .object::<StatefulSet>("ns", "web")
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(status.ready_replicas, Some(2));
 }
 
 #[tokio::test]
@@ -768,10 +946,10 @@ async fn a_crash_looping_pod_blocks_the_rollout_until_it_is_deleted() {
         server.step();
     }
     let stuck = server.pod_states("ns");
-    assert_eq!(stuck[2].1, "web:bad");
-    assert!(!stuck[2].2, "crash-looping");
+    assert_eq!(stuck[0].1, "web:bad");
+    assert!(!stuck[0].2, "crash-looping");
     assert_eq!(
-        (stuck[0].1.as_str(), stuck[1].1.as_str()),
+        (stuck[1].1.as_str(), stuck[2].1.as_str()),
         ("web:1", "web:1")
     );
 
@@ -791,8 +969,8 @@ async fn a_crash_looping_pod_blocks_the_rollout_until_it_is_deleted() {
         .unwrap();
     assert_eq!(status.ready_replicas, Some(2));
 
-    server.delete::<Pod>("ns", "web-2").expect("pod deleted");
-    step_until_all(&server, "web:2", 30);
+    server.delete::<Pod>("ns", "web-0").expect("pod deleted");
+    step_until_all(&server, "web:2", 40);
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use crate::controller::{
 };
 use crate::crd::{Broker, BrokerStatus};
 use crate::desired::{self, FIELD_MANAGER};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -62,6 +63,16 @@ async fn take(
         }
         Step::Apply(object) => apply_object(ctx, namespace, object).await?,
         Step::Delete(object) => delete_object(ctx, namespace, object).await?,
+        Step::OrphanStatefulSet(done) => {
+            let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+            let name = broker.name_any();
+            api.delete(&name, &DeleteParams::orphan())
+                .await
+                .map_err(Error::kube(format!(
+                    "deleting StatefulSet {name}, orphaning its pods"
+                )))?;
+            announce(broker, done, ctx).await;
+        }
         Step::Switchover {
             addr,
             target,

@@ -101,6 +101,9 @@ pub enum Step {
     Apply(Object),
     /// Delete an object the operator owns (a group budget scaled away, a dropped policy).
     Delete(Object),
+    /// Delete the StatefulSet with orphan propagation (its pods and claims stay), then publish
+    /// this: a field it cannot change differs, and the next pass creates it again.
+    OrphanStatefulSet(Note),
     /// Ask the master at `addr` to hand mastership to replica `target`.
     Switchover {
         addr: BrokerAddr,
@@ -560,8 +563,27 @@ fn plan_objects(
             }
         }
     }
-    let statefulset = desired::stateful_set(broker, plan);
-    steps.push(Step::Apply(Object::StatefulSet(Box::new(statefulset))));
+    let mut statefulset = desired::stateful_set(broker, plan);
+    let existing = cluster.statefulset.as_ref();
+    let recreate = existing.and_then(|sts| Some((sts, desired::recreate_reason(sts)?)));
+    match recreate {
+        // Not while pods move (a drain, a rollout, a start): the new StatefulSet would know
+        // nothing of them. Until then the apply keeps the field it cannot change.
+        Some((sts, _)) if draining_from.is_some() || !rollout::is_settled(sts, plan.replicas) => {
+            statefulset.spec.pod_management_policy = sts.spec.pod_management_policy.clone();
+            steps.push(Step::Apply(Object::StatefulSet(Box::new(statefulset))));
+        }
+        Some((_, reason)) => {
+            let note = format!(
+                "{reason}: StatefulSet {} deleted with its pods and claims orphaned; it is \
+                 created again and adopts them, restarting none",
+                broker.name_any()
+            );
+            let note = Note::normal("StatefulSetReplaced", "Migrate", note);
+            steps.push(Step::OrphanStatefulSet(note));
+        }
+        None => steps.push(Step::Apply(Object::StatefulSet(Box::new(statefulset)))),
+    }
 }
 
 fn owned_by<K: Resource>(broker: &Broker, object: &K) -> bool {
@@ -581,9 +603,11 @@ pub fn steps_groups(broker: &Broker, sts: &StatefulSet) -> bool {
 }
 
 /// The membership changes and the rollout of a replicated Broker: the first group (by index)
-/// whose membership is not spec's takes its next membership step, else the first not yet at
-/// the update revision its next rollout step (membership first: a rollout waits for every
-/// member of spec's size to be in sync). Returns whether either is in progress.
+/// whose membership is not spec's takes its next membership step (membership first: a rollout
+/// waits for every member of spec's size to be in sync); else every group not yet at the
+/// update revision takes its next rollout step, each on its own (a group waiting for a pod,
+/// a crash-looping one too, holds back no other group; each group's budget allows one pod
+/// down). Returns whether either is in progress.
 fn plan_group_changes(
     broker: &Broker,
     sts: &StatefulSet,
@@ -613,41 +637,50 @@ fn plan_group_changes(
         }
     }
     let size = usize::try_from(broker.group_size()).unwrap_or(1);
+    let mut rolling = false;
     for group in groups {
         let members = rollout::member_pods(broker, group.group, pods, &update_revision);
-        match rollout::next_group_step(size, &members, group.status.as_ref()) {
+        let step = match rollout::next_group_step(size, &members, group.status.as_ref()) {
             GroupStep::Done => continue,
             GroupStep::Wait(reason) => {
                 tracing::debug!(group = %group.name, %reason, "rollout waits");
+                None
             }
             GroupStep::DeletePod(pod) => {
-                let done = Note::normal(
-                    "RolloutStep",
-                    "Rollout",
-                    format!("restarting {pod} of {} at the current template", group.name),
-                );
-                let failed = (
-                    REASON_ROLLOUT_STEP,
-                    format!("cannot delete {pod} of {}", group.name),
-                );
-                steps.push(delete_pod_step(
-                    broker,
-                    Some(groups),
-                    pods,
-                    &pod,
-                    done,
-                    failed,
-                ));
+                Some(group_restart_step(broker, groups, group, pods, &pod))
             }
-            GroupStep::Switchover { master, target } => {
-                let step =
-                    replication::switchover_step(broker, group, master, target, "restarting");
-                steps.push(step);
-            }
-        }
-        return true;
+            GroupStep::Switchover { master, target } => Some(replication::switchover_step(
+                broker,
+                group,
+                master,
+                target,
+                "restarting",
+            )),
+        };
+        steps.extend(step);
+        rolling = true;
     }
-    false
+    rolling
+}
+
+/// The deletion of `pod` as a step of its group's rollout.
+fn group_restart_step(
+    broker: &Broker,
+    groups: &[GroupObservation],
+    group: &GroupObservation,
+    pods: &[Pod],
+    pod: &str,
+) -> Step {
+    let done = Note::normal(
+        "RolloutStep",
+        "Rollout",
+        format!("restarting {pod} of {} at the current template", group.name),
+    );
+    let failed = (
+        REASON_ROLLOUT_STEP,
+        format!("cannot delete {pod} of {}", group.name),
+    );
+    delete_pod_step(broker, Some(groups), pods, pod, done, failed)
 }
 
 /// The group's next membership change toward spec's size: None when its membership is spec's

@@ -117,6 +117,7 @@ fn summary(step: &Step) -> String {
         Step::DeletePod { pod, .. } => format!("delete pod {pod}"),
         Step::Apply(object) => format!("apply {}", object_name(object)),
         Step::Delete(object) => format!("delete {}", object_name(object)),
+        Step::OrphanStatefulSet(_) => "orphan StatefulSet".to_string(),
         Step::Switchover { addr, target, .. } => format!("switchover {} to {target}", addr.0),
         Step::ChangeMembership { addr, change, .. } => {
             format!("{} {} at {}", change.action(), change.member(), addr.0)

@@ -346,3 +346,93 @@ fn a_rollout_restarts_an_out_of_sync_replica_first_and_waits_for_it_to_catch_up(
         assert!(draft(&plan).replicated_rolling, "{name}");
     }
 }
+
+/// Groups roll on their own: group 0 waits for its crash-looping replica while group 1 takes
+/// its next step in the same pass (under one shared order group 1 would wait for group 0).
+#[test]
+fn a_group_waiting_for_a_pod_holds_back_no_other_group() {
+    let broker = Broker::test().replicas(2).replicated(3, 2);
+    // qb-1 crash-loops at the update revision: not a stuck pod, a group that waits.
+    let mut cluster = running(&broker, 6, 5);
+    cluster.pods = Some(Ok(pods(&[
+        ("rev-1", true),
+        ("rev-2", false),
+        ("rev-1", true),
+        ("rev-1", true),
+        ("rev-1", true),
+        ("rev-1", true),
+    ])));
+    cluster.groups = Some(vec![
+        members(0, 1, Some(0), &[0, 2]),
+        members(1, 1, Some(0), &[0, 1, 2]),
+    ]);
+    let plan = decide(&world(broker, cluster));
+    assert_eq!(actions(&plan), ["delete pod qb-5"]);
+    assert!(draft(&plan).replicated_rolling);
+
+    // Both groups ready to step: each takes its own step in the same pass.
+    let broker = Broker::test().replicas(2).replicated(3, 2);
+    let mut cluster = running(&broker, 6, 6);
+    cluster.pods = Some(Ok(pods(&[("rev-1", true); 6])));
+    cluster.groups = Some(vec![
+        members(0, 1, Some(0), &[0, 1, 2]),
+        members(1, 1, Some(0), &[0, 1, 2]),
+    ]);
+    let plan = decide(&world(broker, cluster));
+    assert_eq!(actions(&plan), ["delete pod qb-2", "delete pod qb-5"]);
+}
+
+/// A StatefulSet an older operator made with OrderedReady (which an apply cannot change) is
+/// deleted with its pods orphaned instead of applied; the next pass, finding none, creates it
+/// with Parallel; one already Parallel is applied as usual.
+#[test]
+fn an_ordered_ready_statefulset_is_orphaned_to_be_created_again() {
+    let broker = Broker::test().replicas(3);
+    let mut legacy = statefulset(&broker, 3, 3);
+    legacy.spec.pod_management_policy = Some("OrderedReady".to_string());
+    let plan = decide(&world(
+        broker.clone(),
+        Cluster {
+            statefulset: Some(legacy),
+            ..Cluster::default()
+        },
+    ));
+    assert_eq!(actions(&plan), ["orphan StatefulSet"]);
+    assert!(!applied_names(&plan).contains(&"StatefulSet/qb".to_string()));
+    let note = plan
+        .steps
+        .iter()
+        .find_map(|step| match step {
+            Step::OrphanStatefulSet(note) => Some(note.note.clone()),
+            _ => None,
+        })
+        .expect("an orphaning step");
+    assert!(
+        note.starts_with("podManagementPolicy OrderedReady becomes Parallel"),
+        "{note}"
+    );
+
+    // Not while a pod is not Ready: the apply keeps OrderedReady, which it cannot change.
+    let mut starting = statefulset(&broker, 3, 2);
+    starting.spec.pod_management_policy = Some("OrderedReady".to_string());
+    let plan = decide(&world(
+        broker.clone(),
+        Cluster {
+            statefulset: Some(starting),
+            ..Cluster::default()
+        },
+    ));
+    assert!(!actions(&plan).contains(&"orphan StatefulSet".to_string()));
+    assert_eq!(
+        sts_of(&plan).spec.pod_management_policy.as_deref(),
+        Some("OrderedReady")
+    );
+
+    let plan = decide(&world(broker.clone(), Cluster::default()));
+    assert_eq!(
+        sts_of(&plan).spec.pod_management_policy.as_deref(),
+        Some("Parallel")
+    );
+    let plan = decide(&world(broker.clone(), running(&broker, 3, 3)));
+    assert!(actions(&plan).is_empty(), "{:?}", actions(&plan));
+}
