@@ -88,7 +88,11 @@ pub(super) async fn apply_offset_reset(
     let key = reset_key(group, &reset.id);
     let seen = ctx.applied_resets(&key);
     let mut progress = resume(status.offset_reset_in_progress, &reset.id, &seen);
-    if let Some(attempt) = progress.applying.take() {
+    // A broker scaled away since is no longer the reset's to settle.
+    let interrupted = progress.applying.take();
+    if let Some(attempt) =
+        interrupted.filter(|attempt| addresses.iter().any(|addr| addr.0 == attempt.broker))
+    {
         settle_interrupted(group, reset, attempt, &mut progress, ctx).await?;
     }
     let pending: Vec<&BrokerAddr> = addresses
