@@ -151,3 +151,34 @@ fn a_template_changed_behind_the_operator_is_named_restored_and_rolled_back() {
     let plan = decide(&quiet);
     assert!(actions(&plan).is_empty(), "{:?}", actions(&plan));
 }
+
+/// A replicated Broker's OnDelete StatefulSet rolls nothing by itself: the drifted template is
+/// restored, and the group's rollout does not step against the drifted update revision (it
+/// would restart every member onto the drift, or back).
+#[test]
+fn a_replicated_broker_takes_no_rollout_step_while_its_template_drifted() {
+    let broker = Broker::test()
+        .replicas(1)
+        .replicated(3, 2)
+        .image("quiver:1");
+    let mut cluster = drifted(&broker);
+    cluster.pods = Some(Ok(pods(&[
+        ("rev-2", true),
+        ("rev-2", true),
+        ("rev-2", true),
+    ])));
+    cluster.groups = Some(vec![members(0, 1, Some(0), &[0, 1, 2])]);
+    let plan = decide(&world(broker.clone(), cluster.clone()));
+    assert_eq!(
+        actions(&plan),
+        ["event TemplateDrift", "restore template qb"]
+    );
+    let note = note_of(&plan, "TemplateDrift");
+    assert!(!note.contains("rolled outside"), "{note}");
+
+    // Without the drift the same world steps the rollout (every pod outdated).
+    let sts = cluster.statefulset.as_mut().expect("sts");
+    sts.metadata.managed_fields = None;
+    let plan = decide(&world(broker, cluster));
+    assert_eq!(actions(&plan), ["delete pod qb-2"]);
+}
