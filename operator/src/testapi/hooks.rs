@@ -33,15 +33,13 @@ pub struct RequestRecord {
     pub at_ms: i64,
 }
 
-/// The next `remaining` requests with this method and path (no query) answer `code`, once
-/// `skip` of them went through.
+/// The next `remaining` requests with this method and path (no query) answer `code`.
 #[derive(Clone, Debug)]
 pub struct FailureRule {
     pub method: Method,
     pub path: String,
     pub remaining: usize,
     pub code: u16,
-    pub skip: usize,
 }
 
 /// Hook state kept by the server.
@@ -76,13 +74,9 @@ impl Hooks {
             .failures
             .iter_mut()
             .find(|rule| rule.remaining > 0 && rule.method == method && rule.path == path);
-        let code = rule.and_then(|rule| {
-            if rule.skip > 0 {
-                rule.skip -= 1;
-                return None;
-            }
+        let code = rule.map(|rule| {
             rule.remaining -= 1;
-            Some(rule.code)
+            rule.code
         });
         (index, code)
     }
@@ -149,12 +143,6 @@ impl TestApiServer {
 
     /// The next `times` requests with `method` on `path` (no query) answer `code`.
     pub fn fail_next(&self, method: Method, path: &str, times: usize, code: u16) {
-        self.fail_after(method, path, 0, times, code);
-    }
-
-    /// Lets `skip` requests with `method` on `path` (no query) through, then the next `times`
-    /// answer `code` (rules added earlier match first).
-    pub fn fail_after(&self, method: Method, path: &str, skip: usize, times: usize, code: u16) {
         self.shared
             .hooks
             .lock()
@@ -165,7 +153,6 @@ impl TestApiServer {
                 path: path.to_string(),
                 remaining: times,
                 code,
-                skip,
             });
     }
 
