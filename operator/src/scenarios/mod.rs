@@ -10,10 +10,10 @@
 mod api_errors;
 mod broker_create;
 mod broker_deposed_master;
-mod broker_drain_partial_revert;
-mod broker_expansion_deadline;
 mod broker_drain_dead_letters;
+mod broker_drain_partial_revert;
 mod broker_drain_replicated;
+mod broker_expansion_deadline;
 mod broker_foreign_fields;
 mod broker_groups_independent;
 mod broker_lagging_watch;
