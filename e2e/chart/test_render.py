@@ -21,7 +21,7 @@ from chartlib import (
 # dropped and an older operator's StatefulSet (orphaning its pods) to create it again, expands volume claims, deletes a pod stuck at an outdated revision, records events. Nothing else, no wildcard.
 MANAGED_RULES = {
     ("quiver.io", "brokers"): {"get", "list", "watch"},
-    ("quiver.io", "consumergroups"): {"list", "watch", "patch"},
+    ("quiver.io", "consumergroups"): {"get", "list", "watch", "patch"},
     ("quiver.io", "brokers/status"): {"patch"},
     ("quiver.io", "consumergroups/status"): {"patch"},
     ("apps", "statefulsets"): {"get", "list", "watch", "create", "patch", "delete"},

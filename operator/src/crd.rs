@@ -18,6 +18,9 @@ pub const PAUSE_ANNOTATION: &str = "quiver.io/paused";
 /// Annotation that, while set to "true", lets a scale-down proceed without waiting for the drain:
 /// what the leaving brokers still hold is dropped with them.
 pub const FORCE_SCALE_DOWN_ANNOTATION: &str = "quiver.io/force-scale-down";
+/// Annotation asking for a restart of every broker pod, one at a time like a rollout: its value
+/// is a token (a timestamp, say), and a new value asks for a new restart.
+pub const RESTART_ANNOTATION: &str = "quiver.io/restart";
 /// Default broker image, used when `spec.image` is empty: the broker of the operator's own
 /// release, so an upgrade of the operator is what moves the brokers.
 pub const DEFAULT_IMAGE: &str = concat!(
@@ -529,6 +532,28 @@ pub struct BrokerStatus {
     /// Replicated broker groups as their members report them (with spec.replication only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<BrokerReplicationStatus>,
+    /// The last restart asked for with the `quiver.io/restart` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartStatus>,
+}
+
+/// A restart asked for with the `quiver.io/restart` annotation.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestartStatus {
+    /// The annotation's value the restart is for.
+    pub token: String,
+    /// InProgress while pods restart one at a time, then Completed.
+    pub state: RestartState,
+}
+
+/// Where a requested restart stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum RestartState {
+    /// Pods are being restarted one at a time.
+    InProgress,
+    /// Every pod restarted and is Ready.
+    Completed,
 }
 
 /// The broker groups of a replicated Broker.
@@ -845,6 +870,10 @@ pub struct ConsumerGroupStatus {
     /// The last offset reset applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_offset_reset: Option<AppliedOffsetReset>,
+    /// An offset reset being applied: recorded before each broker's reset call, so a reset is
+    /// never applied twice on a broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_reset_in_progress: Option<OffsetResetProgress>,
     /// When a committed offset last moved (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_commit_time: Option<String>,
@@ -933,6 +962,41 @@ pub struct AppliedOffsetReset {
     pub to: OffsetResetTarget,
     /// When it was applied (RFC 3339).
     pub applied_at: String,
+    /// Brokers whose reset was interrupted (the operator stopped between the call and its
+    /// record) and whose committed offsets moved since: not reset again, so no consumer that
+    /// moved past the reset is rewound. Set a new id to reset them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed_on: Vec<String>,
+}
+
+/// An offset reset part way through its brokers.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OffsetResetProgress {
+    /// The `spec.offsetReset.id` being applied.
+    pub id: String,
+    /// Brokers (addresses) the reset was applied on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_on: Vec<String>,
+    /// The broker whose reset call was about to be made when this was recorded: its outcome is
+    /// unknown until recorded as applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applying: Option<ResetAttempt>,
+    /// Brokers whose interrupted reset was not made again (see
+    /// `appliedOffsetReset.unconfirmedOn`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed_on: Vec<String>,
+}
+
+/// A broker's reset call about to be made.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResetAttempt {
+    /// The broker's address.
+    pub broker: String,
+    /// Digest of the group's committed offsets on that broker just before the call: while they
+    /// are unchanged, making the call again cannot rewind a consumer that moved past the reset.
+    pub offsets_digest: String,
 }
 
 impl Broker {
@@ -943,6 +1007,16 @@ impl Broker {
             .as_ref()
             .and_then(|annotations| annotations.get(PAUSE_ANNOTATION))
             .is_some_and(|value| value == "true")
+    }
+
+    /// The restart token of the `quiver.io/restart` annotation, when set and not empty.
+    pub fn restart_token(&self) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|annotations| annotations.get(RESTART_ANNOTATION))
+            .map(String::as_str)
+            .filter(|token| !token.is_empty())
     }
 
     /// Whether the force annotation lets a scale-down skip the drain.

@@ -10,10 +10,11 @@ the operator's test API server and fails when these rules differ from them.
 - apiGroups: ["quiver.io"]
   resources: ["brokers"]
   verbs: ["get", "list", "watch"]
-# The ConsumerGroup finalizer (offsets deleted with the resource) is added and removed by patch.
+# The ConsumerGroup finalizer (offsets deleted with the resource) is added and removed by patch;
+# a status write (and an offset reset's record) starts from a fresh read.
 - apiGroups: ["quiver.io"]
   resources: ["consumergroups"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["quiver.io"]
   resources: ["brokers/status", "consumergroups/status"]
   verbs: ["patch"]

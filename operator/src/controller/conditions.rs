@@ -115,6 +115,40 @@ pub fn set(
     conditions
 }
 
+/// `ours` laid over the `stored` conditions, for a write that must not revert another writer's:
+/// the types `decides` covers come from `ours` (a decided type absent from `ours` is removed),
+/// every other stored condition is kept as stored. A condition whose status the stored one has
+/// keeps the stored transition time; one whose status differs from the stored one moved `now`.
+pub fn rebase(
+    stored: &[Condition],
+    ours: &[Condition],
+    decides: impl Fn(&str) -> bool,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let mut conditions: Vec<Condition> = ours
+        .iter()
+        .filter(|condition| decides(&condition.type_))
+        .map(|condition| {
+            let last_transition_time = match find(stored, &condition.type_) {
+                Some(was) if was.status == condition.status => was.last_transition_time.clone(),
+                Some(_) => Time(now),
+                None => condition.last_transition_time.clone(),
+            };
+            Condition {
+                last_transition_time,
+                ..condition.clone()
+            }
+        })
+        .collect();
+    conditions.extend(
+        stored
+            .iter()
+            .filter(|condition| !decides(&condition.type_))
+            .cloned(),
+    );
+    conditions
+}
+
 /// The condition of `type_`, if present.
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|condition| condition.type_ == type_)
@@ -202,5 +236,46 @@ mod tests {
         );
         assert_eq!(added.len(), 1);
         assert!(find(&failed, "Degraded").is_some_and(|c| c.message == "boom"));
+    }
+
+    #[test]
+    fn rebase_keeps_other_writers_conditions_and_stored_transition_times() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let t2 = Timestamp::from_second(3_000).unwrap();
+        let stored = merge(
+            &[],
+            &[
+                Desired::new("Ready", true, "AllBrokersReady", "3/3"),
+                Desired::new("example.com/Audited", true, "Audited", "by a tool"),
+                Desired::new("Degraded", true, "ReconcileError", "boom"),
+                Desired::new("VolumeExpansion", true, "Expanding", "1/3"),
+            ],
+            Some(1),
+            t1,
+        );
+        // Computed from an older copy: Ready held since t0, Degraded False since t0.
+        let ours = merge(
+            &[],
+            &[
+                Desired::new("Ready", true, "AllBrokersReady", "3/3"),
+                Desired::new("Degraded", false, "AsExpected", "3/3"),
+            ],
+            Some(1),
+            t0,
+        );
+        let ours_decide = |type_: &str| type_ != "example.com/Audited";
+        let rebased = rebase(&stored, &ours, ours_decide, t2);
+        let types: Vec<&str> = rebased.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["Ready", "Degraded", "example.com/Audited"],
+            "a decided type left out of ours goes, another writer's stays"
+        );
+        assert_eq!(rebased[0].last_transition_time, Time(t1), "status kept");
+        assert_eq!(rebased[1].last_transition_time, Time(t2), "status flipped");
+        assert_eq!(rebased[2], stored[1]);
+        let fresh = rebase(&[], &ours, ours_decide, t2);
+        assert_eq!(fresh, ours, "nothing stored: ours as computed");
     }
 }

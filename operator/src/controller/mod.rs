@@ -27,7 +27,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -138,6 +138,9 @@ pub struct Context {
     /// The status this operator last wrote to each object, by [`object_key`], as the API server
     /// answered the write: a cached object showing another status lags behind that write.
     written_status: Mutex<HashMap<String, serde_json::Value>>,
+    /// Brokers this operator saw an offset reset succeed on, by group uid and reset id, until
+    /// the reset's record says so (a failed status write must not make it apply again).
+    applied_resets: Mutex<HashMap<String, BTreeSet<String>>>,
 }
 
 impl Context {
@@ -166,6 +169,7 @@ impl Context {
             operator_pod_labels: BTreeMap::new(),
             failures: Mutex::new(HashMap::new()),
             written_status: Mutex::new(HashMap::new()),
+            applied_resets: Mutex::new(HashMap::new()),
         }
     }
 
@@ -213,6 +217,27 @@ impl Context {
         written
             .get(&object_key(cached))
             .is_some_and(|status| *status != status_json(cached))
+    }
+
+    /// The brokers this operator saw the offset reset `key` succeed on.
+    fn applied_resets(&self, key: &str) -> BTreeSet<String> {
+        let applied = self.applied_resets.lock().expect("resets lock poisoned");
+        applied.get(key).cloned().unwrap_or_default()
+    }
+
+    /// Notes that the offset reset `key` succeeded on `broker`.
+    fn note_applied_reset(&self, key: &str, broker: &str) {
+        let mut applied = self.applied_resets.lock().expect("resets lock poisoned");
+        applied
+            .entry(key.to_string())
+            .or_default()
+            .insert(broker.to_string());
+    }
+
+    /// Forgets the offset reset `key`: its record is written.
+    fn forget_applied_resets(&self, key: &str) {
+        let mut applied = self.applied_resets.lock().expect("resets lock poisoned");
+        applied.remove(key);
     }
 
     /// Delay before retrying after one more failure of `key`: doubling from BACKOFF_BASE.
@@ -263,57 +288,107 @@ where
     Ok(stored)
 }
 
-/// Writes `status` with server-side apply on the status subresource, under our one field manager.
-pub(crate) async fn patch_status<K, S>(
-    api: &Api<K>,
-    name: &str,
-    status: &S,
-    ctx: &Context,
-) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize,
-    K: std::fmt::Debug,
-    S: serde::Serialize,
+/// A resource whose status the operator writes.
+pub(crate) trait WithStatus:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
 {
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    let written = api
-        .patch_status(
-            name,
-            &kube::api::PatchParams::apply(crate::desired::FIELD_MANAGER).force(),
-            &kube::api::Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "writing status of {} {name}",
-            K::kind(&())
-        )))?;
-    ctx.remember_status(&written);
-    Ok(())
+    /// Its status.
+    type Status: Clone + Default + PartialEq + serde::Serialize;
+    /// The status, when it has one.
+    fn status(&self) -> Option<&Self::Status>;
+    /// The conditions of `status`.
+    fn conditions_mut(status: &mut Self::Status) -> &mut Vec<Condition>;
 }
 
-/// Writes `status` unless it equals `previous`: every status write wakes the object's watchers
-/// (this controller among them), and an unchanged one tells a reader nothing. True if written.
-pub(crate) async fn write_status_if_changed<K, S>(
-    api: &Api<K>,
-    name: &str,
-    previous: Option<&S>,
-    status: &S,
+impl WithStatus for Broker {
+    type Status = crate::crd::BrokerStatus;
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+    fn conditions_mut(status: &mut Self::Status) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+}
+
+impl WithStatus for ConsumerGroup {
+    type Status = crate::crd::ConsumerGroupStatus;
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+    fn conditions_mut(status: &mut Self::Status) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+}
+
+/// Attempts of a status write that lost a race with another writer (409 on its resourceVersion).
+const STATUS_WRITE_ATTEMPTS: usize = 3;
+
+/// The one way the operator writes a status: `update` builds it, purely, from the stored one,
+/// read fresh for the write (so a condition another writer set since the pass read the object
+/// is kept, not reverted), and it is applied server-side under the operator's field manager with
+/// that read's resourceVersion (a write in between is a 409: read again, build again). Nothing is
+/// written when `update` changes nothing: of `known` (the status the pass worked from, when it
+/// has one, which saves the read) or of the stored status. True if written.
+pub(crate) async fn write_status<K: WithStatus>(
     ctx: &Context,
-) -> Result<bool, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + serde::Serialize,
-    K: std::fmt::Debug,
-    S: serde::Serialize + PartialEq,
-{
-    if previous == Some(status) {
+    object: &K,
+    known: Option<&K::Status>,
+    update: impl Fn(Option<&K::Status>) -> K::Status,
+) -> Result<bool, Error> {
+    if known.is_some_and(|status| update(Some(status)) == *status) {
         return Ok(false);
     }
-    patch_status(api, name, status, ctx).await?;
-    Ok(true)
+    let name = object.name_any();
+    let kind = K::kind(&());
+    let namespace = object.namespace().ok_or_else(|| Error::MissingField {
+        kind: "object",
+        name: name.clone(),
+        field: "namespace",
+    })?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let stored = api.get(&name).await.map_err(Error::kube(format!(
+            "reading {kind} {name} to write its status"
+        )))?;
+        let status = update(stored.status());
+        if stored.status() == Some(&status) {
+            ctx.remember_status(&stored);
+            return Ok(false);
+        }
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": kind,
+            "metadata": {"resourceVersion": stored.resource_version()},
+            "status": status,
+        });
+        let params = kube::api::PatchParams::apply(crate::desired::FIELD_MANAGER).force();
+        match api
+            .patch_status(&name, &params, &kube::api::Patch::Apply(&patch))
+            .await
+        {
+            Ok(written) => {
+                ctx.remember_status(&written);
+                return Ok(true);
+            }
+            Err(kube::Error::Api(answer))
+                if answer.code == 409 && attempt < STATUS_WRITE_ATTEMPTS =>
+            {
+                tracing::debug!(object = %name, "status changed while written; reading it again");
+            }
+            Err(source) => {
+                return Err(Error::Kube {
+                    action: format!("writing status of {kind} {name}"),
+                    source,
+                })
+            }
+        }
+    }
 }
 
 /// `error` and its sources, outermost first, joined with ": " (what a condition message shows).
@@ -332,22 +407,16 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Makes a failure visible on `object`: a Warning event with `failure`'s reason and message, and
-/// `failure` set among the object's conditions (the others kept) with a merge patch of the
-/// status. Best effort: a failure to report is logged, never returned. Status is written only
-/// when the condition changes, so repeated identical failures do not churn the object.
-pub(crate) async fn report_failure<K>(
+/// `failure` set among the stored object's conditions (the others kept) through
+/// [`write_status`]. Best effort: a failure to report is logged, never returned. Status is
+/// written only when the condition changes, so repeated identical failures do not churn the
+/// object.
+pub(crate) async fn report_failure<K: WithStatus>(
     ctx: &Context,
     object: &K,
-    previous: &[Condition],
     failure: &Desired,
     action: &str,
-) where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
+) {
     publish(
         ctx,
         object,
@@ -357,32 +426,16 @@ pub(crate) async fn report_failure<K>(
         &failure.message,
     )
     .await;
-    let Some(namespace) = object.namespace() else {
-        return;
-    };
     let now = Timestamp::from_millisecond((ctx.clock)()).unwrap_or(Timestamp::UNIX_EPOCH);
-    let conditions = conditions::set(previous, failure, object.meta().generation, now);
-    if conditions == previous {
-        return;
-    }
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    let patch = serde_json::json!({"status": {"conditions": conditions}});
-    let params = kube::api::PatchParams {
-        field_manager: Some(crate::desired::FIELD_MANAGER.to_string()),
-        ..kube::api::PatchParams::default()
+    let generation = object.meta().generation;
+    let with_failure = |stored: Option<&K::Status>| {
+        let mut status = stored.cloned().unwrap_or_default();
+        let list = K::conditions_mut(&mut status);
+        *list = conditions::set(list, failure, generation, now);
+        status
     };
-    match api
-        .patch_status(
-            &object.name_any(),
-            &params,
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(written) => ctx.remember_status(&written),
-        Err(error) => {
-            tracing::warn!(%error, reason = failure.reason, "could not write the failure condition");
-        }
+    if let Err(error) = write_status(ctx, object, None, with_failure).await {
+        tracing::warn!(%error, reason = failure.reason, "could not write the failure condition");
     }
 }
 

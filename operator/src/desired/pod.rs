@@ -36,6 +36,13 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
             security_hash.clone(),
         )]));
     }
+    // A new restart token is a template change: the rollout restarts the pods.
+    if let Some(token) = broker.restart_token() {
+        annotations.get_or_insert_with(BTreeMap::new).insert(
+            crate::crd::RESTART_ANNOTATION.to_string(),
+            token.to_string(),
+        );
+    }
     // The drain marks are left out: they must not restart the brokers that stay.
     let hash = template_hash(&template, &rolling_config(broker, plan.replicas));
     template

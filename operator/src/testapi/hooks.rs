@@ -33,13 +33,15 @@ pub struct RequestRecord {
     pub at_ms: i64,
 }
 
-/// The next `remaining` requests with this method and path (no query) answer `code`.
+/// The next `remaining` requests with this method and path (no query) answer `code`, once
+/// `skip` of them went through.
 #[derive(Clone, Debug)]
 pub struct FailureRule {
     pub method: Method,
     pub path: String,
     pub remaining: usize,
     pub code: u16,
+    pub skip: usize,
 }
 
 /// Hook state kept by the server.
@@ -74,9 +76,13 @@ impl Hooks {
             .failures
             .iter_mut()
             .find(|rule| rule.remaining > 0 && rule.method == method && rule.path == path);
-        let code = rule.map(|rule| {
+        let code = rule.and_then(|rule| {
+            if rule.skip > 0 {
+                rule.skip -= 1;
+                return None;
+            }
             rule.remaining -= 1;
-            rule.code
+            Some(rule.code)
         });
         (index, code)
     }
@@ -143,6 +149,12 @@ impl TestApiServer {
 
     /// The next `times` requests with `method` on `path` (no query) answer `code`.
     pub fn fail_next(&self, method: Method, path: &str, times: usize, code: u16) {
+        self.fail_after(method, path, 0, times, code);
+    }
+
+    /// Lets `skip` requests with `method` on `path` (no query) through, then the next `times`
+    /// answer `code` (rules added earlier match first).
+    pub fn fail_after(&self, method: Method, path: &str, skip: usize, times: usize, code: u16) {
         self.shared
             .hooks
             .lock()
@@ -153,6 +165,7 @@ impl TestApiServer {
                 path: path.to_string(),
                 remaining: times,
                 code,
+                skip,
             });
     }
 

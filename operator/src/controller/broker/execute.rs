@@ -5,16 +5,19 @@
 
 use super::observe::World;
 use super::plan::{Note, Object, Step};
+use super::status::onto_stored;
 use super::{Problem, REASON_KEPT_READ_ONLY, REASON_TOPICS};
 use crate::controller::conditions::Desired;
 use crate::controller::replication::{self, MEMBERSHIP_TIMEOUT, SWITCHOVER_TIMEOUT};
 use crate::controller::{
-    drain, error_chain, expansion, publish, report_failure, write_status_if_changed, Context, Error,
+    drain, error_chain, expansion, publish, report_failure, write_status as write_status_over,
+    Context, Error,
 };
 use crate::crd::{Broker, BrokerStatus};
 use crate::desired::{self, FIELD_MANAGER};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -62,6 +65,18 @@ async fn take(
             }
         }
         Step::Apply(object) => apply_object(ctx, namespace, object).await?,
+        Step::RestoreTemplate { statefulset, patch } => {
+            let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PatchParams::default()
+            };
+            api.patch(statefulset, &params, &Patch::Merge(patch))
+                .await
+                .map_err(Error::kube(format!(
+                    "restoring the pod template of StatefulSet {statefulset}"
+                )))?;
+        }
         Step::Delete(object) => delete_object(ctx, namespace, object).await?,
         Step::OrphanStatefulSet(done) => {
             let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
@@ -117,14 +132,7 @@ async fn take(
                 }
             }
         }
-        Step::ReportFailure(failure) => {
-            let previous = broker
-                .status
-                .as_ref()
-                .map(|status| status.conditions.as_slice())
-                .unwrap_or_default();
-            report_failure(ctx, broker, previous, failure, "Reconcile").await;
-        }
+        Step::ReportFailure(failure) => report_failure(ctx, broker, failure, "Reconcile").await,
     }
     Ok(())
 }
@@ -250,14 +258,16 @@ pub async fn publish_transitions(
     }
 }
 
-/// Writes the status unless it is the one the Broker has.
+/// Writes the pass's status over the stored one ([`onto_stored`]): the condition types of
+/// `drops` the pass did not set are removed, other writers' conditions are kept.
 pub async fn write_status(
     world: &World,
     status: &BrokerStatus,
+    drops: &[&str],
     ctx: &Context,
 ) -> Result<(), Error> {
-    let brokers: Api<Broker> = Api::namespaced(ctx.client.clone(), &world.namespace);
-    let name = world.broker.name_any();
-    write_status_if_changed(&brokers, &name, world.broker.status.as_ref(), status, ctx).await?;
+    let now = Timestamp::from_millisecond(world.now_ms).unwrap_or(Timestamp::UNIX_EPOCH);
+    let update = |stored: Option<&BrokerStatus>| onto_stored(status, drops, stored, now);
+    write_status_over(ctx, &world.broker, world.broker.status.as_ref(), update).await?;
     Ok(())
 }

@@ -9,9 +9,11 @@
 //! Degraded=True and a Warning event, while everything else is still applied. A failed API call
 //! on the objects themselves fails the pass; [`reconcile`] reports it the same way.
 
+mod drift;
 mod execute;
 mod observe;
 mod plan;
+mod restart;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -19,7 +21,7 @@ mod tests;
 pub use execute::{execute, Outcome};
 pub use observe::{observe, Cluster, World};
 pub use plan::{plan, Note, Object, Plan, StatusPlan, Step};
-pub use status::{transition_events, Draft, Outlook, ReadOnly, Scale};
+pub use status::{transition_events, Draft, Outlook, ReadOnly, Scale, CONDITIONS};
 
 use super::conditions::Desired;
 use super::{error_chain, object_key, report_failure, Context, Error};
@@ -91,13 +93,8 @@ async fn report_reconcile_error(broker: &Broker, error: &Error, ctx: &Context) {
     if matches!(error, Error::MissingField { .. }) {
         return;
     }
-    let previous = broker
-        .status
-        .as_ref()
-        .map(|status| status.conditions.as_slice())
-        .unwrap_or_default();
     let failure = Desired::new("Degraded", true, REASON_RECONCILE_ERROR, error_chain(error));
-    report_failure(ctx, broker, previous, &failure, "Reconcile").await;
+    report_failure(ctx, broker, &failure, "Reconcile").await;
 }
 
 fn checked_namespace(broker: &Broker) -> Result<String, Error> {
@@ -120,7 +117,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
     let outcome = execute(&world, &steps, ctx).await?;
     match status {
         StatusPlan::Paused(status) => {
-            execute::write_status(&world, &status, ctx).await?;
+            execute::write_status(&world, &status, &[], ctx).await?;
             Ok(Action::await_change())
         }
         StatusPlan::Held => Ok(Action::requeue(PROGRESS_REQUEUE)),
@@ -130,7 +127,7 @@ async fn reconcile_broker(broker: &Broker, ctx: &Context) -> Result<Action, Erro
             let events =
                 transition_events(&previous.conditions, &status.conditions, &outcome.problems);
             execute::publish_transitions(&world.broker, events, ctx).await;
-            execute::write_status(&world, &status, ctx).await?;
+            execute::write_status(&world, &status, &CONDITIONS, ctx).await?;
             Ok(Action::requeue(outlook.requeue()))
         }
     }

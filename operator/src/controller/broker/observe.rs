@@ -2,7 +2,7 @@
 //! that the plan's own rules make unnecessary (pods while no pod can be stuck, claims while no
 //! volume grows) are skipped, by asking the plan's pure helpers.
 
-use super::{plan, Problem};
+use super::{drift, plan, Problem};
 use crate::admin::BrokerAddr;
 use crate::controller::drain::{self, LeavingBroker};
 use crate::controller::replication::{self, GroupObservation};
@@ -141,10 +141,11 @@ async fn observe_cluster(
 async fn observe_objects(world: &World, cluster: &mut Cluster, ctx: &Context) -> Result<(), Error> {
     let broker = &world.broker;
     let namespace = world.namespace.as_str();
-    let lists_pods = cluster
-        .statefulset
-        .as_ref()
-        .is_some_and(|sts| rollout::may_have_stuck_pod(sts) || plan::steps_groups(broker, sts));
+    let lists_pods = cluster.statefulset.as_ref().is_some_and(|sts| {
+        rollout::may_have_stuck_pod(sts)
+            || plan::steps_groups(broker, sts)
+            || !drift::template_drift(sts).is_empty()
+    });
     if lists_pods {
         let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
         let listed = pods

@@ -4,6 +4,7 @@
 
 use super::observe::{Cluster, State, World};
 use super::status::{paused_status, Draft, ReadOnly, Scale};
+use super::{drift, restart};
 use super::{Problem, REASON_LEAVING_UNREACHABLE, REASON_MEMBERSHIP, REASON_STUCK_POD};
 use crate::admin::{BrokerAddr, MembershipChange, TopicConfig};
 use crate::controller::conditions::{is_true, Desired};
@@ -53,7 +54,7 @@ pub struct Note {
 }
 
 impl Note {
-    fn normal(reason: &'static str, action: &'static str, note: String) -> Note {
+    pub(super) fn normal(reason: &'static str, action: &'static str, note: String) -> Note {
         Note {
             type_: EventType::Normal,
             reason,
@@ -62,7 +63,7 @@ impl Note {
         }
     }
 
-    fn warning(reason: &'static str, action: &'static str, note: String) -> Note {
+    pub(super) fn warning(reason: &'static str, action: &'static str, note: String) -> Note {
         Note {
             type_: EventType::Warning,
             ..Note::normal(reason, action, note)
@@ -99,6 +100,14 @@ pub enum Step {
         failed: (&'static str, String),
     },
     Apply(Object),
+    /// Put the StatefulSet's pod template back to the operator's: a JSON merge patch of the
+    /// template as read (fields another manager added set to null) and the update strategy. No
+    /// resourceVersion: the StatefulSet controller's status writes would make it a conflict, and
+    /// a template field added since the read is found and undone by the next pass.
+    RestoreTemplate {
+        statefulset: String,
+        patch: serde_json::Value,
+    },
     /// Delete an object the operator owns (a group budget scaled away, a dropped policy).
     Delete(Object),
     /// Delete the StatefulSet with orphan propagation (its pods and claims stay), then publish
@@ -175,6 +184,8 @@ fn now(world: &World) -> Timestamp {
 fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
     let previous = broker.status.clone().unwrap_or_default();
     let existing = cluster.statefulset.as_ref();
+    let sticky = restart::with_sticky_token(broker, existing);
+    let broker = &*sticky;
     let mut steps = Vec::new();
     let mut scale = plan_scale(broker, existing, &previous, &cluster.leaving, &mut steps);
     if let (Some(sts), Some(groups)) = (existing, &cluster.groups) {
@@ -184,16 +195,23 @@ fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
             .max(membership::kept_pods(broker, groups, running));
     }
     let memberships = memberships_of(cluster.groups.as_deref());
-    let (plan, phase) = plan_rollout(
+    let (mut plan, phase) = plan_rollout(
         broker,
         existing,
         scale.replicas,
         cluster.security_hash.clone(),
     );
+    let restart_started = restart::requested(broker, existing);
+    if let Some(token) = restart_started {
+        steps.push(Step::Publish(restart::started_note(broker, token)));
+    }
     steps.extend(announce_rollout(broker, &phase, &plan, existing.is_some()));
+    let drifted =
+        existing.is_some_and(|sts| plan_drift(broker, sts, cluster, &mut plan, &mut steps));
     let deleted = existing.and_then(|sts| plan_stuck_pod(broker, sts, cluster, &mut steps));
     let draining_from = scale.drain.is_some().then_some(scale.wanted);
     plan_objects(
+        broker,
         world,
         cluster,
         &plan,
@@ -202,12 +220,22 @@ fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
         &mut steps,
     );
     let replicated_rolling = match (existing, &cluster.groups) {
+        // The update revision read is the drifted template's: step once it is restored.
+        (Some(_), Some(_)) if drifted => true,
         (Some(sts), Some(groups)) => {
             let pods = pods_after(cluster.pods.as_ref(), deleted.as_deref(), world.now_ms);
             plan_group_changes(broker, sts, groups, pods.as_ref(), &mut steps)
         }
         _ => false,
     };
+    let settled = restart::settled(
+        existing,
+        plan.partition > 0 || replicated_rolling || drifted,
+    );
+    let restart = restart::next_status(previous.restart.as_ref(), restart_started, settled);
+    steps.extend(
+        restart::completed_note(previous.restart.as_ref(), restart.as_ref()).map(Step::Publish),
+    );
     let (expansion, to_grow) = match existing {
         Some(_) => expansion::plan(
             broker,
@@ -249,6 +277,7 @@ fn plan_running(broker: &Broker, world: &World, cluster: &Cluster) -> Plan {
                 .collect()
         }),
         replicated_rolling,
+        restart,
     };
     Plan {
         steps,
@@ -400,6 +429,52 @@ fn announce_rollout(
     Some(Step::Publish(Note::normal(reason, "Rollout", note)))
 }
 
+/// A pod template changed behind the operator (managedFields name another writer of its
+/// fields): a Warning event naming the drift, the template restored before the apply, and the
+/// pods the StatefulSet controller rolled to the drifted template rolled back under the
+/// operator's partition (from the highest such ordinal down; a replicated Broker's OnDelete
+/// rolled none). Returns whether the template drifted.
+fn plan_drift(
+    broker: &Broker,
+    sts: &StatefulSet,
+    cluster: &Cluster,
+    plan: &mut RolloutPlan,
+    steps: &mut Vec<Step>,
+) -> bool {
+    let drift = drift::template_drift(sts);
+    if drift.is_empty() {
+        return false;
+    }
+    let rolled = match cluster.pods.as_ref() {
+        Some(Ok(pods)) if !broker.is_replicated() => drift::rolled_outside(broker, sts, pods),
+        _ => Vec::new(),
+    };
+    let highest = rolled
+        .iter()
+        .filter_map(|name| name.rsplit('-').next()?.parse::<i32>().ok())
+        .max();
+    if let Some(ordinal) = highest.filter(|_| plan.partition == 0) {
+        plan.partition = ordinal.min(plan.replicas - 1).max(0);
+    }
+    let note = drift::describe(&sts.name_any(), &drift, &rolled);
+    steps.push(Step::Publish(Note::warning(
+        "TemplateDrift",
+        "Rollout",
+        note,
+    )));
+    let wanted = desired::stateful_set(broker, plan);
+    let json = |value| serde_json::to_value(value).unwrap_or_default();
+    let template = drift::merge_patch(&json(&sts.spec.template), &json(&wanted.spec.template));
+    let patch = serde_json::json!({
+        "spec": {"template": template, "updateStrategy": wanted.spec.update_strategy},
+    });
+    steps.push(Step::RestoreTemplate {
+        statefulset: sts.name_any(),
+        patch,
+    });
+    true
+}
+
 /// Deletes a pod stuck not Ready at an outdated revision, so the StatefulSet recreates it at
 /// the update revision instead of waiting for it forever. Returns the pod deleted.
 fn plan_stuck_pod(
@@ -519,6 +594,7 @@ fn pods_after(
 /// The objects of this pass: config, Services, budgets (and those of groups scaled away),
 /// the NetworkPolicy (or the deletion of the one the spec dropped), then the StatefulSet.
 fn plan_objects(
+    broker: &Broker,
     world: &World,
     cluster: &Cluster,
     plan: &RolloutPlan,
@@ -526,7 +602,6 @@ fn plan_objects(
     memberships: &desired::Memberships,
     steps: &mut Vec<Step>,
 ) {
-    let broker = &world.broker;
     let config = desired::config_map_of_members(broker, plan.replicas, draining_from, memberships);
     steps.push(Step::Apply(Object::ConfigMap(Box::new(config))));
     let headless_service = desired::headless_service(broker);

@@ -13,7 +13,7 @@ use crate::controller::rollout::{self, ProgressMarkers};
 use crate::controller::{broker::Problem, drain};
 use crate::crd::{
     Broker, BrokerAddress, BrokerReplicationStatus, BrokerStatus, DrainStatus,
-    ReplicationGroupStatus, RolloutStatus,
+    ReplicationGroupStatus, RestartState, RestartStatus, RolloutStatus,
 };
 use crate::desired::{self, RolloutPlan};
 use crate::disk;
@@ -85,6 +85,8 @@ pub struct Draft {
     pub replication: Option<Vec<ReplicationGroupStatus>>,
     /// A replicated Broker's pods are being restarted group by group.
     pub replicated_rolling: bool,
+    /// The last restart asked for with the `quiver.io/restart` annotation, after this pass.
+    pub restart: Option<RestartStatus>,
 }
 
 /// What the status says about the next pass.
@@ -108,9 +110,10 @@ impl Outlook {
     }
 }
 
-/// The status of a paused Broker: Paused=True and Progressing=False, the rest kept.
+/// The status of a paused Broker: Paused=True and Progressing=False; its other conditions are
+/// not the pass's to decide and stay as stored ([`onto_stored`]).
 pub fn paused_status(broker: &Broker, previous: BrokerStatus, now: Timestamp) -> BrokerStatus {
-    let mut conditions = conditions::merge(
+    let conditions = conditions::merge(
         &previous.conditions,
         &[
             Desired::new(
@@ -129,13 +132,6 @@ pub fn paused_status(broker: &Broker, previous: BrokerStatus, now: Timestamp) ->
         broker.metadata.generation,
         now,
     );
-    conditions.extend(
-        previous
-            .conditions
-            .iter()
-            .filter(|c| c.type_ != "Paused" && c.type_ != "Progressing")
-            .cloned(),
-    );
     BrokerStatus {
         conditions,
         ..previous
@@ -150,6 +146,35 @@ enum Overdue {
     Rollout,
     /// A volume expansion: claims not resized.
     Expansion,
+}
+
+/// The condition types a running pass decides: one it no longer sets is removed.
+pub const CONDITIONS: [&str; 7] = [
+    "Ready",
+    "Progressing",
+    "Degraded",
+    "Paused",
+    disk::CONDITION,
+    expansion::CONDITION,
+    replication::CONDITION,
+];
+
+/// The status a pass writes over the `stored` one: every field as the pass computed it
+/// (`ours`) but the conditions, where the types `ours` sets or `drops` names are the pass's
+/// and every other stored condition (another writer's) is kept ([`conditions::rebase`]).
+pub fn onto_stored(
+    ours: &BrokerStatus,
+    drops: &[&str],
+    stored: Option<&BrokerStatus>,
+    now: Timestamp,
+) -> BrokerStatus {
+    let stored = stored.map(|status| status.conditions.as_slice());
+    let decides =
+        |type_: &str| drops.contains(&type_) || conditions::find(&ours.conditions, type_).is_some();
+    BrokerStatus {
+        conditions: conditions::rebase(stored.unwrap_or_default(), &ours.conditions, decides, now),
+        ..ours.clone()
+    }
 }
 
 /// The pass's view for the conditions: the draft with the outcome folded in.
@@ -232,6 +257,7 @@ impl Draft {
                 .replication
                 .clone()
                 .map(|groups| BrokerReplicationStatus { groups }),
+            restart: self.restart.clone(),
         };
         (status, outlook)
     }
@@ -296,6 +322,19 @@ impl Finished<'_> {
                 format!(
                     "waiting for the leaving brokers to be read: {}",
                     drain::describe(drain)
+                ),
+            )
+        } else if let Some(restart) = draft
+            .restart
+            .as_ref()
+            .filter(|restart| restart.state == RestartState::InProgress)
+        {
+            (
+                true,
+                "Restarting",
+                format!(
+                    "restart {} (quiver.io/restart): pods restart one at a time",
+                    restart.token
                 ),
             )
         } else if draft.replicated_rolling {

@@ -116,6 +116,7 @@ fn summary(step: &Step) -> String {
         Step::RestoreWritable(ordinals) => format!("restore {ordinals:?}"),
         Step::DeletePod { pod, .. } => format!("delete pod {pod}"),
         Step::Apply(object) => format!("apply {}", object_name(object)),
+        Step::RestoreTemplate { statefulset, .. } => format!("restore template {statefulset}"),
         Step::Delete(object) => format!("delete {}", object_name(object)),
         Step::OrphanStatefulSet(_) => "orphan StatefulSet".to_string(),
         Step::Switchover { addr, target, .. } => format!("switchover {} to {target}", addr.0),
@@ -615,6 +616,7 @@ mod conditions;
 mod drain_rows;
 mod membership_rows;
 mod objects;
+mod restart_rows;
 mod rollouts;
 
 /// The cluster of a running world, to change between passes.

@@ -60,6 +60,7 @@ pub(super) fn polled(
             timestamp(now_ms),
         ),
         applied_offset_reset: poll.applied_offset_reset.clone(),
+        offset_reset_in_progress: previous.offset_reset_in_progress.clone(),
         last_commit_time: lag_window
             .and_then(|window| window.last_commit_ms)
             .map(|ms| timestamp(ms).to_string())

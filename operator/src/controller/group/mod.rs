@@ -12,6 +12,7 @@
 mod judge;
 mod plan;
 mod poll;
+mod reset;
 #[cfg(test)]
 mod tests;
 
@@ -19,12 +20,11 @@ pub use judge::judgement_window;
 use judge::*;
 use plan::*;
 use poll::*;
+use reset::*;
 
 use super::conditions::{self, Desired, Status};
 use super::security;
-use super::{
-    error_chain, object_key, publish, report_failure, write_status_if_changed, Context, Error,
-};
+use super::{error_chain, object_key, publish, report_failure, write_status, Context, Error};
 use crate::admin::{
     AdminError, BrokerAddr, QueueConsumeStats, QueueOffset, ResetTarget, SubscriptionGroup,
 };
@@ -242,10 +242,9 @@ async fn execute(
             status,
             best_effort,
         } => {
-            let groups: Api<ConsumerGroup> = Api::namespaced(ctx.client.clone(), namespace);
-            let name = group.name_any();
-            let written =
-                write_status_if_changed(&groups, &name, group.status.as_ref(), &*status, ctx).await;
+            let now = timestamp(now_ms);
+            let update = |stored: Option<&ConsumerGroupStatus>| onto_stored(&status, stored, now);
+            let written = write_status(ctx, group, group.status.as_ref(), update).await;
             match written {
                 Err(error) if best_effort => {
                     tracing::warn!(%error, "could not write the poll failure to status");
@@ -269,13 +268,8 @@ async fn cleanup(group: &ConsumerGroup, namespace: &str, ctx: &Context) -> Resul
             "deletion waits: removing the group from its brokers failed: {}",
             error_chain(&error)
         );
-        let previous = group
-            .status
-            .as_ref()
-            .map(|status| status.conditions.clone())
-            .unwrap_or_default();
         let failure = Desired::new("Ready", false, "CleanupFailed", message);
-        report_failure(ctx, group, &previous, &failure, "DeletingGroup").await;
+        report_failure(ctx, group, &failure, "DeletingGroup").await;
         return Err(error);
     }
     ctx.metrics.forget_group(&series_of(group, namespace));

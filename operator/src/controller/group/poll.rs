@@ -100,67 +100,6 @@ pub(super) async fn ensure_group(
     Ok(())
 }
 
-/// Applies `spec.offsetReset` once per id, on every broker or not at all (half-applied, it
-/// would look done); the record of the last reset applied.
-pub(super) async fn apply_offset_reset(
-    group: &ConsumerGroup,
-    addresses: &[BrokerAddr],
-    unanswered: &Unanswered,
-    ctx: &Context,
-    now_ms: i64,
-) -> Result<Option<AppliedOffsetReset>, Error> {
-    let applied = group
-        .status
-        .as_ref()
-        .and_then(|status| status.applied_offset_reset.clone());
-    let Some(reset) = &group.spec.offset_reset else {
-        return Ok(applied);
-    };
-    if applied
-        .as_ref()
-        .is_some_and(|applied| applied.id == reset.id)
-    {
-        return Ok(applied);
-    }
-    if !unanswered.is_empty() {
-        tracing::info!(reset = %reset.id, "offset reset waits until every broker answers");
-        return Ok(applied);
-    }
-    let target = match reset.to {
-        OffsetResetTarget::Earliest => ResetTarget::Earliest,
-        OffsetResetTarget::Latest => ResetTarget::Latest,
-        OffsetResetTarget::Timestamp => ResetTarget::Timestamp(reset.timestamp_millis.unwrap_or(0)),
-    };
-    for addr in addresses {
-        for topic in &group.spec.topics {
-            ctx.admin
-                .reset_offsets(addr, &group.name_any(), topic, target)
-                .await
-                .map_err(Error::admin("resetting offsets"))?;
-        }
-    }
-    let note = format!(
-        "offsets of {} reset to {:?} (request {})",
-        group.spec.topics.join(", "),
-        reset.to,
-        reset.id
-    );
-    publish(
-        ctx,
-        group,
-        EventType::Normal,
-        "OffsetsReset",
-        "OffsetsReset",
-        &note,
-    )
-    .await;
-    Ok(Some(AppliedOffsetReset {
-        id: reset.id.clone(),
-        to: reset.to,
-        applied_at: timestamp(now_ms).to_string(),
-    }))
-}
-
 /// Queues of spec topics the group never committed on (the broker's consume stats list only
 /// topics with offsets), so status shows them as unknown rather than leaving them out.
 pub(super) async fn uncommitted_topics(
