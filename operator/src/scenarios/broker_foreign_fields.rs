@@ -1,7 +1,8 @@
-//! The operator's forced server-side apply of the StatefulSet merges with what another field
-//! manager set, as a real API server merges lists by key: an env var kubectl added to the
-//! broker container survives the operator's next apply, while a field the operator applies
-//! (the container's image) is taken back from whoever changed it.
+//! Another field manager's apply of the StatefulSet merges with the operator's, as a real API
+//! server merges lists by key: an env var kubectl adds to the broker container joins the
+//! operator's vars instead of replacing them. The operator then names it as template drift and
+//! takes it out again, as it takes back a field it applies (the container's image) from whoever
+//! forced it: the Broker's spec is the one source of the pods' template.
 
 use super::{eventually, Scenario};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -54,7 +55,7 @@ async fn operator_applies_again(scenario: &Scenario, mark: &str) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn another_managers_env_var_survives_the_operators_apply_and_its_image_does_not() {
+async fn another_managers_env_var_merges_by_name_and_is_undone_with_its_image() {
     let scenario = Scenario::settled(1).await;
     let statefulsets: Api<StatefulSet> = Api::namespaced(scenario.server.client(), "ns");
     let debug = kubectl_container(json!({"env": [{"name": "DEBUG", "value": "1"}]}));
@@ -68,10 +69,21 @@ async fn another_managers_env_var_survives_the_operators_apply_and_its_image_doe
 
     operator_applies_again(&scenario, "1").await;
     let container = broker_container(&scenario);
+    let without_debug: Vec<String> = operators
+        .iter()
+        .filter(|name| *name != "DEBUG")
+        .cloned()
+        .collect();
     assert_eq!(
         env_names(&container),
-        operators,
-        "DEBUG kept, the operator's vars too"
+        without_debug,
+        "DEBUG undone, the operator's vars kept"
+    );
+    let drift = scenario.event("TemplateDrift", "Warning");
+    let note = drift["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("by kubectl:") && note.contains("DEBUG"),
+        "{note}"
     );
 
     // kubectl's configuration names what it manages: DEBUG too, or DEBUG would go.
@@ -96,6 +108,6 @@ async fn another_managers_env_var_survives_the_operators_apply_and_its_image_doe
         container["image"], "quiver:1",
         "the operator's field taken back"
     );
-    assert!(env_names(&container).contains(&"DEBUG".to_string()));
+    assert_eq!(env_names(&container), without_debug, "DEBUG undone again");
     scenario.stop().await;
 }

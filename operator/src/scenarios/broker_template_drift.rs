@@ -38,31 +38,106 @@ fn env_names(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Vec<String> 
 }
 
 /// Patches the StatefulSet as kubectl would, then lets the simulated StatefulSet controller roll
-/// the highest pod to the drifted template before the operator hears of it (three passes:
-/// delete, create, Ready), as a real one may.
-async fn drift_behind_the_operator(scenario: &Scenario, manager: &str, patch: Value) {
+/// two pods to the drifted template before the operator hears of it (delete, create, Ready
+/// for each), as a real one may. Returns the drifted pods' names. The simulator rolls the
+/// lowest ordinals first (a real controller the highest): whichever it took, the operator
+/// must roll them back from the highest down under its own partition.
+async fn drift_behind_the_operator(
+    scenario: &Scenario,
+    manager: &str,
+    patch: Value,
+    drifted: &impl Fn(&Pod) -> bool,
+) -> Vec<String> {
     scenario.server.hold_watches::<StatefulSet>();
     kubectl_patch(scenario, manager, patch).await;
-    for _ in 0..3 {
+    let drifted_names = || -> Vec<String> {
+        let pods = scenario.server.list::<Pod>("ns");
+        pods.iter()
+            .filter(|pod| drifted(pod) && is_ready(pod))
+            .map(|pod| pod.metadata.name.clone().unwrap_or_default())
+            .collect()
+    };
+    // Passes enough for two pods to stop, come back and be Ready; bounded.
+    for _ in 0..40 {
+        if drifted_names().len() >= 2 {
+            break;
+        }
         scenario.server.step();
     }
+    let rolled = drifted_names();
     scenario.server.release_watches::<StatefulSet>();
+    rolled
 }
 
-/// Follows the recovery until every pod runs the Broker's template and is Ready: the highest
-/// partition the operator set meanwhile.
-async fn recovered(scenario: &Scenario, drifted: impl Fn(&Pod) -> bool) -> i32 {
-    let mut highest_partition = 0;
+fn is_ready(pod: &Pod) -> bool {
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref());
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+/// What a recovery did: the highest partition the operator set, and the drifted pods in the
+/// order they were rolled back.
+struct Recovery {
+    highest_partition: i32,
+    rolled_back: Vec<String>,
+}
+
+/// Follows the recovery until every pod runs the Broker's template and is Ready, noting the
+/// partitions the operator set and the order the drifted pods were replaced in.
+async fn recovered(scenario: &Scenario, drifted: impl Fn(&Pod) -> bool) -> Recovery {
+    let mut recovery = Recovery {
+        highest_partition: 0,
+        rolled_back: Vec::new(),
+    };
+    let mut still_drifted: Vec<String> = Vec::new();
     eventually(Duration::from_secs(600), || {
-        highest_partition = highest_partition.max(current_partition(&scenario.statefulset()));
+        let partition = current_partition(&scenario.statefulset());
+        recovery.highest_partition = recovery.highest_partition.max(partition);
         let pods = scenario.server.list::<Pod>("ns");
+        let now: Vec<String> = pods
+            .iter()
+            .filter(|pod| drifted(pod))
+            .map(|pod| pod.metadata.name.clone().unwrap_or_default())
+            .collect();
+        let gone = still_drifted.iter().filter(|name| !now.contains(name));
+        recovery.rolled_back.extend(gone.cloned());
+        still_drifted = now;
         pods.len() == 3
-            && !pods.iter().any(&drifted)
+            && still_drifted.is_empty()
             && scenario.pods_ready_on(3, "quiver:1")
             && scenario.broker_ready()
     })
     .await;
-    highest_partition
+    recovery
+}
+
+/// Checks a recovery rolled `rolled` back one at a time, highest ordinal first, the partition
+/// opened at the highest of them: what the simulator, going lowest first, would never do alone.
+fn assert_rolled_back_stepwise(recovery: &Recovery, rolled: &[String]) {
+    let mut highest_first = rolled.to_vec();
+    highest_first.sort_by(|a, b| b.cmp(a));
+    assert!(
+        rolled.len() >= 2,
+        "the controller rolled two pods: {rolled:?}"
+    );
+    assert_eq!(
+        recovery.rolled_back, highest_first,
+        "rolled back one at a time, highest first"
+    );
+    let highest = highest_first[0]
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok());
+    assert_eq!(
+        Some(recovery.highest_partition),
+        highest,
+        "the operator's partition opened at the highest drifted pod"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -74,30 +149,17 @@ async fn an_env_var_added_behind_the_operator_is_named_removed_and_rolled_back_s
         serde_json::to_value(&template.spec.expect("pod spec").containers).expect("containers");
     let env = containers[0]["env"].as_array_mut().expect("env");
     env.push(json!({"name": "DEBUG", "value": "1"}));
-    let rolled = scenario.server.object::<Pod>("ns", "qb-2");
-    drift_behind_the_operator(
+    let carries_debug = |pod: &Pod| env_names(pod.spec.as_ref()).contains(&"DEBUG".to_string());
+    let rolled = drift_behind_the_operator(
         &scenario,
         "kubectl-edit",
         json!({"spec": {"template": {"spec": {"containers": containers}}}}),
+        &carries_debug,
     )
     .await;
-    assert_ne!(
-        scenario
-            .server
-            .object::<Pod>("ns", "qb-2")
-            .and_then(|pod| pod.metadata.uid),
-        rolled.and_then(|pod| pod.metadata.uid),
-        "the StatefulSet controller rolled qb-2 to the drifted template"
-    );
 
-    let highest_partition = recovered(&scenario, |pod| {
-        env_names(pod.spec.as_ref()).contains(&"DEBUG".to_string())
-    })
-    .await;
-    assert_eq!(
-        highest_partition, 2,
-        "qb-2 rolled back under the operator's partition"
-    );
+    let recovery = recovered(&scenario, carries_debug).await;
+    assert_rolled_back_stepwise(&recovery, &rolled);
     let sts = scenario.statefulset();
     assert!(
         !env_names(sts.spec.template.spec.as_ref()).contains(&"DEBUG".to_string()),
@@ -106,7 +168,9 @@ async fn an_env_var_added_behind_the_operator_is_named_removed_and_rolled_back_s
     let drift = scenario.event("TemplateDrift", "Warning");
     let note = drift["note"].as_str().unwrap_or_default();
     assert!(
-        note.contains("by kubectl-edit: spec.template.spec.containers") && note.contains("qb-2"),
+        note.contains(
+            "by kubectl-edit: spec.template.spec.containers[name=broker].env[name=DEBUG])"
+        ) && rolled.iter().all(|pod| note.contains(pod.as_str())),
         "{note}"
     );
     scenario.stop().await;
@@ -118,19 +182,17 @@ async fn a_rollout_restart_behind_the_operator_is_named_and_undone_stepwise() {
     tokio::time::sleep(Duration::from_secs(30)).await;
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {
         RESTARTED_AT: "2026-12-06T18:00:00Z"}}}}});
-    drift_behind_the_operator(&scenario, "kubectl-rollout", patch).await;
-
     let carries_restarted_at = |pod: &Pod| {
         pod.metadata
             .annotations
             .as_ref()
             .is_some_and(|annotations| annotations.contains_key(RESTARTED_AT))
     };
-    let highest_partition = recovered(&scenario, carries_restarted_at).await;
-    assert_eq!(
-        highest_partition, 2,
-        "qb-2 rolled back under the operator's partition"
-    );
+    let rolled =
+        drift_behind_the_operator(&scenario, "kubectl-rollout", patch, &carries_restarted_at).await;
+
+    let recovery = recovered(&scenario, carries_restarted_at).await;
+    assert_rolled_back_stepwise(&recovery, &rolled);
     let annotations = scenario
         .statefulset()
         .spec

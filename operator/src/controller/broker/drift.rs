@@ -58,9 +58,24 @@ pub fn template_drift(sts: &StatefulSet) -> Vec<Drift> {
                     }
                     unique
                 });
+            let fields = outermost(fields);
             let manager = entry.manager.clone().unwrap_or_default();
             (!fields.is_empty()).then_some(Drift { manager, fields })
         })
+        .collect()
+}
+
+/// `fields` without those inside another of them (a list item's `.name` beside the item).
+fn outermost(fields: Vec<String>) -> Vec<String> {
+    let inside = |field: &String, outer: &String| {
+        field.len() > outer.len()
+            && field.starts_with(outer.as_str())
+            && matches!(field.as_bytes()[outer.len()], b'.' | b'[')
+    };
+    fields
+        .iter()
+        .filter(|field| !fields.iter().any(|outer| inside(field, outer)))
+        .cloned()
         .collect()
 }
 
@@ -253,11 +268,8 @@ mod tests {
         assert_eq!(drift[0].manager, "kubectl-edit");
         assert_eq!(
             drift[0].fields,
-            [
-                "spec.template.spec.containers[name=broker].env[name=DEBUG]",
-                "spec.template.spec.containers[name=broker].env[name=DEBUG].name",
-                "spec.template.spec.containers[name=broker].env[name=DEBUG].value",
-            ]
+            ["spec.template.spec.containers[name=broker].env[name=DEBUG]"],
+            "the item named once, not each of its fields"
         );
     }
 

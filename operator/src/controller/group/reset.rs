@@ -18,7 +18,8 @@ use super::*;
 use crate::crd::{OffsetResetProgress, OffsetResetSpec, ResetAttempt};
 
 /// The condition types a pass decides: one it no longer sets is removed.
-pub(super) const CONDITIONS: [&str; 4] = ["Ready", "Lagging", "Consuming", "Stalled"];
+pub(super) const CONDITIONS: [&str; 5] =
+    ["Ready", "Lagging", "Consuming", "Stalled", QUEUES_STALLED];
 
 /// The status a pass writes over the `stored` one: every field as the pass computed it
 /// (`ours`) but the conditions of other writers, kept ([`conditions::rebase`]), and the reset's
@@ -372,11 +373,14 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_keeps_other_writers_conditions_and_the_reset_record() {
+    fn a_pass_keeps_other_writers_conditions_and_the_reset_record_and_drops_its_own_unset_ones() {
         let now = Timestamp::from_second(2_000).unwrap();
         let foreign = conditions::merge(
             &[],
-            &[Desired::new("example.com/Audited", true, "Audited", "ok")],
+            &[
+                Desired::new("example.com/Audited", true, "Audited", "ok"),
+                Desired::new(QUEUES_STALLED, true, "Stalled", "an old pass's"),
+            ],
             Some(1),
             now,
         );
@@ -409,6 +413,10 @@ mod tests {
             .iter()
             .map(|c| c.type_.as_str())
             .collect();
-        assert_eq!(types, ["Ready", "example.com/Audited"]);
+        assert_eq!(
+            types,
+            ["Ready", "example.com/Audited"],
+            "QueuesStalled is the pass's to decide: not set, so gone"
+        );
     }
 }
