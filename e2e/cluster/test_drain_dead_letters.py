@@ -47,8 +47,8 @@ def wait_route_names(cli, broker, topic, names, timeout_s=120):
 
 def dead_letter(cli, broker, group, count):
     """Sends `count` messages to the group's retry topic with no reconsume left: the brokers
-    store them in its `%DLQ%` topic. Returns how many the leaving broker (ordinal 1) holds there,
-    and how many all brokers hold."""
+    store them in its `%DLQ%` topic, on both brokers. Returns how many the leaving broker
+    (ordinal 1) holds there."""
     cli.produce(broker, retry_topic(group), count, "failed-every-time")
     dlq = dead_letter_topic(group)
     wait_route_names(cli, broker, dlq, [f"{broker}-0", f"{broker}-1"])
