@@ -22,6 +22,7 @@ REQUIRED_ALERTS = {
     "QuiverConsumerLagHigh",
     "QuiverConsumerTimeLagHigh",
     "QuiverConsumerGroupStalled",
+    "QuiverConsumerQueueStalled",
     "QuiverConsumerGroupLagUnknown",
     "QuiverBrokerDown",
     "QuiverBrokerNotReady",
@@ -221,4 +222,21 @@ def test_disk_alerts_follow_the_broker_thresholds():
     assert (
         rules["QuiverBrokerDiskAboveHighWater"]["expr"]
         == "quiver_store_disk_used_ratio > quiver_store_disk_high_water_ratio"
+    )
+
+
+def test_queue_stalled_alert_values_reach_the_rule():
+    rules = {r["alert"]: r for r in all_rules(rendered_alert_groups(load_values(ALL_FEATURES_VALUES)))}
+    queue_stalled = rules["QuiverConsumerQueueStalled"]
+    assert queue_stalled["for"] == "15m"
+    assert queue_stalled["labels"]["severity"] == "critical"
+    assert "and has had such queues for 15m" in queue_stalled["annotations"]["description"]
+    defaults = {r["alert"]: r for r in all_rules(yaml.safe_load(RULES_FILE.read_text()))}
+    assert (defaults["QuiverConsumerQueueStalled"]["for"], defaults["QuiverConsumerQueueStalled"]["labels"]["severity"]) == (
+        "5m",
+        "warning",
+    )
+    # One alert per group, whatever per-queue or per-scrape labels the series carries.
+    assert queue_stalled["expr"] == (
+        "max by (namespace, cluster, consumer_group) (quiver_consumer_group_stalled_queues) > 0"
     )

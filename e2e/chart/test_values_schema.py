@@ -36,6 +36,14 @@ def test_default_values_satisfy_the_schema():
             {"prometheusRule": {"brokerWritesRefused": {"severity": "page"}}},
             "at '/prometheusRule/brokerWritesRefused/severity'",
         ),
+        (
+            {"prometheusRule": {"consumerQueueStalled": {"for": "five minutes"}}},
+            "at '/prometheusRule/consumerQueueStalled/for'",
+        ),
+        (
+            {"prometheusRule": {"consumerQueueStalled": {"severity": "page"}}},
+            "at '/prometheusRule/consumerQueueStalled/severity'",
+        ),
         ({"watchNamespace": "Bad_NS"}, "at '/watchNamespace'"),
         ({"metrics": {"service": {"port": 70000}}}, "at '/metrics/service/port'"),
         (

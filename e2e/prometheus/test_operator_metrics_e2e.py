@@ -1,7 +1,8 @@
 """A real Prometheus scrapes what the operator exports (operator-metrics.txt, which a Rust test
 keeps equal to the output of the operator's Metrics) with the shipped rules: two ConsumerGroups
-named billing in two namespaces stay two series and only the lagging one alerts, and a group
-whose lag poll fails fires QuiverConsumerGroupLagUnknown with no lag series left."""
+named billing in two namespaces stay two series and only the lagging one alerts, the one with a
+stalled queue fires QuiverConsumerQueueStalled, and a group whose lag poll fails fires
+QuiverConsumerGroupLagUnknown with no lag series left."""
 
 import http.server
 import pathlib
@@ -15,11 +16,11 @@ from quiver_e2e import wait_until
 HERE = pathlib.Path(__file__).resolve().parent
 SHIPPED_RULES = HERE.parents[1] / "charts" / "quiver-operator" / "alerts" / "quiver-alerts.rules.yaml"
 EXPOSITION = HERE / "operator-metrics.txt"
-SHORTENED = {"QuiverConsumerLagHigh", "QuiverConsumerGroupLagUnknown"}
+SHORTENED = {"QuiverConsumerLagHigh", "QuiverConsumerQueueStalled", "QuiverConsumerGroupLagUnknown"}
 
 
 def derive_test_rules(path: pathlib.Path) -> None:
-    """The shipped rules with a 2s `for:` on the two alerts under test."""
+    """The shipped rules with a 2s `for:` on the alerts under test."""
     rules = yaml.safe_load(SHIPPED_RULES.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
@@ -82,6 +83,24 @@ def test_same_named_groups_in_two_namespaces_stay_apart(prometheus):
         ("team-a", "ok"),
         ("team-b", "warning"),
     }
+
+
+def test_a_stalled_queue_fires_the_queue_alert_for_its_group_only(prometheus):
+    (alert,) = wait_until(
+        lambda: firing(prometheus, "QuiverConsumerQueueStalled"), 30, "the stalled-queue alert to fire"
+    )
+    assert alert == {
+        "alertname": "QuiverConsumerQueueStalled",
+        "namespace": "team-b",
+        "cluster": "qb",
+        "consumer_group": "billing",
+        "severity": "warning",
+    }
+    since = prometheus.query("quiver_consumer_queue_stalled_since_timestamp_seconds")
+    assert [
+        (s["metric"]["namespace"], s["metric"]["topic"], s["metric"]["broker"], s["metric"]["queue_id"], s["value"][1])
+        for s in since
+    ] == [("team-b", "orders", "qb-1", "3", "1700000000")]
 
 
 def test_a_failed_poll_fires_lag_unknown_and_leaves_no_lag_series(prometheus):

@@ -42,6 +42,18 @@ groups:
           summary: {{`Consumer group {{ $labels.consumer_group }} stopped committing on topic {{ $labels.topic }} while {{ $value }} messages wait`}}
           description: {{ printf "%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} (namespace {{ $labels.namespace }}) has unconsumed messages on topic {{ $labels.topic }} and has not committed any offset for ` $r.consumerStalled.window `. Its consumers are down, stuck, or failing every message.` | quote }}
           runbook_url: {{ printf "%s#quiverconsumergroupstalled" $runbook }}
+      - alert: QuiverConsumerQueueStalled
+        # The operator's per-queue judgement: one stuck queue shows even while the group's sums
+        # move, which QuiverConsumerGroupStalled cannot see. A group stalled as a whole counts
+        # its queues too (the QueuesStalled condition's reason says which case it is).
+        expr: max by (namespace, cluster, consumer_group) (quiver_consumer_group_stalled_queues) > 0
+        for: {{ $r.consumerQueueStalled.for }}
+        labels:
+          severity: {{ $r.consumerQueueStalled.severity }}
+        annotations:
+          summary: {{`Consumer group {{ $labels.consumer_group }} in namespace {{ $labels.namespace }} has {{ $value }} queues with lag and no commit`}}
+          description: {{ printf "%s%s%s" `Consumer group {{ $labels.consumer_group }} in cluster {{ $labels.cluster }} (namespace {{ $labels.namespace }}) has {{ $value }} queues that have had unconsumed messages and no committed offset for the group's whole judgement window (spec.lagThresholds.windowSeconds, 10m by default), and has had such queues for ` $r.consumerQueueStalled.for `, whether or not its other queues progress. The ConsumerGroup's status.stalledQueues and its QueuesStalled condition name them: a consumer is stuck on a message of those queues, or no consumer is assigned them.` | quote }}
+          runbook_url: {{ printf "%s#quiverconsumerqueuestalled" $runbook }}
       - alert: QuiverConsumerGroupLagUnknown
         # The operator drops a group's lag series when a poll fails, so the lag alerts go
         # silent: this one says the lag is unknown instead.
