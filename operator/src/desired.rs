@@ -1376,6 +1376,75 @@ mod tests {
         assert_ne!(base, hash(&sync, &plan), "a config change rolls the pods");
     }
 
+    /// The template hash of `broker` with `replicas` pods planned.
+    fn hash_with(broker: &Broker, replicas: i32) -> String {
+        let plan = RolloutPlan {
+            replicas,
+            ..RolloutPlan::initial(broker)
+        };
+        stateful_set(broker, &plan)
+            .spec
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()[TEMPLATE_HASH_ANNOTATION]
+            .clone()
+    }
+
+    #[test]
+    fn a_replicas_change_rolls_no_pod_but_other_settings_still_do() {
+        let two = Broker::test().replicas(2);
+        let base = hash_with(&two, 2);
+        assert_eq!(
+            base,
+            hash_with(&Broker::test().replicas(3), 3),
+            "scaled out"
+        );
+        assert_eq!(
+            base,
+            hash_with(&two, 3),
+            "a leaving broker kept until drained"
+        );
+        assert_eq!(base, hash_with(&Broker::test(), 1), "a lone broker");
+        let groups = |groups: i32| Broker::test().replicas(groups).replicated(2, 1);
+        let replicated = hash_with(&groups(1), 2);
+        assert_eq!(replicated, hash_with(&groups(2), 4), "a group added");
+        assert_eq!(
+            replicated,
+            hash_with(&groups(1), 4),
+            "a group kept until drained"
+        );
+        assert_ne!(base, replicated, "replication");
+
+        let mut changed = Vec::new();
+        changed.push(two.clone().image("quiver:2"));
+        let mut resources = two.clone();
+        resources.spec.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(BTreeMap::from([("cpu".to_string(), Quantity("2".into()))])),
+            ..Default::default()
+        });
+        changed.push(resources);
+        let mut sync = two.clone();
+        sync.spec.flush_disk_type = FlushDiskType::Sync;
+        changed.push(sync);
+        changed.push(two.clone().full_spec());
+        for broker in changed {
+            assert_ne!(base, hash_with(&broker, 2), "{:?}", broker.spec);
+        }
+        let mut sync_replication = groups(2);
+        if let Some(replication) = sync_replication.spec.replication.as_mut() {
+            replication.mode = crate::crd::ReplicationMode::Async;
+        }
+        assert_ne!(
+            replicated,
+            hash_with(&sync_replication, 4),
+            "replication mode"
+        );
+        let min_in_sync = Broker::test().replicas(2).replicated(2, 2);
+        assert_ne!(replicated, hash_with(&min_in_sync, 4), "min in sync");
+    }
+
     fn secure_broker(http: bool) -> Broker {
         let mut broker = Broker::test();
         broker.spec.security = Some(SecuritySpec {

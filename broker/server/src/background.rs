@@ -1,6 +1,6 @@
 //! The broker's background loops, each a round on [`Background::spawn_periodic`]:
 //! persistence, client expiry, retention, deliveries (`crate::delivery`), POP revive, peer
-//! polling, ACL and TLS file reloads, and a group member's replication.
+//! polling, peers, ACL and TLS file reloads, and a group member's replication.
 
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -20,8 +20,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 const STATE_LOG_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The loops of an opened broker: persistence, client expiry, retention, delayed and timed
-/// delivery, POP revive, transaction check-back, peer polling, ACL file reloads and a group
-/// member's replication.
+/// delivery, POP revive, transaction check-back, peer polling, peers and ACL file reloads and
+/// a group member's replication.
 pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broker>) {
     replay_state_log(broker);
     let master = broker.clone();
@@ -67,23 +67,12 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
     background.spawn_periodic(reviving, crate::delivery::revive::EVERY, true, revive);
     let check_back = with(broker, crate::delivery::check_back::check_back_round);
     background.spawn_periodic("checking back half messages", check_every, true, check_back);
-    if broker.peers().has_peers() {
-        background.spawn_periodic("polling peers", crate::peers::POLL_INTERVAL, false, {
-            let credentials = config.peer_credentials().map(Arc::new);
-            let tls = config.peer_tls();
-            let broker = broker.clone();
-            move || {
-                let (broker, credentials, tls) = (broker.clone(), credentials.clone(), tls.clone());
-                async move {
-                    let own = broker.advertised();
-                    broker
-                        .peers()
-                        .poll_all(own, credentials.as_ref(), tls.as_ref())
-                        .await;
-                    ControlFlow::Continue(None)
-                }
-            }
-        });
+    // Always: a broker started alone gains peers when its config file lists some.
+    spawn_peer_polls(background, broker);
+    if broker.peers_file().is_some() {
+        let reload = with(broker, reload_peers);
+        let every = crate::peers::reload::RELOAD_POLL_INTERVAL;
+        background.spawn_periodic("reloading the peers", every, false, reload);
     }
     if broker.acl().is_some() {
         let reload = with(broker, reload_acl);
@@ -98,6 +87,26 @@ pub(crate) fn spawn_broker_loops(background: &mut Background, broker: &Arc<Broke
             stop,
         ));
     }
+}
+
+/// Asks the peers for their state every [`crate::peers::POLL_INTERVAL`].
+fn spawn_peer_polls(background: &mut Background, broker: &Arc<Broker>) {
+    let config = broker.config();
+    let credentials = config.peer_credentials().map(Arc::new);
+    let tls = config.peer_tls();
+    let broker = broker.clone();
+    let every = crate::peers::POLL_INTERVAL;
+    background.spawn_periodic("polling peers", every, false, move || {
+        let (broker, credentials, tls) = (broker.clone(), credentials.clone(), tls.clone());
+        async move {
+            let own = broker.advertised();
+            broker
+                .peers()
+                .poll_all(own, credentials.as_ref(), tls.as_ref())
+                .await;
+            ControlFlow::Continue(None)
+        }
+    });
 }
 
 /// Before the broker serves: applies the state log records its offset snapshot lacks (a
@@ -172,6 +181,16 @@ async fn reload_acl(broker: Arc<Broker>) -> Flow {
     let _ = tokio::task::spawn_blocking(move || {
         if let Some(acl) = &broker.acl() {
             acl.reload_if_changed();
+        }
+    })
+    .await;
+    ControlFlow::Continue(None)
+}
+
+async fn reload_peers(broker: Arc<Broker>) -> Flow {
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(file) = broker.peers_file() {
+            file.reload_if_changed(broker.peers());
         }
     })
     .await;

@@ -50,6 +50,8 @@ pub struct Broker {
     stages: Arc<crate::stages::StageRecorder>,
     locks: QueueLocks,
     peers: PeerView,
+    /// The config file `peers` is re-read from; None when the peers came from a flag.
+    peers_file: Option<crate::peers::reload::PeersFile>,
     metrics: Metrics,
     /// Client connections of both ports: `max-connections`, `max-connections-per-address`.
     connection_slots: crate::slots::ConnectionSlots,
@@ -148,6 +150,11 @@ impl Broker {
         &self.peers
     }
 
+    /// The config file the peers follow, when they come from one.
+    pub fn peers_file(&self) -> Option<&crate::peers::reload::PeersFile> {
+        self.peers_file.as_ref()
+    }
+
     /// Counters the metrics endpoint exports.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -207,6 +214,11 @@ impl Broker {
     pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Broker, BrokerError> {
         let advertised = config.advertised_addr(bound);
         let acl = config.acl_file.as_deref().map(Acl::load).transpose()?;
+        // Before recovery: a change of the file while the store opens is still seen.
+        let peers_file = config
+            .peers_file
+            .as_deref()
+            .map(crate::peers::reload::PeersFile::open);
         let store_host = resolve(&advertised).unwrap_or(bound);
         let replication = crate::replication::Replication::new(&config)?;
         let store =
@@ -249,6 +261,7 @@ impl Broker {
             stages: crate::stages::StageRecorder::new(config.stage_sample_every),
             locks: QueueLocks::default(),
             peers,
+            peers_file,
             metrics: Metrics::default(),
             connection_slots: crate::slots::ConnectionSlots::new(
                 config.max_connections,

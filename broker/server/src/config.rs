@@ -57,7 +57,8 @@ pub struct BrokerConfig {
     pub cluster: String,
 
     /// Other brokers' advertised host:port, comma separated; each is named by its own
-    /// answer to GET_BROKER_CONFIG.
+    /// answer to GET_BROKER_CONFIG. Taken from the `--config` file, the list follows the file
+    /// while the broker runs (re-read when it changes).
     #[arg(long, env = "QUIVER_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
 
@@ -275,6 +276,12 @@ pub struct BrokerConfig {
         num_args = 0..=1, default_missing_value = "true")]
     pub http_tls: bool,
 
+    /// The config file whose `peers` the running broker follows: the `--config` file, unless
+    /// `--peers` or QUIVER_PEERS was given. Not a setting (no flag, no key).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub peers_file: Option<PathBuf>,
+
     /// Every member of this broker group (one `--broker-name`): `id=host:port` remoting
     /// addresses, this broker included. Empty: a standalone broker, no replication.
     #[arg(long, env = "QUIVER_GROUP_MEMBERS", value_delimiter = ',')]
@@ -382,6 +389,7 @@ impl Default for BrokerConfig {
             tls_ca_file: None,
             tls_client_auth: ClientAuth::None,
             http_tls: false,
+            peers_file: None,
         }
     }
 }
@@ -410,7 +418,7 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-fn is_host_port(value: &str) -> bool {
+pub(crate) fn is_host_port(value: &str) -> bool {
     match value.rsplit_once(':') {
         Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
         None => false,
@@ -612,13 +620,24 @@ impl BrokerConfig {
     {
         let matches = Cli::command().try_get_matches_from(args)?;
         let cli = Cli::from_arg_matches(&matches)?;
-        let config = match &cli.config {
+        let mut config = match &cli.config {
             Some(path) => overlay(Self::from_file(path)?, &cli.broker, &matches)?,
             None => cli.broker,
         };
+        if !is_explicit(&matches, "peers") {
+            config.peers_file = cli.config;
+        }
         config.validate()?;
         Ok(config)
     }
+}
+
+/// Whether the setting `id` was given as a flag or an environment variable.
+fn is_explicit(matches: &ArgMatches, id: &str) -> bool {
+    matches!(
+        matches.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
 }
 
 /// Fields given explicitly (flag or environment) replace those of the file.
@@ -632,10 +651,7 @@ fn overlay(
     let explicit_value = to_value(explicit);
     for id in matches.ids() {
         let id = id.as_str();
-        let given = matches!(
-            matches.value_source(id),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        );
+        let given = is_explicit(matches, id);
         let key = id.replace('_', "-");
         if given {
             if let (Some(obj), Some(value)) = (merged.as_object_mut(), explicit_value.get(&key)) {
@@ -769,6 +785,24 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("disk-force-clean-ratio"), "{err}");
+    }
+
+    #[test]
+    fn the_peers_follow_the_config_file_unless_a_flag_gives_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("broker.json");
+        std::fs::write(&path, r#"{"peers": ["a:1"]}"#).unwrap();
+        let file = path.to_str().unwrap();
+        let from_file = BrokerConfig::from_args(["quiver-broker", "--config", file]).unwrap();
+        assert_eq!(from_file.peers_file.as_deref(), Some(path.as_path()));
+        let flagged =
+            BrokerConfig::from_args(["quiver-broker", "--config", file, "--peers", "b:2"]).unwrap();
+        assert_eq!(
+            (flagged.peers, flagged.peers_file),
+            (vec!["b:2".into()], None)
+        );
+        let no_file = BrokerConfig::from_args(["quiver-broker"]).unwrap();
+        assert_eq!(no_file.peers_file, None);
     }
 
     #[test]

@@ -159,6 +159,15 @@ impl Collector for BrokerCollector {
                     .map(|(cause, count)| ([("cause", cause)], count)),
             )?;
         }
+        if let Some(file) = broker.peers_file() {
+            let (reloaded, failed) = file.reload_counts();
+            counter_family(
+                &mut encoder,
+                "quiver_peers_reloads_total",
+                "Re-reads of the config file's peers after it changed, by result (a failed one keeps the peers in force).",
+                [([("result", "ok")], reloaded), ([("result", "failed")], failed)],
+            )?;
+        }
         match &broker.acl() {
             Some(acl) => encode_acl(&mut encoder, acl),
             None => Ok(()),

@@ -1,5 +1,8 @@
 //! The other brokers of the cluster (from `--peers`): polled for their name, permission and
-//! topics so every broker answers routes for the whole cluster.
+//! topics so every broker answers routes for the whole cluster. The list follows the config
+//! file while the broker runs ([`reload`]).
+
+pub mod reload;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -71,29 +74,53 @@ pub struct PeerInfo {
 
 /// The latest answer of each reachable peer.
 pub struct PeerView {
-    addresses: Vec<String>,
+    addresses: RwLock<Vec<String>>,
     known: RwLock<HashMap<String, PeerInfo>>,
 }
 
 impl PeerView {
     pub fn new(addresses: &[String]) -> PeerView {
         PeerView {
-            addresses: addresses.to_vec(),
+            addresses: RwLock::new(addresses.to_vec()),
             known: RwLock::new(HashMap::new()),
         }
     }
 
     /// Peers that answered, in configured order.
     pub fn snapshot(&self) -> Vec<PeerInfo> {
+        let addresses = self.addresses.read();
         let known = self.known.read();
-        self.addresses
+        addresses
             .iter()
             .filter_map(|address| known.get(address).cloned())
             .collect()
     }
 
+    /// The peers to poll, in configured order.
+    pub fn addresses(&self) -> Vec<String> {
+        self.addresses.read().clone()
+    }
+
+    /// Takes a new list of peers: a new one is polled from the next round on, a removed one is
+    /// forgotten at once (routes and cluster info leave it out). False when nothing changed.
+    pub fn set_addresses(&self, addresses: &[String]) -> bool {
+        let mut current = self.addresses.write();
+        if current.as_slice() == addresses {
+            return false;
+        }
+        *current = addresses.to_vec();
+        self.known
+            .write()
+            .retain(|address, _| addresses.contains(address));
+        true
+    }
+
+    /// Keeps a peer's answer, unless the peer left the list while it was asked.
     fn update(&self, info: PeerInfo) {
-        self.known.write().insert(info.address.clone(), info);
+        let addresses = self.addresses.read();
+        if addresses.contains(&info.address) {
+            self.known.write().insert(info.address.clone(), info);
+        }
     }
 
     fn forget(&self, address: &str) {
@@ -102,20 +129,16 @@ impl PeerView {
 }
 
 impl PeerView {
-    /// Whether `--peers` names any broker to poll.
-    pub fn has_peers(&self) -> bool {
-        !self.addresses.is_empty()
-    }
-
     /// One round: asks every peer but `own` (this broker's address) for its name,
-    /// permission and topics; a peer that does not answer in time is forgotten.
+    /// permission and topics; a peer that does not answer in time is forgotten. Nothing to do
+    /// while the list is empty (it may gain peers later).
     pub async fn poll_all(
         &self,
         own: &str,
         credentials: Option<&Arc<Credentials>>,
         tls: Option<&TlsClientConfig>,
     ) {
-        for address in self.addresses.clone() {
+        for address in self.addresses() {
             if address == own {
                 continue;
             }
@@ -265,6 +288,40 @@ async fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn info(address: &str) -> PeerInfo {
+        PeerInfo {
+            address: address.to_owned(),
+            broker_name: format!("b-{address}"),
+            cluster: "C".to_owned(),
+            permission: quiver_protocol::body::perm::READ_WRITE,
+            topics: BTreeMap::new(),
+            grpc_endpoint: None,
+            addresses: BTreeMap::from([(0, address.to_owned())]),
+        }
+    }
+
+    #[test]
+    fn a_new_list_drops_removed_peers_and_keeps_no_late_answer_of_theirs() {
+        let view = PeerView::new(&["a:1".to_owned(), "b:2".to_owned()]);
+        view.update(info("a:1"));
+        view.update(info("b:2"));
+        assert!(!view.set_addresses(&["a:1".to_owned(), "b:2".to_owned()]));
+        assert!(view.set_addresses(&["b:2".to_owned(), "c:3".to_owned()]));
+        let names = |view: &PeerView| -> Vec<String> {
+            view.snapshot()
+                .into_iter()
+                .map(|peer| peer.address)
+                .collect()
+        };
+        assert_eq!(names(&view), ["b:2"], "a:1 forgotten, c:3 not polled yet");
+        // An answer of a:1 asked before its removal arrives after it.
+        view.update(info("a:1"));
+        view.update(info("c:3"));
+        assert_eq!(names(&view), ["b:2", "c:3"]);
+        assert!(view.set_addresses(&[]));
+        assert!(view.snapshot().is_empty() && view.addresses().is_empty());
+    }
 
     #[test]
     fn a_group_members_addresses_keep_their_broker_ids() {

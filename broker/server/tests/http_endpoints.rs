@@ -68,6 +68,10 @@ async fn every_documented_metric_is_exposed_with_its_type_and_labels() {
     config.tls_mode = quiver_broker::TlsMode::Permissive;
     config.tls_cert_file = Some(cert);
     config.tls_key_file = Some(key);
+    // Peers from a config file (the series of its reloads exist only then).
+    let config_file = dir.path().join("broker.json");
+    std::fs::write(&config_file, r#"{"peers": []}"#).unwrap();
+    config.peers_file = Some(config_file);
     let (broker, service) = TestBroker::start_with_broker(config).await;
     let mut client = broker.client().await;
     client.send("Met", 0, "m", "A").await;

@@ -43,8 +43,9 @@ pub fn stateful_set(broker: &Broker, plan: &RolloutPlan) -> StatefulSet {
             token.to_string(),
         );
     }
-    // The drain marks are left out: they must not restart the brokers that stay.
-    let hash = template_hash(&template, &rolling_config(broker, plan.replicas));
+    // The drain marks and the pod count are left out: they must not restart the brokers that
+    // stay.
+    let hash = template_hash(&template, &rolling_config(broker));
     template
         .metadata
         .get_or_insert_with(ObjectMeta::default)
@@ -116,33 +117,24 @@ fn update_strategy(broker: &Broker, plan: &RolloutPlan) -> StatefulSetUpdateStra
     }
 }
 
-/// The config whose change rolls the pods. Without replication every pod's file. With it, each
-/// group's first member's file without `group-members`, over whole groups only (the pods a
-/// replicas decrease keeps until their removal are left out):
-/// a `spec.replication.replicas` change must restart no member. The running members learn the
-/// membership change through consensus, and a broker checks `group-members` against its stored
-/// membership only at start; the ConfigMap is mounted whole (no subPath), so the kubelet
-/// refreshes the file a pod reads at its next start without a restart. Rolling the group for it
-/// would cost a switchover and a catch-up per member for nothing. Every other key is the same
-/// for a group's members but the pod's own address and replica id, which follow from its
-/// ordinal alone, so the first member's file stands for its group.
-fn rolling_config(broker: &Broker, replicas: i32) -> ConfigMap {
-    if !broker.is_replicated() {
-        return config_map(broker, replicas, None);
-    }
-    let groups = replicas / broker.group_size();
-    let whole = pods_of_groups(broker, groups);
-    let files = (0..groups)
-        .map(|group| {
-            let first = group_ordinals(broker, group).start;
-            let mut settings = broker_settings(broker, first, whole);
-            settings.group_members.clear();
-            let text = settings_json(&settings).to_string();
-            (pod_name(broker, first), text)
-        })
-        .collect();
+/// The config whose change rolls the pods: pod 0's file without `peers` and `group-members`,
+/// standing for every pod's. Neither list may roll a pod: a `spec.replicas` or
+/// `spec.replication.replicas` change must start or stop only the pods it adds or removes.
+/// A running broker re-reads `peers` from its file when the kubelet refreshes it (the
+/// ConfigMap is mounted whole, no subPath); the members of a group learn a membership change
+/// through consensus, and a broker checks `group-members` against its stored membership only
+/// at start. Rolling for either would cost every broker a restart (and a replicated group a
+/// switchover and a catch-up per member) for nothing. Every other key of any pod's file is the
+/// same function of the spec as pod 0's, or follows from the pod's ordinal alone (its name,
+/// address and replica id), so pod 0's file changes whenever any pod's would roll.
+fn rolling_config(broker: &Broker) -> ConfigMap {
+    // One representative file: hashing every pod's file would change with the pod count.
+    let mut settings = broker_settings(broker, 0, 1);
+    settings.peers.clear();
+    settings.group_members.clear();
+    let text = settings_json(&settings).to_string();
     ConfigMap {
-        data: Some(files),
+        data: Some(BTreeMap::from([(pod_name(broker, 0), text)])),
         ..ConfigMap::default()
     }
 }

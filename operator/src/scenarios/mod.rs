@@ -24,6 +24,7 @@ mod broker_rbac;
 mod broker_replicated_rollout;
 mod broker_restart;
 mod broker_scale_down;
+mod broker_scale_no_restart;
 mod broker_scale_subresource;
 mod broker_security;
 mod broker_statefulset_migration;

@@ -64,7 +64,7 @@ impl RefusedBecause {
 }
 
 /// What identifies one version of the file on disk.
-type FileStamp = Option<(SystemTime, u64, u64)>;
+pub(crate) type FileStamp = Option<(SystemTime, u64, u64)>;
 
 /// The accounts in force, the file they came from and the counters of what was refused.
 pub struct Acl {
@@ -174,7 +174,7 @@ fn read_accounts(path: &Path) -> Result<Accounts, String> {
 
 /// Modification time, length and inode: a rewrite or a swapped symlink (a mounted Kubernetes
 /// Secret) changes one of them.
-fn stamp_of(path: &Path) -> FileStamp {
+pub(crate) fn stamp_of(path: &Path) -> FileStamp {
     use std::os::unix::fs::MetadataExt as _;
     let metadata = std::fs::metadata(path).ok()?;
     Some((metadata.modified().ok()?, metadata.len(), metadata.ino()))
