@@ -198,6 +198,42 @@ async fn received_messages_are_acked_one_by_one_and_lag_follows_the_acked_prefix
 }
 
 #[tokio::test]
+async fn a_batch_of_acks_answers_each_entry_and_commits_the_prefix_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, broker) = start(dir.path()).await;
+    send_all(&server, "T", 2, &["m0", "m1", "m2", "m3", "m4"], "a").await;
+    let got = receive(&broker, "T", 32, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), 5);
+    let handle = |body: &str| {
+        let popped = got.iter().find(|p| self::body(p) == body).unwrap();
+        popped.receipt_handle.clone()
+    };
+    // m0 m2 m4 went to queue 0, m1 m3 to queue 1; m3 stays in flight.
+    let handles = [
+        handle("m2"),
+        "not a handle".to_owned(),
+        handle("m0"),
+        handle("m1"),
+        handle("m0"),
+        handle("m4"),
+    ];
+    let results = broker.pop().ack_all(&broker, GROUP, "T", &handles);
+    assert!(results[0].is_ok(), "{results:?}");
+    assert!(matches!(results[1], Err(PopError::InvalidHandle)));
+    assert!(results[2].is_ok() && results[3].is_ok() && results[5].is_ok());
+    assert!(
+        matches!(results[4], Err(PopError::HandleExpired)),
+        "acked earlier in the batch"
+    );
+    assert_eq!(broker.offsets().query(GROUP, "T", 0), Some(QueueOffset(3)));
+    assert_eq!(broker.offsets().query(GROUP, "T", 1), Some(QueueOffset(1)));
+    let again = broker.pop().ack_all(&broker, GROUP, "T", &[handle("m3")]);
+    assert!(again[0].is_ok());
+    assert_eq!(broker.offsets().query(GROUP, "T", 1), Some(QueueOffset(2)));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn an_unacked_message_comes_back_from_the_retry_topic_with_attempt_two() {
     let dir = tempfile::tempdir().unwrap();
     let (server, broker) = start(dir.path()).await;

@@ -36,7 +36,7 @@ pub use flush::FlushedHook;
 pub use index::{IndexProgress, KeyMatch};
 pub use json_file::{read_json_with_backup, write_json_atomically};
 pub use offsets::ConsumerOffsets;
-pub use pop::{Delivery, Inflight, PopKey, PopState, PopStateError, ReadClaim, ReadStart};
+pub use pop::{Delivery, Inflight, PopKey, PopState, PopStateError, ReadClaim, ReadStart, Removed};
 pub use quiver_protocol::offset::{CommitLogOffset, QueueOffset};
 /// The record codec lives with the wire: the same bytes travel in pull bodies.
 pub use quiver_protocol::record;

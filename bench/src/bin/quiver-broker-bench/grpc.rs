@@ -1,5 +1,7 @@
 //! `--mode grpc`: the RocketMQ 5.x gRPC path beside the remoting path, in one run and on the
-//! same in-process broker build, with the same 1 KiB bodies:
+//! same broker build, with the same 1 KiB bodies. The broker is the `quiver-broker` binary in
+//! a process of its own (fresh per scenario, `process.rs`); both protocols' clients run in
+//! this one, so neither shares the broker's runtime. Scenarios:
 //! - produce only: one message a request, 1 and 4 producers, remoting SEND_MESSAGE_V2 against
 //!   gRPC SendMessage (issue 25's target: gRPC >= 0.60 of remoting);
 //! - catch-up: messages stored beforehand, read once by a remoting PULL (32 a pull, offsets
@@ -8,6 +10,9 @@
 //!   the next receive (up to 2 batches acking, as `ack_async`) (target >= 0.50);
 //! - paced: a producer at a fixed rate and a consumer long polling, producer-to-consumer
 //!   latency percentiles of each path (target: gRPC p99 <= 2 ms at 5k msgs/s).
+//!
+//! After the table, what the broker spent per call or message of each scenario (CPU time and
+//! context switches of its threads, from `/proc`): where a call's cost is, not only its rate.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
@@ -21,7 +26,8 @@ use quiver_grpc_proto::v2;
 use quiver_grpc_proto::v2::messaging_service_client::MessagingServiceClient;
 use tonic::transport::Channel;
 
-use crate::harness::{body, send_ext, stamp_nanos, start_broker, Conn, Security, QUEUES, TOPIC};
+use crate::harness::{body, send_ext, stamp_nanos, Conn, Security, QUEUES, TOPIC};
+use crate::process::{BrokerProcess, Cost};
 use crate::throughput::{catch_up, consume, produce, store_for_filtering, Sends};
 use crate::Args;
 
@@ -111,25 +117,27 @@ struct Ports {
     grpc: SocketAddr,
 }
 
+/// A scenario's figure and what the broker and the clients spent per call.
+#[derive(Clone, Copy)]
+struct Measured {
+    figure: f64,
+    cost: Cost,
+}
+
 /// Runs `run(ports, caller, count)` for `callers` callers sharing `args.messages` calls on a
 /// fresh broker; calls/s of them all.
-async fn rate_of<F, Fut>(
-    args: &Args,
-    security: &Arc<Security>,
-    callers: u64,
-    run: F,
-) -> anyhow::Result<f64>
+async fn rate_of<F, Fut>(args: &Args, callers: u64, run: F) -> anyhow::Result<Measured>
 where
     F: Fn(Ports, u64, u64) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let dir = tempfile::tempdir()?;
-    let broker = start_broker(args, security, dir.path()).await?;
+    let broker = BrokerProcess::start(args).await?;
     let ports = Ports {
         remoting: broker.addr,
         grpc: broker.grpc_addr,
     };
     let total = args.messages;
+    let before = broker.usage()?;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for caller in 0..callers {
@@ -139,9 +147,9 @@ where
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    let rate = total as f64 / started.elapsed().as_secs_f64();
-    broker.stop().await?;
-    Ok(rate)
+    let figure = total as f64 / started.elapsed().as_secs_f64();
+    let cost = broker.usage()?.per_call(before, total);
+    Ok(Measured { figure, cost })
 }
 
 /// The transport's floor: heartbeats (no store work) on one connection per caller, remoting
@@ -151,9 +159,9 @@ async fn heartbeat_rate(
     security: &Arc<Security>,
     callers: u64,
     grpc: bool,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Measured> {
     let shared = security.clone();
-    rate_of(args, security, callers, move |ports, _, count| {
+    rate_of(args, callers, move |ports, _, count| {
         let security = shared.clone();
         async move {
             if grpc {
@@ -193,23 +201,18 @@ async fn produce_rate(
     security: &Arc<Security>,
     producers: u64,
     grpc: bool,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Measured> {
     let (size, security) = (args.size, security.clone());
-    rate_of(
-        args,
-        &security.clone(),
-        producers,
-        move |ports, p, count| {
-            let security = security.clone();
-            async move {
-                if grpc {
-                    grpc_produce(ports.grpc, p, count, size).await
-                } else {
-                    produce(ports.remoting, security, p, count, size, Sends::Single).await
-                }
+    rate_of(args, producers, move |ports, p, count| {
+        let security = security.clone();
+        async move {
+            if grpc {
+                grpc_produce(ports.grpc, p, count, size).await
+            } else {
+                produce(ports.remoting, security, p, count, size, Sends::Single).await
             }
-        },
-    )
+        }
+    })
     .await
 }
 
@@ -335,27 +338,36 @@ async fn ack_batch(
     Ok(())
 }
 
-/// The same stored messages read by a remoting catch-up and by a SimpleConsumer; msgs/s each.
-async fn catch_up_rates(args: &Args, security: &Arc<Security>) -> anyhow::Result<(f64, f64, f64)> {
-    let dir = tempfile::tempdir()?;
-    let mut broker = start_broker(args, security, dir.path()).await?;
+/// Msgs/s of `read` (which returns how many it read) and what the broker spent per message.
+async fn read_rate<Fut>(broker: &BrokerProcess, read: Fut) -> anyhow::Result<Measured>
+where
+    Fut: std::future::Future<Output = anyhow::Result<u64>>,
+{
+    let before = broker.usage()?;
+    let started = Instant::now();
+    let read = read.await?;
+    let figure = read as f64 / started.elapsed().as_secs_f64();
+    let cost = broker.usage()?.per_call(before, read);
+    Ok(Measured { figure, cost })
+}
+
+/// The same stored messages read by a remoting catch-up, by a SimpleConsumer acking each
+/// message and by one acking each batch in one call.
+async fn catch_up_rates(args: &Args) -> anyhow::Result<[Measured; 3]> {
+    let mut broker = BrokerProcess::start(args).await?;
     let count = args.catch_up_messages;
     store_for_filtering(&mut broker.conn, count, args.size).await?;
-    let started = Instant::now();
-    let pulled = catch_up(&mut broker.conn, "TAG", "*").await?;
-    let remoting = pulled as f64 / started.elapsed().as_secs_f64();
+    let mut conn = Conn::connect_plain(broker.addr).await?;
+    let remoting = read_rate(&broker, catch_up(&mut conn, "TAG", "*")).await?;
     let mut client = connect(broker.grpc_addr).await?;
-    let started = Instant::now();
     let group = (GROUP, Acks::PerMessage);
-    let received = receive_and_ack(&mut client, group, count, Duration::ZERO, |_| ()).await?;
-    let grpc = received as f64 / started.elapsed().as_secs_f64();
+    let read = receive_and_ack(&mut client, group, count, Duration::ZERO, |_| ());
+    let grpc = read_rate(&broker, read).await?;
     // Another group reads the same messages from the start, acking a batch a call.
-    let started = Instant::now();
     let group = ("GrpcBenchBatchAcks", Acks::PerBatch);
-    let received = receive_and_ack(&mut client, group, count, Duration::ZERO, |_| ()).await?;
-    let batched = received as f64 / started.elapsed().as_secs_f64();
-    broker.stop().await?;
-    Ok((remoting, grpc, batched))
+    let read = receive_and_ack(&mut client, group, count, Duration::ZERO, |_| ());
+    let batched = read_rate(&broker, read).await?;
+    Ok([remoting, grpc, batched])
 }
 
 /// Sends `count` messages at `rate` per second, each on its own task so a slow answer does
@@ -381,16 +393,14 @@ where
     Ok(())
 }
 
-/// Producer-to-consumer latency (µs, sorted) at `rate` msgs/s over gRPC: one producer
-/// channel, one SimpleConsumer long polling and acking.
-async fn grpc_paced(
-    args: &Args,
-    security: &Arc<Security>,
-    rate: u64,
-    count: u64,
-) -> anyhow::Result<Vec<u64>> {
-    let dir = tempfile::tempdir()?;
-    let broker = start_broker(args, security, dir.path()).await?;
+/// Latencies (µs, sorted) of a paced scenario and what the broker spent per message.
+type Paced = (Vec<u64>, Cost);
+
+/// Producer-to-consumer latency at `rate` msgs/s over gRPC: one producer channel, one
+/// SimpleConsumer long polling and acking.
+async fn grpc_paced(args: &Args, rate: u64, count: u64) -> anyhow::Result<Paced> {
+    let broker = BrokerProcess::start(args).await?;
+    let before = broker.usage()?;
     let mut consumer = connect(broker.grpc_addr).await?;
     let latencies = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(count as usize)));
     let seen = latencies.clone();
@@ -413,10 +423,10 @@ async fn grpc_paced(
     })
     .await?;
     receiving.await??;
-    broker.stop().await?;
+    let cost = broker.usage()?.per_call(before, count);
     let mut latencies = std::mem::take(&mut *latencies.lock());
     latencies.sort_unstable();
-    Ok(latencies)
+    Ok((latencies, cost))
 }
 
 /// The same over remoting: single sends paced on 4 connections, a long-polling pull per queue.
@@ -425,9 +435,9 @@ async fn remoting_paced(
     security: &Arc<Security>,
     rate: u64,
     count: u64,
-) -> anyhow::Result<Vec<u64>> {
-    let dir = tempfile::tempdir()?;
-    let broker = start_broker(args, security, dir.path()).await?;
+) -> anyhow::Result<Paced> {
+    let broker = BrokerProcess::start(args).await?;
+    let before = broker.usage()?;
     let received = Arc::new(AtomicU64::new(0));
     let consumers: Vec<_> = (0..QUEUES)
         .map(|q| {
@@ -471,16 +481,22 @@ async fn remoting_paced(
     for task in consumers {
         latencies.extend(task.await??);
     }
-    broker.stop().await?;
+    let cost = broker.usage()?.per_call(before, count);
     latencies.sort_unstable();
-    Ok(latencies)
+    Ok((latencies, cost))
 }
 
-pub async fn run(args: &Args, security: &Arc<Security>) -> anyhow::Result<()> {
+/// One row of the table: the remoting and gRPC figures and their ratio.
+fn row(label: &str, remoting: f64, grpc: f64) {
     println!(
-        "| {:<40} | {:>10} | {:>10} | {:>8} |",
-        "scenario", "remoting", "gRPC", "ratio"
+        "| {label:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
+        grpc / remoting
     );
+}
+
+fn header(columns: [&str; 4]) {
+    let [a, b, c, d] = columns;
+    println!("| {a:<40} | {b:>10} | {c:>10} | {d:>8} |");
     println!(
         "|{}|{}|{}|{}|",
         "-".repeat(42),
@@ -488,54 +504,86 @@ pub async fn run(args: &Args, security: &Arc<Security>) -> anyhow::Result<()> {
         "-".repeat(12),
         "-".repeat(10)
     );
+}
+
+/// What was spent per call of each scenario: (label, remoting, gRPC).
+type Costs = Vec<(String, Cost, Cost)>;
+
+fn print_costs(costs: &Costs) {
+    println!();
+    println!(
+        "per call or message: CPU µs / context switches of the broker's threads, then of the \
+         clients' (this process)"
+    );
+    let side = |[(b_cpu, b_sw), (c_cpu, c_sw)]: Cost| {
+        format!("{b_cpu:.1}/{b_sw:.2} + {c_cpu:.1}/{c_sw:.2}")
+    };
+    println!(
+        "| {:<42} | {:>24} | {:>24} | {:>10} |",
+        "scenario", "remoting broker + clients", "gRPC broker + clients", "broker CPU"
+    );
+    println!(
+        "|{}|{}|{}|{}|",
+        "-".repeat(44),
+        "-".repeat(26),
+        "-".repeat(26),
+        "-".repeat(12)
+    );
+    for (label, remoting, grpc) in costs {
+        println!(
+            "| {label:<42} | {:>24} | {:>24} | {:>10.2} |",
+            side(*remoting),
+            side(*grpc),
+            grpc[0].0 / remoting[0].0.max(0.001)
+        );
+    }
+}
+
+pub async fn run(args: &Args, security: &Arc<Security>) -> anyhow::Result<()> {
+    header(["scenario", "remoting", "gRPC", "ratio"]);
+    let mut costs = Costs::new();
     for callers in [1, 4] {
         let remoting = heartbeat_rate(args, security, callers, false).await?;
         let grpc = heartbeat_rate(args, security, callers, true).await?;
-        println!(
-            "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
-            format!("floor: heartbeat x{callers} (calls/s)"),
-            grpc / remoting
-        );
+        let label = format!("floor: heartbeat x{callers} (calls/s)");
+        row(&label, remoting.figure, grpc.figure);
+        costs.push((label, remoting.cost, grpc.cost));
     }
     for producers in [1, 4] {
         let remoting = produce_rate(args, security, producers, false).await?;
         let grpc = produce_rate(args, security, producers, true).await?;
-        println!(
-            "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
-            format!("produce 1 msg/request x{producers} (msgs/s)"),
-            grpc / remoting
-        );
+        let label = format!("produce 1 msg/request x{producers} (msgs/s)");
+        row(&label, remoting.figure, grpc.figure);
+        costs.push((label, remoting.cost, grpc.cost));
     }
     if args.catch_up_messages > 0 {
-        let (remoting, grpc, batched) = catch_up_rates(args, security).await?;
-        println!(
-            "| {:<40} | {remoting:>10.0} | {grpc:>10.0} | {:>8.2} |",
-            "catch-up pull / receive+ack (msgs/s)",
-            grpc / remoting
-        );
-        println!(
-            "| {:<40} | {remoting:>10.0} | {batched:>10.0} | {:>8.2} |",
-            "catch-up, one ack call per batch (msgs/s)",
-            batched / remoting
-        );
+        let [remoting, grpc, batched] = catch_up_rates(args).await?;
+        let label = "catch-up pull / receive+ack (msgs/s)";
+        row(label, remoting.figure, grpc.figure);
+        costs.push((label.into(), remoting.cost, grpc.cost));
+        let label = "catch-up, one ack call per batch (msgs/s)";
+        row(label, remoting.figure, batched.figure);
+        costs.push((label.into(), remoting.cost, batched.cost));
     }
     let rate = args.paced_rate;
     let count = rate * args.paced_secs;
-    if count == 0 {
-        return Ok(());
-    }
-    let remoting = remoting_paced(args, security, rate, count).await?;
-    let grpc = grpc_paced(args, security, rate, count).await?;
-    for (label, q) in [("p50", 0.50), ("p99", 0.99)] {
-        let (r, g) = (percentile(&remoting, q), percentile(&grpc, q));
-        println!(
-            "| {:<40} | {:>10} | {:>10} | {:>8.2} |",
-            format!("paced {rate}/s producer-to-consumer {label}"),
-            format!("{:.2} ms", r as f64 / 1000.0),
-            format!("{:.2} ms", g as f64 / 1000.0),
-            g as f64 / r.max(1) as f64
-        );
+    if count > 0 {
+        let (remoting, remoting_cost) = remoting_paced(args, security, rate, count).await?;
+        let (grpc, grpc_cost) = grpc_paced(args, rate, count).await?;
+        for (label, q) in [("p50", 0.50), ("p99", 0.99)] {
+            let (r, g) = (percentile(&remoting, q), percentile(&grpc, q));
+            println!(
+                "| {:<40} | {:>10} | {:>10} | {:>8.2} |",
+                format!("paced {rate}/s producer-to-consumer {label}"),
+                format!("{:.2} ms", r as f64 / 1000.0),
+                format!("{:.2} ms", g as f64 / 1000.0),
+                g as f64 / r.max(1) as f64
+            );
+        }
+        let label = format!("paced {rate}/s (per message)");
+        costs.push((label, remoting_cost, grpc_cost));
     }
     println!("targets: produce ratio >= 0.60, receive+ack ratio >= 0.50, gRPC paced p99 <= 2 ms");
+    print_costs(&costs);
     Ok(())
 }

@@ -224,8 +224,6 @@ pub(crate) fn pull_ext(
 /// An in-process broker with the bench topic, and a connection to it.
 pub(crate) struct RunningBroker {
     pub(crate) addr: SocketAddr,
-    /// The gRPC (5.x) port.
-    pub(crate) grpc_addr: SocketAddr,
     pub(crate) conn: Conn,
     pub(crate) stop: tokio::sync::oneshot::Sender<()>,
     pub(crate) task: tokio::task::JoinHandle<Result<(), quiver_broker::BrokerError>>,
@@ -248,8 +246,6 @@ pub(crate) async fn start_broker(
 ) -> anyhow::Result<RunningBroker> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let grpc_listener = TcpListener::bind("127.0.0.1:0").await?;
-    let grpc_addr = grpc_listener.local_addr()?;
     let mut config = BrokerConfig {
         data_dir: dir.to_path_buf(),
         listen: addr.to_string(),
@@ -265,7 +261,7 @@ pub(crate) async fn start_broker(
         config,
         listener,
         None,
-        Some(grpc_listener),
+        None,
         async move {
             let _ = stopped.await;
         },
@@ -279,7 +275,6 @@ pub(crate) async fn start_broker(
     create_topic(&mut setup, TOPIC).await?;
     Ok(RunningBroker {
         addr,
-        grpc_addr,
         conn: setup,
         stop,
         task: broker,

@@ -4,7 +4,8 @@
 //! read of stored messages, unfiltered and through a SQL92 filter matching 10%.
 //!
 //! `--mode timers` measures timed delivery instead (see `timers.rs`); `--mode grpc` the
-//! RocketMQ 5.x gRPC path beside the remoting path (see `grpc.rs`).
+//! RocketMQ 5.x gRPC path beside the remoting path (see `grpc.rs`), both against a
+//! `quiver-broker` process of their own (`process.rs`).
 //!
 //! Run: `cargo run --release -p quiver-bench --bin quiver-broker-bench -- --messages 20000`;
 //! `--tls` runs the broker with `--tls-mode enforcing` and connects with TLS, `--acl` with an
@@ -22,6 +23,7 @@ use quiver_broker::FlushMode;
 
 mod grpc;
 mod harness;
+mod process;
 mod throughput;
 mod timers;
 

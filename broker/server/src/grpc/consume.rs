@@ -239,20 +239,29 @@ pub(crate) async fn ack(
     broker: &Arc<Broker>,
     request: v2::AckMessageRequest,
 ) -> Result<v2::AckMessageResponse, v2::Status> {
-    let (group, topic) = (request.group.as_ref(), request.topic.as_ref());
-    let mut entries = Vec::with_capacity(request.entries.len());
-    for entry in request.entries {
-        let acked = Held::new(group, topic, &entry.receipt_handle)
-            .settle(broker, false, |broker, group, topic, handle| {
-                broker.pop().ack(broker, group, topic, handle)
-            })
-            .await;
-        entries.push(v2::AckMessageResultEntry {
+    let group = name(request.group.as_ref()).to_owned();
+    let topic = name(request.topic.as_ref()).to_owned();
+    let handles: Vec<String> = request
+        .entries
+        .iter()
+        .map(|entry| entry.receipt_handle.clone())
+        .collect();
+    // Every entry in one pass (and one blocking hop in sync mode), each answered on its own.
+    let acked = pop_work(broker, false, move |broker| {
+        let current = broker.grpc().renewals.settle_all(&handles);
+        Ok(broker.pop().ack_all(broker, &group, &topic, &current))
+    })
+    .await?;
+    let entries: Vec<v2::AckMessageResultEntry> = request
+        .entries
+        .into_iter()
+        .zip(acked)
+        .map(|(entry, acked)| v2::AckMessageResultEntry {
             message_id: entry.message_id,
             receipt_handle: entry.receipt_handle,
-            status: Some(acked.map_or_else(|refused| refused, |()| ok())),
-        });
-    }
+            status: Some(acked.map_or_else(|refused| status::of_pop(&refused), |()| ok())),
+        })
+        .collect();
     Ok(v2::AckMessageResponse {
         status: Some(overall(entries.iter().filter_map(|e| e.status.as_ref()))),
         entries,

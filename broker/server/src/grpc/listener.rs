@@ -1,6 +1,7 @@
 //! Accepting the gRPC port's connections: plain, or TLS as the remoting port's `tls-mode`
 //! says (a ClientHello is handshaken; a plain connection is served when permissive, closed
-//! when enforcing), with the same certificate and its reloads.
+//! when enforcing), with the same certificate and its reloads; then hyper's HTTP/2 server on
+//! each, its calls served on the connection's own task (`connection.rs`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,22 +10,24 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use hyper_util::rt::{TokioIo, TokioTimer};
 use quiver_grpc_proto::v2::messaging_service_server::MessagingServiceServer;
 use quiver_remoting::tls::HANDSHAKE_TIMEOUT;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::http;
+use tonic::codegen::Service as _;
 
+use super::connection::OnConnection;
 use super::messaging::Messaging;
 use crate::broker::Broker;
 use crate::config::TlsMode;
 use crate::slots::ConnectionSlot;
 use crate::tls::{classify, peek_first_byte, FirstByte, Port, TlsServer};
 
-/// Connections handshaken and waiting for the HTTP/2 server to take them.
-const ACCEPTED_QUEUE: usize = 64;
 /// Pings on idle HTTP/2 connections, so a vanished client's streams end.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// HTTP/2 flow-control windows: a receive answers up to 32 messages of up to max-message-size
@@ -48,12 +51,10 @@ pub(crate) enum GrpcStream {
     Tls(Box<TlsStream<TcpStream>>, Peer),
 }
 
-impl tonic::transport::server::Connected for GrpcStream {
-    type ConnectInfo = RemoteAddr;
-
-    fn connect_info(&self) -> RemoteAddr {
+impl GrpcStream {
+    fn remote(&self) -> SocketAddr {
         match self {
-            GrpcStream::Plain(_, peer) | GrpcStream::Tls(_, peer) => RemoteAddr(peer.remote),
+            GrpcStream::Plain(_, peer) | GrpcStream::Tls(_, peer) => peer.remote,
         }
     }
 }
@@ -98,8 +99,30 @@ impl AsyncWrite for GrpcStream {
     }
 }
 
+/// The service as one connection calls it: each request carries the connection's remote
+/// address (`Caller` reads it).
+#[derive(Clone)]
+struct Service {
+    messaging: MessagingServiceServer<Messaging>,
+    remote: SocketAddr,
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Service {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = <MessagingServiceServer<Messaging> as tonic::codegen::Service<
+        http::Request<hyper::body::Incoming>,
+    >>::Future;
+
+    fn call(&self, mut request: http::Request<hyper::body::Incoming>) -> Self::Future {
+        request.extensions_mut().insert(RemoteAddr(self.remote));
+        // The generated service is always ready: no poll_ready before the call.
+        self.messaging.clone().call(request)
+    }
+}
+
 /// Serves `MessagingService` on `listener` until `stop` flips; then the Telemetry streams
-/// end and the server waits for the calls in flight.
+/// end and each connection finishes its calls in flight (HTTP/2 GOAWAY).
 pub async fn serve(
     broker: Arc<Broker>,
     listener: TcpListener,
@@ -109,51 +132,35 @@ pub async fn serve(
     broker
         .grpc()
         .serve_check_backs(super::transaction::check_back);
-    let (accepted_tx, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
     let renewing = tokio::spawn(super::renew::run(broker.clone(), stop.clone()));
-    let tls_mode = broker.config().tls_mode;
-    let accepting = tokio::spawn(accept_loop(
-        broker.clone(),
-        listener,
-        tls,
-        tls_mode,
-        accepted_tx,
-        stop.clone(),
-    ));
     // A message body up to max-message-size, plus its properties and the request's framing.
     let max_request = broker.config().max_message_size as usize + 1024 * 1024;
-    let service = MessagingServiceServer::new(Messaging::new(broker.clone(), stop.clone()))
+    let messaging = MessagingServiceServer::new(Messaging::new(broker.clone(), stop.clone()))
         .max_decoding_message_size(max_request);
-    let mut stopping = stop.clone();
-    let sessions_broker = broker.clone();
-    let shutdown = async move {
-        let _ = stopping.wait_for(|stopped| *stopped).await;
-        sessions_broker.grpc().sessions.close_all();
-    };
-    let served = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .serve_with_incoming_shutdown(service, ReceiverStream::new(accepted_rx), shutdown)
-        .await;
-    if let Err(error) = served {
-        tracing::error!(%error, "the gRPC server failed");
-    }
-    accepting.abort();
+    let mut connections = accept_loop(&broker, listener, tls, messaging, stop).await;
+    broker.grpc().sessions.close_all();
+    while connections.join_next().await.is_some() {}
     renewing.abort();
 }
 
+/// Once `stop` is true (its guard not held across an await, so the future stays `Send`).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+/// Accepts until `stop` flips; the connections' tasks, still serving.
 async fn accept_loop(
-    broker: Arc<Broker>,
+    broker: &Arc<Broker>,
     listener: TcpListener,
     tls: Option<Arc<TlsServer>>,
-    tls_mode: TlsMode,
-    accepted: mpsc::Sender<io::Result<GrpcStream>>,
+    messaging: MessagingServiceServer<Messaging>,
     mut stop: watch::Receiver<bool>,
-) {
+) -> JoinSet<()> {
+    let tls_mode = broker.config().tls_mode;
+    let mut connections = JoinSet::new();
     loop {
         let (stream, remote) = tokio::select! {
-            _ = stop.changed() => return,
+            () = stopped(&mut stop) => return connections,
             next = listener.accept() => match next {
                 Ok(pair) => pair,
                 Err(error) => {
@@ -164,8 +171,10 @@ async fn accept_loop(
                 }
             },
         };
+        // Reaps the connections that ended, so the set holds the open ones only.
+        while connections.try_join_next().is_some() {}
         // gRPC connections count against the remoting port's limits: one budget of sockets.
-        let Some(slot) = crate::server::take_slot(&broker, remote) else {
+        let Some(slot) = crate::server::take_slot(broker, remote) else {
             drop(stream);
             continue;
         };
@@ -174,9 +183,8 @@ async fn accept_loop(
             _slot: slot,
         };
         let _ = stream.set_nodelay(true);
-        let accepted = accepted.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
+        let (tls, messaging, stop) = (tls.clone(), messaging.clone(), stop.clone());
+        connections.spawn(async move {
             let stream = match tls {
                 Some(tls) if tls_mode != TlsMode::Disabled => {
                     handshake(stream, peer, &tls, tls_mode).await
@@ -184,9 +192,40 @@ async fn accept_loop(
                 _ => Some(GrpcStream::Plain(stream, peer)),
             };
             if let Some(stream) = stream {
-                let _ = accepted.send(Ok(stream)).await;
+                serve_connection(stream, messaging, stop).await;
             }
         });
+    }
+}
+
+/// HTTP/2 on one connection, its calls on this task, until the client goes or `stop` flips
+/// (then the calls in flight finish first).
+async fn serve_connection(
+    stream: GrpcStream,
+    messaging: MessagingServiceServer<Messaging>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let remote = stream.remote();
+    let executor = OnConnection::default();
+    let mut http2 = hyper::server::conn::http2::Builder::new(executor.clone());
+    http2
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEPALIVE_INTERVAL)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW);
+    let connection = http2.serve_connection(TokioIo::new(stream), Service { messaging, remote });
+    let served = executor
+        .drive(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                done = connection.as_mut() => return done,
+                () = stopped(&mut stop) => connection.as_mut().graceful_shutdown(),
+            }
+            connection.await
+        })
+        .await;
+    if let Err(error) = served {
+        tracing::debug!(%remote, %error, "gRPC connection ended");
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod auth;
 mod call;
+mod connection;
 mod consume;
 mod convert;
 mod listener;

@@ -72,6 +72,20 @@ impl Renewals {
         act(renewed.as_deref().unwrap_or(handle))
     }
 
+    /// [`Renewals::settle`] for a batch under one lock: the handle to act on for each of
+    /// `handles`, in order; none of them is renewed from now on.
+    pub(crate) fn settle_all(&self, handles: &[String]) -> Vec<String> {
+        let mut renewals = self.by_handle.lock();
+        handles
+            .iter()
+            .map(|handle| {
+                renewals
+                    .remove(handle)
+                    .map_or_else(|| handle.clone(), |r| r.current)
+            })
+            .collect()
+    }
+
     /// Messages renewed for their clients now.
     pub fn len(&self) -> usize {
         self.by_handle.lock().len()

@@ -2,6 +2,7 @@
 //! letter queue): the methods of [`PopService`] that read the store and write retries, kept
 //! apart from its state (`crate::pop`) so the broker can hold that state.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +35,9 @@ struct Spec {
     max_messages: usize,
     invisible_ms: i64,
 }
+
+/// A batched ack's handles of one queue: their places in the request and (offset, revision).
+type QueueAcks = (Vec<usize>, Vec<(u64, u64)>);
 
 /// What one receive pass reads: a queue of the topic or of its retry topic.
 struct Source {
@@ -238,6 +242,56 @@ impl PopService {
         let removed = self.state.remove(&key, handle.offset, handle.revision)?;
         self.after_remove(broker, &key, removed);
         Ok(())
+    }
+
+    /// Acks several received messages (an AckMessage with many entries) in one pass per
+    /// queue: one lock, one log append and one prefix commit for all of a queue's handles,
+    /// where [`PopService::ack`] per handle would take each once. Each handle's result, in
+    /// order; a handle this broker did not issue fails alone. Blocking in sync flush mode.
+    pub fn ack_all(
+        &self,
+        broker: &Broker,
+        group: &str,
+        topic: &str,
+        handles: &[String],
+    ) -> Vec<Result<(), PopError>> {
+        let mut results: Vec<Result<(), PopError>> = Vec::with_capacity(handles.len());
+        let mut queues: BTreeMap<PopKey, QueueAcks> = BTreeMap::new();
+        for (at, text) in handles.iter().enumerate() {
+            let Some(handle) = Handle::parse(text) else {
+                results.push(Err(PopError::InvalidHandle));
+                continue;
+            };
+            let (places, entries) = queues.entry(handle.key(group, topic)).or_default();
+            places.push(at);
+            entries.push((handle.offset, handle.revision));
+            results.push(Ok(()));
+        }
+        for (key, (places, entries)) in queues {
+            match self.state.remove_many(&key, &entries) {
+                Ok((removed, moved)) => {
+                    let any = removed.iter().any(Result::is_ok);
+                    for (at, result) in places.into_iter().zip(removed) {
+                        results[at] = result.map_err(PopError::from);
+                    }
+                    if any {
+                        self.after_remove(broker, &key, moved);
+                    }
+                }
+                Err(error) => {
+                    let failed = chain(&error);
+                    for at in places {
+                        // Every entry of the queue failed with the one append.
+                        results[at] = Err(PopError::Store(StoreError::Io {
+                            op: "ack",
+                            path: key.topic.clone().into(),
+                            source: std::io::Error::other(failed.clone()),
+                        }));
+                    }
+                }
+            }
+        }
+        results
     }
 
     /// Commits a moved prefix; an emptied queue may unblock an in-order receive.

@@ -95,6 +95,10 @@ enum LogRecord {
     Remove { key: PopKey, offset: u64 },
 }
 
+/// What [`PopState::remove_many`] did: each entry's result, in order, and the queue's acked
+/// prefix before and after.
+pub type Removed = (Vec<Result<(), PopStateError>>, (u64, u64));
+
 /// Why a handle's message cannot be acted on.
 #[derive(Debug, thiserror::Error)]
 pub enum PopStateError {
@@ -392,14 +396,24 @@ impl PopState {
     }
 
     fn write_record(&self, record: &LogRecord, to_hook: bool) -> Result<Arc<File>, StoreError> {
-        let payload = serde_json::to_vec(record).map_err(|source| StoreError::Json {
-            path: self.dir.clone(),
-            source,
-        })?;
-        let mut frame = Vec::with_capacity(payload.len() + 8);
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        frame.extend_from_slice(&payload);
+        self.write_records(std::slice::from_ref(record), to_hook)
+    }
+
+    /// Appends `records` with one write (one syscall for a batch), each its own frame as
+    /// [`PopState::write_record`] writes it, and lets the hook hear each.
+    fn write_records(&self, records: &[LogRecord], to_hook: bool) -> Result<Arc<File>, StoreError> {
+        let mut frames = Vec::new();
+        let mut payloads = Vec::with_capacity(records.len());
+        for record in records {
+            let payload = serde_json::to_vec(record).map_err(|source| StoreError::Json {
+                path: self.dir.clone(),
+                source,
+            })?;
+            frames.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            frames.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+            frames.extend_from_slice(&payload);
+            payloads.push(payload);
+        }
         let log = self.log.lock();
         let path = || log_path(&self.dir, log.generation);
         let Some(file) = &log.file else {
@@ -407,11 +421,14 @@ impl PopState {
             return Err(StoreError::io("append to", path(), read_only));
         };
         (&**file)
-            .write_all(&frame)
+            .write_all(&frames)
             .map_err(|e| StoreError::io("append to", path(), e))?;
-        self.since_snapshot.fetch_add(1, Ordering::Relaxed);
+        self.since_snapshot
+            .fetch_add(records.len() as u64, Ordering::Relaxed);
         if let Some(hook) = self.record_hook.get().filter(|_| to_hook) {
-            hook(&payload);
+            for payload in &payloads {
+                hook(payload);
+            }
         }
         Ok(file.clone())
     }
@@ -576,6 +593,60 @@ impl PopState {
         drop(queue);
         self.sync(&file)?;
         Ok((before, after))
+    }
+
+    /// Removes several in-flight messages of one queue (a batched ack): one lock of the
+    /// queue, one append of their `Remove` records (the same records [`PopState::remove`]
+    /// logs, so the log's format does not change), one sync. `entries` are (offset, revision)
+    /// pairs; each gets its own result, in order, as [`PopState::remove`] would answer it;
+    /// a failed append fails them all. Returns the results and the acked prefix before and
+    /// after.
+    pub fn remove_many(&self, key: &PopKey, entries: &[(u64, u64)]) -> Result<Removed, StoreError> {
+        let Some(queue_arc) = self.existing(key) else {
+            let never_read = |&(offset, _): &(u64, u64)| {
+                Err(PopStateError::NotInFlight {
+                    key: key.clone(),
+                    offset,
+                })
+            };
+            return Ok((entries.iter().map(never_read).collect(), (0, 0)));
+        };
+        let mut queue = queue_arc.lock();
+        let before = queue.acked_prefix();
+        let mut removing = std::collections::BTreeSet::new();
+        let results: Vec<Result<(), PopStateError>> = entries
+            .iter()
+            .map(|&(offset, revision)| {
+                Self::check(key, &queue, offset, revision)?;
+                // The same handle twice in one batch: the second finds it acked, as it
+                // would one call later.
+                if !removing.insert(offset) {
+                    return Err(PopStateError::NotInFlight {
+                        key: key.clone(),
+                        offset,
+                    });
+                }
+                Ok(())
+            })
+            .collect();
+        if removing.is_empty() {
+            return Ok((results, (before, before)));
+        }
+        let records: Vec<LogRecord> = removing
+            .into_iter()
+            .map(|offset| LogRecord::Remove {
+                key: key.clone(),
+                offset,
+            })
+            .collect();
+        let file = self.write_records(&records, true)?;
+        for record in &records {
+            queue.apply(record);
+        }
+        let after = queue.acked_prefix();
+        drop(queue);
+        self.sync(&file)?;
+        Ok((results, (before, after)))
     }
 
     /// Gives an in-flight message a new deadline (and a new revision: the old handle stops
@@ -789,6 +860,54 @@ mod tests {
             Some(got[2].entry),
             "logged locally"
         );
+    }
+
+    #[test]
+    fn a_batch_of_removes_is_one_append_with_each_entrys_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        let heard = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        let sink = heard.clone();
+        state.set_record_hook(Box::new(move |payload| sink.lock().push(payload.to_vec())));
+        let got = read(&state, &key(0), 4, 1_000);
+        let (_, log) = log_files(dir.path()).unwrap().pop().unwrap();
+        let before = std::fs::metadata(&log).unwrap().len();
+        heard.lock().clear();
+        let revision = |i: usize| got[i].entry.revision;
+        let entries = [
+            (1, revision(1)),
+            (0, revision(0)),
+            (2, revision(2) + 1), // a stale revision
+            (1, revision(1)),     // the same handle twice
+            (9, 1),               // never received
+        ];
+        let (results, (prefix_before, prefix_after)) =
+            state.remove_many(&key(0), &entries).unwrap();
+        assert!(results[0].is_ok() && results[1].is_ok());
+        assert!(matches!(results[2], Err(PopStateError::Superseded { .. })));
+        assert!(matches!(
+            results[3],
+            Err(PopStateError::NotInFlight { offset: 1, .. })
+        ));
+        assert!(matches!(
+            results[4],
+            Err(PopStateError::NotInFlight { offset: 9, .. })
+        ));
+        assert_eq!((prefix_before, prefix_after), (0, 2));
+        // The same Remove records as two single removes, written together.
+        assert_eq!(heard.lock().len(), 2, "one record per removed offset");
+        let written = std::fs::metadata(&log).unwrap().len() - before;
+        let singles: u64 = heard.lock().iter().map(|p| p.len() as u64 + 8).sum();
+        assert_eq!(written, singles);
+        assert_eq!(state.inflight(&key(0), 2), Some(got[2].entry));
+        let (results, _) = state.remove_many(&key(1), &[(0, 1)]).unwrap();
+        assert!(
+            matches!(results[0], Err(PopStateError::NotInFlight { .. })),
+            "a queue never read"
+        );
+        drop(state);
+        let reopened = PopState::open(dir.path(), FlushMode::Async).unwrap();
+        assert_eq!(reopened.acked_prefix(&key(0)), Some(2), "replayed");
     }
 
     #[test]
