@@ -440,9 +440,18 @@ async fn transactions_commit_roll_back_and_are_checked_back_over_telemetry() {
         half.system_properties.as_mut().unwrap().message_type = MessageType::Transaction as i32;
         half
     };
+    // Ended by the producer: kept from the check-back however slowly the test runs (else a
+    // check could take them first and the ends would find them settled).
+    let ended_half = |id: &str| {
+        let mut half = half(id);
+        let system = half.system_properties.as_mut().unwrap();
+        system.orphaned_transaction_recovery_duration =
+            Some(proto_duration(Duration::from_secs(600)));
+        half
+    };
     let mut transaction_ids = Vec::new();
     for id in ["TX-COMMIT", "TX-ROLLBACK"] {
-        let sent = send(&mut client, vec![half(id)]).await;
+        let sent = send(&mut client, vec![ended_half(id)]).await;
         assert_eq!(code_of(sent.status.as_ref()), Code::Ok, "{sent:?}");
         assert!(!sent.entries[0].transaction_id.is_empty());
         transaction_ids.push(sent.entries[0].transaction_id.clone());
