@@ -40,6 +40,9 @@ pub struct Options {
     pub connection_read_budget: Option<PerConnectionBudget>,
     /// Stamp each inbound frame with when its last bytes were read ([`Inbound::read_at`]).
     pub stamp_reads: bool,
+    /// Where the reader (a [`crate::StampedRead`]) leaves when the bytes of each read reached
+    /// the socket; with `stamp_reads`, frames carry it as [`Inbound::arrived_at`].
+    pub arrivals: Option<crate::Arrivals>,
     /// A frame whose first bytes arrived must be whole within this, or reading fails with
     /// [`ConnectionError::FrameTimedOut`] (slow or stalled senders); None: no bound.
     pub frame_read_timeout: Option<Duration>,
@@ -57,6 +60,7 @@ impl Options {
             read_budget: None,
             connection_read_budget: None,
             stamp_reads: false,
+            arrivals: None,
             frame_read_timeout: None,
             credentials: None,
         }
@@ -258,6 +262,9 @@ pub struct Inbound {
     pub held_bytes: HeldBytes,
     /// When the read that completed the frame returned, if [`Options::stamp_reads`].
     pub read_at: Option<Instant>,
+    /// When the bytes that completed the frame reached the socket (the kernel's receive
+    /// timestamp), if [`Options::arrivals`] is set and the kernel gave one.
+    pub arrived_at: Option<Instant>,
 }
 
 /// The reading side: yields the other side's requests, and routes responses to [`Connection::request`].
@@ -290,7 +297,7 @@ impl Connection {
                     options.read_budget,
                     options.connection_read_budget.map(|own| own.budget()),
                 ),
-                options.stamp_reads,
+                (options.stamp_reads, options.arrivals),
                 options.frame_read_timeout,
             ),
             shared: connection.shared.clone(),
@@ -439,7 +446,8 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
     /// the other side closed. After `None` or an error, pending requests have failed.
     pub async fn next(&mut self) -> Result<Option<Inbound>, ConnectionError> {
         loop {
-            let (command, held_bytes, read_at) = match self.reader.next_frame().await {
+            let (command, held_bytes, (read_at, arrived_at)) = match self.reader.next_frame().await
+            {
                 Ok(Some(frame)) => frame,
                 Ok(None) => {
                     self.shared.end("the peer closed the connection");
@@ -455,6 +463,7 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
                 command,
                 held_bytes,
                 read_at,
+                arrived_at,
             }));
         }
     }
