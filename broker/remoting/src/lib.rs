@@ -9,6 +9,7 @@
 pub mod arrival;
 mod budget;
 mod connection;
+mod plain;
 mod reader;
 pub mod tls;
 mod writer;

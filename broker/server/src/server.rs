@@ -10,6 +10,7 @@ use quiver_protocol::RemotingCommand;
 use quiver_remoting::tls::HANDSHAKE_TIMEOUT;
 use quiver_remoting::{Connection, ConnectionError, Inbound, Incoming, Options, StampedRead};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -313,7 +314,7 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
             match accepted {
                 Ok(stream) => {
                     let (reader, writer) = tokio::io::split(stream);
-                    serve_connection(reader, writer, served, None).await;
+                    serve_connection(reader, Writer::Any(writer), served, None).await;
                 }
                 Err(_) => metrics.connection_closed(ClosedBecause::TlsHandshake),
             }
@@ -326,10 +327,12 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
     }
 }
 
-/// A plain TCP client; while stages are sampled, its reads also note when their bytes
-/// reached the socket (the reader's scheduling delay).
+/// A plain TCP client: answers may be written by the thread that built them while the
+/// connection's writer is idle; while stages are sampled, its reads also note when their
+/// bytes reached the socket (the reader's scheduling delay).
 async fn serve_plain(stream: TcpStream, served: Served) {
     let (reader, writer) = stream.into_split();
+    let writer: Writer<OwnedWriteHalf> = Writer::Plain(writer);
     if !served.broker.stages().is_on() {
         return serve_connection(reader, writer, served, None).await;
     }
@@ -337,11 +340,18 @@ async fn serve_plain(stream: TcpStream, served: Served) {
     serve_connection(reader, writer, served, Some(arrivals)).await
 }
 
+/// How a connection's frames are written: a TCP write half shared with the answering
+/// threads, or any writer (TLS) through the writer task alone.
+enum Writer<W> {
+    Plain(OwnedWriteHalf),
+    Any(W),
+}
+
 /// Serves one client: its requests are read and dispatched here (the reader half); the
 /// connection's writer task sends the responses and pushes (the writer half).
 async fn serve_connection<R, W>(
     reader: R,
-    writer: W,
+    writer: Writer<W>,
     served: Served,
     arrivals: Option<quiver_remoting::Arrivals>,
 ) where
@@ -365,7 +375,10 @@ async fn serve_connection<R, W>(
         frame_read_timeout: broker.config().frame_read_timeout(),
         ..Options::new(remote.to_string())
     };
-    let (remoting, mut incoming) = Connection::from_parts(reader, writer, options);
+    let (remoting, mut incoming) = match writer {
+        Writer::Plain(writer) => Connection::start_plain(reader, writer, options),
+        Writer::Any(writer) => Connection::from_parts(reader, writer, options),
+    };
     let ctx = Ctx {
         broker: broker.clone(),
         connection: ConnectionHandle {
