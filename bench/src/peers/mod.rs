@@ -9,6 +9,7 @@ pub mod rocketmq;
 pub mod server;
 mod stages;
 pub mod systems;
+mod tail;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
@@ -332,6 +333,7 @@ fn measure<S: System>(
             anon_rss_bytes: server.anon_rss_bytes(),
         },
         running.stages,
+        server.pid(),
         log,
     ))
 }

@@ -31,6 +31,10 @@ fn cell(figure: &Figure) -> String {
         Measure::StageMicros { p50, p999 } => {
             format!("{p50:.0} / {:.0} / {p999:.0} µs", figure.value)
         }
+        Measure::Percent => format!("{:.0}%", figure.value),
+        Measure::MillisPerSecond { mean_us } => {
+            format!("{:.1} ms/s ({mean_us:.0} µs each)", figure.value)
+        }
     }
 }
 

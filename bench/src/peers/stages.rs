@@ -33,6 +33,8 @@ struct Kind {
 #[derive(Debug, Deserialize)]
 struct Stage {
     stage: String,
+    /// Samples of this row (older brokers: the kind's).
+    samples: Option<usize>,
     p50_us: f64,
     p99_us: f64,
     p999_us: f64,
@@ -72,7 +74,10 @@ impl BrokerStages {
                 );
                 log(&format!(
                     "  {workload}: {:.0} / {:.0} / {:.0} us (of {} samples)",
-                    stage.p50_us, stage.p99_us, stage.p999_us, summary.samples
+                    stage.p50_us,
+                    stage.p99_us,
+                    stage.p999_us,
+                    stage.samples.unwrap_or(summary.samples)
                 ));
                 figures.push(Figure {
                     workload,

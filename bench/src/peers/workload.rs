@@ -17,6 +17,7 @@ use crate::minimal_server;
 use crate::peers::hog::CpuHog;
 use crate::peers::server::disk_usage_bytes;
 use crate::peers::stages::BrokerStages;
+use crate::peers::tail::{self, CpuWait, SendTimes};
 
 /// One message's arrival at a consumer: (send stamp, arrival stamp), nanoseconds.
 pub type Arrival = (u64, u64);
@@ -188,6 +189,12 @@ pub enum Measure {
         p50: f64,
         p999: f64,
     },
+    /// A share, in percent.
+    Percent,
+    /// Milliseconds per second of a run, with the mean of each occurrence beside it.
+    MillisPerSecond {
+        mean_us: f64,
+    },
 }
 
 /// One measured figure of one system.
@@ -252,6 +259,7 @@ pub async fn run_all<S: System>(
     data_dir: &Path,
     server_memory: impl Fn() -> ServerMemory,
     stages: BrokerStages,
+    server_pid: u32,
     log: impl Fn(&str),
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
@@ -263,17 +271,20 @@ pub async fn run_all<S: System>(
             stored_1k += stored;
         }
     }
+    // The stages, as the end-to-end percentiles, leave the warm-up out.
+    let warmup_ns = u64::try_from(plan.e2e_warmup.as_nanos()).unwrap_or(u64::MAX);
+    let after_warmup = |mark: Option<u64>| mark.map(|at| at.saturating_add(warmup_ns));
     let mark = stages.mark().await?;
-    figures.extend(end_to_end(&system, plan, Beside::Nothing, &log).await?);
+    figures.extend(end_to_end(&system, plan, (Beside::Nothing, server_pid), &log).await?);
     let run = end_to_end_name(plan, Beside::Nothing);
-    figures.extend(stages.figures(mark, &run, &log).await?);
+    figures.extend(stages.figures(after_warmup(mark), &run, &log).await?);
     if plan.cpu_hog {
         let limit = plan.e2e_time + Duration::from_secs(20);
         let hog = CpuHog::start(CpuHog::threads_per_core(), limit)?;
         let mark = stages.mark().await;
-        let figures_under_hog = end_to_end(&system, plan, Beside::CpuHog, &log).await;
+        let figures_under_hog = end_to_end(&system, plan, (Beside::CpuHog, server_pid), &log).await;
         let run = end_to_end_name(plan, Beside::CpuHog);
-        let stage_figures = stages.figures(mark?, &run, &log).await;
+        let stage_figures = stages.figures(after_warmup(mark?), &run, &log).await;
         let name = hog.name().to_owned();
         log(&format!(
             "  (CPU hog threads {name}*: {} rounds of work)",
@@ -509,14 +520,15 @@ pub async fn produce<S: System>(
 }
 
 /// Sends `total` timestamped bodies at `plan.e2e_rate_per_sec`, each on its own task; returns
-/// (sent, failed).
+/// (sent, failed) and the load generator's stamps of each acknowledged send.
 async fn send_paced<P: ProducerHandle>(
     producer: &P,
     stream: &'static str,
     plan: &Plan,
     total: u64,
-) -> (u64, u64) {
+) -> ((u64, u64), Vec<SendTimes>) {
     let failures = Arc::new(AtomicU64::new(0));
+    let times = Arc::new(parking_lot::Mutex::new(Vec::with_capacity(total as usize)));
     let template = pattern_body(plan.e2e_body_bytes.max(8));
     let mut ticker = tokio::time::interval(Duration::from_millis(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -529,19 +541,29 @@ async fn send_paced<P: ProducerHandle>(
             ((started.elapsed().as_secs_f64() * plan.e2e_rate_per_sec as f64) as u64).min(total);
         while sent < due {
             let mut body = template.to_vec();
-            body[..8].copy_from_slice(&now_nanos().to_le_bytes());
-            let (producer, failures) = (producer.clone(), failures.clone());
+            let stamp = now_nanos();
+            body[..8].copy_from_slice(&stamp.to_le_bytes());
+            let (producer, failures, times) = (producer.clone(), failures.clone(), times.clone());
             sends.spawn(async move {
+                let task_ran = now_nanos();
                 if producer.send_one(stream, Bytes::from(body)).await.is_err() {
                     failures.fetch_add(1, Ordering::Relaxed);
+                    return;
                 }
+                let acknowledged = now_nanos();
+                times.lock().push(SendTimes {
+                    stamp,
+                    task_ran,
+                    acknowledged,
+                });
             });
             sent += 1;
         }
         while sends.try_join_next().is_some() {}
     }
     while sends.join_next().await.is_some() {}
-    (sent, failures.load(Ordering::Relaxed))
+    let times = std::mem::take(&mut *times.lock());
+    ((sent, failures.load(Ordering::Relaxed)), times)
 }
 
 /// (sent, arrived) times of up to `sent` messages, as they arrive before `deadline`.
@@ -592,11 +614,13 @@ pub fn end_to_end_name(plan: &Plan, beside: Beside) -> String {
 
 /// Fixed-rate end-to-end run: one producer sends at `e2e_rate_per_sec` (each send in its
 /// own task so a slow acknowledgement does not delay the schedule) while a follower
-/// receives; latency is arrival minus the send stamp carried in the body.
+/// receives; latency is arrival minus the send stamp carried in the body. Beside the
+/// percentiles, what the load generator's side and each process's waits for a CPU explain
+/// of the tail ([`tail`]).
 async fn end_to_end<S: System>(
     system: &Arc<S>,
     plan: &Plan,
-    beside: Beside,
+    (beside, server_pid): (Beside, u32),
     log: &impl Fn(&str),
 ) -> anyhow::Result<Vec<Figure>> {
     let stream = beside.stream();
@@ -614,7 +638,14 @@ async fn end_to_end<S: System>(
         })
     };
     let producer = system.producer().await?;
-    let (sent, failed) = send_paced(&producer, stream, plan, total).await;
+    let waits_before = (CpuWait::of(server_pid), CpuWait::of(std::process::id()));
+    let run_started = Instant::now();
+    let ((sent, failed), send_times) = send_paced(&producer, stream, plan, total).await;
+    let run_seconds = run_started.elapsed().as_secs_f64();
+    let waits = (
+        CpuWait::of(server_pid).since(waits_before.0),
+        CpuWait::of(std::process::id()).since(waits_before.1),
+    );
     producer.close().await;
     let latencies = collect_arrivals(&mut arrivals_rx, sent, follow_deadline).await;
     let received = latencies.len() as u64;
@@ -630,12 +661,29 @@ async fn end_to_end<S: System>(
     // Leave out the warm-up: the earliest-sent messages.
     let mut latencies = latencies;
     latencies.sort_unstable_by_key(|&(sent_at, _)| sent_at);
-    let micros: Vec<u64> = latencies
+    let measured = &latencies[(warmup as usize).min(latencies.len().saturating_sub(1))..];
+    let micros: Vec<u64> = measured
         .iter()
-        .skip((warmup as usize).min(latencies.len().saturating_sub(1)))
         .map(|&(sent_at, arrived_at)| arrived_at.saturating_sub(sent_at) / 1_000)
         .collect();
-    Ok(latency_figures(&end_to_end_name(plan, beside), micros, log))
+    let name = end_to_end_name(plan, beside);
+    let mut figures = latency_figures(&name, micros, log);
+    figures.extend(tail::figures(&name, measured, &send_times, log));
+    figures.push(tail::cpu_wait_figure(
+        &name,
+        "server",
+        waits.0,
+        run_seconds,
+        log,
+    ));
+    figures.push(tail::cpu_wait_figure(
+        &name,
+        "load generator",
+        waits.1,
+        run_seconds,
+        log,
+    ));
+    Ok(figures)
 }
 
 /// p50/p99/p999 figures "{name}, pNN latency" of some latencies in microseconds.

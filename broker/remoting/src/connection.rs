@@ -9,12 +9,13 @@ use parking_lot::Mutex;
 use quiver_protocol::acl::Credentials;
 use quiver_protocol::{FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::budget::{ByteBudget, HeldBytes, PerConnectionBudget};
+use crate::plain::Direct;
 use crate::reader::{FrameReader, ReadFailure};
 use crate::writer::FrameWriter;
 
@@ -40,6 +41,9 @@ pub struct Options {
     pub connection_read_budget: Option<PerConnectionBudget>,
     /// Stamp each inbound frame with when its last bytes were read ([`Inbound::read_at`]).
     pub stamp_reads: bool,
+    /// Where the reader (a [`crate::StampedRead`]) leaves when the bytes of each read reached
+    /// the socket; with `stamp_reads`, frames carry it as [`Inbound::arrived_at`].
+    pub arrivals: Option<crate::Arrivals>,
     /// A frame whose first bytes arrived must be whole within this, or reading fails with
     /// [`ConnectionError::FrameTimedOut`] (slow or stalled senders); None: no bound.
     pub frame_read_timeout: Option<Duration>,
@@ -57,6 +61,7 @@ impl Options {
             read_budget: None,
             connection_read_budget: None,
             stamp_reads: false,
+            arrivals: None,
             frame_read_timeout: None,
             credentials: None,
         }
@@ -207,6 +212,9 @@ impl Drop for Registered<'_> {
 pub struct Connection {
     shared: Arc<Shared>,
     outbound: mpsc::Sender<Outbound>,
+    /// A plain TCP connection's write side, for answers written on the answering thread
+    /// while the writer task is idle ([`Connection::start_plain`]).
+    direct: Option<Arc<Direct>>,
 }
 
 /// Called by the writer with the time the frame's bytes were handed to the socket.
@@ -221,15 +229,32 @@ pub struct Outbound {
 }
 
 /// A reserved place in a connection's writer queue ([`Connection::try_reserve`]).
-pub struct OutboundSlot<'a>(mpsc::Permit<'a, Outbound>);
+pub struct OutboundSlot<'a> {
+    permit: mpsc::Permit<'a, Outbound>,
+    connection: &'a Connection,
+}
 
 impl OutboundSlot<'_> {
-    /// Queues `command` in the reserved place: cannot fail or wait.
+    /// Sends `command` without waiting: written at once on this thread when the writer is
+    /// idle and nothing else is queued (the reserved place aside), else queued in the
+    /// reserved place. Cannot fail.
     pub fn send(self, command: RemotingCommand, on_written: Option<OnWritten>) {
-        self.0.send(Outbound {
+        let OutboundSlot { permit, connection } = self;
+        let outbound = Outbound {
             command: Box::new(command),
             on_written,
-        });
+        };
+        let outbound = match &connection.direct {
+            // Only this slot's place is taken: the queue is otherwise empty.
+            Some(direct) => match direct.try_write_now(outbound, || {
+                connection.outbound.capacity() + 1 == connection.outbound.max_capacity()
+            }) {
+                Ok(()) => return,
+                Err(back) => back,
+            },
+            None => outbound,
+        };
+        permit.send(outbound);
     }
 }
 
@@ -258,6 +283,9 @@ pub struct Inbound {
     pub held_bytes: HeldBytes,
     /// When the read that completed the frame returned, if [`Options::stamp_reads`].
     pub read_at: Option<Instant>,
+    /// When the bytes that completed the frame reached the socket (the kernel's receive
+    /// timestamp), if [`Options::arrivals`] is set and the kernel gave one.
+    pub arrived_at: Option<Instant>,
 }
 
 /// The reading side: yields the other side's requests, and routes responses to [`Connection::request`].
@@ -280,8 +308,39 @@ impl Connection {
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (connection, outbound_rx, closing) = Connection::unstarted(&options);
-        let frame_writer = FrameWriter::new(writer, options.language, connection.shared.clone());
+        Connection::assemble(reader, writer, options, None)
+    }
+
+    /// As [`Connection::from_parts`] over a TCP stream's halves, with one more way out for
+    /// responses: while the writer task is idle and nothing is queued, a response is
+    /// written by the thread that answers ([`Connection::respond`]), sparing the writer
+    /// task's wake-up.
+    pub fn start_plain<R>(
+        reader: R,
+        writer: OwnedWriteHalf,
+        options: Options,
+    ) -> (Connection, Incoming<R>)
+    where
+        R: AsyncRead + Unpin,
+    {
+        let (writer, direct) = crate::plain::share(writer, options.language);
+        Connection::assemble(reader, writer, options, Some(direct))
+    }
+
+    fn assemble<R, W>(
+        reader: R,
+        writer: W,
+        options: Options,
+        direct: Option<Arc<Direct>>,
+    ) -> (Connection, Incoming<R>)
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (mut connection, outbound_rx, closing) = Connection::unstarted(&options);
+        connection.direct = direct.clone();
+        let frame_writer =
+            FrameWriter::new(writer, options.language, connection.shared.clone(), direct);
         let writer_task = tokio::spawn(frame_writer.run(outbound_rx, closing));
         let incoming = Incoming {
             reader: FrameReader::new(
@@ -290,7 +349,7 @@ impl Connection {
                     options.read_budget,
                     options.connection_read_budget.map(|own| own.budget()),
                 ),
-                options.stamp_reads,
+                (options.stamp_reads, options.arrivals),
                 options.frame_read_timeout,
             ),
             shared: connection.shared.clone(),
@@ -326,7 +385,12 @@ impl Connection {
             closing,
             credentials: options.credentials.clone(),
         });
-        (Connection { shared, outbound }, outbound_rx, closing_rx)
+        let connection = Connection {
+            shared,
+            outbound,
+            direct: None,
+        };
+        (connection, outbound_rx, closing_rx)
     }
 
     pub fn peer(&self) -> &str {
@@ -384,7 +448,7 @@ impl Connection {
 
     /// Sends a frame as it is: a response to the other side's request (same opaque).
     pub async fn respond(&self, response: RemotingCommand) -> Result<(), ConnectionError> {
-        self.queue(response.into()).await
+        self.answer(response, None).await
     }
 
     /// As [`Connection::respond`], calling `on_written` once the frame is written (not when
@@ -394,9 +458,29 @@ impl Connection {
         response: RemotingCommand,
         on_written: OnWritten,
     ) -> Result<(), ConnectionError> {
+        self.answer(response, Some(on_written)).await
+    }
+
+    /// Writes `response` on this thread when the writer is idle and nothing is queued (a
+    /// plain connection), else queues it.
+    async fn answer(
+        &self,
+        response: RemotingCommand,
+        on_written: Option<OnWritten>,
+    ) -> Result<(), ConnectionError> {
         let outbound = Outbound {
             command: Box::new(response),
-            on_written: Some(on_written),
+            on_written,
+        };
+        let outbound = match &self.direct {
+            Some(direct) if !self.outbound.is_closed() => {
+                let queue_empty = || self.outbound.capacity() == self.outbound.max_capacity();
+                match direct.try_write_now(outbound, queue_empty) {
+                    Ok(()) => return Ok(()),
+                    Err(back) => back,
+                }
+            }
+            _ => outbound,
         };
         self.queue(outbound).await
     }
@@ -410,7 +494,11 @@ impl Connection {
     /// A place in the writer's queue, taken without waiting; None when the queue is full or
     /// the connection closed. For a caller that must know it can send before it commits.
     pub fn try_reserve(&self) -> Option<OutboundSlot<'_>> {
-        self.outbound.try_reserve().ok().map(OutboundSlot)
+        let permit = self.outbound.try_reserve().ok()?;
+        Some(OutboundSlot {
+            permit,
+            connection: self,
+        })
     }
 
     async fn queue(&self, command: Outbound) -> Result<(), ConnectionError> {
@@ -439,7 +527,8 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
     /// the other side closed. After `None` or an error, pending requests have failed.
     pub async fn next(&mut self) -> Result<Option<Inbound>, ConnectionError> {
         loop {
-            let (command, held_bytes, read_at) = match self.reader.next_frame().await {
+            let (command, held_bytes, (read_at, arrived_at)) = match self.reader.next_frame().await
+            {
                 Ok(Some(frame)) => frame,
                 Ok(None) => {
                     self.shared.end("the peer closed the connection");
@@ -455,6 +544,7 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
                 command,
                 held_bytes,
                 read_at,
+                arrived_at,
             }));
         }
     }

@@ -6,12 +6,15 @@
 //! should not link the client library: both the broker and `quiver-client` use this one.
 #![forbid(unsafe_code)]
 
+pub mod arrival;
 mod budget;
 mod connection;
+mod plain;
 mod reader;
 pub mod tls;
 mod writer;
 
+pub use arrival::{Arrivals, StampedRead};
 pub use budget::{ByteBudget, HeldBytes, PerConnectionBudget};
 pub use connection::{
     Connection, ConnectionError, Inbound, Incoming, OnWritten, Options, Outbound, OutboundSlot,

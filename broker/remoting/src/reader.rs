@@ -6,6 +6,7 @@ use bytes::{BufMut, BytesMut};
 use quiver_protocol::{frame, FrameError, RemotingCommand};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::arrival::Arrivals;
 use crate::budget::{ByteBudget, HeldBytes, ReadBudget};
 
 /// Bytes read ahead beyond the frame being received.
@@ -35,15 +36,23 @@ impl From<FrameError> for ReadFailure {
 }
 
 /// A decoded frame, the budget bytes it keeps counted until dropped, and when it was read.
-pub(crate) type Frame = (RemotingCommand, HeldBytes, Option<Instant>);
+/// The stamps are (read returned, bytes reached the socket).
+pub(crate) type Frame = (
+    RemotingCommand,
+    HeldBytes,
+    (Option<Instant>, Option<Instant>),
+);
 
 pub(crate) struct FrameReader<R> {
     reader: R,
     buf: BytesMut,
     budget: Option<ReadBudget>,
     stamp_reads: bool,
+    arrivals: Option<Arrivals>,
     /// When the last read returned bytes (if stamping): the frames it completed arrived then.
     filled_at: Option<Instant>,
+    /// When the bytes of the last read reached the socket (if stamping and known).
+    arrived_at: Option<Instant>,
     /// How long a started frame may take to arrive whole; None: as long as it takes.
     frame_timeout: Option<Duration>,
     /// When the first bytes of the frame being received arrived.
@@ -54,7 +63,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub(crate) fn new(
         reader: R,
         budgets: (Option<ByteBudget>, Option<ByteBudget>),
-        stamp_reads: bool,
+        (stamp_reads, arrivals): (bool, Option<Arrivals>),
         frame_timeout: Option<Duration>,
     ) -> FrameReader<R> {
         let (shared, own) = budgets;
@@ -63,7 +72,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             buf: BytesMut::new(),
             budget: (shared.is_some() || own.is_some()).then(|| ReadBudget::new(shared, own)),
             stamp_reads,
+            arrivals: arrivals.filter(|_| stamp_reads),
             filled_at: None,
+            arrived_at: None,
             frame_timeout,
             frame_started: None,
         }
@@ -82,7 +93,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     .map_or_else(HeldBytes::default, |budget| budget.hand_over(consumed));
                 // What is left over is the start of the next frame.
                 self.frame_started = (!self.buf.is_empty()).then(Instant::now);
-                return Ok(Some((command, held, self.filled_at)));
+                return Ok(Some((command, held, (self.filled_at, self.arrived_at))));
             }
             if self.fill().await? == 0 {
                 return Ok(None);
@@ -90,6 +101,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             let now = Instant::now();
             if self.stamp_reads {
                 self.filled_at = Some(now);
+                self.arrived_at = self.arrivals.as_ref().and_then(Arrivals::take);
             }
             self.frame_started.get_or_insert(now);
         }

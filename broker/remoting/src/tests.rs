@@ -300,3 +300,95 @@ async fn a_signing_side_signs_requests_and_oneways_but_not_responses() {
     assert!(oneway.is_oneway());
     assert!(quiver_protocol::acl::verify(&oneway, "alice-secret"));
 }
+
+/// A client over TCP, and a server side made with `Connection::start_plain`.
+async fn plain_pair() -> (Side2, (Connection, Incoming)) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    let (read, write) = server.into_split();
+    let mut options = Options::new("client");
+    options.language = Some(quiver_protocol::LANGUAGE_JAVA);
+    let server = Connection::start_plain(read, write, options);
+    (Connection::start(client, Options::new("server")), server)
+}
+
+type Side2 = (Connection, Incoming);
+
+#[tokio::test]
+async fn plain_answers_written_by_the_answering_thread_or_the_writer_all_arrive_whole() {
+    let ((client, mut client_in), (server, mut server_in)) = plain_pair().await;
+    tokio::spawn(async move { while let Ok(Some(_)) = client_in.next().await {} });
+    let answering = tokio::spawn(async move {
+        let mut answered = 0;
+        while let Ok(Some(inbound)) = server_in.next().await {
+            let asked = inbound.command;
+            // Large bodies go the writer task's way, small ones may be written at once;
+            // both interleave here, and through a reserved slot too.
+            let size = if asked.code % 3 == 0 { 40 * 1024 } else { 100 };
+            let answer = asked
+                .response_to(code::response::SUCCESS, None)
+                .with_body(Bytes::from(vec![asked.code as u8; size]));
+            if asked.code % 2 == 0 {
+                server.try_reserve().expect("room").send(answer, None);
+            } else {
+                server.respond(answer).await.unwrap();
+            }
+            answered += 1;
+        }
+        answered
+    });
+    let asks = (0..200).map(|n| {
+        let client = client.clone();
+        async move { client.request(request(n), LONG).await }
+    });
+    let answers = futures_join_all(asks).await;
+    for (n, answer) in answers.into_iter().enumerate() {
+        let answer = answer.unwrap();
+        let size = if n % 3 == 0 { 40 * 1024 } else { 100 };
+        assert_eq!(answer.body.len(), size, "answer {n}");
+        assert!(answer.body.iter().all(|&b| b == n as u8));
+        assert_eq!(answer.language, quiver_protocol::LANGUAGE_JAVA);
+    }
+    client.close();
+    drop(client);
+    assert_eq!(answering.await.unwrap(), 200);
+}
+
+#[tokio::test]
+async fn a_plain_answer_reports_when_it_was_written() {
+    let ((client, mut client_in), (server, mut server_in)) = plain_pair().await;
+    tokio::spawn(async move { while let Ok(Some(_)) = client_in.next().await {} });
+    let (told, written) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let asked = server_in.next().await.unwrap().unwrap().command;
+        let answer = asked.response_to(code::response::SUCCESS, None);
+        let on_written = Box::new(move |_| {
+            let _ = told.send(());
+        });
+        server.respond_then(answer, on_written).await.unwrap();
+        server_in
+    });
+    client.request(request(7), LONG).await.unwrap();
+    tokio::time::timeout(LONG, written).await.unwrap().unwrap();
+}
+
+/// Awaits every future, in order (the crate has no futures dependency).
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    for (n, future) in futures.enumerate() {
+        set.spawn(async move { (n, future.await) });
+    }
+    let mut out: Vec<(usize, F::Output)> = Vec::new();
+    while let Some(done) = set.join_next().await {
+        out.push(done.unwrap());
+    }
+    out.sort_by_key(|(n, _)| *n);
+    out.into_iter().map(|(_, o)| o).collect()
+}

@@ -10,6 +10,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::connection::{OnWritten, Outbound, Shared};
+use crate::plain::Direct;
 
 /// Bodies of at least this many bytes (pull answers) are written from where they are,
 /// after their frame head, instead of being copied into the write buffer first.
@@ -30,10 +31,17 @@ pub(crate) struct FrameWriter<W> {
     chunks: Vec<Bytes>,
     /// Told the time once the chunks holding their frames are written.
     on_written: Vec<OnWritten>,
+    /// Answering threads that write on the socket themselves; whoever writes holds it.
+    direct: Option<Arc<Direct>>,
 }
 
 impl<W: AsyncWrite + Unpin> FrameWriter<W> {
-    pub(crate) fn new(writer: W, language: Option<&'static str>, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(
+        writer: W,
+        language: Option<&'static str>,
+        shared: Arc<Shared>,
+        direct: Option<Arc<Direct>>,
+    ) -> Self {
         FrameWriter {
             writer,
             language,
@@ -41,6 +49,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             buf: BytesMut::new(),
             chunks: Vec::new(),
             on_written: Vec::new(),
+            direct,
         }
     }
 
@@ -67,7 +76,14 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             };
             let Some(command) = command else { break };
             self.encode_queued(command, &mut outbound);
-            if let Err(error) = write_chunks(&mut self.writer, &mut self.chunks).await {
+            if let Some(direct) = &self.direct {
+                direct.begin_writing().await;
+            }
+            let written = write_chunks(&mut self.writer, &mut self.chunks).await;
+            if let Some(direct) = &self.direct {
+                direct.end_writing();
+            }
+            if let Err(error) = written {
                 self.shared.end(&format!("write failed: {error}"));
                 return;
             }
@@ -75,6 +91,10 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
                 let written_at = Instant::now();
                 self.on_written.drain(..).for_each(|tell| tell(written_at));
             }
+        }
+        if let Some(direct) = &self.direct {
+            // Not in the middle of an answering thread's frame.
+            direct.begin_writing().await;
         }
         let _ = self.writer.shutdown().await;
     }

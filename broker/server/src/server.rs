@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use quiver_protocol::RemotingCommand;
 use quiver_remoting::tls::HANDSHAKE_TIMEOUT;
-use quiver_remoting::{Connection, ConnectionError, Inbound, Incoming, Options};
+use quiver_remoting::{Connection, ConnectionError, Inbound, Incoming, Options, StampedRead};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -246,10 +247,7 @@ async fn accept_loop(
                 connections.spawn(async move {
                     let served = Served { remote, id, broker: broker.clone(), stop };
                     match tls {
-                        None => {
-                            let (reader, writer) = stream.into_split();
-                            serve_connection(reader, writer, served).await;
-                        }
+                        None => serve_plain(stream, served).await,
                         Some(tls) => serve_tls_port(stream, &tls, served).await,
                     }
                     drop(slot);
@@ -316,7 +314,7 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
             match accepted {
                 Ok(stream) => {
                     let (reader, writer) = tokio::io::split(stream);
-                    serve_connection(reader, writer, served).await;
+                    serve_connection(reader, Writer::Any(writer), served, None).await;
                 }
                 Err(_) => metrics.connection_closed(ClosedBecause::TlsHandshake),
             }
@@ -325,17 +323,38 @@ async fn serve_tls_port(stream: TcpStream, tls: &TlsServer, served: Served) {
             tracing::debug!(remote = %served.remote, "plain connection with tls-mode enforcing; closing");
             metrics.connection_closed(ClosedBecause::TlsRequired);
         }
-        (FirstByte::Plain, _) => {
-            let (reader, writer) = stream.into_split();
-            serve_connection(reader, writer, served).await;
-        }
+        (FirstByte::Plain, _) => serve_plain(stream, served).await,
     }
+}
+
+/// A plain TCP client: answers may be written by the thread that built them while the
+/// connection's writer is idle; while stages are sampled, its reads also note when their
+/// bytes reached the socket (the reader's scheduling delay).
+async fn serve_plain(stream: TcpStream, served: Served) {
+    let (reader, writer) = stream.into_split();
+    let writer: Writer<OwnedWriteHalf> = Writer::Plain(writer);
+    if !served.broker.stages().is_on() {
+        return serve_connection(reader, writer, served, None).await;
+    }
+    let (reader, arrivals) = StampedRead::new(reader);
+    serve_connection(reader, writer, served, Some(arrivals)).await
+}
+
+/// How a connection's frames are written: a TCP write half shared with the answering
+/// threads, or any writer (TLS) through the writer task alone.
+enum Writer<W> {
+    Plain(OwnedWriteHalf),
+    Any(W),
 }
 
 /// Serves one client: its requests are read and dispatched here (the reader half); the
 /// connection's writer task sends the responses and pushes (the writer half).
-async fn serve_connection<R, W>(reader: R, writer: W, served: Served)
-where
+async fn serve_connection<R, W>(
+    reader: R,
+    writer: Writer<W>,
+    served: Served,
+    arrivals: Option<quiver_remoting::Arrivals>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -352,10 +371,14 @@ where
         read_budget: Some(broker.read_budgets().shared.clone()),
         connection_read_budget: Some(broker.read_budgets().per_connection.clone()),
         stamp_reads: broker.stages().is_on(),
+        arrivals,
         frame_read_timeout: broker.config().frame_read_timeout(),
         ..Options::new(remote.to_string())
     };
-    let (remoting, mut incoming) = Connection::from_parts(reader, writer, options);
+    let (remoting, mut incoming) = match writer {
+        Writer::Plain(writer) => Connection::start_plain(reader, writer, options),
+        Writer::Any(writer) => Connection::from_parts(reader, writer, options),
+    };
     let ctx = Ctx {
         broker: broker.clone(),
         connection: ConnectionHandle {
@@ -414,6 +437,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
             command,
             held_bytes,
             read_at,
+            arrived_at,
         } = match next {
             Ok(Some(inbound)) => inbound,
             Ok(None) | Err(ConnectionError::Io { .. }) => {
@@ -435,7 +459,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
             }
         };
         if processor::answers_at_once(&ctx.broker, &command) {
-            answer(ctx, command, read_at).await;
+            answer(ctx, command, (read_at, arrived_at)).await;
             drop(held_bytes);
             continue;
         }
@@ -444,7 +468,7 @@ async fn serve_requests<R: AsyncRead + Unpin>(
         };
         let ctx = ctx.clone();
         requests.spawn(async move {
-            answer(&ctx, command, read_at).await;
+            answer(&ctx, command, (read_at, arrived_at)).await;
             // The request's frame bytes count against the budget until it is answered.
             drop(held_bytes);
             drop(permit);
@@ -453,9 +477,9 @@ async fn serve_requests<R: AsyncRead + Unpin>(
     while requests.join_next().await.is_some() {}
 }
 
-async fn answer(ctx: &Ctx, request: RemotingCommand, read_at: Option<Instant>) {
+async fn answer(ctx: &Ctx, request: RemotingCommand, stamps: crate::stages::ReadStamps) {
     let stages = ctx.broker.stages();
-    let mut trace = stages.start(request.code, read_at);
+    let mut trace = stages.start(request.code, stamps);
     let Some(response) = processor::dispatch(ctx, request, &mut trace).await else {
         return;
     };

@@ -1,5 +1,5 @@
 //! Answers shaped as an Apache broker's: the response headers field for field (JSON and
-//! binary), QUERY_CONSUMER_OFFSET for a group with no offset (14), GET_CONSUME_STATS (208).
+//! binary; a send answered in the kind it was asked in), QUERY_CONSUMER_OFFSET for a group with no offset (14), GET_CONSUME_STATS (208).
 
 mod common;
 
@@ -182,5 +182,36 @@ async fn consume_stats_report_zero_for_uncommitted_queues_unless_asked_to_mark_t
         )
         .await;
     assert_eq!(offsets(&marked), [(0, 1), (1, -1)]);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_with_a_binary_header_is_answered_in_kind_and_a_json_one_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = TestBroker::start(test_config(dir.path())).await;
+    broker.client().await.create_topic("BinSend", 1).await;
+    let mut stream = TcpStream::connect(broker.addr).await.unwrap();
+    for (opaque, serialize_type, kind) in [
+        (51, SerializeType::RocketMq, 1),
+        (52, SerializeType::Json, 0),
+        (53, SerializeType::RocketMq, 1),
+    ] {
+        let fields = common::v2_send_fields("BinSend", "0", "0", "", false);
+        let send = RemotingCommand::request(request::SEND_MESSAGE_V2, fields)
+            .with_opaque(opaque)
+            .with_serialize_type(serialize_type)
+            .with_body(Bytes::from_static(b"hello"));
+        let (answered_kind, header) = raw_exchange(&mut stream, &send).await;
+        assert_eq!(answered_kind, kind, "opaque {opaque}");
+        // Decoded by the protocol crate's codec as the kind it names.
+        let mut frame = BytesMut::new();
+        frame.extend_from_slice(&((4 + header.len()) as i32).to_be_bytes());
+        frame.extend_from_slice(&(u32::from(kind) << 24 | header.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&header);
+        let answer = frame::decode(&mut frame).unwrap().expect("a whole frame");
+        assert_eq!(answer.serialize_type, serialize_type);
+        assert_eq!(answer.opaque, opaque);
+        assert_eq!(answer.code, response::SUCCESS, "{:?}", answer.remark);
+    }
     broker.stop().await;
 }

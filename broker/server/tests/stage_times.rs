@@ -90,9 +90,11 @@ async fn sends_and_woken_pulls_are_timed_stage_by_stage() {
     );
     let send = stage_p50s(&report, "send");
     let wake = stage_p50s(&report, "parked_pull_wake");
-    assert_eq!((send.len(), wake.len()), (2, 3), "{report}");
-    // Every stage took some time, and none anywhere near the pull's 15 s suspend.
-    for value in send.iter().chain(&wake) {
+    // A send's three stages, its whole, and read -> answered with and without page faults.
+    assert_eq!((send.len(), wake.len()), (6, 3), "{report}");
+    // Every stage took some time (its bytes waited in the socket, too), and none anywhere
+    // near the pull's 15 s suspend; either fault row may be empty.
+    for value in send[..4].iter().chain(&wake) {
         assert!(*value > 0.0 && *value < 5_000_000.0, "{report}");
     }
     broker.stop().await;

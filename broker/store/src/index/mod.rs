@@ -17,6 +17,15 @@
 //! A slot's chain runs newest first and stays inside one file. Slots change only when entries
 //! are published (after their records), with release stores, so a reader that loads a slot
 //! sees the entries it reaches; entries are written once and never rewritten while served.
+//!
+//! The file being written keeps its slots in memory ([`HotSlots`]) and writes the changed
+//! ones into the mapping at housekeeping, before the msync: a publish lands on a random slot,
+//! and storing it through the mapping took a write fault on a page housekeeping had just
+//! cleaned (and waited for that page's write-back to finish), on the send path. Crash safety
+//! is unchanged: a checkpoint's index offset is taken before the flush that writes back every
+//! slot published below it, so after a crash recovery keeps only entries whose slots reached
+//! the file, and re-indexes the rest from the CommitLog as before (slots pointing past the
+//! kept entries are mended).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -42,6 +51,8 @@ const SLOT_BYTES: u64 = 4;
 pub(crate) const ENTRY_BYTES: u64 = 32;
 /// Staged entries up to this many are searched for a slot's newest one; beyond, a map is kept.
 const STAGED_SCANNED: usize = 32;
+/// Slots per dirty bit of [`HotSlots`]: one page of the mapping's slots.
+const SLOTS_PER_DIRTY_BIT: u32 = 1024;
 /// The entries of the active file are zero-filled this far ahead (`zero_fill_ahead`).
 const ENTRY_FILL_STEP_BYTES: u64 = 64 * 1024;
 
@@ -195,6 +206,49 @@ pub(crate) struct IndexFile {
     first_timestamp_ms: AtomicI64,
     last_timestamp_ms: AtomicI64,
     last_physical_offset: AtomicU64,
+    /// The slots, while this file is written (see the module's notes); `None`: the mapping's
+    /// are current. Read-locked for each slot access; written only to install or drop it.
+    hot: RwLock<Option<HotSlots>>,
+    /// The writer moved on to a newer file: the hot slots go once written back.
+    retired: AtomicBool,
+}
+
+/// A file's slots held in memory, and which groups of them changed since written back.
+struct HotSlots {
+    heads: Box<[AtomicU32]>,
+    dirty: Box<[AtomicU64]>,
+}
+
+impl HotSlots {
+    fn new(heads: Box<[AtomicU32]>) -> HotSlots {
+        let groups = heads.len().div_ceil(SLOTS_PER_DIRTY_BIT as usize);
+        HotSlots {
+            heads,
+            dirty: (0..groups.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        }
+    }
+
+    fn set(&self, slot: u32, head: u32) {
+        self.heads[slot as usize].store(head, Ordering::Release);
+        // After the store: a write-back that clears the bit before it copies sees the head.
+        let group = slot / SLOTS_PER_DIRTY_BIT;
+        self.dirty[(group / 64) as usize].fetch_or(1 << (group % 64), Ordering::Release);
+    }
+
+    /// The groups changed since the last call, each cleared before it is handed out.
+    fn take_dirty(&self) -> Vec<u32> {
+        let mut groups = Vec::new();
+        for (word_at, word) in self.dirty.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                groups.push(word_at as u32 * 64 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
+        groups
+    }
 }
 
 impl IndexFile {
@@ -209,6 +263,8 @@ impl IndexFile {
             first_timestamp_ms: AtomicI64::new(i64::MAX),
             last_timestamp_ms: AtomicI64::new(i64::MIN),
             last_physical_offset: AtomicU64::new(0),
+            hot: RwLock::new(None),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -231,11 +287,56 @@ impl IndexFile {
     }
 
     fn slot_head(&self, slot: u32) -> u32 {
+        if let Some(hot) = self.hot.read().as_ref() {
+            return hot.heads[slot as usize].load(Ordering::Acquire);
+        }
         u32::from_le(self.slot(slot).load(Ordering::Acquire))
     }
 
     fn set_slot_head(&self, slot: u32, head: u32) {
-        self.slot(slot).store(head.to_le(), Ordering::Release);
+        match self.hot.read().as_ref() {
+            Some(hot) => hot.set(slot, head),
+            None => self.slot(slot).store(head.to_le(), Ordering::Release),
+        }
+    }
+
+    /// From now on the slots live in memory (copied from the mapping) until written back
+    /// after the writer moved on ([`IndexFile::write_back_slots`]). The writer's only.
+    fn keep_slots_in_memory(&self) {
+        let mut hot = self.hot.write();
+        if hot.is_none() {
+            let heads = (0..self.layout.slots)
+                .map(|slot| AtomicU32::new(u32::from_le(self.slot(slot).load(Ordering::Acquire))))
+                .collect();
+            *hot = Some(HotSlots::new(heads));
+        }
+        self.retired.store(false, Ordering::Release);
+    }
+
+    /// Writes the slots changed in memory into the mapping; once the writer has moved on,
+    /// the memory goes too. Returns whether any slot was written.
+    fn write_back_slots(&self) -> bool {
+        let copy = |hot: &HotSlots| {
+            let groups = hot.take_dirty();
+            for &group in &groups {
+                let first = group * SLOTS_PER_DIRTY_BIT;
+                let end = (first + SLOTS_PER_DIRTY_BIT).min(self.layout.slots);
+                for slot in first..end {
+                    let head = hot.heads[slot as usize].load(Ordering::Acquire);
+                    self.slot(slot).store(head.to_le(), Ordering::Release);
+                }
+            }
+            !groups.is_empty()
+        };
+        let wrote = self.hot.read().as_ref().is_some_and(copy);
+        if !self.retired.load(Ordering::Acquire) {
+            return wrote;
+        }
+        // Under the write lock no publish can land in memory after the last copy.
+        let mut hot = self.hot.write();
+        let wrote_last = hot.as_ref().is_some_and(copy);
+        *hot = None;
+        wrote || wrote_last
     }
 
     /// The entry at `entry`; the caller reached it from a slot (or is recovery).
@@ -271,7 +372,7 @@ impl IndexFile {
     }
 
     /// Msyncs the header and slots of a new file, then entries published since the last
-    /// flush with the slots that point at them.
+    /// flush with the slots that point at them (written back from memory first).
     fn flush(&self) -> Result<(), StoreError> {
         let flush = |at: u64, len: u64| {
             self.segment
@@ -282,13 +383,15 @@ impl IndexFile {
         let _flushing = self.flush_lock.lock();
         let (from, to) = (self.flushed.load(Ordering::Acquire), self.count());
         let header_durable = self.header_durable.load(Ordering::Acquire);
+        // After reading the count: every entry below it has its slot in what is written back.
+        let wrote_slots = self.write_back_slots();
         if from < to {
             flush(
                 layout.entry_at(from),
                 layout.entry_at(to) - layout.entry_at(from),
             )?;
         }
-        if from < to || !header_durable {
+        if from < to || wrote_slots || !header_durable {
             flush(0, layout.entries_start())?;
         }
         self.header_durable.store(true, Ordering::Release);

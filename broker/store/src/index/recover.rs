@@ -176,7 +176,9 @@ pub(super) fn mend_tail(file: &IndexFile) -> Result<u64, StoreError> {
     for (slot, head) in &heads {
         file.set_slot_head(*slot, *head);
     }
-    // Mended slots and zeroed entries must reach the disk before anything relies on them.
+    // Mended slots and zeroed entries must reach the disk before anything relies on them
+    // (slots the writer keeps in memory first reach the mapping).
+    file.write_back_slots();
     file.segment
         .flush_range(0, file.segment.len())
         .map_err(|e| StoreError::io("flush index", file.path(), e))?;

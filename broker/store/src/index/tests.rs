@@ -102,6 +102,8 @@ fn recovery_drops_entries_past_the_recovery_point_and_mends_slots() {
             n as i64,
         );
     }
+    // A housekeeping round wrote every slot back; the crash came before its checkpoint.
+    index.flush().unwrap();
     drop((index, writer));
     // Recovery keeps records below 1050: entries 0-10; the file at 800 holds 8-10.
     let (index, mut writer, report) = recover(dir.path(), SMALL, 1050).unwrap();
@@ -120,6 +122,59 @@ fn recovery_drops_entries_past_the_recovery_point_and_mends_slots() {
     assert_eq!(found(&index, "k1", 0, 100), [400, 100]);
 }
 
+/// The slot `key` lands in, as the mapping of `file` holds it (not the writer's memory).
+fn slot_on_file(file: &IndexFile, key: &str) -> u32 {
+    let slot = file.layout.slot_of(key_hash("T", key));
+    u32::from_le(file.slot(slot).load(Ordering::Acquire))
+}
+
+#[test]
+fn the_active_files_slots_live_in_memory_until_housekeeping_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, mut writer, _) = recover(dir.path(), SMALL, 0).unwrap();
+    put(&mut writer, &index, "k1", 0, 1);
+    put(&mut writer, &index, "k1", 100, 2);
+    let file = Arc::clone(&index.snapshot()[0]);
+    // Found before any housekeeping, though the mapping's slot is still empty.
+    assert_eq!(found(&index, "k1", 0, 100), [100, 0]);
+    assert_eq!(slot_on_file(&file, "k1"), 0);
+    index.flush().unwrap();
+    assert_eq!(slot_on_file(&file, "k1"), 2, "1 + the newest entry");
+    assert_eq!(found(&index, "k1", 0, 100), [100, 0]);
+    // Rolling over retires the file's memory once written back; its keys stay found.
+    for n in 2..10u64 {
+        put(&mut writer, &index, "k2", n * 100, n as i64);
+    }
+    assert_eq!(file_names(dir.path()), [0, 800]);
+    put(&mut writer, &index, "k1", 1000, 10);
+    index.flush().unwrap();
+    assert!(
+        file.hot.read().is_none(),
+        "a retired file's slots leave memory"
+    );
+    assert_eq!(found(&index, "k1", 0, 100), [1000, 100, 0]);
+    drop((index, writer));
+    let (index, _, report) = recover(dir.path(), SMALL, u64::MAX).unwrap();
+    assert_eq!(report, IndexRecovery::default());
+    assert_eq!(found(&index, "k1", 0, 100), [1000, 100, 0]);
+}
+
+#[test]
+fn a_crash_before_housekeeping_keeps_what_the_checkpoint_covered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, mut writer, _) = recover(dir.path(), SMALL, 0).unwrap();
+    put(&mut writer, &index, "k1", 0, 1);
+    index.flush().unwrap();
+    // The checkpoint of that round covers records below 100; this one is only in memory.
+    put(&mut writer, &index, "k1", 100, 2);
+    drop((index, writer));
+    let (index, mut writer, _) = recover(dir.path(), SMALL, 100).unwrap();
+    assert_eq!(found(&index, "k1", 0, 100), [0]);
+    // Recovery re-indexes the record from the CommitLog; the chain goes on from the file.
+    put(&mut writer, &index, "k1", 100, 2);
+    assert_eq!(found(&index, "k1", 0, 100), [100, 0]);
+}
+
 #[test]
 fn a_damaged_file_is_dropped_and_the_others_still_answer() {
     let dir = tempfile::tempdir().unwrap();
@@ -127,6 +182,7 @@ fn a_damaged_file_is_dropped_and_the_others_still_answer() {
     for n in 0..12u64 {
         put(&mut writer, &index, "k", n * 100, n as i64);
     }
+    index.flush().unwrap();
     drop((index, writer));
     std::fs::write(dir.path().join(format!("{:020}", 0)), b"not an index").unwrap();
     let (index, _, report) = recover(dir.path(), SMALL, u64::MAX).unwrap();

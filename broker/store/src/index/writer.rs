@@ -53,7 +53,21 @@ impl IndexWriter {
     pub(super) fn resume(&mut self, last: &Arc<IndexFile>) {
         self.next_entry = last.count();
         self.filled_to = last.layout.entry_at(last.count());
-        self.active = Some(Arc::clone(last));
+        self.set_active(Some(Arc::clone(last)));
+    }
+
+    /// Writes into `file` from now on: its slots are kept in memory, and the previous file's
+    /// go once written back.
+    fn set_active(&mut self, file: Option<Arc<IndexFile>>) {
+        if let Some(previous) = &self.active {
+            if !file.as_ref().is_some_and(|f| Arc::ptr_eq(f, previous)) {
+                previous.retired.store(true, Ordering::Release);
+            }
+        }
+        if let Some(file) = &file {
+            file.keep_slots_in_memory();
+        }
+        self.active = file;
     }
 
     /// The most entries one record gets: the keys beyond are not indexed.
@@ -126,7 +140,7 @@ impl IndexWriter {
         }
         self.filled_to = layout.entries_start();
         self.next_entry = 0;
-        self.active = Some(file);
+        self.set_active(Some(file));
         Ok(())
     }
 
@@ -222,7 +236,8 @@ impl IndexWriter {
             .as_ref()
             .is_some_and(|file| file.base() > log_end)
         {
-            self.active = index.remove_past(log_end);
+            let active = index.remove_past(log_end);
+            self.set_active(active);
             let active = self.active.as_ref();
             // Entries kept in the file written again are published next: go on after them.
             let kept_in = |file: &Arc<IndexFile>| {
@@ -274,7 +289,8 @@ impl IndexWriter {
     ) -> Result<u64, StoreError> {
         debug_assert!(self.staged.is_empty(), "truncating with staged entries");
         let before: u64 = index.snapshot().iter().map(|f| u64::from(f.count())).sum();
-        self.active = index.remove_past(log_end);
+        let active = index.remove_past(log_end);
+        self.set_active(active);
         self.next_entry = 0;
         self.filled_to = 0;
         if let Some(file) = &self.active {
