@@ -293,6 +293,7 @@ pub struct Incoming<R = OwnedReadHalf> {
     reader: FrameReader<R>,
     shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
+    direct: Option<Arc<Direct>>,
 }
 
 impl Connection {
@@ -339,8 +340,12 @@ impl Connection {
     {
         let (mut connection, outbound_rx, closing) = Connection::unstarted(&options);
         connection.direct = direct.clone();
-        let frame_writer =
-            FrameWriter::new(writer, options.language, connection.shared.clone(), direct);
+        let frame_writer = FrameWriter::new(
+            writer,
+            options.language,
+            connection.shared.clone(),
+            direct.clone(),
+        );
         let writer_task = tokio::spawn(frame_writer.run(outbound_rx, closing));
         let incoming = Incoming {
             reader: FrameReader::new(
@@ -354,6 +359,7 @@ impl Connection {
             ),
             shared: connection.shared.clone(),
             writer: Some(writer_task),
+            direct,
         };
         (connection, incoming)
     }
@@ -536,6 +542,9 @@ impl<R: AsyncRead + Unpin> Incoming<R> {
                 }
                 Err(failure) => return Err(self.failed(failure)),
             };
+            if let Some(direct) = &self.direct {
+                direct.set_more_to_read(self.reader.has_buffered());
+            }
             if command.is_response() {
                 self.shared.complete(command);
                 continue;

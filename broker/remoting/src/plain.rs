@@ -4,6 +4,7 @@
 //! task waits for a core is most of an answer's answered -> written).
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
@@ -93,6 +94,7 @@ pub(crate) fn share(
         writing: Mutex::new(false),
         done_writing: Notify::new(),
         language,
+        more_to_read: AtomicBool::new(false),
     });
     (PlainWrite { half }, direct)
 }
@@ -104,9 +106,17 @@ pub(crate) struct Direct {
     writing: Mutex<bool>,
     done_writing: Notify,
     language: Option<&'static str>,
+    /// The reader holds the start of another frame: answers go to the writer task, which
+    /// writes the whole run of them at once, one write where each would cost its own.
+    more_to_read: AtomicBool,
 }
 
 impl Direct {
+    /// Tells whether the reader has more bytes buffered behind the frame it just handed out.
+    pub(crate) fn set_more_to_read(&self, more: bool) {
+        self.more_to_read.store(more, Ordering::Relaxed);
+    }
+
     /// The writer task's turn: waits while an answering thread finishes its frame.
     pub(crate) async fn begin_writing(&self) {
         loop {
@@ -136,7 +146,9 @@ impl Direct {
         mut outbound: Outbound,
         queue_empty: impl FnOnce() -> bool,
     ) -> Result<(), Outbound> {
-        if outbound.command.body_len() >= DIRECT_MAX_BODY {
+        if outbound.command.body_len() >= DIRECT_MAX_BODY
+            || self.more_to_read.load(Ordering::Relaxed)
+        {
             return Err(outbound);
         }
         let Some(half) = self.half.upgrade() else {

@@ -80,6 +80,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// Whether bytes of another frame are buffered behind the last one handed out.
+    pub(crate) fn has_buffered(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
     /// The next frame; `Ok(None)` once the peer has closed its side.
     pub(crate) async fn next_frame(&mut self) -> Result<Option<Frame>, ReadFailure> {
         loop {
