@@ -27,24 +27,30 @@ impl Drop for BrokerProcess {
     }
 }
 
-fn free_addr() -> anyhow::Result<SocketAddr> {
+pub(crate) fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// The `quiver-broker` binary beside this one.
+pub(crate) fn broker_binary() -> anyhow::Result<std::path::PathBuf> {
+    let binary = std::env::current_exe()?
+        .parent()
+        .context("bench binary has no directory")?
+        .join("quiver-broker");
+    if !binary.exists() {
+        bail!(
+            "{} missing: build it with the bench (cargo build --release -p quiver-broker -p quiver-bench)",
+            binary.display()
+        );
+    }
+    Ok(binary)
 }
 
 impl BrokerProcess {
     /// Starts `quiver-broker` on free loopback ports over a fresh directory, async or sync
     /// flush as `--flush-mode` says, and creates the bench topic.
     pub(crate) async fn start(args: &Args) -> anyhow::Result<BrokerProcess> {
-        let binary = std::env::current_exe()?
-            .parent()
-            .context("bench binary has no directory")?
-            .join("quiver-broker");
-        if !binary.exists() {
-            bail!(
-                "{} missing: build it with the bench (cargo build --release -p quiver-broker -p quiver-bench)",
-                binary.display()
-            );
-        }
+        let binary = broker_binary()?;
         let dir = tempfile::tempdir()?;
         let (addr, grpc_addr, http) = (free_addr()?, free_addr()?, free_addr()?);
         let arguments = [

@@ -41,22 +41,9 @@ impl Drop for ChildBroker {
     }
 }
 
-fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
 async fn start_child(dir: &std::path::Path) -> anyhow::Result<ChildBroker> {
-    let binary = std::env::current_exe()?
-        .parent()
-        .context("bench binary has no directory")?
-        .join("quiver-broker");
-    if !binary.exists() {
-        bail!(
-            "{} missing: build it with the bench (cargo build --release -p quiver-broker -p quiver-bench)",
-            binary.display()
-        );
-    }
-    let (addr, http) = (free_addr()?, free_addr()?);
+    let binary = crate::process::broker_binary()?;
+    let (addr, http) = (crate::process::free_addr()?, crate::process::free_addr()?);
     let child = Command::new(&binary)
         .args(["--data-dir", &dir.display().to_string()])
         .args([
