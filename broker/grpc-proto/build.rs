@@ -14,6 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         // Calls Quiver does not serve answer UNIMPLEMENTED at once.
         .generate_default_stubs(true)
+        // Message bodies as `Bytes`: views of the received frame and of the stored record,
+        // not copies (6% of a receive's broker CPU was the copy into a `Vec`).
+        .bytes(".apache.rocketmq.v2.Message.body")
         .compile_fds(files)?;
     Ok(())
 }

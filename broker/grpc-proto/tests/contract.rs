@@ -116,7 +116,7 @@ fn a_message_encodes_as_apache_clients_write_it() {
             message_id: "ID".into(),
             ..Default::default()
         }),
-        body: b"b".to_vec(),
+        body: b"b".to_vec().into(),
         ..Default::default()
     };
     // topic: field 1 (0x0a) holding Resource.name, field 2 (0x12); system_properties: field 3

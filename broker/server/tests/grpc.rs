@@ -39,6 +39,18 @@ struct Broker {
 
 /// Starts the binary over `dir` on the given remoting and gRPC addresses, `extra` flags.
 async fn spawn(dir: &Path, addr: SocketAddr, grpc: SocketAddr, extra: &[&str]) -> Broker {
+    try_spawn(dir, addr, grpc, extra)
+        .await
+        .unwrap_or_else(|| panic!("a port of {addr} / {grpc} was taken"))
+}
+
+/// As `spawn`; None when another test took one of the ports between `free_port` and the bind.
+async fn try_spawn(
+    dir: &Path,
+    addr: SocketAddr,
+    grpc: SocketAddr,
+    extra: &[&str],
+) -> Option<Broker> {
     let http = free_port();
     std::fs::create_dir_all(dir).unwrap();
     let log = dir.join("broker.log");
@@ -62,19 +74,29 @@ async fn spawn(dir: &Path, addr: SocketAddr, grpc: SocketAddr, extra: &[&str]) -
         .await
         .is_none_or(|(status, _)| status != 200)
     {
-        assert!(
-            process.child.try_wait().unwrap().is_none(),
-            "broker exited early: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        if process.child.try_wait().unwrap().is_some() {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                log.contains("Address already in use"),
+                "broker exited early: {log}"
+            );
+            return None;
+        }
         assert!(std::time::Instant::now() < deadline, "broker not ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Broker { process, grpc }
+    Some(Broker { process, grpc })
 }
 
+/// A broker on fresh ports (tests run in parallel: a port `free_port` found may be taken
+/// before the broker binds it, then fresh ones are tried).
 async fn start(dir: &Path, extra: &[&str]) -> Broker {
-    spawn(dir, free_port(), free_port(), extra).await
+    for _ in 0..5 {
+        if let Some(broker) = try_spawn(dir, free_port(), free_port(), extra).await {
+            return broker;
+        }
+    }
+    panic!("no free ports for a broker in five tries");
 }
 
 async fn connect(grpc: SocketAddr) -> MessagingServiceClient<Channel> {
@@ -116,7 +138,7 @@ fn message(topic: &str, id: &str, body: &str) -> v2::Message {
             born_timestamp: Some(now_timestamp(0)),
             ..Default::default()
         }),
-        body: body.as_bytes().to_vec(),
+        body: body.as_bytes().to_vec().into(),
     }
 }
 
@@ -505,7 +527,7 @@ async fn transactions_commit_roll_back_and_are_checked_back_over_telemetry() {
         orphan.system_properties.as_ref().unwrap().message_id,
         "TX-CHECKED"
     );
-    assert_eq!(orphan.body, b"TX-CHECKED");
+    assert_eq!(orphan.body, &b"TX-CHECKED"[..]);
     assert_eq!(orphan.topic.unwrap().name, "Tx");
     let end = end_transaction(
         &mut client,
@@ -1071,7 +1093,7 @@ async fn messages_cross_between_4x_and_5x_clients_both_ways() {
         from_4x.user_properties.get("region").map(String::as_str),
         Some("eu")
     );
-    assert_eq!(from_4x.body, b"from-4x");
+    assert_eq!(from_4x.body, &b"from-4x"[..]);
     assert_eq!(
         ack(&mut client, "Bridgers", "Bridge", from_4x).await,
         Code::Ok
@@ -1165,7 +1187,7 @@ async fn an_orderly_group_gets_a_message_groups_messages_in_order_one_batch_at_a
     }
     let next = receive_until(&mut client, "Sequencers", "Seq", invisible, 1).await;
     assert_eq!(next.len(), 1);
-    assert_eq!(next[0].body, b"s4");
+    assert_eq!(next[0].body, &b"s4"[..]);
 }
 
 #[tokio::test]

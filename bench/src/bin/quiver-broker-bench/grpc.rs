@@ -66,7 +66,7 @@ fn message(size: usize, id: u64) -> v2::Message {
             born_host: "127.0.0.1".into(),
             ..Default::default()
         }),
-        body: body(size).to_vec(),
+        body: body(size).to_vec().into(),
     }
 }
 

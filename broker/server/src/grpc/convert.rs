@@ -281,7 +281,7 @@ pub(crate) fn outgoing(
         }),
         user_properties,
         system_properties: Some(system_properties),
-        body: record.body.to_vec(),
+        body: record.body.clone(),
     }
 }
 
@@ -293,15 +293,28 @@ fn host_of(address: SocketAddr) -> String {
 /// differ in zero padding between languages).
 fn sha1_hex(body: &[u8]) -> String {
     use sha1::Digest as _;
-    sha1::Sha1::digest(body)
-        .iter()
-        .map(|byte| format!("{byte:02X}"))
-        .collect()
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let digest = sha1::Sha1::digest(body);
+    // One allocation, not one `format!` per byte (6% of a receive's broker CPU).
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0x0F)]));
+    }
+    hex
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn body_digest_is_upper_case_hex_sha1() {
+        // FIPS 180's "abc" example.
+        assert_eq!(sha1_hex(b"abc"), "A9993E364706816ABA3E25717850C26C9CD0D89D");
+        assert_eq!(sha1_hex(b"").len(), 40);
+    }
 
     fn message(id: &str) -> v2::Message {
         v2::Message {
@@ -318,7 +331,7 @@ mod tests {
                 message_type: MessageType::Fifo as i32,
                 ..Default::default()
             }),
-            body: b"hello".to_vec(),
+            body: Bytes::from_static(b"hello"),
         }
     }
 

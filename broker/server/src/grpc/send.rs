@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
 use quiver_grpc_proto::v2::{self, Code, MessageType, SendResultEntry};
 use quiver_protocol::body::perm;
 use quiver_protocol::message as msg;
@@ -122,7 +121,7 @@ fn prepare(
         topic: topic_name.clone(),
         queue_id,
         flag: 0,
-        body: Bytes::copy_from_slice(&message.body),
+        body: message.body.clone(),
         properties: encode_properties(properties.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
         sys_flag: 0,
         born_timestamp_ms,
