@@ -62,13 +62,13 @@ impl Credentials {
     /// it once every other field and the body are final.
     pub fn sign(&self, command: &mut RemotingCommand) {
         let fields = &mut command.ext_fields;
-        fields.insert(ACCESS_KEY.to_owned(), self.access_key.clone());
+        fields.insert(ACCESS_KEY, self.access_key.clone());
         if let Some(token) = &self.security_token {
-            fields.insert(SECURITY_TOKEN.to_owned(), token.clone());
+            fields.insert(SECURITY_TOKEN, token.clone());
         }
         fields.remove(SIGNATURE);
         let signature = signature(command, &self.secret_key);
-        command.ext_fields.insert(SIGNATURE.to_owned(), signature);
+        command.ext_fields.insert(SIGNATURE, signature);
     }
 }
 
@@ -114,8 +114,7 @@ fn signed_fields(command: &RemotingCommand) -> Vec<(&str, &str)> {
     let mut fields: Vec<(&str, &str)> = command
         .ext_fields
         .iter()
-        .filter(|(key, _)| key.as_str() != SIGNATURE && key.as_str() != UNIQUE_MSG_QUERY_FLAG)
-        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .filter(|(key, _)| *key != SIGNATURE && *key != UNIQUE_MSG_QUERY_FLAG)
         .collect();
     fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
     fields
@@ -179,7 +178,7 @@ mod tests {
         changed.body = Bytes::from_static(b"hellO");
         assert!(!verify(&changed, "secret"));
         let mut changed = request.clone();
-        changed.ext_fields.insert("queueId".into(), "2".into());
+        changed.ext_fields.insert("queueId", "2");
         assert!(!verify(&changed, "secret"));
         // Signing again replaces the signature instead of signing it.
         credentials.sign(&mut request);
@@ -196,7 +195,7 @@ mod tests {
             "AAAA",
             "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB",
         ] {
-            request.ext_fields.insert(SIGNATURE.into(), garbled.into());
+            request.ext_fields.insert(SIGNATURE, garbled);
             assert!(!verify(&request, "secret"), "{garbled}");
         }
     }
@@ -206,9 +205,7 @@ mod tests {
         let credentials = Credentials::new("ak", "sk");
         let mut request = RemotingCommand::request(12, ext(&[("topic", "T"), ("key", "k")]));
         credentials.sign(&mut request);
-        request
-            .ext_fields
-            .insert(UNIQUE_MSG_QUERY_FLAG.into(), "true".into());
+        request.ext_fields.insert(UNIQUE_MSG_QUERY_FLAG, "true");
         assert!(verify(&request, "sk"));
     }
 

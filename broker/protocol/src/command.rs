@@ -1,12 +1,8 @@
 //! The remoting command: one request or response, header plus opaque body.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 
-/// A command's custom header fields. Hashed with foldhash (seeded per process and per map):
-/// SipHash was most of the cost of reading a send's header.
-pub type ExtFields = HashMap<String, String, foldhash::fast::RandomState>;
+pub use crate::ext_fields::ExtFields;
 
 /// Flag bit 0: the command is a response.
 pub const FLAG_RESPONSE: i32 = 1;
@@ -170,7 +166,7 @@ impl RemotingCommand {
 
     /// One extFields value, if present.
     pub fn ext(&self, key: &str) -> Option<&str> {
-        self.ext_fields.get(key).map(String::as_str)
+        self.ext_fields.get(key)
     }
 }
 

@@ -219,13 +219,10 @@ impl<'de> serde::de::Visitor<'de> for ExtFieldsVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ExtFieldsIn, A::Error> {
-        let mut fields = ExtFields::with_capacity_and_hasher(
-            map.size_hint().unwrap_or(8).min(64),
-            Default::default(),
-        );
+        let mut fields = ExtFields::with_capacity(map.size_hint().unwrap_or(16).min(64));
         while let Some(key) = map.next_key::<String>()? {
             if let ExtValueIn(Some(value)) = map.next_value()? {
-                fields.insert(key, value);
+                fields.push_decoded(&key, &value);
             }
         }
         Ok(ExtFieldsIn::Fields(fields))
@@ -417,7 +414,7 @@ fn encode_binary_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
     let remark = cmd.remark.as_deref().unwrap_or("").as_bytes();
     // Sized first, so the header is written into one allocation.
     let mut ext_len = 0usize;
-    for (key, value) in &cmd.ext_fields {
+    for (key, value) in cmd.ext_fields.iter_bytes() {
         i16::try_from(key.len()).map_err(|_| FrameError::FieldTooLong {
             field: "extFields key",
             len: key.len(),
@@ -445,12 +442,12 @@ fn encode_binary_header(cmd: &RemotingCommand) -> Result<Vec<u8>, FrameError> {
     out.put_i32(remark_len);
     out.put_slice(remark);
     out.put_i32(ext_len_field);
-    for (key, value) in &cmd.ext_fields {
+    for (key, value) in cmd.ext_fields.iter_bytes() {
         // Both lengths were checked above.
         out.put_i16(key.len() as i16);
-        out.put_slice(key.as_bytes());
+        out.put_slice(key);
         out.put_i32(value.len() as i32);
-        out.put_slice(value.as_bytes());
+        out.put_slice(value);
     }
     Ok(out)
 }
@@ -520,8 +517,8 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
     let mut ext_reader = BinaryReader {
         rest: reader.take("extFields", ext_len)?,
     };
-    // Borrowed first, so the map is sized once for the pairs actually there.
-    let mut pairs = Vec::new();
+    // Each field costs 6 bytes of lengths: the text is at most what is left.
+    let mut ext_fields = ExtFields::sized(ext_len / 8 + 1, ext_len);
     while !ext_reader.rest.is_empty() {
         let key_len = ext_reader.i16("extFields key length")?;
         let key_len = ext_reader.length("extFields key length", i64::from(key_len))?;
@@ -529,14 +526,8 @@ fn decode_binary_header(header: &[u8]) -> Result<RemotingCommand, FrameError> {
         let value_len = ext_reader.i32("extFields value length")?;
         let value_len = ext_reader.length("extFields value length", i64::from(value_len))?;
         let value = ext_reader.str("extFields value", value_len)?;
-        pairs.push((key, value));
+        ext_fields.push_decoded(key, value);
     }
-    let mut ext_fields = ExtFields::with_capacity_and_hasher(pairs.len(), Default::default());
-    ext_fields.extend(
-        pairs
-            .into_iter()
-            .map(|(key, value)| (key.to_owned(), value.to_owned())),
-    );
     Ok(RemotingCommand {
         code: i32::from(code),
         language: language_name(language).to_owned(),
@@ -562,7 +553,7 @@ mod tests {
         let request = RemotingCommand::request(10, ExtFields::default()).with_opaque(3);
         let mut reply = request.response_to(14, Some("why".into()));
         reply.language = crate::LANGUAGE_JAVA.into();
-        reply.ext_fields.insert("k".into(), "v".into());
+        reply.ext_fields.insert("k", "v");
         let header: serde_json::Value =
             serde_json::from_slice(&encode_json_header(&reply).unwrap()).unwrap();
         let keys: Vec<&str> = header
@@ -595,9 +586,9 @@ mod tests {
         let command = RemotingCommand::request(
             10,
             ExtFields::from_iter([
-                ("a".into(), "1".into()),
-                ("bb".into(), String::new()),
-                ("ccc".into(), "x".repeat(300)),
+                ("a", "1".to_owned()),
+                ("bb", String::new()),
+                ("ccc", "x".repeat(300)),
             ]),
         )
         .with_serialize_type(SerializeType::RocketMq);
@@ -754,10 +745,9 @@ mod tests {
 
     #[test]
     fn binary_header_layout_matches_rocketmq_serializable() {
-        let command =
-            RemotingCommand::request(105, ExtFields::from_iter([("k".into(), "vv".into())]))
-                .with_opaque(7)
-                .with_serialize_type(SerializeType::RocketMq);
+        let command = RemotingCommand::request(105, ExtFields::from_iter([("k", "vv")]))
+            .with_opaque(7)
+            .with_serialize_type(SerializeType::RocketMq);
         let header = encode_binary_header(&command).unwrap();
         let expected: Vec<u8> = [
             &[0, 105][..], // code

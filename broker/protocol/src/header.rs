@@ -84,7 +84,7 @@ fn optional_at<T: ExtValue>(
     key: &str,
     field: &'static str,
 ) -> Result<Option<T>, HeaderError> {
-    match ext.get(key).map(String::as_str) {
+    match ext.get(key) {
         None | Some("") | Some("null") => Ok(None),
         Some(raw) => T::parse_ext(field, raw).map(Some),
     }
@@ -105,7 +105,7 @@ impl<T: ExtValue> FieldKind<T> for Required {
         required_at(ext, key, field)
     }
     fn write(value: &T, key: &str, ext: &mut ExtFields) {
-        ext.insert(key.to_owned(), value.render_ext());
+        ext.push_distinct(key, &value.render_ext());
     }
 }
 
@@ -115,7 +115,7 @@ impl<T: ExtValue> FieldKind<Option<T>> for Optional {
     }
     fn write(value: &Option<T>, key: &str, ext: &mut ExtFields) {
         if let Some(value) = value {
-            ext.insert(key.to_owned(), value.render_ext());
+            ext.push_distinct(key, &value.render_ext());
         }
     }
 }
@@ -160,7 +160,7 @@ macro_rules! header {
             /// The extFields carrying this header, each field under `key(wire name)`.
             pub fn to_ext_keyed(&self, key: impl Fn(&'static str) -> &'static str) -> ExtFields {
                 const FIELDS: usize = [$($wire),*].len();
-                let mut ext = ExtFields::with_capacity_and_hasher(FIELDS, Default::default());
+                let mut ext = ExtFields::with_capacity(FIELDS);
                 $( <header!(@kind $kind) as FieldKind<$ty>>::write(&self.$field, key($wire), &mut ext); )*
                 ext
             }
@@ -820,7 +820,7 @@ mod tests {
             Err(HeaderError::Missing { field: "topic" })
         ));
         let mut bad_queue = SendMessageRequestHeader::default().to_v2_ext();
-        bad_queue.insert("e".into(), "two".into());
+        bad_queue.insert("e", "two");
         assert!(matches!(
             SendMessageRequestHeader::from_v2_ext(&bad_queue),
             Err(HeaderError::Invalid {

@@ -43,6 +43,7 @@ pub mod body;
 pub mod code;
 mod command;
 mod error;
+mod ext_fields;
 pub mod frame;
 pub mod header;
 pub mod message;

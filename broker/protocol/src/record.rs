@@ -630,13 +630,12 @@ pub fn properties_of(record: &[u8]) -> Option<&str> {
 
 /// Finds one property's value without allocating.
 pub fn property<'p>(properties: &'p str, key: &str) -> Option<&'p str> {
-    // Byte scan: both separators are ASCII, and every send looks up TAGS and DELAY.
+    // Byte scan: both separators are ASCII, and a send looks up eight keys (TAGS, DELAY, the
+    // timers, KEYS...), most of them absent: memchr finds each pair's end a word at a time.
     let (pairs, key) = (properties.as_bytes(), key.as_bytes());
     let mut start = 0;
     while start < pairs.len() {
-        let end = pairs[start..]
-            .iter()
-            .position(|&b| b == PROPERTY_SEPARATOR as u8)
+        let end = memchr::memchr(PROPERTY_SEPARATOR as u8, &pairs[start..])
             .map_or(pairs.len(), |at| start + at);
         let pair = &pairs[start..end];
         if pair.starts_with(key) && pair.get(key.len()) == Some(&(NAME_VALUE_SEPARATOR as u8)) {

@@ -246,7 +246,7 @@ fn orderly_consumer_lock_and_unlock_bodies() {
         assert!(command
             .ext_fields
             .keys()
-            .all(|key| { ["AccessKey", "OnsChannel", "Signature"].contains(&key.as_str()) }));
+            .all(|key| { ["AccessKey", "OnsChannel", "Signature"].contains(&key) }));
         let body = LockBatchRequestBody::decode(&command.body).unwrap();
         assert_eq!(body.consumer_group, "GroupCaptureOrderly");
         assert!(body.client_id.ends_with("@DEFAULT"));

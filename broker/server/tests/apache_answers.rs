@@ -157,7 +157,7 @@ async fn consume_stats_report_zero_for_uncommitted_queues_unless_asked_to_mark_t
     let stats = |mark: Option<&'static str>| {
         let mut fields = ext(&[("consumerGroup", "SG"), ("topic", "Stats")]);
         if let Some(mark) = mark {
-            fields.insert("markUncommitted".into(), mark.into());
+            fields.insert("markUncommitted", mark);
         }
         fields
     };

@@ -69,7 +69,7 @@ async fn messages_are_found_by_key_unique_key_and_offset_id_across_a_restart() {
     assert_eq!(bodies(&newest), ["b3", "b4"], "maxNum keeps the newest");
 
     let mut unique = query_fields("U3", 1, 0, i64::MAX);
-    unique.insert("_UNIQUE_KEY_QUERY".into(), "true".into());
+    unique.insert("_UNIQUE_KEY_QUERY", "true");
     let by_unique_key = query(&mut client, unique).await;
     assert_eq!(by_unique_key.code, response::SUCCESS);
     assert_eq!(bodies(&by_unique_key), ["b3"]);

@@ -54,8 +54,8 @@ async fn pull(
         ("subVersion", "0"),
     ]);
     if let Some((kind, expression)) = subscription {
-        fields.insert("expressionType".into(), kind.into());
-        fields.insert("subscription".into(), expression.into());
+        fields.insert("expressionType", kind);
+        fields.insert("subscription", expression);
     }
     client
         .call(request::PULL_MESSAGE, fields, Bytes::new())

@@ -130,7 +130,7 @@ async fn bad_timers_batch_delays_and_unknown_filters_are_refused() {
         ("subscription", "//a"),
         ("subVersion", "0"),
     ]);
-    fields.insert("expressionType".into(), "XPATH".into());
+    fields.insert("expressionType", "XPATH");
     let pulled = client
         .call(request::PULL_MESSAGE, fields, Bytes::new())
         .await;

@@ -47,9 +47,9 @@ pub(crate) async fn send_committed(
     unique_key: &str,
 ) -> anyhow::Result<RemotingCommand> {
     let mut ext = send_ext(queue_id, false);
-    ext.insert("f".into(), sys_flag::TRANSACTION_PREPARED.to_string());
+    ext.insert("f", sys_flag::TRANSACTION_PREPARED.to_string());
     ext.insert(
-        "i".into(),
+        "i",
         format!("TAGS\u{1}bench\u{2}TRAN_MSG\u{1}true\u{2}PGROUP\u{1}BenchProducer\u{2}UNIQ_KEY\u{1}{unique_key}\u{2}"),
     );
     let half = conn.call(request::SEND_MESSAGE_V2, ext, body(size)).await?;
@@ -347,8 +347,8 @@ pub(crate) async fn catch_up(conn: &mut Conn, kind: &str, expression: &str) -> a
         let mut offset = 0u64;
         loop {
             let mut ext = pull_ext("CatchUp", TOPIC, queue_id, offset, 32, 4, 0);
-            ext.insert("subscription".into(), expression.into());
-            ext.insert("expressionType".into(), kind.into());
+            ext.insert("subscription", expression);
+            ext.insert("expressionType", kind);
             let reply = conn.call(request::PULL_MESSAGE, ext, Bytes::new()).await?;
             let number = |key: &str| reply.ext(key).and_then(|v| v.parse::<u64>().ok());
             match reply.code {

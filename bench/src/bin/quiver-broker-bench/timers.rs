@@ -100,12 +100,9 @@ fn metric(http: SocketAddr, name: &str) -> anyhow::Result<f64> {
 /// and no tag.
 fn timer_send_ext(queue_id: u32, deliver_ms: i64) -> ExtFields {
     let mut ext = send_ext(queue_id, false);
-    ext.insert("a".into(), "BenchTimers".into());
-    ext.insert("b".into(), TOPIC.into());
-    ext.insert(
-        "i".into(),
-        format!("TIMER_DELIVER_MS\u{1}{deliver_ms}\u{2}"),
-    );
+    ext.insert("a", "BenchTimers");
+    ext.insert("b", TOPIC);
+    ext.insert("i", format!("TIMER_DELIVER_MS\u{1}{deliver_ms}\u{2}"));
     ext
 }
 

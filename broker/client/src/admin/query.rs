@@ -75,7 +75,7 @@ impl Admin {
             };
             let mut fields = header.to_ext();
             if by_unique_key {
-                fields.insert(h::UNIQUE_KEY_QUERY_FLAG.to_owned(), "true".to_owned());
+                fields.insert(h::UNIQUE_KEY_QUERY_FLAG, "true");
             }
             let request = RemotingCommand::request(code::request::QUERY_MESSAGE, fields);
             let response = self.core.invoke(addr, request).await?;

@@ -85,11 +85,8 @@ mod tests {
             broker_name: Some("broker-0".into()),
         };
         let ext = header.to_ext();
-        assert_eq!(
-            ext.get("tranStateTableOffset").map(String::as_str),
-            Some("3")
-        );
-        assert_eq!(ext.get("transactionId").map(String::as_str), Some("tx"));
+        assert_eq!(ext.get("tranStateTableOffset"), Some("3"));
+        assert_eq!(ext.get("transactionId"), Some("tx"));
         assert_eq!(
             CheckTransactionStateRequestHeader::from_ext(&ext).unwrap(),
             header

@@ -256,7 +256,7 @@ fn is_routine(code: i32) -> bool {
 pub fn success(req: &RemotingCommand, ext: &[(&str, String)]) -> RemotingCommand {
     let mut reply = req.response_to(response::SUCCESS, None);
     for (key, value) in ext {
-        reply.ext_fields.insert((*key).to_string(), value.clone());
+        reply.ext_fields.insert(*key, value.clone());
     }
     reply
 }

@@ -49,10 +49,9 @@ pub async fn consume_message_directly(ctx: &Ctx, req: &RemotingCommand) -> Outco
             )
         })?;
     let mut relayed = req.clone();
-    relayed.ext_fields.insert(
-        "brokerName".to_owned(),
-        ctx.broker.config().broker_name.clone(),
-    );
+    relayed
+        .ext_fields
+        .insert("brokerName", ctx.broker.config().broker_name.clone());
     let client_id = header.client_id.unwrap_or_default();
     call_consumer(ctx, &relayed, &header.consumer_group, &client_id, record).await
 }

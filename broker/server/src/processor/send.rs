@@ -19,8 +19,8 @@ use crate::topics::{DLQ_PREFIX, RETRY_PREFIX};
 
 pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Outcome {
     let broker = &ctx.broker;
-    let header = SendMessageRequestHeader::from_request(req)?;
-    let properties_text = header.properties.clone().unwrap_or_default();
+    let mut header = SendMessageRequestHeader::from_request(req)?;
+    let properties_text = header.properties.take().unwrap_or_default();
     check_broker_writable(broker)?;
     let topic = topic_for_send(broker, &header.topic)?;
     if topic.perm & quiver_protocol::body::perm::WRITE == 0 {

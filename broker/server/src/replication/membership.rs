@@ -175,9 +175,7 @@ impl Replication {
         }
         let mut forwarded =
             RemotingCommand::request(request::QUIVER_REPLICATION_MEMBERS, header.to_ext());
-        forwarded
-            .ext_fields
-            .insert(FORWARDED.to_owned(), self.id.to_string());
+        forwarded.ext_fields.insert(FORWARDED, self.id.to_string());
         let wait = header
             .timeout_ms
             .map_or(DEFAULT_TIMEOUT, Duration::from_millis)

@@ -453,7 +453,7 @@ pub async fn send_half(
         properties.push_str(&format!("{key}\u{1}{value}\u{2}"));
     }
     let mut fields = v2_send_fields(topic, &queue_id.to_string(), "4", &properties, false);
-    fields.insert("a".into(), group.into());
+    fields.insert("a", group);
     client
         .call(
             request::SEND_MESSAGE_V2,
