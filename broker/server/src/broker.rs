@@ -70,9 +70,6 @@ pub struct Broker {
     flushed: Arc<tokio::sync::Notify>,
     /// Serialises writers of config/brokerRuntime.json.
     runtime_lock: parking_lot::Mutex<()>,
-    /// Large appends take turns here before the store's write lock, waiting without their
-    /// thread (`service::produce::LARGE_APPEND_BYTES`).
-    large_appends: tokio::sync::Semaphore,
     /// Per delay level (queue of the schedule topic), the offset delivered up to, as the
     /// schedule loop last knew it; a level missing here has delivered nothing.
     delay_delivered: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
@@ -173,11 +170,6 @@ impl Broker {
         &self.read_budgets
     }
 
-    /// The turn large appends wait for before the store's write lock.
-    pub(crate) fn large_appends(&self) -> &tokio::sync::Semaphore {
-        &self.large_appends
-    }
-
     /// Which half messages are settled.
     pub fn transactions(&self) -> &Transactions {
         &self.transactions
@@ -255,7 +247,6 @@ impl Broker {
             permission: AtomicI32::new(permission),
             flushed,
             runtime_lock: parking_lot::Mutex::new(()),
-            large_appends: tokio::sync::Semaphore::new(1),
             delay_delivered: parking_lot::Mutex::default(),
             timers,
             advertised,

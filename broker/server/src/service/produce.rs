@@ -59,12 +59,6 @@ pub(crate) fn store_message(
     Ok(results)
 }
 
-/// Appends of at least this many body bytes wait for their turn on an async semaphore rather
-/// than on the store's write lock: one holds the lock for a copy of up to milliseconds, and a
-/// runtime thread blocked behind it reads no socket meanwhile. 16 KiB batches of 128 with 4
-/// producers parked a worker in 42% of the broker's context switches.
-pub(crate) const LARGE_APPEND_BYTES: usize = 256 * 1024;
-
 /// Stores the targets on the calling task and waits for durability holding no thread: an
 /// append is a copy into mapped memory, so the request path skips the blocking pool. On a
 /// group's master in sync mode it also waits until every in-sync replica holds them.
@@ -72,15 +66,7 @@ pub(crate) async fn store_message_async(
     broker: &Broker,
     targets: &[StoreTarget],
 ) -> Result<Vec<PutResult>, ServiceError> {
-    let bytes: usize = targets.iter().map(|target| target.body.len()).sum();
-    // Held until the append returns; small appends go straight to the store's lock.
-    let turn = if bytes >= LARGE_APPEND_BYTES {
-        broker.large_appends().acquire().await.ok()
-    } else {
-        None
-    };
     let appended_batch = append_admitted(broker, targets, MessageStore::append)?;
-    drop(turn);
     broker.wait_durable(appended_batch.end).await?;
     if let Some(replication) = &broker.replication() {
         replication.wait_confirmed(appended_batch.end).await?;
