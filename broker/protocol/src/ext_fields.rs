@@ -9,7 +9,9 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// extFields in arrival (or insertion) order; one value per key, a later insert replaces it.
+/// extFields in arrival (or insertion) order; one value per key, a later insert replaces it
+/// (a replaced or removed field's text stays in the string until the map is dropped: commands
+/// live for one request).
 #[derive(Default)]
 pub struct ExtFields {
     text: String,
@@ -70,8 +72,8 @@ impl ExtFields {
         self.push(key, value);
     }
 
-    /// Appends a field known not to be there yet (a decoder's fields; a repeated key in one
-    /// header keeps its last value, as a map would).
+    /// Appends a decoded field; a key repeated in one header keeps its last value, as a map
+    /// would.
     pub(crate) fn push_decoded(&mut self, key: &str, value: &str) {
         match self.position(key) {
             Some(at) => {
