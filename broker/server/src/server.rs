@@ -399,8 +399,8 @@ async fn serve_connection<R, W>(
 
 /// Sends answered on the reader's task before it lets the connection's writer run: the client
 /// gets the first answers of a pipelined run (and sends its next requests) while the broker
-/// stores the rest. 1 producer with 32 in flight: about 1.5x the rate of answering the whole
-/// run at once; fewer than 16 cost 4 producers their batched writes.
+/// stores the rest. 1 producer with 32 in flight: 1.5-1.7x the rate of answering the whole run
+/// at once; 8 cost 4 producers 5-10% in writes (BENCHMARKS.md).
 const INLINE_ANSWERS_BEFORE_YIELD: u32 = 16;
 
 /// Dispatches requests until the client leaves, sends garbage or `stop` flips; then waits for
